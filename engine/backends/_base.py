@@ -1,0 +1,41 @@
+"""The device interface: what a backend must provide.  Kernels are written against
+the array module ``xp``; a backend adds only allocation, copies and randomness."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+
+class Backend(ABC):
+    """One device.  Objects of this class stay in the process that made them."""
+
+    name: str
+    xp: Any
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> Any:
+        """One contiguous uint8 buffer of exactly ``nbytes`` bytes."""
+
+    def memset(self, buf: Any, value: int = 0) -> None:
+        buf.fill(value)
+
+    @abstractmethod
+    def to_device(self, dst: Any, src: np.ndarray) -> None:
+        """Copy host data into a device view (same shape)."""
+
+    @abstractmethod
+    def to_host(self, src: Any) -> np.ndarray:
+        """A host copy of a device view."""
+
+    @abstractmethod
+    def rng(self, seed: int) -> Any:
+        """A generator with ``random(out=, dtype=)`` drawing on this device."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (no-op on the CPU)."""
+
+    def allocated_bytes(self, bufs: list[Any]) -> int:
+        return int(sum(b.nbytes for b in bufs))

@@ -1,0 +1,26 @@
+"""The CPU backend: numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.backends._base import Backend
+
+
+class NumpyBackend(Backend):
+    name = "cpu"
+    xp = np
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        return np.empty(int(nbytes), dtype=np.uint8)
+
+    def to_device(self, dst: np.ndarray, src: np.ndarray) -> None:
+        np.copyto(dst, src, casting="same_kind")
+
+    def to_host(self, src: np.ndarray) -> np.ndarray:
+        return np.array(src, copy=True)
+
+    def rng(self, seed: int) -> Any:
+        return np.random.default_rng(seed)

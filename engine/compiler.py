@@ -1,0 +1,150 @@
+"""The compiler: CalcGraph -> Program, sized exactly before anything runs.
+
+Passes, in order: ``validate`` (and lower to the IR) -> ``infer_shapes`` ->
+``differentiate`` -> ``plan_memory`` -> ``emit``.  Two entry points:
+
+- ``compile_graph(g, batch_size=B)``: the program for batch ``B``; its
+  ``zone_bytes`` are exactly what the heap will allocate.
+- ``compile_graph(g, memory=M)``: the program for the largest batch ``b`` with
+  ``bytes(b) <= M < bytes(b + 1)``, found with O(log b) sizings
+  (:func:`max_batch`); a :class:`~engine.errors.BudgetError` when batch 1 does not fit.
+
+>>> from engine import CalcGraph, Init, Mode, compile_graph, size
+>>> g = CalcGraph()
+>>> x = g.placeholder("x", (0, 100)); w = g.parameter("w", (100, 10), init=Init.zeros())
+>>> p = g.path("f", Mode.FORWARD_ONLY); y = p.MatMul(x, w)
+>>> size(g, 32)["forward"]
+5824
+>>> compile_graph(g, memory=10_000).batch_size
+21
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine.autodiff import differentiate
+from engine.errors import BudgetError, CompileError
+from engine.graph import CalcGraph, Device
+from engine.optim import Optimizer
+from engine.passes.ir import IR, IRNode
+from engine.passes.shapes import infer_shapes, typecheck
+from engine.passes.validate import validate
+from engine.planner import MemoryPlan, plan_memory
+from engine.program import BufferSpec, Instr, ParamSpec, PathCode, Program
+
+MAX_BATCH = 1 << 40
+
+
+def lower(graph: CalcGraph, optimizer: Optimizer | None = None, debug: bool = False) -> IR:
+    """Run the graph-level passes (everything but planning and emission)."""
+    ir = validate(graph)
+    ir = infer_shapes(ir)
+    if debug:
+        typecheck(ir, "infer_shapes")
+    if optimizer is not None and not any(p.loss for p in ir.paths):
+        raise CompileError(
+            f"an optimizer ({optimizer.name}) was given but graph {graph.name!r} has no "
+            "BACKWARD_ENABLED path: there is nothing to update"
+        )
+    ir = differentiate(ir)
+    if debug:
+        typecheck(ir, "differentiate")
+    return ir
+
+
+def size(graph: CalcGraph, batch_size: int, optimizer: Optimizer | None = None,
+         device: Device | str | None = None) -> dict[str, int]:
+    """Exact bytes per zone for ``batch_size``, without emitting a program."""
+    ir = lower(graph, optimizer)
+    dev = Device(device or graph.device).value
+    return plan_memory(ir, _check_batch(batch_size), optimizer, dev).zone_bytes
+
+
+def max_batch(sizing: Callable[[int], int], memory: int, what: str = "the program") -> int:
+    """Largest ``b`` with ``sizing(b) <= memory`` (``sizing`` non-decreasing), by
+    galloping then bisection: O(log b) calls."""
+    need1 = sizing(1)
+    if need1 > memory:
+        raise BudgetError(f"{what} needs {need1:,} bytes at batch 1, more than the budget of "
+                          f"{memory:,} bytes")
+    lo = 1  # fits
+    hi = 2
+    while sizing(hi) <= memory:
+        lo = hi
+        if hi >= MAX_BATCH:
+            return hi
+        hi *= 2
+    while hi - lo > 1:  # sizing(lo) fits, sizing(hi) does not
+        mid = (lo + hi) // 2
+        if sizing(mid) <= memory:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def compile_graph(
+    graph: CalcGraph,
+    *,
+    batch_size: int | None = None,
+    memory: int | None = None,
+    optimizer: Optimizer | None = None,
+    device: Device | str | None = None,
+    debug: bool = False,
+) -> Program:
+    """Compile ``graph`` for a batch size, or for the largest batch that fits ``memory``."""
+    if (batch_size is None) == (memory is None):
+        raise CompileError("give exactly one of batch_size= and memory=")
+    dev = Device(device or graph.device).value
+    ir = lower(graph, optimizer, debug)
+    if memory is not None:
+        batch_size = max_batch(
+            lambda b: plan_memory(ir, b, optimizer, dev).total_bytes, int(memory),
+            f"graph {graph.name!r}",
+        )
+    plan = plan_memory(ir, _check_batch(batch_size), optimizer, dev)
+    return emit(ir, plan, optimizer, dev)
+
+
+def _check_batch(batch_size: int | None) -> int:
+    if batch_size is None or int(batch_size) < 1:
+        raise CompileError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+def emit(ir: IR, plan: MemoryPlan, optimizer: Optimizer | None, device: str) -> Program:
+    """Turn the planned IR into bytecode: buffers by index, instructions by index."""
+    names = sorted(plan.offsets, key=lambda n: (ir.zone[n], plan.offsets[n]))
+    index = {n: i for i, n in enumerate(names)}
+    buffers = tuple(
+        BufferSpec(n, ir.zone[n], plan.offsets[n], ir.descs[n].dtype.value, ir.descs[n].shape,
+                   ir.kind[n])
+        for n in names
+    )
+    param_names = list(ir.params)
+    pindex = {n: i for i, n in enumerate(param_names)}
+    instrs: list[Instr] = []
+
+    def put(node: IRNode) -> int:
+        sink = pindex[node.param_sink] if node.param_sink is not None else None
+        instrs.append(Instr(node.op, tuple(index[x] for x in node.inputs),
+                            tuple(index[x] for x in node.outputs), dict(node.attrs),
+                            plan.workspace[id(node)], sink))
+        return len(instrs) - 1
+
+    forward = [[put(n) for n in p.forward] for p in ir.paths]
+    backward = [[put(n) for n in p.backward] for p in ir.paths]
+    paths = tuple(
+        PathCode(p.name, p.mode.value, tuple(forward[i]), tuple(backward[i]),
+                 index[p.loss] if p.loss else None, index[p.seed] if p.seed else None,
+                 tuple(pindex[n] for n in p.params))
+        for i, p in enumerate(ir.paths)
+    )
+    params = tuple(
+        ParamSpec(index[n], index[ir.grad_of[n]] if n in ir.grad_of else None,
+                  ir.params[n].init, ir.params[n].regularization, ir.params[n].trainable)
+        for n in param_names
+    )
+    return Program(ir.graph.name, device, plan.batch, plan.zone_bytes, buffers, tuple(instrs),
+                   paths, params, optimizer, plan.param_region, plan.state_offsets)

@@ -1,0 +1,28 @@
+"""Errors raised by the engine.  Each message names what is at fault: the variable,
+the op (its index, name and path) and the shapes involved."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class of every error the engine raises on bad input."""
+
+
+class GraphError(EngineError):
+    """The graph is malformed: unknown op, undefined variable, missing loss..."""
+
+
+class ShapeError(EngineError):
+    """Shapes or dtypes do not fit an operator's rule."""
+
+
+class CompileError(EngineError):
+    """The graph cannot be compiled as asked (optimizer without a learnable path...)."""
+
+
+class BudgetError(CompileError):
+    """The memory budget cannot hold the program, even at batch 1."""
+
+
+class InputError(EngineError):
+    """Data handed to a running program is wrong: shape, dtype, NaN, unknown name."""

@@ -1,0 +1,52 @@
+"""The instruction set: one table from op name to :class:`OpDef`.
+
+>>> from engine.ops import OP_TABLE, get_op
+>>> get_op("Gemm").attrs["transB"]
+0
+>>> "MatMul" in OP_TABLE
+True
+"""
+
+from __future__ import annotations
+
+from engine.errors import GraphError
+from engine.ops import elementwise, linalg, loss, reduce, shape
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    NON_DIFFERENTIABLE_METRIC,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    NonDifferentiable,
+    OpDef,
+)
+
+OP_TABLE: dict[str, OpDef] = {}
+for _module in (elementwise, linalg, reduce, shape, loss):
+    for _op in _module.OPS:
+        if _op.name in OP_TABLE:
+            raise RuntimeError(f"op {_op.name} is defined twice")
+        OP_TABLE[_op.name] = _op
+
+
+def get_op(name: str) -> OpDef:
+    """The definition of ``name``; a clear error listing what exists otherwise."""
+    try:
+        return OP_TABLE[name]
+    except KeyError:
+        raise GraphError(
+            f"unknown op {name!r}. Available: {', '.join(sorted(OP_TABLE))}"
+        ) from None
+
+
+__all__ = [
+    "FIRST_ORDER_ONLY",
+    "NON_DIFFERENTIABLE_METRIC",
+    "OP_TABLE",
+    "GradBuilder",
+    "KernelArgs",
+    "NodeView",
+    "NonDifferentiable",
+    "OpDef",
+    "get_op",
+]

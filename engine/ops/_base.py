@@ -1,0 +1,154 @@
+"""The definition of an operator: every rule about one op lives in one :class:`OpDef`.
+
+An op declares
+- ``shape``: its shape rule, ``(input descs, attrs) -> output descs`` at concrete shapes;
+- ``kernel``: a *kernel factory* ``(KernelArgs) -> step`` that is called once, when a
+  program is loaded, with the views of its inputs, outputs and workspace, and returns a
+  zero-argument function that performs the op with no allocation;
+- ``grad``: its gradient, written with other ops through a :class:`GradBuilder`
+  (or :data:`NON_DIFFERENTIABLE`, with the reason);
+- ``inplace``: which inputs output 0 may overwrite;
+- ``workspace``: the scratch bytes one execution needs, per device.
+
+Kernels are written once against the array module ``xp`` (numpy or cupy); a backend
+may register an override in ``backend_kernels`` where it needs to differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.errors import ShapeError
+from engine.graph import DType, TensorDesc
+
+Step = Callable[[], None]
+
+
+@dataclass
+class KernelArgs:
+    """What a kernel factory receives when a program is bound to a heap."""
+
+    xp: Any  # the array module: numpy or cupy
+    ins: list[Any]  # input arrays (views into the heap)
+    outs: list[Any]  # output arrays (views into the heap)
+    ws: Any  # uint8 view of this instruction's workspace
+    attrs: dict[str, Any]
+    rng: Any = None  # the session's random generator, for ops that draw
+    device: str = "cpu"
+
+    def scratch(self, offset: int, shape: Sequence[int], dtype: Any) -> Any:
+        """A typed view of the workspace at ``offset`` bytes."""
+        dt = self.xp.dtype(dtype)
+        n = 1
+        for d in shape:
+            n *= int(d)
+        nbytes = n * dt.itemsize
+        return self.ws[offset : offset + nbytes].view(dt).reshape(tuple(shape))
+
+
+class GradBuilder(Protocol):
+    """What a gradient rule may use to emit the backward program."""
+
+    def op(self, op: str, *inputs: str, **attrs: Any) -> str: ...
+
+    def desc(self, name: str) -> TensorDesc: ...
+
+    def const(self, value: float, like: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class NonDifferentiable:
+    """Marks an op without a gradient rule, and says why."""
+
+    reason: str
+
+
+NON_DIFFERENTIABLE_METRIC = NonDifferentiable("a metric: integer-valued or not used in training")
+FIRST_ORDER_ONLY = NonDifferentiable("a gradient op; second derivatives are not supported")
+
+ShapeRule = Callable[[list[TensorDesc], dict[str, Any]], list[TensorDesc]]
+KernelFactory = Callable[[KernelArgs], Step]
+GradRule = Callable[[GradBuilder, "NodeView", list["str | None"]], list["str | None"]]
+WorkspaceRule = Callable[[list[TensorDesc], list[TensorDesc], dict[str, Any], str], int]
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node as a gradient rule sees it."""
+
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any]
+
+
+def no_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Every rule about one operator."""
+
+    name: str
+    shape: ShapeRule
+    kernel: KernelFactory
+    grad: GradRule | NonDifferentiable
+    inplace: tuple[int, ...] = ()
+    workspace: WorkspaceRule = no_workspace
+    num_inputs: tuple[int, int] = (1, 1)  # (min, max)
+    num_outputs: int = 1
+    attrs: dict[str, Any] = field(default_factory=dict)  # allowed attributes and defaults
+    backend_kernels: dict[str, KernelFactory] = field(default_factory=dict)
+    doc: str = ""
+
+    def kernel_for(self, device: str) -> KernelFactory:
+        return self.backend_kernels.get(device, self.kernel)
+
+    def with_defaults(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        out = dict(self.attrs)
+        out.update(attrs)
+        return out
+
+
+# -- helpers shared by the op modules --------------------------------------------
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Numpy/ONNX multidirectional broadcasting; raises ShapeError."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and x != 1 and y != 1:
+            raise ShapeError(f"shapes {a} and {b} do not broadcast (axis -{i}: {x} vs {y})")
+        out.append(max(x, y) if min(x, y) != 0 else 0)
+    return tuple(reversed(out))
+
+
+def same_dtype(ins: list[TensorDesc], what: str = "inputs") -> DType:
+    dts = {d.dtype for d in ins}
+    if len(dts) != 1:
+        raise ShapeError(f"{what} have different dtypes: {', '.join(sorted(d.value for d in dts))}")
+    return ins[0].dtype
+
+
+def need_float(d: TensorDesc, what: str = "input") -> None:
+    if not d.dtype.is_float:
+        raise ShapeError(f"{what} must be a float tensor, got {d.dtype.value}")
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"axis {axis} is out of range for a tensor of rank {rank}")
+    return axis % max(rank, 1)
+
+
+def nbytes_of(d: TensorDesc) -> int:
+    return d.nbytes()
+
+
+def align(n: int, a: int = 64) -> int:
+    return (n + a - 1) // a * a

@@ -1,0 +1,400 @@
+"""Elementwise operators: unary math, activations, and broadcasting binary arithmetic.
+
+Every kernel writes through ``out=`` into preallocated views, so a step allocates
+nothing.  Activation gradients use fused gradient ops (``SigmoidGrad`` ...), as
+onnxruntime's training ops do, so the backward pass reads the saved output rather
+than recomputing the activation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import DType, TensorDesc
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    broadcast_shapes,
+    need_float,
+    same_dtype,
+)
+
+# Shape rules see generic shapes, where a leading 0 is the (symbolic) batch size.
+# -- shape rules ---------------------------------------------------------------------
+
+
+def unary_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [ins[0]]
+
+
+def float_unary_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    need_float(ins[0])
+    return [ins[0]]
+
+
+def binary_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dt = same_dtype(ins)
+    return [TensorDesc(dt, broadcast_shapes(ins[0].shape, ins[1].shape))]
+
+
+def grad_like_second(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    """Shape rule of ``XGrad(saved, dy)``: the gradient has the saved tensor's shape."""
+    if ins[0].shape != ins[-1].shape:
+        raise ShapeError(f"saved tensor {ins[0].shape} and gradient {ins[-1].shape} differ")
+    return [ins[-1]]
+
+
+def sum_to_axes(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...]:
+    """Axes of ``src`` to sum (keeping dims) so that it reshapes to ``dst``: the
+    reverse of broadcasting ``dst`` to ``src``."""
+    lead = len(src) - len(dst)
+    axes = list(range(lead))
+    for i, d in enumerate(dst):
+        if d == 1 and src[lead + i] != 1:
+            axes.append(lead + i)
+    return tuple(axes)
+
+
+def unbroadcast(gb: GradBuilder, g: str, target: str) -> str:
+    """Reduce gradient ``g`` to the shape of ``target`` (undo broadcasting)."""
+    src = gb.desc(g).shape
+    dst = gb.desc(target).shape
+    if src == dst:
+        return g
+    axes = sum_to_axes(src, dst)
+    return gb.op("SumTo", g, axes=axes, shape=dst)
+
+
+# -- unary kernels -------------------------------------------------------------------
+
+
+def _ufunc_kernel(name: str) -> Any:
+    def factory(k: KernelArgs) -> Step:
+        f = getattr(k.xp, name)
+        x, y = k.ins[0], k.outs[0]
+        return lambda: f(x, out=y)
+
+    return factory
+
+
+def _relu(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    return lambda: xp.maximum(x, 0, out=y)
+
+
+def _leaky_relu(k: KernelArgs) -> Step:
+    xp, x, y, a = k.xp, k.ins[0], k.outs[0], float(k.attrs["alpha"])
+    pick = xp.maximum if a <= 1.0 else xp.minimum
+
+    def step() -> None:
+        xp.multiply(x, a, out=y)
+        pick(x, y, out=y)
+
+    return step
+
+
+def _elu(k: KernelArgs) -> Step:
+    xp, x, y, a = k.xp, k.ins[0], k.outs[0], float(k.attrs["alpha"])
+    pos = k.scratch(0, x.shape, x.dtype)
+
+    def step() -> None:
+        xp.minimum(x, 0, out=y)
+        xp.expm1(y, out=y)
+        xp.multiply(y, a, out=y)
+        xp.maximum(x, 0, out=pos)
+        xp.add(y, pos, out=y)
+
+    return step
+
+
+def _sigmoid(k: KernelArgs) -> Step:
+    # 0.5 * tanh(0.5 x) + 0.5: no overflow for large |x|, no temporaries.
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+
+    def step() -> None:
+        xp.multiply(x, 0.5, out=y)
+        xp.tanh(y, out=y)
+        xp.multiply(y, 0.5, out=y)
+        xp.add(y, 0.5, out=y)
+
+    return step
+
+
+def _ws_same(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return ins[0].nbytes()
+
+
+def _ws_bool_mask(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return ins[0].numel()
+
+
+# -- gradient kernels ----------------------------------------------------------------
+
+
+def _sigmoid_grad(k: KernelArgs) -> Step:
+    xp, (y, dy), dx = k.xp, k.ins, k.outs[0]
+
+    def step() -> None:
+        xp.subtract(1, y, out=dx)
+        xp.multiply(dx, y, out=dx)
+        xp.multiply(dx, dy, out=dx)
+
+    return step
+
+
+def _tanh_grad(k: KernelArgs) -> Step:
+    xp, (y, dy), dx = k.xp, k.ins, k.outs[0]
+
+    def step() -> None:
+        xp.multiply(y, y, out=dx)
+        xp.subtract(1, dx, out=dx)
+        xp.multiply(dx, dy, out=dx)
+
+    return step
+
+
+def _relu_grad(k: KernelArgs) -> Step:
+    # y = relu(x) >= 0, so sign(y) is exactly the 0/1 derivative.
+    xp, (y, dy), dx = k.xp, k.ins, k.outs[0]
+
+    def step() -> None:
+        xp.sign(y, out=dx)
+        xp.multiply(dx, dy, out=dx)
+
+    return step
+
+
+def _leaky_relu_grad(k: KernelArgs) -> Step:
+    xp, (x, dy), dx, a = k.xp, k.ins, k.outs[0], float(k.attrs["alpha"])
+    pos = k.scratch(0, x.shape, "bool")
+
+    def step() -> None:
+        xp.greater(x, 0, out=pos)
+        xp.multiply(dy, a, out=dx)
+        xp.copyto(dx, dy, where=pos)
+
+    return step
+
+
+def _elu_grad(k: KernelArgs) -> Step:
+    xp, (x, y, dy), dx, a = k.xp, k.ins, k.outs[0], float(k.attrs["alpha"])
+    pos = k.scratch(0, x.shape, "bool")
+
+    def step() -> None:
+        xp.add(y, a, out=dx)
+        xp.multiply(dx, dy, out=dx)
+        xp.greater(x, 0, out=pos)
+        xp.copyto(dx, dy, where=pos)
+
+    return step
+
+
+# -- gradient rules --------------------------------------------------------------------
+
+
+def _g_neg(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Neg", g[0])] if g[0] else [None]
+
+
+def _g_abs(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Mul", g[0], gb.op("Sign", n.inputs[0]))] if g[0] else [None]
+
+
+def _g_exp(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Mul", g[0], n.outputs[0])] if g[0] else [None]
+
+
+def _g_log(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Div", g[0], n.inputs[0])] if g[0] else [None]
+
+
+def _g_sqrt(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    half = gb.const(0.5, like=n.outputs[0])
+    return [gb.op("Mul", gb.op("Div", g[0], n.outputs[0]), half)]
+
+
+def _g_square(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    two = gb.const(2.0, like=n.inputs[0])
+    return [gb.op("Mul", gb.op("Mul", g[0], n.inputs[0]), two)]
+
+
+def _g_sin(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Mul", g[0], gb.op("Cos", n.inputs[0]))] if g[0] else [None]
+
+
+def _g_cos(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Neg", gb.op("Mul", g[0], gb.op("Sin", n.inputs[0])))] if g[0] else [None]
+
+
+def _g_identity(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [g[0]]
+
+
+def _g_zero(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    # Piecewise constant (Sign): the derivative is zero almost everywhere.
+    return [None for _ in n.inputs]
+
+
+def _g_by_output(grad_op: str) -> Any:
+    def rule(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+        return [gb.op(grad_op, n.outputs[0], g[0], **n.attrs)] if g[0] else [None]
+
+    return rule
+
+
+def _g_by_input(grad_op: str) -> Any:
+    def rule(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+        return [gb.op(grad_op, n.inputs[0], g[0], **n.attrs)] if g[0] else [None]
+
+    return rule
+
+
+def _g_elu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("EluGrad", n.inputs[0], n.outputs[0], g[0], **n.attrs)] if g[0] else [None]
+
+
+def _g_add(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    return [unbroadcast(gb, g[0], n.inputs[0]), unbroadcast(gb, g[0], n.inputs[1])]
+
+
+def _g_sub(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    return [unbroadcast(gb, g[0], n.inputs[0]), gb.op("Neg", unbroadcast(gb, g[0], n.inputs[1]))]
+
+
+def _g_mul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    a, b = n.inputs
+    return [
+        unbroadcast(gb, gb.op("Mul", g[0], b), a),
+        unbroadcast(gb, gb.op("Mul", g[0], a), b),
+    ]
+
+
+def _g_div(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    a, b = n.inputs
+    da = gb.op("Div", g[0], b)
+    # d(a/b)/db = -(a/b)/b = -y/b
+    db = gb.op("Neg", gb.op("Mul", da, n.outputs[0]))
+    return [unbroadcast(gb, da, a), unbroadcast(gb, db, b)]
+
+
+def _sum_to_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    dst = tuple(attrs["shape"])
+    if sum_to_axes(src, dst) != tuple(attrs["axes"]):
+        raise ShapeError(f"SumTo: {src} does not reduce to {dst} over axes {attrs['axes']}")
+    return [TensorDesc(ins[0].dtype, dst)]
+
+
+def _sum_to(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    axes = tuple(k.attrs["axes"])
+    keep = list(x.shape)
+    for a in axes:
+        keep[a] = 1
+    y_kept = y.reshape(tuple(keep))
+    return lambda: xp.sum(x, axis=axes, keepdims=True, out=y_kept)
+
+
+def _g_sum_to(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    # Broadcasting back is adding a zero of the source shape: Expand via Add.
+    return [gb.op("Expand", g[0], n.inputs[0])] if g[0] else [None]
+
+
+def _expand_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [TensorDesc(ins[0].dtype, broadcast_shapes(ins[0].shape, ins[1].shape))]
+
+
+def _expand(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    return lambda: xp.copyto(y, x)
+
+
+def _g_expand(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [unbroadcast(gb, g[0], n.inputs[0]), None] if g[0] else [None, None]
+
+
+def _binary_kernel(name: str) -> Any:
+    def factory(k: KernelArgs) -> Step:
+        f = getattr(k.xp, name)
+        a, b, y = k.ins[0], k.ins[1], k.outs[0]
+        return lambda: f(a, b, out=y)
+
+    return factory
+
+
+def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True) -> OpDef:
+    return OpDef(
+        name,
+        float_unary_shape if float_only else unary_shape,
+        _ufunc_kernel(ufunc),
+        grad,
+        inplace=(0,),
+        doc=doc,
+    )
+
+
+OPS = [
+    _unary("Neg", "negative", _g_neg, "y = -x", float_only=False),
+    _unary("Abs", "absolute", _g_abs, "y = |x|", float_only=False),
+    _unary("Exp", "exp", _g_exp, "y = exp(x)"),
+    _unary("Log", "log", _g_log, "y = log(x)"),
+    _unary("Sqrt", "sqrt", _g_sqrt, "y = sqrt(x)"),
+    _unary("Square", "square", _g_square, "y = x * x (not in ONNX: Mul(x, x) there)"),
+    _unary("Sin", "sin", _g_sin, "y = sin(x)"),
+    _unary("Cos", "cos", _g_cos, "y = cos(x)"),
+    _unary("Sign", "sign", _g_zero, "y = sign(x)", float_only=False),
+    _unary("Identity", "copyto", _g_identity, "y = x", float_only=False),
+    _unary("Tanh", "tanh", _g_by_output("TanhGrad"), "y = tanh(x)"),
+    OpDef("Relu", float_unary_shape, _relu, _g_by_output("ReluGrad"), (0,), doc="max(x, 0)"),
+    OpDef("Sigmoid", float_unary_shape, _sigmoid, _g_by_output("SigmoidGrad"), (0,),
+          doc="1 / (1 + exp(-x))"),
+    OpDef("LeakyRelu", float_unary_shape, _leaky_relu, _g_by_input("LeakyReluGrad"), (),
+          attrs={"alpha": 0.01}, doc="x if x > 0 else alpha * x"),
+    OpDef("Elu", float_unary_shape, _elu, _g_elu, (), _ws_same, attrs={"alpha": 1.0},
+          doc="x if x > 0 else alpha * (exp(x) - 1)"),
+    OpDef("Add", binary_shape, _binary_kernel("add"), _g_add, (0, 1), num_inputs=(2, 2),
+          doc="a + b, broadcasting"),
+    OpDef("Sub", binary_shape, _binary_kernel("subtract"), _g_sub, (0, 1), num_inputs=(2, 2),
+          doc="a - b, broadcasting"),
+    OpDef("Mul", binary_shape, _binary_kernel("multiply"), _g_mul, (0, 1), num_inputs=(2, 2),
+          doc="a * b, broadcasting"),
+    OpDef("Div", binary_shape, _binary_kernel("divide"), _g_div, (0, 1), num_inputs=(2, 2),
+          doc="a / b, broadcasting"),
+    OpDef("SumTo", _sum_to_shape, _sum_to, _g_sum_to, num_inputs=(1, 1),
+          attrs={"axes": (), "shape": ()},
+          doc="internal: sum over broadcast axes to a smaller shape (the gradient of broadcasting)"),
+    OpDef("Expand", _expand_shape, _expand, _g_expand, num_inputs=(2, 2),
+          doc="broadcast input 0 to the shape of input 1 (the shape input is not read)"),
+    # Gradient ops: fused like onnxruntime's training ops.
+    OpDef("SigmoidGrad", grad_like_second, _sigmoid_grad, FIRST_ORDER_ONLY, (),
+          num_inputs=(2, 2), doc="internal: dy * y * (1 - y)"),
+    OpDef("TanhGrad", grad_like_second, _tanh_grad, FIRST_ORDER_ONLY, (0,), num_inputs=(2, 2),
+          doc="internal: dy * (1 - y^2)"),
+    OpDef("ReluGrad", grad_like_second, _relu_grad, FIRST_ORDER_ONLY, (0,), num_inputs=(2, 2),
+          doc="internal: dy * (y > 0)"),
+    OpDef("LeakyReluGrad", grad_like_second, _leaky_relu_grad, FIRST_ORDER_ONLY, (),
+          _ws_bool_mask, num_inputs=(2, 2), attrs={"alpha": 0.01},
+          doc="internal: dy if x > 0 else alpha * dy"),
+    OpDef("EluGrad", grad_like_second, _elu_grad, FIRST_ORDER_ONLY, (), _ws_bool_mask,
+          num_inputs=(3, 3), attrs={"alpha": 1.0},
+          doc="internal: dy if x > 0 else dy * (y + alpha)"),
+]
+
+_ = DType  # re-exported type used in annotations of other modules

@@ -1,0 +1,159 @@
+"""Matrix products: ``MatMul`` (ONNX, N-D with broadcasting), ``Gemm`` (ONNX: the fused
+``alpha * A' B' + beta * C``, our Linear layer) and the internal ``MatMulT``.
+
+Transposes are never materialised: kernels bind transposed *views* once, and BLAS
+reads them with its transpose flags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import TensorDesc
+from engine.ops._base import (
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    broadcast_shapes,
+    need_float,
+    same_dtype,
+)
+from engine.ops.elementwise import unbroadcast
+
+
+def _mm_shape(a: tuple[int, ...], b: tuple[int, ...], ta: bool, tb: bool) -> tuple[int, ...]:
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matrix product needs rank >= 2 operands, got {a} and {b}")
+    m, ka = (a[-1], a[-2]) if ta else (a[-2], a[-1])
+    kb, n = (b[-1], b[-2]) if tb else (b[-2], b[-1])
+    if ka != kb:
+        raise ShapeError(f"inner dimensions differ: {a} x {b} ({ka} vs {kb})")
+    lead = broadcast_shapes(a[:-2], b[:-2])
+    return (*lead, m, n)
+
+
+def _matmul_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dt = same_dtype(ins)
+    need_float(ins[0])
+    ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
+    return [TensorDesc(dt, _mm_shape(ins[0].shape, ins[1].shape, ta, tb))]
+
+
+def _t(xp: Any, x: Any, flag: Any) -> Any:
+    return xp.swapaxes(x, -1, -2) if flag else x
+
+
+def _matmul(k: KernelArgs) -> Step:
+    xp = k.xp
+    a = _t(xp, k.ins[0], k.attrs.get("transA", 0))
+    b = _t(xp, k.ins[1], k.attrs.get("transB", 0))
+    y = k.outs[0]
+    return lambda: xp.matmul(a, b, out=y)
+
+
+def _g_matmul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    a, b = n.inputs
+    if len(gb.desc(a).shape) == 2 and len(gb.desc(b).shape) == 2:
+        return [gb.op("Gemm", g[0], b, transB=1), gb.op("Gemm", a, g[0], transA=1)]
+    da = gb.op("MatMulT", g[0], b, transB=1)
+    db = gb.op("MatMulT", a, g[0], transA=1)
+    return [unbroadcast(gb, da, a), unbroadcast(gb, db, b)]
+
+
+def _g_matmul_t(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    a, b = n.inputs
+    ta, tb = int(n.attrs.get("transA", 0)), int(n.attrs.get("transB", 0))
+    # Y = A' B'.  dA' = dY B'^T, dB' = A'^T dY; transpose back where A or B was transposed.
+    da = (gb.op("MatMulT", b, g[0], transA=tb, transB=1) if ta
+          else gb.op("MatMulT", g[0], b, transB=1 - tb))
+    db = (gb.op("MatMulT", g[0], a, transA=1, transB=ta) if tb
+          else gb.op("MatMulT", a, g[0], transA=1 - ta))
+    return [unbroadcast(gb, da, a), unbroadcast(gb, db, b)]
+
+
+def _gemm_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dt = same_dtype(ins)
+    need_float(ins[0])
+    if len(ins[0].shape) != 2 or len(ins[1].shape) != 2:
+        raise ShapeError(f"Gemm needs 2-D A and B, got {ins[0].shape} and {ins[1].shape}")
+    y = _mm_shape(ins[0].shape, ins[1].shape, bool(attrs["transA"]), bool(attrs["transB"]))
+    if len(ins) == 3:
+        c = ins[2].shape
+        if broadcast_shapes(c, y) != y:
+            raise ShapeError(f"Gemm: C {c} does not broadcast to the output {y}")
+    return [TensorDesc(dt, y)]
+
+
+def _gemm(k: KernelArgs) -> Step:
+    xp = k.xp
+    a = _t(xp, k.ins[0], k.attrs["transA"])
+    b = _t(xp, k.ins[1], k.attrs["transB"])
+    y = k.outs[0]
+    alpha, beta = float(k.attrs["alpha"]), float(k.attrs["beta"])
+    c = k.ins[2] if len(k.ins) == 3 else None
+    if c is None:
+        if alpha == 1.0:
+            return lambda: xp.matmul(a, b, out=y)
+
+        def scaled() -> None:
+            xp.matmul(a, b, out=y)
+            xp.multiply(y, alpha, out=y)
+
+        return scaled
+    cb = k.scratch(0, c.shape, c.dtype) if beta != 1.0 else c
+
+    def step() -> None:
+        xp.matmul(a, b, out=y)
+        if alpha != 1.0:
+            xp.multiply(y, alpha, out=y)
+        if beta != 1.0:
+            xp.multiply(c, beta, out=cb)
+        xp.add(y, cb, out=y)
+
+    return step
+
+
+def _gemm_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return ins[2].nbytes() if len(ins) == 3 and float(attrs["beta"]) != 1.0 else 0
+
+
+def _g_gemm(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None] * len(n.inputs)
+    a, b = n.inputs[:2]
+    ta, tb = int(n.attrs["transA"]), int(n.attrs["transB"])
+    alpha, beta = float(n.attrs["alpha"]), float(n.attrs["beta"])
+    dy = g[0]
+    # Y = alpha A' B' (+ beta C) with A' = A^T if transA, B' = B^T if transB.
+    if ta:
+        da = gb.op("Gemm", b, dy, transA=tb, transB=1, alpha=alpha)
+    else:
+        da = gb.op("Gemm", dy, b, transB=1 - tb, alpha=alpha)
+    if tb:
+        db = gb.op("Gemm", dy, a, transA=1, transB=ta, alpha=alpha)
+    else:
+        db = gb.op("Gemm", a, dy, transA=1 - ta, alpha=alpha)
+    out: list[str | None] = [da, db]
+    if len(n.inputs) == 3:
+        dc = dy if beta == 1.0 else gb.op("Mul", dy, gb.const(beta, like=dy))
+        out.append(unbroadcast(gb, dc, n.inputs[2]))
+    return out
+
+
+OPS = [
+    OpDef("MatMul", _matmul_shape, _matmul, _g_matmul, num_inputs=(2, 2),
+          doc="matrix product, numpy semantics for rank >= 2"),
+    OpDef("MatMulT", _matmul_shape, _matmul, _g_matmul_t, num_inputs=(2, 2),
+          attrs={"transA": 0, "transB": 0},
+          doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
+    OpDef("Gemm", _gemm_shape, _gemm, _g_gemm, (), _gemm_ws, num_inputs=(2, 3),
+          attrs={"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0},
+          doc="alpha * A' @ B' + beta * C: a fully connected layer (matmul + bias fused)"),
+]

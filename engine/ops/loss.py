@@ -1,0 +1,293 @@
+"""Losses, metrics and dropout.
+
+- ``SoftmaxCrossEntropyLoss`` (ONNX): ``scores [b, C]``, ``labels [b]`` (int64) ->
+  scalar loss, plus ``log_prob [b, C]`` which the gradient reads.
+- ``MSELoss``: mean squared error (not an ONNX op).
+- ``Accuracy`` and ``RMSE``: metrics, for FORWARD_ONLY post-processing paths.
+- ``Dropout`` (ONNX): training draws a mask (kept as a second output for the backward
+  pass); in a FORWARD_ONLY path, or with ``training=0``, it is the identity.
+
+Class indices are compared against a ramp ``0..C-1`` built in the workspace, so no
+fancy indexing (which allocates) happens in a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import DType, TensorDesc
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    NON_DIFFERENTIABLE_METRIC,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    align,
+    need_float,
+    same_dtype,
+)
+from engine.ops.reduce import log_softmax_step
+
+
+def _check_scores_labels(scores: TensorDesc, labels: TensorDesc, op: str) -> None:
+    need_float(scores, f"{op} scores")
+    if len(scores.shape) != 2:
+        raise ShapeError(f"{op}: scores must be [batch, classes], got {scores.shape}")
+    if labels.dtype not in (DType.INT64, DType.INT32):
+        raise ShapeError(f"{op}: labels must be int64 or int32, got {labels.dtype.value}")
+    if labels.shape != scores.shape[:1]:
+        raise ShapeError(f"{op}: labels {labels.shape} do not match scores {scores.shape}")
+
+
+def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    _check_scores_labels(ins[0], ins[1], "SoftmaxCrossEntropyLoss")
+    if attrs["reduction"] not in ("mean", "sum"):
+        raise ShapeError(f"reduction {attrs['reduction']!r} is not supported (mean, sum)")
+    return [TensorDesc(ins[0].dtype, ()), ins[0]]
+
+
+def _class_ramp(k: KernelArgs, offset: int, classes: int, labels_dtype: Any) -> tuple[Any, Step]:
+    """A view holding 0..C-1 and the step that writes it (cumsum of ones)."""
+    ramp = k.scratch(offset, (classes,), labels_dtype)
+    xp = k.xp
+
+    def fill() -> None:
+        ramp.fill(1)
+        xp.cumsum(ramp, out=ramp)
+        xp.subtract(ramp, 1, out=ramp)
+
+    return ramp, fill
+
+
+def _sce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    b_c = ins[0].numel()
+    rows = ins[0].shape[0]
+    return (align(ins[0].shape[1] * ins[1].dtype.itemsize) + align(b_c)  # ramp, mask
+            + align(rows * ins[0].dtype.itemsize) + ins[0].nbytes())  # row stats, exp
+
+
+def _sce(k: KernelArgs) -> Step:
+    xp, (x, labels), (loss, logp) = k.xp, k.ins, k.outs
+    b, c = x.shape
+    ramp, fill_ramp = _class_ramp(k, 0, c, labels.dtype)
+    o = align(c * labels.dtype.itemsize)
+    mask = k.scratch(o, (b, c), "bool")
+    o += align(b * c)
+    s = k.scratch(o, (b, 1), x.dtype)
+    e = k.scratch(o + align(b * x.dtype.itemsize), (b, c), x.dtype)
+    lsm = log_softmax_step(xp, x, logp, s, e, 1)
+    lab = labels.reshape(b, 1)
+    scale = -1.0 / b if k.attrs["reduction"] == "mean" else -1.0
+
+    def step() -> None:
+        lsm()
+        fill_ramp()
+        xp.equal(lab, ramp, out=mask)
+        xp.sum(logp, where=mask, out=loss)
+        xp.multiply(loss, scale, out=loss)
+
+    return step
+
+
+def _g_sce(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    return [gb.op("SoftmaxCrossEntropyLossGrad", g[0], n.outputs[1], n.inputs[1],
+                  reduction=n.attrs["reduction"]), None]
+
+
+def _sce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [ins[1]]
+
+
+def _sce_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return align(ins[1].shape[1] * ins[2].dtype.itemsize) + ins[1].numel()
+
+
+def _sce_grad(k: KernelArgs) -> Step:
+    xp, (dloss, logp, labels), dx = k.xp, k.ins, k.outs[0]
+    b, c = logp.shape
+    ramp, fill_ramp = _class_ramp(k, 0, c, labels.dtype)
+    mask = k.scratch(align(c * labels.dtype.itemsize), (b, c), "bool")
+    lab = labels.reshape(b, 1)
+    inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
+
+    def step() -> None:
+        xp.exp(logp, out=dx)
+        fill_ramp()
+        xp.equal(lab, ramp, out=mask)
+        xp.subtract(dx, mask, out=dx)
+        xp.multiply(dx, dloss, out=dx)
+        if inv != 1.0:
+            xp.multiply(dx, inv, out=dx)
+
+    return step
+
+
+def _pair_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dt = same_dtype(ins)
+    need_float(ins[0])
+    if ins[0].shape != ins[1].shape:
+        raise ShapeError(f"prediction {ins[0].shape} and target {ins[1].shape} differ")
+    return [TensorDesc(dt, ())]
+
+
+def _pair_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return ins[0].nbytes()
+
+
+def _mean_square(k: KernelArgs, root: bool) -> Step:
+    xp, (p, t), y = k.xp, k.ins, k.outs[0]
+    d = k.scratch(0, p.shape, p.dtype)
+    inv = 1.0 / max(p.size, 1)
+
+    def step() -> None:
+        xp.subtract(p, t, out=d)
+        xp.multiply(d, d, out=d)
+        xp.sum(d, out=y)
+        xp.multiply(y, inv, out=y)
+        if root:
+            xp.sqrt(y, out=y)
+
+    return step
+
+
+def _mse(k: KernelArgs) -> Step:
+    return _mean_square(k, root=False)
+
+
+def _rmse(k: KernelArgs) -> Step:
+    return _mean_square(k, root=True)
+
+
+def _g_mse(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    dp = gb.op("MSELossGrad", g[0], n.inputs[0], n.inputs[1])
+    return [dp, gb.op("Neg", dp)]
+
+
+def _mse_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [ins[1]]
+
+
+def _mse_grad(k: KernelArgs) -> Step:
+    xp, (dl, p, t), dx = k.xp, k.ins, k.outs[0]
+    two_over_n = 2.0 / max(p.size, 1)
+
+    def step() -> None:
+        xp.subtract(p, t, out=dx)
+        xp.multiply(dx, dl, out=dx)
+        xp.multiply(dx, two_over_n, out=dx)
+
+    return step
+
+
+def _accuracy_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    _check_scores_labels(ins[0], ins[1], "Accuracy")
+    return [TensorDesc(ins[0].dtype, ())]
+
+
+def _accuracy_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    rows = ins[0].shape[0]
+    return align(rows * 8) + rows
+
+
+def _accuracy(k: KernelArgs) -> Step:
+    xp, (x, labels), y = k.xp, k.ins, k.outs[0]
+    b = x.shape[0]
+    arg = k.scratch(0, (b,), "int64")
+    hit = k.scratch(align(b * 8), (b,), "bool")
+    inv = 1.0 / max(b, 1)
+
+    def step() -> None:
+        xp.argmax(x, axis=1, out=arg)
+        xp.equal(arg, labels, out=hit)
+        xp.sum(hit, out=y)
+        xp.multiply(y, inv, out=y)
+
+    return step
+
+
+def _dropout_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    need_float(ins[0])
+    if not 0.0 <= float(attrs["ratio"]) < 1.0:
+        raise ShapeError(f"Dropout ratio must be in [0, 1), got {attrs['ratio']}")
+    return [ins[0], TensorDesc(DType.BOOL, ins[0].shape)]
+
+
+def _dropout_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return ins[0].nbytes() if attrs["training"] else 0
+
+
+def _dropout(k: KernelArgs) -> Step:
+    xp, x, (y, mask) = k.xp, k.ins[0], k.outs
+    ratio = float(k.attrs["ratio"])
+    if not k.attrs["training"] or ratio == 0.0:
+
+        def identity() -> None:
+            xp.copyto(y, x)
+            mask.fill(True)
+
+        return identity
+    u = k.scratch(0, x.shape, x.dtype)
+    scale = 1.0 / (1.0 - ratio)
+    rng = k.rng
+
+    def step() -> None:
+        rng.random(out=u, dtype=u.dtype)
+        xp.greater_equal(u, ratio, out=mask)
+        xp.multiply(x, mask, out=y)
+        xp.multiply(y, scale, out=y)
+
+    return step
+
+
+def _g_dropout(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    ratio = float(n.attrs["ratio"]) if n.attrs["training"] else 0.0
+    return [gb.op("DropoutGrad", g[0], n.outputs[1], ratio=ratio)]
+
+
+def _dropout_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [ins[0]]
+
+
+def _dropout_grad(k: KernelArgs) -> Step:
+    xp, (dy, mask), dx = k.xp, k.ins, k.outs[0]
+    scale = 1.0 / (1.0 - float(k.attrs["ratio"]))
+
+    def step() -> None:
+        xp.multiply(dy, mask, out=dx)
+        if scale != 1.0:
+            xp.multiply(dx, scale, out=dx)
+
+    return step
+
+
+OPS = [
+    OpDef("SoftmaxCrossEntropyLoss", _sce_shape, _sce, _g_sce, (), _sce_ws, num_inputs=(2, 2),
+          num_outputs=2, attrs={"reduction": "mean"},
+          doc="cross-entropy of softmax(scores) against integer labels; outputs loss, log_prob"),
+    OpDef("SoftmaxCrossEntropyLossGrad", _sce_grad_shape, _sce_grad, FIRST_ORDER_ONLY, (),
+          _sce_grad_ws, num_inputs=(3, 3), attrs={"reduction": "mean"},
+          doc="internal: (exp(log_prob) - onehot(labels)) * dloss [/ batch]"),
+    OpDef("MSELoss", _pair_shape, _mse, _g_mse, (), _pair_ws, num_inputs=(2, 2),
+          doc="mean((prediction - target)^2)"),
+    OpDef("MSELossGrad", _mse_grad_shape, _mse_grad, FIRST_ORDER_ONLY, (), num_inputs=(3, 3),
+          doc="internal: 2 * (prediction - target) * dloss / n"),
+    OpDef("Accuracy", _accuracy_shape, _accuracy, NON_DIFFERENTIABLE_METRIC, (), _accuracy_ws,
+          num_inputs=(2, 2), doc="fraction of rows whose argmax equals the label"),
+    OpDef("RMSE", _pair_shape, _rmse, NON_DIFFERENTIABLE_METRIC, (), _pair_ws,
+          num_inputs=(2, 2), doc="sqrt(mean((prediction - target)^2))"),
+    OpDef("Dropout", _dropout_shape, _dropout, _g_dropout, (), _dropout_ws, num_outputs=2,
+          attrs={"ratio": 0.5, "training": None},
+          doc="training: zero each element with probability ratio and scale the rest by "
+              "1/(1-ratio); outputs y and the mask.  training defaults to the path's mode"),
+    OpDef("DropoutGrad", _dropout_grad_shape, _dropout_grad, FIRST_ORDER_ONLY, (),
+          num_inputs=(2, 2), attrs={"ratio": 0.5}, doc="internal: dy * mask / (1 - ratio)"),
+]

@@ -1,0 +1,235 @@
+"""Reductions and normalisations over an axis: ``ReduceSum``, ``ReduceMean``,
+``Softmax``, ``LogSoftmax`` and their gradient ops.
+
+``axes`` is an attribute here (ONNX opset 13+ passes it as a constant input; the ONNX
+importer folds it into the attribute).  Factors that depend on the batch size (the
+``1/n`` of a mean over the batch) are computed when the kernel is bound, from the
+runtime shape, so a smaller last mini-batch is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import TensorDesc
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    need_float,
+    norm_axis,
+)
+from engine.ops.elementwise import grad_like_second
+
+
+def reduce_axes(rank: int, attrs: dict[str, Any]) -> tuple[int, ...]:
+    axes = attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        if attrs.get("noop_with_empty_axes", 0):
+            return ()
+        return tuple(range(rank))
+    out = tuple(sorted({norm_axis(int(a), rank) for a in axes}))
+    return out
+
+
+def _reduce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    shape = ins[0].shape
+    axes = reduce_axes(len(shape), attrs)
+    if attrs["keepdims"]:
+        out = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    else:
+        out = tuple(d for i, d in enumerate(shape) if i not in axes)
+    return [TensorDesc(ins[0].dtype, out)]
+
+
+def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def _reduce_kernel(mean: bool) -> Any:
+    def factory(k: KernelArgs) -> Step:
+        xp, x, y = k.xp, k.ins[0], k.outs[0]
+        axes = reduce_axes(x.ndim, k.attrs)
+        keep = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        y_kept = y.reshape(keep)
+        if not axes:
+            return lambda: xp.copyto(y, x)
+        if not mean:
+            return lambda: xp.sum(x, axis=axes, keepdims=True, out=y_kept)
+        inv = 1.0 / max(_count(x.shape, axes), 1)
+
+        def step() -> None:
+            xp.sum(x, axis=axes, keepdims=True, out=y_kept)
+            xp.multiply(y_kept, inv, out=y_kept)
+
+        return step
+
+    return factory
+
+
+def _g_reduce(mean: bool) -> Any:
+    def rule(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+        if not g[0]:
+            return [None]
+        return [gb.op("ReduceGrad", g[0], n.inputs[0], axes=reduce_axes(
+            len(gb.desc(n.inputs[0]).shape), n.attrs), keepdims=n.attrs["keepdims"],
+            mean=int(mean))]
+
+    return rule
+
+
+def _reduce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [TensorDesc(ins[0].dtype, ins[1].shape)]
+
+
+def _reduce_grad(k: KernelArgs) -> Step:
+    xp, dy, dx = k.xp, k.ins[0], k.outs[0]
+    axes = tuple(k.attrs["axes"])
+    keep = tuple(1 if i in axes else d for i, d in enumerate(dx.shape))
+    dy_kept = dy.reshape(keep)
+    if not k.attrs["mean"]:
+        return lambda: xp.copyto(dx, dy_kept)
+    inv = 1.0 / max(_count(dx.shape, axes), 1)
+    return lambda: xp.multiply(dy_kept, inv, out=dx)
+
+
+def _g_reduce_grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    op = "ReduceMean" if n.attrs["mean"] else "ReduceSum"
+    return [gb.op(op, g[0], axes=tuple(n.attrs["axes"]), keepdims=n.attrs["keepdims"]), None]
+
+
+def _softmax_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    need_float(ins[0])
+    norm_axis(int(attrs["axis"]), len(ins[0].shape))
+    return [ins[-1]]
+
+
+def _row_shape(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    return tuple(1 if i == axis else d for i, d in enumerate(shape))
+
+
+def _row_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    d = ins[-1]
+    axis = norm_axis(int(attrs["axis"]), len(d.shape))
+    return TensorDesc(d.dtype, _row_shape(d.shape, axis)).nbytes()
+
+
+def _logsoftmax_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return _row_ws(ins, outs, attrs, device) + ins[0].nbytes()
+
+
+def _softmax(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    axis = norm_axis(int(k.attrs["axis"]), x.ndim)
+    s = k.scratch(0, _row_shape(x.shape, axis), x.dtype)
+
+    def step() -> None:
+        xp.max(x, axis=axis, keepdims=True, out=s)
+        xp.subtract(x, s, out=y)
+        xp.exp(y, out=y)
+        xp.sum(y, axis=axis, keepdims=True, out=s)
+        xp.divide(y, s, out=y)
+
+    return step
+
+
+def log_softmax_step(xp: Any, x: Any, y: Any, s: Any, e: Any, axis: int) -> Step:
+    """y = x - logsumexp(x) along ``axis``; ``s`` is a row scratch, ``e`` a full one."""
+
+    def step() -> None:
+        xp.max(x, axis=axis, keepdims=True, out=s)
+        xp.subtract(x, s, out=y)
+        xp.exp(y, out=e)
+        xp.sum(e, axis=axis, keepdims=True, out=s)
+        xp.log(s, out=s)
+        xp.subtract(y, s, out=y)
+
+    return step
+
+
+def _log_softmax(k: KernelArgs) -> Step:
+    x, y = k.ins[0], k.outs[0]
+    axis = norm_axis(int(k.attrs["axis"]), x.ndim)
+    row = _row_shape(x.shape, axis)
+    s = k.scratch(0, row, x.dtype)
+    e = k.scratch(_row_ws_bytes(row, x), x.shape, x.dtype)
+    return log_softmax_step(k.xp, x, y, s, e, axis)
+
+
+def _row_ws_bytes(row: tuple[int, ...], x: Any) -> int:
+    n = 1
+    for d in row:
+        n *= d
+    return n * x.dtype.itemsize
+
+
+def _softmax_grad(k: KernelArgs) -> Step:
+    xp, (y, dy), dx = k.xp, k.ins, k.outs[0]
+    axis = norm_axis(int(k.attrs["axis"]), y.ndim)
+    s = k.scratch(0, _row_shape(y.shape, axis), y.dtype)
+
+    def step() -> None:
+        xp.multiply(dy, y, out=dx)
+        xp.sum(dx, axis=axis, keepdims=True, out=s)
+        xp.subtract(dy, s, out=dx)
+        xp.multiply(dx, y, out=dx)
+
+    return step
+
+
+def _log_softmax_grad(k: KernelArgs) -> Step:
+    xp, (y, dy), dx = k.xp, k.ins, k.outs[0]
+    axis = norm_axis(int(k.attrs["axis"]), y.ndim)
+    s = k.scratch(0, _row_shape(y.shape, axis), y.dtype)
+
+    def step() -> None:
+        xp.sum(dy, axis=axis, keepdims=True, out=s)
+        xp.exp(y, out=dx)
+        xp.multiply(dx, s, out=dx)
+        xp.subtract(dy, dx, out=dx)
+
+    return step
+
+
+def _g_softmax(grad_op: str) -> Any:
+    def rule(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+        return [gb.op(grad_op, n.outputs[0], g[0], axis=n.attrs["axis"])] if g[0] else [None]
+
+    return rule
+
+
+def _check_axes_attr(attrs: dict[str, Any]) -> None:
+    axes = attrs.get("axes")
+    if axes is not None and not isinstance(axes, list | tuple):
+        raise ShapeError(f"axes must be a list of integers, got {axes!r}")
+
+
+_REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
+
+OPS = [
+    OpDef("ReduceSum", _reduce_shape, _reduce_kernel(False), _g_reduce(False),
+          attrs=dict(_REDUCE_ATTRS), doc="sum over axes (all by default)"),
+    OpDef("ReduceMean", _reduce_shape, _reduce_kernel(True), _g_reduce(True),
+          attrs=dict(_REDUCE_ATTRS), doc="mean over axes (all by default)"),
+    OpDef("ReduceGrad", _reduce_grad_shape, _reduce_grad, _g_reduce_grad, num_inputs=(2, 2),
+          attrs={"axes": (), "keepdims": 1, "mean": 0},
+          doc="internal: broadcast a reduction's gradient back (input 1 gives the shape)"),
+    OpDef("Softmax", _softmax_shape, _softmax, _g_softmax("SoftmaxGrad"), (0,), _row_ws,
+          attrs={"axis": -1}, doc="exp(x) / sum(exp(x)) along axis"),
+    OpDef("LogSoftmax", _softmax_shape, _log_softmax, _g_softmax("LogSoftmaxGrad"), (),
+          _logsoftmax_ws, attrs={"axis": -1}, doc="x - log(sum(exp(x))) along axis"),
+    OpDef("SoftmaxGrad", grad_like_second, _softmax_grad, FIRST_ORDER_ONLY, (), _row_ws,
+          num_inputs=(2, 2), attrs={"axis": -1}, doc="internal: y * (dy - sum(dy * y))"),
+    OpDef("LogSoftmaxGrad", grad_like_second, _log_softmax_grad, FIRST_ORDER_ONLY, (),
+          _row_ws, num_inputs=(2, 2), attrs={"axis": -1},
+          doc="internal: dy - exp(y) * sum(dy)"),
+]

@@ -1,0 +1,87 @@
+"""Shape operators: ``Reshape`` and ``Flatten``.
+
+The batch dimension must stay the leading axis of every tensor (so that a smaller
+last mini-batch is a prefix of the same buffer); a reshape that would merge it with
+another axis is rejected with a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import BATCH, TensorDesc
+from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step
+
+
+def _prod(dims: tuple[int, ...] | list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _reshape_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    target = [int(d) for d in attrs["shape"]]
+    batched = ins[0].batched
+    if target.count(-1) > 1:
+        raise ShapeError(f"Reshape: at most one -1 in the target shape {tuple(target)}")
+    out: list[int] = []
+    for i, d in enumerate(target):
+        if d == 0:
+            if i >= len(src):
+                raise ShapeError(f"Reshape: target {tuple(target)} copies axis {i} of {src}")
+            out.append(src[i])
+        else:
+            out.append(d)
+    if batched and (not out or out[0] != BATCH or target[0] != 0):
+        raise ShapeError(
+            f"Reshape {src} -> {tuple(target)} would move the batch dimension; "
+            "keep it leading by giving 0 as the first target dimension"
+        )
+    rest_src = _prod(src[1:]) if batched else _prod(src)
+    fixed = [d for i, d in enumerate(out) if d != -1 and not (batched and i == 0)]
+    known = _prod(fixed)
+    if -1 in out:
+        if known == 0 or rest_src % known:
+            raise ShapeError(f"Reshape: cannot infer -1 reshaping {src} to {tuple(target)}")
+        out[out.index(-1)] = rest_src // known
+    elif known != rest_src:
+        raise ShapeError(f"Reshape: {src} has {rest_src} elements per sample, "
+                         f"target {tuple(target)} has {known}")
+    return [TensorDesc(ins[0].dtype, tuple(out))]
+
+
+def _copy_reshaped(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    xr = x.reshape(y.shape)
+    return lambda: xp.copyto(y, xr)
+
+
+def _g_reshape(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    return [gb.op("Reshape", g[0], shape=tuple(gb.desc(n.inputs[0]).shape))]
+
+
+def _flatten_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    axis = int(attrs["axis"])
+    if axis < 0:
+        axis += len(src)
+    if not 0 <= axis <= len(src):
+        raise ShapeError(f"Flatten: axis {attrs['axis']} out of range for {src}")
+    if ins[0].batched and axis != 1:
+        raise ShapeError(f"Flatten(axis={axis}) of {src} would merge the batch dimension; "
+                         "use axis=1")
+    head = BATCH if ins[0].batched else _prod(src[:axis])
+    return [TensorDesc(ins[0].dtype, (head, _prod(src[axis:])))]
+
+
+OPS = [
+    OpDef("Reshape", _reshape_shape, _copy_reshaped, _g_reshape, (0,), attrs={"shape": ()},
+          doc="ONNX Reshape with the target shape as an attribute (0 copies, -1 infers)"),
+    OpDef("Flatten", _flatten_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axis": 1},
+          doc="ONNX Flatten: 2-D [prod(shape[:axis]), prod(shape[axis:])]"),
+]

@@ -1,0 +1,58 @@
+"""Pass 2: shape inference, an abstract interpretation of the op table's shape rules
+over generic descriptors (a leading 0 is the batch size, left symbolic).
+
+Also the ``typecheck`` verifier: it re-derives every node's output descriptors and
+fails, naming the pass that ran last, when one disagrees with what the IR holds.
+"""
+
+from __future__ import annotations
+
+from engine.errors import ShapeError
+from engine.graph import BATCH, TensorDesc
+from engine.ops import get_op
+from engine.passes.ir import IR, IRNode
+
+
+def _fmt(ir: IR, names: tuple[str, ...]) -> str:
+    return ", ".join(f"{n}{_shape_str(ir.descs[n])}" for n in names)
+
+
+def _shape_str(d: TensorDesc) -> str:
+    return str(d)[len(d.dtype.value):] + f" {d.dtype.value}"
+
+
+def node_descs(ir: IR, node: IRNode) -> list[TensorDesc]:
+    """Output descriptors of ``node`` by its op's shape rule, with errors in context."""
+    op = get_op(node.op)
+    ins = [ir.descs[x] for x in node.inputs]
+    try:
+        outs = op.shape(ins, node.attrs)
+    except ShapeError as e:
+        raise ShapeError(f"{node.origin or node.op}: {e} (inputs: {_fmt(ir, node.inputs)})") \
+            from None
+    for o, d in zip(node.outputs, outs, strict=False):
+        if any(dim == BATCH for dim in d.shape[1:]) or any(dim < 0 for dim in d.shape):
+            raise ShapeError(f"{node.origin or node.op}: output {o!r} would have shape "
+                             f"{d.shape}; the batch dimension must stay leading")
+    return outs
+
+
+def infer_shapes(ir: IR) -> IR:
+    for path in ir.paths:
+        for node in path.forward:
+            for o, d in zip(node.outputs, node_descs(ir, node), strict=True):
+                ir.descs[o] = d
+    return ir
+
+
+def typecheck(ir: IR, after: str) -> None:
+    """Verify every node's outputs against its shape rule; name the pass on failure."""
+    for node in ir.nodes():
+        for name in node.inputs:
+            if name not in ir.descs:
+                raise ShapeError(f"typecheck after pass {after!r}: {node.origin or node.op} "
+                                 f"reads {name!r}, which has no descriptor")
+        for o, d in zip(node.outputs, node_descs(ir, node), strict=True):
+            if ir.descs.get(o) != d:
+                raise ShapeError(f"typecheck after pass {after!r}: {node.origin or node.op} "
+                                 f"output {o!r} is {ir.descs.get(o)}, its rule says {d}")

@@ -1,0 +1,381 @@
+"""The interpreter: runs a Program's bytecode over one preallocated CalcHeap.
+
+Everything a step touches is bound when the program is loaded: each instruction
+becomes a zero-argument function closed over views of the heap, so running a path is
+``for f in steps: f()`` — no graph walking, no dictionary look-up, no allocation.
+
+A smaller batch than the compiled one (the last mini-batch) uses prefixes of the same
+buffers; its bindings are made once, on first use, and kept.
+
+The API follows the paper: ``forward(path)``, ``apply_loss(path)``, ``backward(path)``,
+``optimize()``, ``end_round()``; placeholders have setters, variables getters.
+``backward`` *accumulates* parameter gradients until ``optimize()`` consumes them, so
+one learning batch may be split into several technical batches
+(:meth:`VM.learn_batch`).
+
+>>> import numpy as np
+>>> from engine import CalcGraph, Init, Mode, compile_graph, VM, SGD
+>>> g = CalcGraph()
+>>> x = g.placeholder("x", (0, 2)); t = g.placeholder("t", (0, 1))
+>>> w = g.parameter("w", (2, 1), init=Init.zeros())
+>>> p = g.path("fit", Mode.BACKWARD_ENABLED)
+>>> _ = p.set_loss(p.MSELoss(p.MatMul(x, w), t))
+>>> vm = VM(compile_graph(g, batch_size=4, optimizer=SGD(lr=0.1)))
+>>> vm.set("x", np.eye(4, 2)); vm.set("t", np.ones((4, 1)))
+>>> for _ in range(50): vm.train_step("fit")
+>>> np.round(vm.get("w").ravel(), 2).tolist()
+[1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.backends import get_backend
+from engine.errors import EngineError, InputError
+from engine.heap import CalcHeap
+from engine.initializers import initial_values
+from engine.ops import KernelArgs, get_op
+from engine.ops._base import align
+from engine.passes.ir import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
+from engine.program import Program
+
+Step = Callable[[], None]
+
+
+@dataclass
+class _Binding:
+    """The steps of every path at one batch size."""
+
+    views: list[Any]
+    forward: list[tuple[Step, ...]]
+    backward: dict[tuple[int, int], tuple[Step, ...]] = field(default_factory=dict)
+
+
+class VM:
+    """Loads a :class:`Program` onto a heap and runs it (see the module docstring)."""
+
+    def __init__(self, program: Program, *, seed: int = 0, heap: CalcHeap | None = None,
+                 check_inputs: bool = True) -> None:
+        self.program = program
+        self.backend = get_backend(program.device)
+        self.xp = self.backend.xp
+        if heap is None:
+            heap = CalcHeap(self.backend, program.zone_bytes)
+        for z in ZONES:
+            if heap.capacity(z) < program.zone_bytes[z]:
+                raise EngineError(f"heap zone {z!r} holds {heap.capacity(z):,} bytes; the program "
+                                  f"needs {program.zone_bytes[z]:,}")
+        self.heap = heap
+        self.check_inputs = check_inputs
+        self.round = 0
+        self._t = [0]  # optimize() calls: Adam's bias correction reads it
+        self._dirty = 0  # bit i: parameter i holds gradients optimize() has not consumed
+        self._fed: set[str] = set()
+        self._placeholders = {b.name: i for i, b in enumerate(program.buffers)
+                              if b.kind == "placeholder"}
+        self._names = {b.name: i for i, b in enumerate(program.buffers)}
+        self._path_mask = [sum(1 << j for j in p.params) for p in program.paths]
+        self._learned = [i for i, ps in enumerate(program.params) if ps.grad is not None]
+        self._all_learned = sum(1 << i for i in self._learned)
+        self._bindings: dict[int, _Binding] = {}
+        self._update_cache: dict[int, tuple[Step, ...]] = {}
+        self.initialize(seed)
+
+    # -- set-up --------------------------------------------------------------------------
+    def initialize(self, seed: int = 0) -> None:
+        """Zero the heap (one memset per zone), initialise parameters and optimizer
+        state, and reset the random generator and counters."""
+        self.heap.memset()
+        self.rng = self.backend.rng(seed)
+        self._bindings.clear()
+        self._update_cache.clear()
+        self._t[0] = 0
+        self._dirty = 0
+        self.round = 0
+        host_rng = np.random.default_rng(seed)
+        prog = self.program
+        for ps in prog.params:
+            spec = prog.buffers[ps.buffer]
+            view = self._view(ps.buffer, prog.batch_size)
+            self.backend.to_device(view, initial_values(ps.init, spec.shape, view.dtype, host_rng))
+        opt = prog.optimizer
+        if opt is not None and prog.param_region:
+            for off, value in zip(prog.state_offsets, opt.state_init(), strict=True):
+                if value:
+                    self.heap.zones[OPTIMIZER][off : off + prog.param_region].view(
+                        self._region_dtype() or np.float32).fill(value)
+        self._batch = prog.batch_size
+        self._binding = self._bind(self._batch)
+        self._flat_update = self._bind_update(self._all_learned)
+
+    def _view(self, i: int, batch: int) -> Any:
+        b = self.program.buffers[i]
+        desc = b.desc.at_batch(batch)
+        return self.heap.view(b.zone, b.offset, desc.nbytes(), self.xp.dtype(b.dtype),
+                              desc.shape)
+
+    def _bind(self, batch: int) -> _Binding:
+        if batch in self._bindings:
+            return self._bindings[batch]
+        views = [self._view(i, batch) for i in range(len(self.program.buffers))]
+        fwd = [tuple(s for k in p.forward for s in self._bind_instr(k, views, False))
+               for p in self.program.paths]
+        binding = _Binding(views, fwd)
+        self._bindings[batch] = binding
+        return binding
+
+    def _bind_instr(self, k: int, views: list[Any], accumulate: bool) -> list[Step]:
+        ins = self.program.instrs[k]
+        ws = self.heap.zones[WORKSPACE]
+        outs = [views[j] for j in ins.outs]
+        extra: list[Step] = []
+        if ins.param_sink is not None and accumulate:
+            grad = outs[0]
+            scratch = ws[: grad.nbytes].view(grad.dtype).reshape(grad.shape)
+            ws = ws[align(grad.nbytes) :]
+            outs[0] = scratch
+            xp = self.xp
+            extra.append(lambda: xp.add(grad, scratch, out=grad))
+        args = KernelArgs(self.xp, [views[j] for j in ins.ins], outs, ws, dict(ins.attrs),
+                          self.rng, self.program.device)
+        return [get_op(ins.op).kernel_for(self.program.device)(args), *extra]
+
+    def _region_dtype(self) -> Any:
+        dts = {self.program.buffers[self.program.params[i].buffer].dtype for i in self._learned}
+        return self.xp.dtype(dts.pop()) if len(dts) == 1 else None
+
+    def _bind_update(self, mask: int) -> tuple[Step, ...]:
+        """Regularization then the optimizer update for the parameters in ``mask``."""
+        prog, opt = self.program, self.program.optimizer
+        if opt is None or mask == 0:
+            return ()
+        ws = self.heap.zones[WORKSPACE]
+        steps: list[Step] = []
+        for i in self._learned:
+            ps = prog.params[i]
+            if not mask >> i & 1 or ps.regularization is None:
+                continue
+            p, g = self._view(ps.buffer, 1), self._view(ps.grad, 1)  # type: ignore[arg-type]
+            s = ws[: p.nbytes].view(p.dtype).reshape(p.shape)
+            steps.append(_regularize(self.xp, ps.regularization.kind, ps.regularization.coef,
+                                     p, g, s))
+        dtype = self._region_dtype()
+        if mask == self._all_learned and dtype is not None:
+            n = prog.param_region // dtype.itemsize
+            zones = self.heap.zones
+            p = zones[FORWARD][: prog.param_region].view(dtype)
+            g = zones[GRADIENT][: prog.param_region].view(dtype)
+            state = [zones[OPTIMIZER][o : o + prog.param_region].view(dtype)
+                     for o in prog.state_offsets]
+            steps.append(opt.bind(self.xp, p, g, state, ws[: n * dtype.itemsize].view(dtype),
+                                  self._t))
+            return tuple(steps)
+        for i in self._learned:
+            if not mask >> i & 1:
+                continue
+            ps = prog.params[i]
+            spec = prog.buffers[ps.buffer]
+            p, g = self._view(ps.buffer, 1), self._view(ps.grad, 1)  # type: ignore[arg-type]
+            state = [self.heap.view(OPTIMIZER, o + spec.offset, p.nbytes, p.dtype, p.shape)
+                     for o in prog.state_offsets]
+            s = ws[: p.nbytes].view(p.dtype).reshape(p.shape)
+            steps.append(opt.bind(self.xp, p, g, state, s, self._t))
+        return tuple(steps)
+
+    # -- data in and out --------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        """The batch the bindings currently run at (<= the compiled batch)."""
+        return self._batch
+
+    def set(self, name: str, value: Any) -> None:
+        """Copy ``value`` into placeholder ``name``.  Its leading dimension may be smaller
+        than the compiled batch (the last mini-batch)."""
+        i = self._placeholders.get(name)
+        if i is None:
+            kind = self.program.buffers[self._names[name]].kind if name in self._names else None
+            raise InputError(f"{name!r} is not a placeholder" + (f" (it is a {kind} variable)"
+                             if kind else f"; placeholders: {sorted(self._placeholders)}"))
+        spec = self.program.buffers[i]
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        batch = self._batch
+        if spec.desc.batched:
+            if arr.ndim != len(spec.shape) or tuple(arr.shape[1:]) != spec.shape[1:] or \
+                    not 1 <= arr.shape[0] <= self.program.batch_size:
+                raise InputError(f"placeholder {name!r} expects shape (b, "
+                                 f"{', '.join(map(str, spec.shape[1:]))}) with 1 <= b <= "
+                                 f"{self.program.batch_size}, got {arr.shape}")
+            batch = int(arr.shape[0])
+        elif tuple(arr.shape) != spec.shape:
+            raise InputError(f"placeholder {name!r} expects shape {spec.shape}, got {arr.shape}")
+        if batch != self._batch:
+            if self._fed and spec.desc.batched:
+                raise InputError(f"placeholder {name!r} has batch {batch} but "
+                                 f"{sorted(self._fed)} were set with batch {self._batch}")
+            self._use_batch(batch)
+        if self.check_inputs:
+            _check_values(name, arr, spec.dtype)
+        try:
+            self.backend.to_device(self._binding.views[i], arr)
+        except TypeError as e:
+            raise InputError(f"placeholder {name!r} ({spec.dtype}) cannot take "
+                             f"{arr.dtype} data: {e}") from None
+        self._fed.add(name)
+
+    def feed(self, values: Mapping[str, Any]) -> None:
+        """Set several placeholders at once."""
+        for k, v in values.items():
+            self.set(k, v)
+
+    def view(self, name: str) -> Any:
+        """The live device view of a variable at the current batch (no copy)."""
+        return self._binding.views[self._index(name)]
+
+    def get(self, name: str) -> np.ndarray:
+        """A host copy of variable ``name`` at the current batch."""
+        return self.backend.to_host(self.view(name))
+
+    def grad(self, name: str) -> np.ndarray:
+        """A host copy of the gradient of parameter ``name``."""
+        i = self._index(name)
+        for ps in self.program.params:
+            if ps.buffer == i and ps.grad is not None:
+                return self.backend.to_host(self._binding.views[ps.grad])
+        raise InputError(f"{name!r} is not a parameter learned by a BACKWARD_ENABLED path")
+
+    def _index(self, name: str) -> int:
+        try:
+            return self._names[name]
+        except KeyError:
+            raise InputError(f"no variable {name!r} in program {self.program.name!r}") from None
+
+    def _use_batch(self, batch: int) -> None:
+        self._batch = batch
+        self._binding = self._bind(batch)
+
+    # -- execution -----------------------------------------------------------------------
+    def forward(self, path: int | str = 0) -> None:
+        """Run the forward program of ``path``."""
+        for f in self._binding.forward[self.program.path_index(path)]:
+            f()
+        self._fed.clear()
+
+    def apply_loss(self, path: int | str = 0, scale: float = 1.0) -> None:
+        """Seed the gradient of ``path``'s loss with ``scale`` (1: this batch is a whole
+        learning batch; ``b / B`` for a technical batch of ``b`` out of ``B``)."""
+        pc = self.program.paths[self.program.path_index(path)]
+        if pc.seed is None:
+            raise EngineError(f"path {pc.name!r} is FORWARD_ONLY: it has no loss to apply")
+        self._binding.views[pc.seed].fill(scale)
+
+    def backward(self, path: int | str = 0) -> None:
+        """Run the backward program of ``path``, accumulating parameter gradients."""
+        pi = self.program.path_index(path)
+        key = self._dirty & self._path_mask[pi]
+        steps = self._binding.backward.get((pi, key))
+        if steps is None:
+            steps = self._bind_backward(pi, key)
+        for f in steps:
+            f()
+        self._dirty |= self._path_mask[pi]
+
+    def _bind_backward(self, pi: int, key: int) -> tuple[Step, ...]:
+        pc = self.program.paths[pi]
+        if pc.seed is None:
+            raise EngineError(f"path {pc.name!r} is FORWARD_ONLY: it has no backward program")
+        views = self._binding.views
+        steps: list[Step] = []
+        for k in pc.backward:
+            sink = self.program.instrs[k].param_sink
+            steps.extend(self._bind_instr(k, views, sink is not None and bool(key >> sink & 1)))
+        out = tuple(steps)
+        self._binding.backward[(pi, key)] = out
+        return out
+
+    def optimize(self) -> None:
+        """Update every parameter that has gradients, then mark them consumed."""
+        if self.program.optimizer is None:
+            raise EngineError("this program was compiled without an optimizer; pass "
+                              "optimizer= to compile_graph")
+        if self._dirty == 0:
+            raise EngineError("optimize() found no gradients: run backward(path) first")
+        self._t[0] += 1
+        if self._dirty == self._all_learned:
+            steps = self._flat_update
+        else:
+            steps = self._update_cache.get(self._dirty) or self._bind_update(self._dirty)
+            self._update_cache[self._dirty] = steps
+        for f in steps:
+            f()
+        self._dirty = 0
+
+    def end_round(self) -> int:
+        """Mark the end of a training round (an epoch); returns the rounds done."""
+        self.round += 1
+        return self.round
+
+    def train_step(self, path: int | str = 0) -> None:
+        """forward + apply_loss + backward + optimize on the data already set."""
+        self.forward(path)
+        self.apply_loss(path)
+        self.backward(path)
+        self.optimize()
+
+    def learn_batch(self, data: Mapping[str, np.ndarray], path: int | str = 0) -> None:
+        """One optimizer step over a learning batch larger than the compiled (technical)
+        batch: split it into technical batches and accumulate their gradients."""
+        n = {len(v) for v in data.values()}
+        if len(n) != 1:
+            raise InputError(f"learn_batch: arrays have different lengths {sorted(n)}")
+        total = n.pop()
+        tech = self.program.batch_size
+        for start in range(0, total, tech):
+            stop = min(start + tech, total)
+            self.feed({k: v[start:stop] for k, v in data.items()})
+            self.forward(path)
+            self.apply_loss(path, (stop - start) / total)
+            self.backward(path)
+        self.optimize()
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes the heap holds (equals ``program.total_bytes`` for an own heap)."""
+        return self.heap.allocated_bytes
+
+
+def _regularize(xp: Any, kind: str, coef: float, p: Any, g: Any, s: Any) -> Step:
+    if kind == "l2":
+        def l2() -> None:
+            xp.multiply(p, coef, out=s)
+            xp.add(g, s, out=g)
+
+        return l2
+    if kind == "l1":
+        def l1() -> None:
+            xp.sign(p, out=s)
+            xp.multiply(s, coef, out=s)
+            xp.add(g, s, out=g)
+
+        return l1
+    raise EngineError(f"unknown regularization {kind!r}; known: l1, l2")
+
+
+def _check_values(name: str, arr: np.ndarray, dtype: str) -> None:
+    if arr.dtype.kind in "iub" and dtype.startswith("float"):
+        return
+    if arr.dtype.kind == "f":
+        if dtype.startswith(("int", "bool")):
+            raise InputError(f"placeholder {name!r} is {dtype}; got {arr.dtype} values")
+        total = float(np.add.reduce(arr, axis=None))
+        if not math.isfinite(total):
+            bad = np.argwhere(~np.isfinite(arr))
+            if len(bad):
+                where = tuple(int(v) for v in bad[0])
+                raise InputError(f"placeholder {name!r} holds {arr[where]} at index {where} "
+                                 f"({len(bad)} non-finite value(s) in all)")
