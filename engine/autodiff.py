@@ -135,16 +135,18 @@ def _differentiate_path(ir: IR, path: IRPath, pi: int) -> None:
             if g is not None and w:
                 contribs.setdefault(x, []).append(g)
 
-    for name in [n for n in ir.params if n in trainable]:
-        g = total(name)
+    finals = {n: total(n) for n in ir.params if n in trainable}
+    shared = [g for g in finals.values() if g is not None]
+    for name, g in finals.items():
         if g is None:
             continue
         path.params.append(name)
-        _attach_sink(ir, path, gb, name, g)
+        _attach_sink(ir, path, gb, name, g, shared.count(g) > 1)
 
 
-def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str) -> None:
-    """Make one backward node write ``param``'s gradient buffer."""
+def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str, shared: bool) -> None:
+    """Make one backward node write ``param``'s gradient buffer (an Identity copy when
+    the gradient is also read elsewhere or is another parameter's too)."""
     grad = f"{param}.grad"
     ir.grad_of[param] = grad
     ir.descs[grad] = ir.descs[param]
@@ -152,7 +154,8 @@ def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str) -> None
     ir.kind[grad] = "grad"
     producer = next((n for n in path.backward if g in n.outputs), None)
     used = any(g in n.inputs for n in path.backward)
-    if producer is None or used or producer.outputs[0] != g or len(producer.outputs) > 1:
+    if producer is None or used or shared or producer.outputs[0] != g or \
+            len(producer.outputs) > 1:
         gb.origin = f"the gradient of parameter {param!r}"
         gb.op("Identity", g)
         producer = path.backward[-1]

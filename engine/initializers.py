@@ -45,7 +45,7 @@ def initial_values(init: Init, shape: tuple[int, ...], dtype: Any, rng: np.rando
     elif m == "values":
         assert init.values is not None
         vals = np.asarray(init.values, dtype=np.float64)
-        out = np.broadcast_to(vals, shape) if vals.size == 1 else vals.reshape(shape)
+        out = np.full(shape, vals[0]) if vals.size == 1 else vals.reshape(shape)
     elif m == "uniform":
         out = rng.uniform(init.low, init.high, shape)
     elif m == "normal":

@@ -228,6 +228,17 @@ class VM:
                              f"{arr.dtype} data: {e}") from None
         self._fed.add(name)
 
+    def assign(self, name: str, value: Any) -> None:
+        """Overwrite the values of parameter ``name`` (trained weights, a restart)."""
+        i = self._index(name)
+        spec = self.program.buffers[i]
+        if spec.kind != "param":
+            raise InputError(f"{name!r} is a {spec.kind} variable, not a parameter")
+        arr = np.asarray(value)
+        if tuple(arr.shape) != spec.shape:
+            raise InputError(f"parameter {name!r} has shape {spec.shape}, got {arr.shape}")
+        self.backend.to_device(self._binding.views[i], arr)
+
     def feed(self, values: Mapping[str, Any]) -> None:
         """Set several placeholders at once."""
         for k, v in values.items():

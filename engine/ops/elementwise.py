@@ -360,7 +360,7 @@ OPS = [
     _unary("Sin", "sin", _g_sin, "y = sin(x)"),
     _unary("Cos", "cos", _g_cos, "y = cos(x)"),
     _unary("Sign", "sign", _g_zero, "y = sign(x)", float_only=False),
-    _unary("Identity", "copyto", _g_identity, "y = x", float_only=False),
+    OpDef("Identity", unary_shape, _expand, _g_identity, (0,), doc="y = x"),
     _unary("Tanh", "tanh", _g_by_output("TanhGrad"), "y = tanh(x)"),
     OpDef("Relu", float_unary_shape, _relu, _g_by_output("ReluGrad"), (0,), doc="max(x, 0)"),
     OpDef("Sigmoid", float_unary_shape, _sigmoid, _g_by_output("SigmoidGrad"), (0,),

@@ -7,15 +7,16 @@
 - ``Dropout`` (ONNX): training draws a mask (kept as a second output for the backward
   pass); in a FORWARD_ONLY path, or with ``training=0``, it is the identity.
 
-Class indices are compared against a ramp ``0..C-1`` built in the workspace, so no
-fancy indexing (which allocates) happens in a step.
+The labelled entries are reached through flat indices ``i * C + label`` built in the
+workspace and ``take``/``put`` with ``mode="clip"`` (labels are range-checked first):
+fancy indexing or a broadcast comparison would allocate in a step.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ShapeError
+from engine.errors import InputError, ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
@@ -49,54 +50,61 @@ def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
     return [TensorDesc(ins[0].dtype, ()), ins[0]]
 
 
-def _class_ramp(k: KernelArgs, offset: int, classes: int, labels_dtype: Any) -> tuple[Any, Step]:
-    """A view holding 0..C-1 and the step that writes it (cumsum of ones)."""
-    ramp = k.scratch(offset, (classes,), labels_dtype)
-    xp = k.xp
+def _row_index_step(xp: Any, idx: Any, labels: Any, classes: int) -> Step:
+    """idx[i] = i * C + labels[i]: flat positions of the labelled classes.  Built with
+    same-shape calls (no broadcasting, no fancy indexing), which allocate nothing."""
 
-    def fill() -> None:
-        ramp.fill(1)
-        xp.cumsum(ramp, out=ramp)
-        xp.subtract(ramp, 1, out=ramp)
+    def step() -> None:
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo < 0 or hi >= classes:
+            raise InputError(f"labels must lie in [0, {classes}); got values in [{lo}, {hi}]")
+        idx.fill(classes)
+        xp.cumsum(idx, out=idx)
+        xp.subtract(idx, classes, out=idx)
+        xp.add(idx, labels, out=idx)
 
-    return ramp, fill
+    return step
 
 
 def _sce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    b_c = ins[0].numel()
     rows = ins[0].shape[0]
-    return (align(ins[0].shape[1] * ins[1].dtype.itemsize) + align(b_c)  # ramp, mask
-            + align(rows * ins[0].dtype.itemsize) + ins[0].nbytes())  # row stats, exp
+    return (align(rows * ins[1].dtype.itemsize) + align(rows * ins[0].dtype.itemsize) * 2
+            + ins[0].nbytes())  # index, picked values, row stats, exp scratch
 
 
 def _sce(k: KernelArgs) -> Step:
     xp, (x, labels), (loss, logp) = k.xp, k.ins, k.outs
     b, c = x.shape
-    ramp, fill_ramp = _class_ramp(k, 0, c, labels.dtype)
-    o = align(c * labels.dtype.itemsize)
-    mask = k.scratch(o, (b, c), "bool")
-    o += align(b * c)
+    idx = k.scratch(0, (b,), labels.dtype)
+    o = align(b * labels.dtype.itemsize)
+    picked = k.scratch(o, (b,), x.dtype)
+    o += align(b * x.dtype.itemsize)
     s = k.scratch(o, (b, 1), x.dtype)
     e = k.scratch(o + align(b * x.dtype.itemsize), (b, c), x.dtype)
     lsm = log_softmax_step(xp, x, logp, s, e, 1)
-    lab = labels.reshape(b, 1)
+    make_idx = _row_index_step(xp, idx, labels, c)
+    flat = logp.reshape(-1)
     scale = -1.0 / b if k.attrs["reduction"] == "mean" else -1.0
 
     def step() -> None:
         lsm()
-        fill_ramp()
-        xp.equal(lab, ramp, out=mask)
-        xp.sum(logp, where=mask, out=loss)
+        make_idx()
+        xp.take(flat, idx, out=picked, mode="clip")
+        xp.sum(picked, out=loss)
         xp.multiply(loss, scale, out=loss)
 
     return step
 
 
 def _g_sce(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
-    if not g[0]:
-        return [None, None]
-    return [gb.op("SoftmaxCrossEntropyLossGrad", g[0], n.outputs[1], n.inputs[1],
-                  reduction=n.attrs["reduction"]), None]
+    d = None
+    if g[0]:
+        d = gb.op("SoftmaxCrossEntropyLossGrad", g[0], n.outputs[1], n.inputs[1],
+                  reduction=n.attrs["reduction"])
+    if g[1]:  # log_prob is used downstream too
+        d2 = gb.op("LogSoftmaxGrad", n.outputs[1], g[1], axis=1)
+        d = gb.op("Add", d, d2) if d else d2
+    return [d, None]
 
 
 def _sce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -104,25 +112,28 @@ def _sce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tensor
 
 
 def _sce_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    return align(ins[1].shape[1] * ins[2].dtype.itemsize) + ins[1].numel()
+    rows = ins[1].shape[0]
+    return align(rows * ins[2].dtype.itemsize) + align(rows * ins[1].dtype.itemsize)
 
 
 def _sce_grad(k: KernelArgs) -> Step:
     xp, (dloss, logp, labels), dx = k.xp, k.ins, k.outs[0]
     b, c = logp.shape
-    ramp, fill_ramp = _class_ramp(k, 0, c, labels.dtype)
-    mask = k.scratch(align(c * labels.dtype.itemsize), (b, c), "bool")
-    lab = labels.reshape(b, 1)
+    idx = k.scratch(0, (b,), labels.dtype)
+    picked = k.scratch(align(b * labels.dtype.itemsize), (b,), logp.dtype)
+    make_idx = _row_index_step(xp, idx, labels, c)
+    flat = dx.reshape(-1)
     inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
 
     def step() -> None:
-        xp.exp(logp, out=dx)
-        fill_ramp()
-        xp.equal(lab, ramp, out=mask)
-        xp.subtract(dx, mask, out=dx)
-        xp.multiply(dx, dloss, out=dx)
-        if inv != 1.0:
-            xp.multiply(dx, inv, out=dx)
+        xp.exp(logp, out=dx)  # softmax
+        make_idx()
+        xp.take(flat, idx, out=picked, mode="clip")
+        xp.subtract(picked, 1, out=picked)  # minus the one-hot target
+        xp.put(flat, idx, picked, mode="clip")
+        # A Python scalar, not the 0-d seed array: broadcasting an array operand
+        # would make numpy allocate an iteration buffer.
+        xp.multiply(dx, float(dloss) * inv, out=dx)
 
     return step
 
@@ -180,8 +191,7 @@ def _mse_grad(k: KernelArgs) -> Step:
 
     def step() -> None:
         xp.subtract(p, t, out=dx)
-        xp.multiply(dx, dl, out=dx)
-        xp.multiply(dx, two_over_n, out=dx)
+        xp.multiply(dx, float(dl) * two_over_n, out=dx)
 
     return step
 
@@ -199,15 +209,14 @@ def _accuracy_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
 def _accuracy(k: KernelArgs) -> Step:
     xp, (x, labels), y = k.xp, k.ins, k.outs[0]
     b = x.shape[0]
-    arg = k.scratch(0, (b,), "int64")
+    arg = k.scratch(0, (b,), labels.dtype)
     hit = k.scratch(align(b * 8), (b,), "bool")
     inv = 1.0 / max(b, 1)
 
     def step() -> None:
         xp.argmax(x, axis=1, out=arg)
         xp.equal(arg, labels, out=hit)
-        xp.sum(hit, out=y)
-        xp.multiply(y, inv, out=y)
+        y.fill(xp.count_nonzero(hit) * inv)
 
     return step
 
@@ -237,11 +246,13 @@ def _dropout(k: KernelArgs) -> Step:
     scale = 1.0 / (1.0 - ratio)
     rng = k.rng
 
+    # Masked writes (where=) rather than multiplying by the bool mask: a mixed-dtype
+    # ufunc call allocates a cast buffer.
     def step() -> None:
         rng.random(out=u, dtype=u.dtype)
         xp.greater_equal(u, ratio, out=mask)
-        xp.multiply(x, mask, out=y)
-        xp.multiply(y, scale, out=y)
+        y.fill(0)
+        xp.multiply(x, scale, out=y, where=mask)
 
     return step
 
@@ -262,9 +273,8 @@ def _dropout_grad(k: KernelArgs) -> Step:
     scale = 1.0 / (1.0 - float(k.attrs["ratio"]))
 
     def step() -> None:
-        xp.multiply(dy, mask, out=dx)
-        if scale != 1.0:
-            xp.multiply(dx, scale, out=dx)
+        dx.fill(0)
+        xp.multiply(dy, scale, out=dx, where=mask)
 
     return step
 

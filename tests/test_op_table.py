@@ -1,0 +1,42 @@
+"""The op table is complete: every op has every rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.ops import OP_TABLE, NonDifferentiable, OpDef
+from engine.ops._base import no_workspace
+
+
+@pytest.mark.parametrize("name", sorted(OP_TABLE))
+def test_op_has_every_rule(name: str) -> None:
+    op: OpDef = OP_TABLE[name]
+    assert op.name == name
+    assert callable(op.shape), "shape rule"
+    assert callable(op.kernel), "forward kernel"
+    assert callable(op.workspace), "workspace rule"
+    assert isinstance(op.grad, NonDifferentiable) or callable(op.grad), "gradient rule"
+    if isinstance(op.grad, NonDifferentiable):
+        assert op.grad.reason, "a non-differentiable op says why"
+    assert isinstance(op.inplace, tuple)
+    assert all(0 <= i < op.num_inputs[1] for i in op.inplace), "in-place policy names inputs"
+    lo, hi = op.num_inputs
+    assert 1 <= lo <= hi and op.num_outputs >= 1
+    assert op.doc, "every op documents its semantics"
+
+
+def test_required_instruction_set_is_present() -> None:
+    required = {
+        "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt",
+        "Square", "Sin", "Cos", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Softmax",
+        "LogSoftmax", "ReduceSum", "ReduceMean", "Reshape", "Flatten", "Dropout",
+        "SoftmaxCrossEntropyLoss", "MSELoss", "Accuracy", "RMSE",
+    }
+    assert required <= set(OP_TABLE)
+
+
+def test_ops_needing_scratch_declare_it() -> None:
+    # Ops whose kernels carve scratch from the workspace must size it.
+    for name in ("Elu", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "Accuracy",
+                 "RMSE", "MSELoss", "Dropout", "LeakyReluGrad", "EluGrad"):
+        assert OP_TABLE[name].workspace is not no_workspace, name
