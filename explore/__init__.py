@@ -1,0 +1,1 @@
+"""explore: search spaces, packing scheduler and study analysis on top of ``engine``."""
