@@ -142,6 +142,23 @@ def _differentiate_path(ir: IR, path: IRPath, pi: int) -> None:
             continue
         path.params.append(name)
         _attach_sink(ir, path, gb, name, g, shared.count(g) > 1)
+    _prune(ir, path)
+
+
+def _prune(ir: IR, path: IRPath) -> None:
+    """Drop backward nodes nothing reads: rules emit the gradient of every input, and
+    those of placeholders (the data) are not wanted."""
+    live: set[str] = set()
+    kept: list[IRNode] = []
+    for node in reversed(path.backward):
+        if node.param_sink is not None or any(o in live for o in node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+        else:
+            for o in node.outputs:
+                ir.descs.pop(o, None)
+                ir.zone.pop(o, None)
+    path.backward = kept[::-1]
 
 
 def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str, shared: bool) -> None:
