@@ -16,6 +16,7 @@ Peak RSS is measured in fresh subprocesses that train only one implementation.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -32,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import VM, Adam, compile_graph  # noqa: E402
-from engine.models import paper_mlp  # noqa: E402
-from explore.data import load_mnist  # noqa: E402
+from engine import VM, Adam, compile_graph
+from engine.models import paper_mlp
+from explore.data import load_mnist
 
 N = 10_000
 SIZES = (784, 64, 64, 10)
@@ -107,7 +108,7 @@ class NumpyRunner:
     def __init__(self, batch: int, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         shapes = []
-        for a, b in zip(SIZES[:-1], SIZES[1:], strict=True):
+        for a, b in itertools.pairwise(SIZES):
             shapes += [(a, b), (b,)]
         n = sum(math.prod(s) for s in shapes)
         self.p = np.zeros(n, np.float32)

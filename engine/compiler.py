@@ -14,9 +14,10 @@ Passes, in order: ``validate`` (and lower to the IR) -> ``infer_shapes`` ->
 >>> x = g.placeholder("x", (0, 100)); w = g.parameter("w", (100, 10), init=Init.zeros())
 >>> p = g.path("f", Mode.FORWARD_ONLY); y = p.MatMul(x, w)
 >>> size(g, 32)["forward"]
-5824
->>> compile_graph(g, memory=10_000).batch_size
-21
+18112
+>>> compile_graph(g, memory=100_000).batch_size
+217
+
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ Example (the CalcGraph paper's linear model ``O = W * I``)::
     >>> W = g.parameter("W", (6, 3), init=Init.uniform(-1.0, 1.0))
     >>> learn = g.path("learn", Mode.BACKWARD_ENABLED)
     >>> O = learn.MatMul(I, W)
-    >>> learn.set_loss(learn.Abs(learn.Sub(O, T)))
+    >>> _ = learn.set_loss(learn.Abs(learn.Sub(O, T)))
     >>> post = g.path("post", Mode.FORWARD_ONLY)
     >>> rmse = post.RMSE(O, T)
     >>> [p.name for p in g.paths], rmse.name
-    (['learn', 'post'], 'rmse_3')
+    (['learn', 'post'], 'rmse_4')
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ class TensorDesc:
         return self.numel(batch) * self.dtype.itemsize
 
     def __str__(self) -> str:
-        dims = ",".join("b" if (i == 0 and d == BATCH) else str(d) for i, d in enumerate(self.shape))
+        dims = ",".join("b" if (i == 0 and d == BATCH) else str(d)
+                        for i, d in enumerate(self.shape))
         return f"{self.dtype.value}[{dims}]"
 
 
@@ -250,7 +251,7 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
-_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 class Path:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from engine.graph import CalcGraph, Init, Mode, Var
@@ -27,7 +28,7 @@ def paper_mlp(
     y = g.placeholder("y", (0,), dtype="int64")
     train = g.path("train", Mode.BACKWARD_ENABLED)
     h: Var = x
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         w = g.parameter(f"w{i}", (n_in, n_out), init=init or Init.xavier_uniform())
         b = g.parameter(f"b{i}", (n_out,), init=Init.zeros())
         last = i == len(sizes) - 2

@@ -20,9 +20,9 @@ one learning batch may be split into several technical batches
 >>> w = g.parameter("w", (2, 1), init=Init.zeros())
 >>> p = g.path("fit", Mode.BACKWARD_ENABLED)
 >>> _ = p.set_loss(p.MSELoss(p.MatMul(x, w), t))
->>> vm = VM(compile_graph(g, batch_size=4, optimizer=SGD(lr=0.1)))
->>> vm.set("x", np.eye(4, 2)); vm.set("t", np.ones((4, 1)))
->>> for _ in range(50): vm.train_step("fit")
+>>> vm = VM(compile_graph(g, batch_size=2, optimizer=SGD(lr=0.5)))
+>>> vm.set("x", np.eye(2)); vm.set("t", np.ones((2, 1)))
+>>> for _ in range(100): vm.train_step("fit")
 >>> np.round(vm.get("w").ravel(), 2).tolist()
 [1.0, 1.0]
 """

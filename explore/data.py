@@ -123,7 +123,7 @@ def load_mnist() -> Dataset:
 def load_digits(seed: int = 0) -> Dataset:
     """scikit-learn's 8x8 digits (1,797 images), split 60/20/20, scaled to [0, 1]."""
     try:
-        from sklearn.datasets import load_digits as sk_digits  # noqa: PLC0415 - optional
+        from sklearn.datasets import load_digits as sk_digits
     except ImportError:
         raise DataError("the digits dataset needs scikit-learn: pip install scikit-learn") \
             from None

@@ -16,7 +16,7 @@ X = RNG.random((256, 784), dtype=np.float32)
 Y = RNG.integers(0, 10, 256)
 
 
-def mlp_vm(batch: int = 64, opt=None, **kw) -> VM:  # noqa: ANN001
+def mlp_vm(batch: int = 64, opt=None, **kw) -> VM:
     return VM(compile_graph(paper_mlp(**kw), batch_size=batch, optimizer=opt or Adam()), seed=0)
 
 
@@ -88,7 +88,7 @@ def test_small_batch_computes_the_same_as_a_program_compiled_for_it() -> None:
 
 @pytest.mark.parametrize("opt", [SGD(lr=0.1, momentum=0.9), Adam(lr=0.01)],
                          ids=["sgd-momentum", "adam"])
-def test_accumulated_technical_batches_equal_one_learning_batch(opt) -> None:  # noqa: ANN001
+def test_accumulated_technical_batches_equal_one_learning_batch(opt) -> None:
     whole = mlp_vm(256, opt)
     parts = mlp_vm(64, opt)
     for _ in range(3):

@@ -14,7 +14,7 @@ def get_backend(device: str) -> Backend:
     if device == "cpu":
         return NumpyBackend()
     if device == "gpu":
-        from engine.backends.cupy_backend import CupyBackend  # noqa: PLC0415 - lazy
+        from engine.backends.cupy_backend import CupyBackend
 
         return CupyBackend()
     raise ValueError(f"unknown device {device!r}; available: cpu, gpu")
@@ -23,7 +23,7 @@ def get_backend(device: str) -> Backend:
 def gpu_available() -> bool:
     """Whether cupy imports and sees a CUDA device (never raises)."""
     try:
-        from engine.backends.cupy_backend import import_cupy  # noqa: PLC0415
+        from engine.backends.cupy_backend import import_cupy
 
         import_cupy()
         return True

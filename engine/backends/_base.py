@@ -34,7 +34,7 @@ class Backend(ABC):
     def rng(self, seed: int) -> Any:
         """A generator with ``random(out=, dtype=)`` drawing on this device."""
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - a no-op by default, on purpose
         """Wait for queued device work (no-op on the CPU)."""
 
     def allocated_bytes(self, bufs: list[Any]) -> int:

@@ -12,7 +12,7 @@ from engine.errors import EngineError
 
 def import_cupy() -> Any:
     try:
-        import cupy  # noqa: PLC0415 - optional dependency, imported lazily
+        import cupy
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise EngineError(
             "the GPU backend needs cupy: pip install 'calcgraph-explore[gpu]' "

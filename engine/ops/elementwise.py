@@ -379,7 +379,8 @@ OPS = [
           doc="a / b, broadcasting"),
     OpDef("SumTo", _sum_to_shape, _sum_to, _g_sum_to, num_inputs=(1, 1),
           attrs={"axes": (), "shape": ()},
-          doc="internal: sum over broadcast axes to a smaller shape (the gradient of broadcasting)"),
+          doc="internal: sum over broadcast axes to a smaller shape "
+              "(the gradient of broadcasting)"),
     OpDef("Expand", _expand_shape, _expand, _g_expand, num_inputs=(2, 2),
           doc="broadcast input 0 to the shape of input 1 (the shape input is not read)"),
     # Gradient ops: fused like onnxruntime's training ops.

@@ -1,0 +1,32 @@
+"""The README's example runs as written, and its two set-up commands stay two."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_example_runs_and_learns(capsys) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert blocks, "the README has a python example"
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    rmse = float(re.search(r"rmse ([\d.e-]+)", out).group(1))  # type: ignore[union-attr]
+    assert rmse < 0.05
+
+
+def test_readme_gives_exactly_two_setup_commands() -> None:
+    setup = README.read_text().split("## Set-up")[1].split("## ")[0]
+    commands = re.findall(r"```bash\n(.*?)```", setup, re.S)
+    assert len(commands) == 2
+    assert "pytest" in commands[1]
+
+
+def test_demo_runs() -> None:
+    out = subprocess.run([sys.executable, "-m", "engine.demo", "--epochs", "1"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "allocated =" in out and "test accuracy" in out
