@@ -50,6 +50,15 @@ def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
     return [TensorDesc(ins[0].dtype, ()), ins[0]]
 
 
+def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
+    """out = flat[idx] without allocating: numpy needs mode="clip" (its default mode
+    buffers ``out``); cupy's take has no mode and does not buffer."""
+    if xp.__name__ == "numpy":
+        xp.take(flat, idx, out=out, mode="clip")
+    else:
+        xp.take(flat, idx, out=out)
+
+
 def _row_index_step(xp: Any, idx: Any, labels: Any, classes: int) -> Step:
     """idx[i] = i * C + labels[i]: flat positions of the labelled classes.  Built with
     same-shape calls (no broadcasting, no fancy indexing), which allocate nothing."""
@@ -89,7 +98,7 @@ def _sce(k: KernelArgs) -> Step:
     def step() -> None:
         lsm()
         make_idx()
-        xp.take(flat, idx, out=picked, mode="clip")
+        take_rows(xp, flat, idx, picked)
         xp.sum(picked, out=loss)
         xp.multiply(loss, scale, out=loss)
 
@@ -128,7 +137,7 @@ def _sce_grad(k: KernelArgs) -> Step:
     def step() -> None:
         xp.exp(logp, out=dx)  # softmax
         make_idx()
-        xp.take(flat, idx, out=picked, mode="clip")
+        take_rows(xp, flat, idx, picked)
         xp.subtract(picked, 1, out=picked)  # minus the one-hot target
         xp.put(flat, idx, picked, mode="clip")
         # A Python scalar, not the 0-d seed array: broadcasting an array operand
@@ -216,7 +225,7 @@ def _accuracy(k: KernelArgs) -> Step:
     def step() -> None:
         xp.argmax(x, axis=1, out=arg)
         xp.equal(arg, labels, out=hit)
-        y.fill(xp.count_nonzero(hit) * inv)
+        y.fill(float(xp.count_nonzero(hit)) * inv)
 
     return step
 
