@@ -57,6 +57,12 @@ def _add_scaled(xp: Any, dst: Any, src: Any, coef: float, s: Any) -> None:
     xp.add(dst, s, out=dst)
 
 
+def _heavy_ball(xp: Any, buf: Any, direction: Any, mu: float) -> None:
+    """buf = mu * buf + direction: the momentum shared by SGD and RMSProp."""
+    xp.multiply(buf, mu, out=buf)
+    xp.add(buf, direction, out=buf)
+
+
 @dataclass(frozen=True)
 class SGD(Optimizer):
     lr: float = 0.01
@@ -80,8 +86,7 @@ class SGD(Optimizer):
             if buf is None:
                 xp.multiply(g, lr, out=s)
             else:
-                xp.multiply(buf, mu, out=buf)
-                xp.add(buf, g, out=buf)
+                _heavy_ball(xp, buf, g, mu)
                 if nesterov:  # p -= lr * (g + mu * buf)
                     xp.multiply(g, lr, out=s)
                     xp.subtract(p, s, out=p)
@@ -167,8 +172,7 @@ class RMSProp(Optimizer):
             xp.add(s, eps, out=s)
             xp.divide(g, s, out=s)
             if buf is not None:
-                xp.multiply(buf, mu, out=buf)
-                xp.add(buf, s, out=buf)
+                _heavy_ball(xp, buf, s, mu)
                 xp.multiply(buf, lr, out=s)
             else:
                 xp.multiply(s, lr, out=s)
