@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import GraphError
-from engine.graph import DType, Init, TensorDesc
+from engine.graph import Init, TensorDesc
 from engine.ops import NodeView, NonDifferentiable, get_op
 from engine.passes.ir import FORWARD, GRADIENT, IR, IRNode, IRParam, IRPath
 from engine.passes.shapes import node_descs
@@ -183,5 +183,3 @@ def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str, shared:
     producer.outputs = (grad,)
     producer.param_sink = param
 
-
-_ = DType  # for annotations in docs

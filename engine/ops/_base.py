@@ -146,9 +146,5 @@ def norm_axis(axis: int, rank: int) -> int:
     return axis % max(rank, 1)
 
 
-def nbytes_of(d: TensorDesc) -> int:
-    return d.nbytes()
-
-
 def align(n: int, a: int = 64) -> int:
     return (n + a - 1) // a * a

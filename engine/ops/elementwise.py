@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ShapeError
-from engine.graph import DType, TensorDesc
+from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     GradBuilder,
@@ -397,5 +397,3 @@ OPS = [
           num_inputs=(3, 3), attrs={"alpha": 1.0},
           doc="internal: dy if x > 0 else dy * (y + alpha)"),
 ]
-
-_ = DType  # re-exported type used in annotations of other modules

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
@@ -205,12 +204,6 @@ def _g_softmax(grad_op: str) -> Any:
         return [gb.op(grad_op, n.outputs[0], g[0], axis=n.attrs["axis"])] if g[0] else [None]
 
     return rule
-
-
-def _check_axes_attr(attrs: dict[str, Any]) -> None:
-    axes = attrs.get("axes")
-    if axes is not None and not isinstance(axes, list | tuple):
-        raise ShapeError(f"axes must be a list of integers, got {axes!r}")
 
 
 _REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
