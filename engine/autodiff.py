@@ -14,6 +14,7 @@ that node either to write the gradient buffer (the first backward after
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from engine.errors import GraphError
@@ -136,12 +137,14 @@ def _differentiate_path(ir: IR, path: IRPath, pi: int) -> None:
                 contribs.setdefault(x, []).append(g)
 
     finals = {n: total(n) for n in ir.params if n in trainable}
-    shared = [g for g in finals.values() if g is not None]
+    shared = Counter(g for g in finals.values() if g is not None)
+    producer = {o: n for n in path.backward for o in n.outputs}
+    read = {x for n in path.backward for x in n.inputs}
     for name, g in finals.items():
         if g is None:
             continue
         path.params.append(name)
-        _attach_sink(ir, path, gb, name, g, shared.count(g) > 1)
+        _attach_sink(ir, path, gb, name, g, shared[g] > 1 or g in read, producer.get(g))
     _prune(ir, path)
 
 
@@ -161,7 +164,8 @@ def _prune(ir: IR, path: IRPath) -> None:
     path.backward = kept[::-1]
 
 
-def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str, shared: bool) -> None:
+def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str, shared: bool,
+                 producer: IRNode | None) -> None:
     """Make one backward node write ``param``'s gradient buffer (an Identity copy when
     the gradient is also read elsewhere or is another parameter's too)."""
     grad = f"{param}.grad"
@@ -169,10 +173,7 @@ def _attach_sink(ir: IR, path: IRPath, gb: _Builder, param: str, g: str, shared:
     ir.descs[grad] = ir.descs[param]
     ir.zone[grad] = GRADIENT
     ir.kind[grad] = "grad"
-    producer = next((n for n in path.backward if g in n.outputs), None)
-    used = any(g in n.inputs for n in path.backward)
-    if producer is None or used or shared or producer.outputs[0] != g or \
-            len(producer.outputs) > 1:
+    if producer is None or shared or producer.outputs[0] != g or len(producer.outputs) > 1:
         gb.origin = f"the gradient of parameter {param!r}"
         gb.op("Identity", g)
         producer = path.backward[-1]

@@ -26,6 +26,7 @@ Example (the CalcGraph paper's linear model ``O = W * I``)::
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,13 +89,13 @@ class TensorDesc:
         return TensorDesc(self.dtype, (batch, *self.shape[1:]))
 
     def numel(self, batch: int = 1) -> int:
-        n = 1
-        for d in self.at_batch(batch).shape:
-            n *= d
-        return n
+        shape = self.shape
+        if shape and shape[0] == BATCH:
+            return batch * math.prod(shape[1:])
+        return math.prod(shape)
 
     def nbytes(self, batch: int = 1) -> int:
-        return self.numel(batch) * self.dtype.itemsize
+        return self.numel(batch) * _ITEMSIZE[self.dtype]
 
     def __str__(self) -> str:
         dims = ",".join("b" if (i == 0 and d == BATCH) else str(d)
@@ -324,6 +325,7 @@ class CalcGraph:
         self.name = name
         self.variables: dict[str, Variable] = {}
         self.paths: list[Path] = []
+        self.outputs: list[str] = []  # declared outputs; empty: every leaf is one
         self._counter = 0
 
     # -- variables ---------------------------------------------------------------
@@ -367,6 +369,27 @@ class CalcGraph:
             name or self.fresh_name("const"), shp, Init.from_values(values),
             dtype=dtype, trainable=False,
         )
+
+    def output(self, *variables: Var | str) -> None:
+        """Declare variables the user reads back after a run (the graph's outputs).
+
+        Outputs, losses, placeholders and parameters are never overwritten by the
+        memory planner.  While no output is declared, every leaf (a variable no
+        operator reads) counts as one; once some are declared, only those do and
+        dead-code elimination drops what none of them needs.
+
+        >>> g = CalcGraph()
+        >>> x = g.placeholder("x", (0, 2)); p = g.path("f")
+        >>> h = p.Tanh(x); y = p.Relu(h)
+        >>> g.output(h, y); g.outputs
+        ['tanh_1', 'relu_2']
+        """
+        for v in variables:
+            name = v.name if isinstance(v, Var) else str(v)
+            if name not in self.variables:
+                raise ValueError(f"graph {self.name!r} has no variable {name!r} to output")
+            if name not in self.outputs:
+                self.outputs.append(name)
 
     def path(self, name: str, mode: Mode | str = Mode.FORWARD_ONLY) -> Path:
         """Create and append a path."""

@@ -64,4 +64,4 @@ def initial_values(init: Init, shape: tuple[int, ...], dtype: Any, rng: np.rando
         out = rng.normal(0.0, math.sqrt(1.0 / fan_in), shape)
     else:
         raise GraphError(f"unknown init method {m!r}; known: {', '.join(Init.METHODS)}")
-    return np.ascontiguousarray(out, dtype=dtype)
+    return np.asarray(out, dtype=dtype, order="C")  # (ascontiguousarray makes 0-d 1-d)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from engine.graph import CalcGraph, Init, Mode, Var
+from engine.graph import CalcGraph, Init, Mode, Path, Var
 
 
 def paper_mlp(
@@ -19,26 +19,123 @@ def paper_mlp(
     init: Init | None = None,
     dropout: float = 0.0,
     name: str = "paper_mlp",
+    train: bool = True,
 ) -> CalcGraph:
     """The CalcGraph paper's MNIST model: dense layers with biases, ``activation``
     between them, softmax + cross-entropy loss.  Paths: ``train`` (BACKWARD_ENABLED,
-    loss) and ``eval`` (FORWARD_ONLY: ``accuracy`` of ``logits``)."""
+    loss) and ``eval`` (FORWARD_ONLY: ``accuracy`` of ``logits``).
+
+    ``train=False`` gives the inference graph: one FORWARD_ONLY path ``infer`` from
+    ``x`` to the class probabilities ``probs``."""
     g = CalcGraph(name=name)
     x = g.placeholder("x", (0, sizes[0]))
+    if not train:
+        infer = g.path("infer", Mode.FORWARD_ONLY)
+        logits = _dense_stack(g, infer, x, sizes, activation, init, "Gemm")
+        infer.Softmax(logits, outputs=["probs"])
+        return g
     y = g.placeholder("y", (0,), dtype="int64")
-    train = g.path("train", Mode.BACKWARD_ENABLED)
-    h: Var = x
+    train_path = g.path("train", Mode.BACKWARD_ENABLED)
+    h = _dense_stack(g, train_path, x, sizes, activation, init, "Gemm", dropout)
+    loss, _ = train_path.SoftmaxCrossEntropyLoss(h, y, outputs=["loss", "log_prob"])
+    train_path.set_loss(loss)
+    ev = g.path("eval", Mode.FORWARD_ONLY)
+    ev.Accuracy(h, y, outputs=["accuracy"])
+    return g
+
+
+def _dense_stack(g: CalcGraph, path: Path, x: Var, sizes: Sequence[int], activation: str,
+                 init: Init | None, form: str, dropout: float = 0.0) -> Var:
+    """Dense layers ``x -> ... -> logits``; ``form`` "Gemm" (one op per layer) or
+    "MatMul" (MatMul + Add, as exporters often write it)."""
+    h = x
     for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         w = g.parameter(f"w{i}", (n_in, n_out), init=init or Init.xavier_uniform())
         b = g.parameter(f"b{i}", (n_out,), init=Init.zeros())
         last = i == len(sizes) - 2
-        h = train.Gemm(h, w, b, outputs=["logits"] if last else 1)
+        name = ["logits"] if last else 1
+        if form == "Gemm":
+            h = path.Gemm(h, w, b, outputs=name)
+        else:
+            h = path.Add(path.MatMul(h, w), b, outputs=name)
         if not last:
-            h = train.op(activation, h)
+            h = path.op(activation, h)
             if dropout:
-                h = train.Dropout(h, ratio=dropout)
+                h = path.Dropout(h, ratio=dropout)
+    return h
+
+
+def deep_mlp(depth: int = 20, width: int = 256, n_in: int = 784, n_out: int = 10,
+             activation: str = "Relu") -> CalcGraph:
+    """A ``depth``-layer classifier written as MatMul + Add + activation per layer
+    (what an ONNX export looks like), with the paper MLP's paths and names.
+
+    >>> len(deep_mlp(depth=3).paths[0].nodes)
+    9
+    """
+    g = CalcGraph(name=f"mlp{depth}")
+    x = g.placeholder("x", (0, n_in))
+    y = g.placeholder("y", (0,), dtype="int64")
+    train = g.path("train", Mode.BACKWARD_ENABLED)
+    sizes = (n_in, *([width] * (depth - 1)), n_out)
+    h = _dense_stack(g, train, x, sizes, activation, Init.he_uniform(), "MatMul")
     loss, _ = train.SoftmaxCrossEntropyLoss(h, y, outputs=["loss", "log_prob"])
     train.set_loss(loss)
-    ev = g.path("eval", Mode.FORWARD_ONLY)
-    ev.Accuracy(h, y, outputs=["accuracy"])
+    g.path("eval", Mode.FORWARD_ONLY).Accuracy(h, y, outputs=["accuracy"])
+    return g
+
+
+def chain_graph(nodes: int = 10_000, width: int = 64, pool: int = 8) -> CalcGraph:
+    """A generated inference chain of ``nodes`` ops: repeated MatMul, bias Add, Tanh
+    and a reshape round trip, over a pool of shared weights.
+
+    >>> len(chain_graph(nodes=10).paths[0].nodes)
+    10
+    """
+    g = CalcGraph(name=f"chain{nodes}")
+    h = g.placeholder("x", (0, width))
+    ws = [g.parameter(f"w{i}", (width, width), init=Init.normal(0.0, 1.0 / width ** 0.5))
+          for i in range(pool)]
+    bs = [g.parameter(f"b{i}", (width,), init=Init.zeros()) for i in range(pool)]
+    p = g.path("infer", Mode.FORWARD_ONLY)
+    unit = ("MatMul", "Add", "Tanh", "Reshape", "Reshape")
+    for i in range(nodes):
+        op, k = unit[i % len(unit)], (i // len(unit)) % pool
+        if op == "MatMul":
+            h = p.MatMul(h, ws[k])
+        elif op == "Add":
+            h = p.Add(h, bs[k])
+        elif op == "Tanh":
+            h = p.Tanh(h)
+        else:
+            h = p.Reshape(h, shape=(0, 8, width // 8) if i % 5 == 3 else (0, width))
+    return g
+
+
+def branching_graph(nodes: int = 10_000, width: int = 32, pool: int = 8,
+                    train: bool = False) -> CalcGraph:
+    """A generated residual network of ``nodes`` forward ops: each block splits into
+    a Relu branch and a Tanh branch, multiplies them and adds the block's input back
+    (6 ops a block).  ``train=True`` adds a mean-square loss against placeholder
+    ``t`` and makes the path BACKWARD_ENABLED.
+
+    >>> len(branching_graph(nodes=14).paths[0].nodes)
+    14
+    """
+    g = CalcGraph(name=f"branching{nodes}" + ("_train" if train else ""))
+    h = g.placeholder("x", (0, width))
+    ws = [g.parameter(f"w{i}", (width, width), init=Init.normal(0.0, 0.1)) for i in range(pool)]
+    bs = [g.parameter(f"b{i}", (width,), init=Init.zeros()) for i in range(pool)]
+    p = g.path("train" if train else "infer",
+               Mode.BACKWARD_ENABLED if train else Mode.FORWARD_ONLY)
+    blocks, rest = divmod(nodes - int(train), 6)
+    for i in range(blocks):
+        k = i % pool
+        a = p.Relu(p.Gemm(h, ws[k], bs[k]))
+        c = p.Tanh(p.Gemm(h, ws[(k + 1) % pool]))
+        h = p.Add(h, p.Mul(a, c))
+    for _ in range(rest):
+        h = p.Tanh(h)
+    if train:
+        p.set_loss(p.MSELoss(h, g.placeholder("t", (0, width))))
     return g

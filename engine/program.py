@@ -19,7 +19,7 @@ True
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.graph import DType, Init, Regularization, TensorDesc
@@ -34,6 +34,7 @@ class BufferSpec:
     dtype: str
     shape: tuple[int, ...]  # generic: a leading 0 is the batch
     kind: str  # param, placeholder, generic, grad, seed
+    shared: bool = False  # a temporary: its memory holds other buffers at other times
 
     @property
     def desc(self) -> TensorDesc:
@@ -83,6 +84,8 @@ class Program:
     optimizer: Optimizer | None
     param_region: int  # bytes of the contiguous trainable-parameter region
     state_offsets: tuple[int, ...]
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)  # zone -> plan stats
+    counts: dict[str, int] = field(default_factory=dict)  # nodes before/after optimisation
 
     @property
     def total_bytes(self) -> int:
@@ -115,6 +118,29 @@ class Program:
             lines.append(f"  path {p.name!r} ({p.mode}): {len(p.forward)} forward, "
                          f"{len(p.backward)} backward instructions")
         return "\n".join(lines)
+
+    def plan_report(self) -> str:
+        """Per zone: bytes without sharing, planned, the lower bound (the most bytes live
+        at one instruction) and planned / lower bound (below 1 where in-place ops
+        share an input's memory)."""
+        rows = [f"{'zone':<10} {'no sharing':>14} {'planned':>14} {'lower bound':>14} "
+                f"{'planned/bound':>14}"]
+        total = dict.fromkeys(("no_sharing", "planned", "lower_bound"), 0)
+        for z, st in [*self.memory.items(), ("total", total)]:
+            if z != "total":
+                for k in total:
+                    total[k] += st[k]
+            ratio = st["planned"] / st["lower_bound"] if st["lower_bound"] else 1.0
+            rows.append(f"{z:<10} {st['no_sharing']:>14,} {st['planned']:>14,} "
+                        f"{st['lower_bound']:>14,} {ratio:>14.3f}")
+        return "\n".join(rows)
+
+    def to_dot(self) -> str:
+        """Graphviz text of the program: one box per instruction (index, op, output
+        shapes at the compiled batch, and the zone and offset each output got)."""
+        from engine.dot import program_dot
+
+        return program_dot(self)
 
     # -- serialisation ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -153,6 +179,8 @@ class Program:
             optimizer=optimizer_from_dict(d["optimizer"]) if d["optimizer"] else None,
             param_region=d["param_region"],
             state_offsets=tuple(d["state_offsets"]),
+            memory=d.get("memory", {}),
+            counts=d.get("counts", {}),
         )
 
 

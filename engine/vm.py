@@ -97,6 +97,7 @@ class VM:
         self._update_cache.clear()
         self._t[0] = 0
         self._dirty = 0
+        self._forwarded = -1  # the path whose forward ran last: backward reads its values
         self.round = 0
         host_rng = np.random.default_rng(seed)
         prog = self.program
@@ -246,7 +247,12 @@ class VM:
 
     def view(self, name: str) -> Any:
         """The live device view of a variable at the current batch (no copy)."""
-        return self._binding.views[self._index(name)]
+        i = self._index(name)
+        if self.program.buffers[i].shared:
+            raise InputError(f"variable {name!r} is a temporary whose memory other values "
+                             "reuse, so it cannot be read back; declare it with "
+                             "graph.output(...) or compile with keep=[...]")
+        return self._binding.views[i]
 
     def get(self, name: str) -> np.ndarray:
         """A host copy of variable ``name`` at the current batch."""
@@ -273,9 +279,11 @@ class VM:
     # -- execution -----------------------------------------------------------------------
     def forward(self, path: int | str = 0) -> None:
         """Run the forward program of ``path``."""
-        for f in self._binding.forward[self.program.path_index(path)]:
+        pi = self.program.path_index(path)
+        for f in self._binding.forward[pi]:
             f()
         self._fed.clear()
+        self._forwarded = pi
 
     def apply_loss(self, path: int | str = 0, scale: float = 1.0) -> None:
         """Seed the gradient of ``path``'s loss with ``scale`` (1: this batch is a whole
@@ -288,6 +296,8 @@ class VM:
     def backward(self, path: int | str = 0) -> None:
         """Run the backward program of ``path``, accumulating parameter gradients."""
         pi = self.program.path_index(path)
+        if self._forwarded != pi:
+            self._not_forwarded(pi)
         key = self._dirty & self._path_mask[pi]
         steps = self._binding.backward.get((pi, key))
         if steps is None:
@@ -295,6 +305,15 @@ class VM:
         for f in steps:
             f()
         self._dirty |= self._path_mask[pi]
+
+    def _not_forwarded(self, pi: int) -> None:
+        name = self.program.paths[pi].name
+        if self._forwarded < 0:
+            raise EngineError(f"backward({name!r}) needs forward({name!r}) first")
+        other = self.program.paths[self._forwarded].name
+        raise EngineError(f"backward({name!r}) must follow forward({name!r}); forward({other!r}) "
+                          f"ran since, and may reuse the memory of what the gradients read: "
+                          f"run forward({name!r}) again")
 
     def _bind_backward(self, pi: int, key: int) -> tuple[Step, ...]:
         pc = self.program.paths[pi]

@@ -7,7 +7,11 @@ An op declares
   zero-argument function that performs the op with no allocation;
 - ``grad``: its gradient, written with other ops through a :class:`GradBuilder`
   (or :data:`NON_DIFFERENTIABLE`, with the reason);
-- ``inplace``: which inputs output 0 may overwrite;
+- ``inplace``: which inputs output 0 may overwrite (the memory planner gives output 0
+  the input's memory when that input dies at this op; a test runs every such kernel
+  aliased);
+- ``pure``: whether equal inputs give equal outputs (CSE and constant folding may merge
+  or precompute it; a dropout draws and is not pure);
 - ``workspace``: the scratch bytes one execution needs, per device.
 
 Kernels are written once against the array module ``xp`` (numpy or cupy); a backend
@@ -103,6 +107,7 @@ class OpDef:
     attrs: dict[str, Any] = field(default_factory=dict)  # allowed attributes and defaults
     backend_kernels: dict[str, KernelFactory] = field(default_factory=dict)
     doc: str = ""
+    pure: bool = True
 
     def kernel_for(self, device: str) -> KernelFactory:
         return self.backend_kernels.get(device, self.kernel)
@@ -144,6 +149,20 @@ def norm_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         raise ShapeError(f"axis {axis} is out of range for a tensor of rank {rank}")
     return axis % max(rank, 1)
+
+
+def data_ptr(a: Any) -> int:
+    """Address of an array's first element (numpy or cupy)."""
+    ptr = getattr(a.data, "ptr", None)
+    return int(ptr) if ptr is not None else int(a.__array_interface__["data"][0])
+
+
+def copy_step(xp: Any, y: Any, x: Any) -> Step:
+    """``y[...] = x`` (shapes already equal), or nothing when the planner put ``y``
+    in ``x``'s memory (an in-place reshape or identity is free)."""
+    if data_ptr(y) == data_ptr(x) and y.strides == x.strides:
+        return lambda: None
+    return lambda: xp.copyto(y, x)
 
 
 def align(n: int, a: int = 64) -> int:

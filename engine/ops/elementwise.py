@@ -20,6 +20,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     broadcast_shapes,
+    copy_step,
     need_float,
     same_dtype,
 )
@@ -323,6 +324,8 @@ def _expand_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
 
 def _expand(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
+    if x.shape == y.shape:
+        return copy_step(xp, y, x)
     return lambda: xp.copyto(y, x)
 
 
@@ -349,6 +352,9 @@ def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True) 
         doc=doc,
     )
 
+
+ACTIVATION_KERNELS = {"Relu": _relu, "Sigmoid": _sigmoid, "Tanh": _ufunc_kernel("tanh")}
+"""Kernels of the activations whose gradient reads only their output (fusable)."""
 
 OPS = [
     _unary("Neg", "negative", _g_neg, "y = -x", float_only=False),

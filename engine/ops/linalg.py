@@ -147,6 +147,8 @@ def _g_gemm(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
     return out
 
 
+GEMM_ATTRS = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}
+
 OPS = [
     OpDef("MatMul", _matmul_shape, _matmul, _g_matmul, num_inputs=(2, 2),
           doc="matrix product, numpy semantics for rank >= 2"),
@@ -154,6 +156,6 @@ OPS = [
           attrs={"transA": 0, "transB": 0},
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
     OpDef("Gemm", _gemm_shape, _gemm, _g_gemm, (), _gemm_ws, num_inputs=(2, 3),
-          attrs={"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0},
+          attrs=dict(GEMM_ATTRS),
           doc="alpha * A' @ B' + beta * C: a fully connected layer (matmul + bias fused)"),
 ]

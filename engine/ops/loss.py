@@ -306,7 +306,8 @@ OPS = [
     OpDef("Dropout", _dropout_shape, _dropout, _g_dropout, (), _dropout_ws, num_outputs=2,
           attrs={"ratio": 0.5, "training": None},
           doc="training: zero each element with probability ratio and scale the rest by "
-              "1/(1-ratio); outputs y and the mask.  training defaults to the path's mode"),
+              "1/(1-ratio); outputs y and the mask.  training defaults to the path's mode",
+          pure=False),
     OpDef("DropoutGrad", _dropout_grad_shape, _dropout_grad, FIRST_ORDER_ONLY, (),
           num_inputs=(2, 2), attrs={"ratio": 0.5}, doc="internal: dy * mask / (1 - ratio)"),
 ]

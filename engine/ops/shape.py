@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import BATCH, TensorDesc
-from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step
+from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step, copy_step
 
 
 def _prod(dims: tuple[int, ...] | list[int]) -> int:
@@ -54,9 +54,7 @@ def _reshape_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorD
 
 
 def _copy_reshaped(k: KernelArgs) -> Step:
-    xp, x, y = k.xp, k.ins[0], k.outs[0]
-    xr = x.reshape(y.shape)
-    return lambda: xp.copyto(y, xr)
+    return copy_step(k.xp, k.outs[0], k.ins[0].reshape(k.outs[0].shape))
 
 
 def _g_reshape(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -79,7 +77,40 @@ def _flatten_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorD
     return [TensorDesc(ins[0].dtype, (head, _prod(src[axis:])))]
 
 
+def transpose_perm(attrs: dict[str, Any], rank: int) -> tuple[int, ...]:
+    """The permutation of a Transpose (ONNX: reversed axes when ``perm`` is empty)."""
+    perm = tuple(int(a) for a in attrs["perm"]) or tuple(reversed(range(rank)))
+    if sorted(perm) != list(range(rank)):
+        raise ShapeError(f"Transpose: perm {perm} is not a permutation of {rank} axes")
+    return perm
+
+
+def _transpose_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    perm = transpose_perm(attrs, len(src))
+    if ins[0].batched and perm[0] != 0:
+        raise ShapeError(f"Transpose {perm} of {src} would move the batch dimension; "
+                         "keep axis 0 first")
+    return [TensorDesc(ins[0].dtype, tuple(src[a] for a in perm))]
+
+
+def _transpose(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    xt = x.transpose(transpose_perm(k.attrs, x.ndim))
+    return lambda: xp.copyto(y, xt)
+
+
+def _g_transpose(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    perm = transpose_perm(n.attrs, len(gb.desc(n.inputs[0]).shape))
+    inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+    return [gb.op("Transpose", g[0], perm=inverse)]
+
+
 OPS = [
+    OpDef("Transpose", _transpose_shape, _transpose, _g_transpose, attrs={"perm": ()},
+          doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
     OpDef("Reshape", _reshape_shape, _copy_reshaped, _g_reshape, (0,), attrs={"shape": ()},
           doc="ONNX Reshape with the target shape as an attribute (0 copies, -1 infers)"),
     OpDef("Flatten", _flatten_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axis": 1},

@@ -53,15 +53,27 @@ class IR:
     kind: dict[str, str] = field(default_factory=dict)  # param/placeholder/generic/grad/seed
     params: dict[str, IRParam] = field(default_factory=dict)  # in declaration order
     grad_of: dict[str, str] = field(default_factory=dict)  # parameter -> its gradient buffer
+    keep: set[str] = field(default_factory=set)  # read back by the user: never shared
+    counts: dict[str, int] = field(default_factory=dict)  # node counts per stage (reports)
 
     def nodes(self) -> list[IRNode]:
-        """Every node, forward ones of all paths first, then backward ones."""
+        """Every node in execution order: each path's forward then its backward nodes
+        (the order of the emitted bytecode, over which lifetimes are measured)."""
         out: list[IRNode] = []
         for p in self.paths:
             out.extend(p.forward)
-        for p in self.paths:
             out.extend(p.backward)
         return out
+
+    def forward_nodes(self) -> int:
+        return sum(len(p.forward) for p in self.paths)
+
+    def drop(self, name: str) -> None:
+        """Forget a value a pass removed."""
+        self.descs.pop(name, None)
+        self.zone.pop(name, None)
+        self.kind.pop(name, None)
+        self.params.pop(name, None)
 
     def trainable(self) -> list[str]:
         return [n for n, p in self.params.items() if p.trainable]

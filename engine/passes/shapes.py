@@ -46,13 +46,28 @@ def infer_shapes(ir: IR) -> IR:
 
 
 def typecheck(ir: IR, after: str) -> None:
-    """Verify every node's outputs against its shape rule; name the pass on failure."""
-    for node in ir.nodes():
-        for name in node.inputs:
-            if name not in ir.descs:
-                raise ShapeError(f"typecheck after pass {after!r}: {node.origin or node.op} "
-                                 f"reads {name!r}, which has no descriptor")
-        for o, d in zip(node.outputs, node_descs(ir, node), strict=True):
-            if ir.descs.get(o) != d:
-                raise ShapeError(f"typecheck after pass {after!r}: {node.origin or node.op} "
-                                 f"output {o!r} is {ir.descs.get(o)}, its rule says {d}")
+    """Verify the IR: every value read is defined earlier (a placeholder, a parameter,
+    or the output of an earlier node of this or an earlier path), produced once, and
+    every node's outputs match its shape rule.  Fails naming the pass that ran last."""
+    where = f"typecheck after pass {after!r}"
+    defined = {n for n, k in ir.kind.items() if k in ("param", "placeholder", "seed")}
+    for path in ir.paths:
+        for node in [*path.forward, *path.backward]:
+            for name in node.inputs:
+                if name not in ir.descs:
+                    raise ShapeError(f"{where}: {node.origin or node.op} reads {name!r}, "
+                                     "which has no descriptor")
+                if name not in defined:
+                    raise ShapeError(f"{where}: {node.origin or node.op} reads {name!r} "
+                                     "before any node computes it")
+            for o, d in zip(node.outputs, node_descs(ir, node), strict=True):
+                if o in defined and ir.kind.get(o) != "grad":  # grads: one sink per path
+                    raise ShapeError(f"{where}: {node.origin or node.op} computes {o!r}, "
+                                     "which is already defined")
+                if ir.descs.get(o) != d:
+                    raise ShapeError(f"{where}: {node.origin or node.op} output {o!r} is "
+                                     f"{ir.descs.get(o)}, its rule says {d}")
+                defined.add(o)
+        if path.loss is not None and path.loss not in defined:
+            raise ShapeError(f"{where}: the loss {path.loss!r} of path {path.name!r} is "
+                             "not computed")

@@ -1,0 +1,141 @@
+"""Packing buffers with lifetimes into one address range (2-D strip packing).
+
+An *item* is ``(start, end, size)``: the buffer is live at every instruction index
+``start..end`` (inclusive) and needs ``size`` bytes.  A packing gives each item an
+offset such that items live at a common instruction never overlap in memory; its
+cost is the highest address used.  Two strategies, both measured by
+``bench/planner.py``:
+
+- :func:`best_fit` (the default): walk the instructions in order, like an allocator
+  that knows the future frees: a buffer takes the smallest free block that holds it
+  (or extends the block at the top), and is freed after its last reader, with
+  neighbouring free blocks merged.  O(n log n) plus the scan of the free list, which
+  stays short because lifetimes nest (forward activations die in reverse order).
+- :func:`greedy_by_size` (TFLite's "greedy by size"): largest buffer first, each into
+  the smallest gap between the already-placed buffers that overlap it in time.
+
+:func:`lower_bound` is the most bytes live at any one instruction: no packing of
+these items can use less.
+
+>>> items = [(0, 1, 64), (1, 2, 64), (2, 3, 64)]      # a chain: a -> b -> c -> ...
+>>> best_fit(items), lower_bound(items)
+(([0, 64, 0], 128), 128)
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Item = tuple[int, int, int]  # (start, end, size)
+Packing = tuple[list[int], int]  # offsets, bytes used
+Strategy = Callable[[Sequence[Item]], Packing]
+
+
+def lower_bound(items: Sequence[Item]) -> int:
+    """Largest sum of sizes live at one instruction."""
+    if not items:
+        return 0
+    events: dict[int, int] = {}
+    for s, e, z in items:
+        events[s] = events.get(s, 0) + z
+        events[e + 1] = events.get(e + 1, 0) - z
+    live = peak = 0
+    for t in sorted(events):
+        live += events[t]
+        peak = max(peak, live)
+    return peak
+
+
+def best_fit(items: Sequence[Item]) -> Packing:
+    n = len(items)
+    offsets = [0] * n
+    born = sorted(range(n), key=lambda i: (items[i][0], -items[i][2], i))
+    dies = sorted(range(n), key=lambda i: items[i][1])
+    free_at: list[int] = []  # offsets of free blocks, ascending
+    free_size: dict[int, int] = {}
+    top = 0
+    b = d = 0
+    while d < n:
+        # Births at an instruction come before deaths at it: both are live there.
+        if b < n and items[born[b]][0] <= items[dies[d]][1]:
+            i = born[b]
+            b += 1
+            need = items[i][2]
+            best, best_size = -1, 0
+            for o in free_at:
+                s = free_size[o]
+                if s >= need and (best < 0 or s < best_size):
+                    best, best_size = o, s
+                    if s == need:
+                        break
+            if best >= 0:
+                free_at.remove(best)
+                del free_size[best]
+                if best_size > need:
+                    bisect.insort(free_at, best + need)
+                    free_size[best + need] = best_size - need
+                offsets[i] = best
+            elif free_at and free_at[-1] + free_size[free_at[-1]] == top:
+                offsets[i] = free_at.pop()  # grow the free block at the top
+                del free_size[offsets[i]]
+                top = offsets[i] + need
+            else:
+                offsets[i] = top
+                top += need
+        else:
+            i = dies[d]
+            d += 1
+            _release(free_at, free_size, offsets[i], items[i][2])
+    return offsets, top
+
+
+def _release(free_at: list[int], free_size: dict[int, int], o: int, s: int) -> None:
+    """Return block [o, o + s) to the free list, merging it with its neighbours."""
+    k = bisect.bisect_left(free_at, o)
+    if k < len(free_at) and free_at[k] == o + s:
+        s += free_size.pop(free_at.pop(k))
+    if k > 0 and free_at[k - 1] + free_size[free_at[k - 1]] == o:
+        free_size[free_at[k - 1]] += s
+    else:
+        free_at.insert(k, o)
+        free_size[o] = s
+
+
+def greedy_by_size(items: Sequence[Item]) -> Packing:
+    n = len(items)
+    if not n:
+        return [], 0
+    order = sorted(range(n), key=lambda i: (-items[i][2], items[i][0], i))
+    # Placed items in placement order, as arrays: the overlap test is vectorised,
+    # which is what keeps this O(n^2) method usable at 10^4 buffers.
+    st = np.array([items[i][0] for i in order], np.int64)
+    en = np.array([items[i][1] for i in order], np.int64)
+    sz = np.array([items[i][2] for i in order], np.int64)
+    off = np.zeros(n, np.int64)
+    for k in range(n):
+        need = int(sz[k])
+        hit = (st[:k] <= en[k]) & (en[:k] >= st[k])
+        if not hit.any():
+            continue  # offset 0
+        lo = off[:k][hit]
+        rank = np.argsort(lo, kind="stable")
+        lo = lo[rank]
+        hi = lo + sz[:k][hit][rank]
+        reach = np.maximum.accumulate(hi)  # highest address below each gap's end
+        before = np.concatenate(([0], reach[:-1]))
+        gaps = lo - before
+        fits = np.flatnonzero(gaps >= need)
+        if fits.size:
+            off[k] = before[fits[np.argmin(gaps[fits])]]
+        else:
+            off[k] = reach[-1]
+    offsets = [0] * n
+    for k, i in enumerate(order):
+        offsets[i] = int(off[k])
+    return offsets, int((off + sz).max())
+
+
+STRATEGIES: dict[str, Strategy] = {"best_fit": best_fit, "greedy_by_size": greedy_by_size}

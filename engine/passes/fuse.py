@@ -1,0 +1,85 @@
+"""Fusion: ``MatMul`` + ``Add`` of a bias into ``Gemm`` (a Linear layer), and a Gemm
+followed by Relu, Sigmoid or Tanh into ``FusedGemm``.  Only when the intermediate has
+no other reader and is not read back by the user.
+
+>>> from engine import CalcGraph, compile_graph
+>>> g = CalcGraph(); x = g.placeholder("x", (0, 3)); p = g.path("f")
+>>> w = g.parameter("w", (3, 2)); b = g.parameter("b", (2,))
+>>> y = p.Relu(p.Add(p.MatMul(x, w), b))
+>>> [(i.op, i.attrs["activation"]) for i in compile_graph(g, batch_size=2).instrs]
+[('FusedGemm', 'Relu')]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from engine.errors import ShapeError
+from engine.ops import get_op
+from engine.ops.fused import FUSABLE_ACTIVATIONS, gemm_attrs
+from engine.passes.ir import IR, IRNode
+from engine.passes.rewrite import readers
+from engine.passes.shapes import node_descs
+
+# (a node, the producer of one of its inputs) -> the fused node, or None
+Rule = Callable[[IR, IRNode, IRNode, str], "IRNode | None"]
+
+
+def fuse_gemm(ir: IR) -> IR:
+    """MatMul(A, B) + C -> Gemm(A, B, C) for 2-D A and B and C broadcasting to the result."""
+    return _fuse(ir, ("Add",), "MatMul", _gemm_rule)
+
+
+def fuse_activation(ir: IR) -> IR:
+    """act(Gemm(A, B, C)) -> FusedGemm(A, B, C, activation=act)."""
+    return _fuse(ir, FUSABLE_ACTIVATIONS, "Gemm", _activation_rule)
+
+
+def _gemm_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
+    c = node.inputs[1] if node.inputs[0] == via else node.inputs[0]
+    return IRNode("Gemm", (*inner.inputs, c), node.outputs, get_op("Gemm").with_defaults({}),
+                  node.path, origin=f"{inner.origin} fused with {node.origin}")
+
+
+def _activation_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
+    attrs = {**gemm_attrs(inner.attrs), "activation": node.op}
+    return IRNode("FusedGemm", inner.inputs, node.outputs, attrs, node.path,
+                  origin=f"{inner.origin} fused with {node.origin}")
+
+
+def _fuse(ir: IR, outer: tuple[str, ...], inner_op: str, rule: Rule) -> IR:
+    count: Counter[str] = readers(ir)
+    for path in ir.paths:
+        producer: dict[str, int] = {}
+        out: list[IRNode | None] = []
+        for node in path.forward:
+            if node.op in outer:
+                node = _try(ir, node, producer, out, count, inner_op, rule)
+            for o in node.outputs:
+                producer[o] = len(out)
+            out.append(node)
+        path.forward = [n for n in out if n is not None]
+    return ir
+
+
+def _try(ir: IR, node: IRNode, producer: dict[str, int], out: list[IRNode | None],
+         count: Counter[str], inner_op: str, rule: Rule) -> IRNode:
+    for via in dict.fromkeys(node.inputs):
+        j = producer.get(via, -1)
+        inner = out[j] if j >= 0 else None
+        if inner is None or inner.op != inner_op or count[via] != 1 or via in ir.keep:
+            continue
+        fused = rule(ir, node, inner, via)
+        if fused is None:
+            continue
+        try:
+            descs = node_descs(ir, fused)
+        except ShapeError:
+            continue  # e.g. a batched matrix product: Gemm is 2-D only
+        if [ir.descs[o] for o in node.outputs] != descs:
+            continue
+        out[j] = None
+        ir.drop(via)
+        return fused
+    return node
