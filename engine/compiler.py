@@ -3,7 +3,8 @@
 Passes, in order: ``validate`` (and lower to the IR) -> ``infer_shapes`` ->
 ``mark_outputs`` -> the graph optimisations (``passes=``, a list of names: see
 :mod:`engine.passes.pipeline`) -> ``differentiate`` -> lifetime analysis ->
-``plan_memory`` (``sharing=``: ``"best_fit"``, ``"greedy_by_size"`` or ``"none"``)
+``plan_memory`` (``sharing=``: ``"auto"``, ``"best_fit"``, ``"greedy_by_size"`` or
+``"none"``)
 -> ``emit``.  Two entry points:
 
 - ``compile_graph(g, batch_size=B)``: the program for batch ``B``; its
@@ -77,7 +78,7 @@ def lower(graph: CalcGraph, optimizer: Optimizer | None = None, debug: bool = Fa
 
 def size(graph: CalcGraph, batch_size: int, optimizer: Optimizer | None = None,
          device: Device | str | None = None, passes: PassList = None, keep: Keep = None,
-         sharing: str = "best_fit") -> dict[str, int]:
+         sharing: str = "auto") -> dict[str, int]:
     """Exact bytes per zone for ``batch_size``, without emitting a program."""
     ir = lower(graph, optimizer, passes=passes, keep=keep)
     dev = Device(device or graph.device).value
@@ -117,7 +118,7 @@ def compile_graph(
     debug: bool = False,
     passes: PassList = None,
     keep: Keep = None,
-    sharing: str = "best_fit",
+    sharing: str = "auto",
 ) -> Program:
     """Compile ``graph`` for a batch size, or for the largest batch that fits ``memory``.
 
@@ -125,7 +126,8 @@ def compile_graph(
     :data:`~engine.passes.pipeline.DEFAULT_PASSES`; ``()`` for none).  ``keep``:
     variables to keep readable besides the graph's outputs and losses (``"all"``:
     every one).  ``sharing``: how buffers with disjoint lifetimes share memory
-    (``"best_fit"``, ``"greedy_by_size"``, or ``"none"``: no sharing, no in-place).
+    (``"auto"``, ``"best_fit"``, ``"greedy_by_size"``, or ``"none"``: no sharing and no
+    in-place; see :mod:`engine.packing`).
     ``debug``: verify the IR after every pass.
     """
     if (batch_size is None) == (memory is None):

@@ -6,13 +6,16 @@ offset such that items live at a common instruction never overlap in memory; its
 cost is the highest address used.  Two strategies, both measured by
 ``bench/planner.py``:
 
-- :func:`best_fit` (the default): walk the instructions in order, like an allocator
+- :func:`best_fit`: walk the instructions in order, like an allocator
   that knows the future frees: a buffer takes the smallest free block that holds it
   (or extends the block at the top), and is freed after its last reader, with
   neighbouring free blocks merged.  O(n log n) plus the scan of the free list, which
   stays short because lifetimes nest (forward activations die in reverse order).
 - :func:`greedy_by_size` (TFLite's "greedy by size"): largest buffer first, each into
   the smallest gap between the already-placed buffers that overlap it in time.
+
+The default, :func:`auto`, runs best fit and, when that misses the lower bound on a
+graph small enough, greedy by size, and keeps the smaller.
 
 :func:`lower_bound` is the most bytes live at any one instruction: no packing of
 these items can use less.
@@ -138,4 +141,21 @@ def greedy_by_size(items: Sequence[Item]) -> Packing:
     return offsets, int((off + sz).max())
 
 
-STRATEGIES: dict[str, Strategy] = {"best_fit": best_fit, "greedy_by_size": greedy_by_size}
+GREEDY_LIMIT = 2048
+
+
+def auto(items: Sequence[Item]) -> Packing:
+    """Best fit; where it misses the lower bound and there are at most
+    ``GREEDY_LIMIT`` items, greedy by size too, keeping the smaller packing.  On the
+    benchmark suite greedy by size is never worse in bytes but is O(n^2): about 0.1 s
+    at 10^4 buffers against best fit's 5 ms, and the max-batch search plans ~40 times."""
+    packing = best_fit(items)
+    if len(items) <= GREEDY_LIMIT and packing[1] > lower_bound(items):
+        other = greedy_by_size(items)
+        if other[1] < packing[1]:
+            return other
+    return packing
+
+
+STRATEGIES: dict[str, Strategy] = {"auto": auto, "best_fit": best_fit,
+                                   "greedy_by_size": greedy_by_size}

@@ -77,7 +77,7 @@ def node_workspace(ir: IR, node: IRNode, batch: int, device: str) -> int:
 
 
 def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
-                sharing: str = "best_fit", lifetimes: Lifetimes | None = None) -> MemoryPlan:
+                sharing: str = "auto", lifetimes: Lifetimes | None = None) -> MemoryPlan:
     """Offsets and zone sizes at ``batch``.  ``lifetimes`` (from
     :func:`~engine.passes.liveness.analyze`) do not depend on the batch: pass them
     when planning the same IR at many batch sizes."""

@@ -126,6 +126,24 @@ def test_reshape_and_flatten_match_onnx() -> None:
                                       run_onnx("Flatten", [a], axis=axis)[0])
 
 
+@pytest.mark.parametrize("perm", [(), (2, 0, 1), (0, 2, 1)])
+def test_transpose_matches_onnx(perm: tuple[int, ...]) -> None:
+    a = x(2, 3, 4)
+    attrs = {"perm": perm} if perm else {}
+    np.testing.assert_array_equal(run_engine("Transpose", [a], **attrs)[0],
+                                  run_onnx("Transpose", [a], **attrs)[0])
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid", "Tanh"])
+def test_fused_gemm_is_gemm_then_activation(activation: str) -> None:
+    a, b, c = x(4, 3), x(5, 4), x(5)
+    z = run_onnx("Gemm", [a, b, c], transA=1, transB=1, alpha=0.5)[0]
+    ref = run_onnx(activation, [z])[0]
+    ours = run_engine("FusedGemm", [a, b, c], transA=1, transB=1, alpha=0.5,
+                      activation=activation)[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_softmax_cross_entropy_matches_onnx(reduction: str) -> None:
     s = x(6, 4)

@@ -17,11 +17,7 @@ DETERMINISTIC_INITS = frozenset({"zeros", "ones", "constant", "values"})
 
 def readers(ir: IR) -> Counter[str]:
     """How many forward input slots, over all paths, read each value."""
-    count: Counter[str] = Counter()
-    for path in ir.paths:
-        for node in path.forward:
-            count.update(node.inputs)
-    return count
+    return Counter(x for path in ir.paths for node in path.forward for x in node.inputs)
 
 
 def resolve(mapping: Mapping[str, str], name: str) -> str:
