@@ -38,11 +38,17 @@ def fuse_activation(ir: IR) -> IR:
 
 def _gemm_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
     c = node.inputs[1] if node.inputs[0] == via else node.inputs[0]
-    return IRNode("Gemm", (*inner.inputs, c), node.outputs, get_op("Gemm").with_defaults({}),
-                  node.path, origin=f"{inner.origin} fused with {node.origin}")
+    fused = IRNode("Gemm", (*inner.inputs, c), node.outputs, get_op("Gemm").with_defaults({}),
+                   node.path, origin=f"{inner.origin} fused with {node.origin}")
+    try:
+        descs = node_descs(ir, fused)
+    except ShapeError:
+        return None  # e.g. a batched matrix product: Gemm is 2-D only
+    return fused if descs == [ir.descs[o] for o in node.outputs] else None
 
 
 def _activation_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
+    # Same shapes as the Gemm's (the activation is elementwise): nothing to check.
     attrs = {**gemm_attrs(inner.attrs), "activation": node.op}
     return IRNode("FusedGemm", inner.inputs, node.outputs, attrs, node.path,
                   origin=f"{inner.origin} fused with {node.origin}")
@@ -72,12 +78,6 @@ def _try(ir: IR, node: IRNode, producer: dict[str, int], out: list[IRNode | None
             continue
         fused = rule(ir, node, inner, via)
         if fused is None:
-            continue
-        try:
-            descs = node_descs(ir, fused)
-        except ShapeError:
-            continue  # e.g. a batched matrix product: Gemm is 2-D only
-        if [ir.descs[o] for o in node.outputs] != descs:
             continue
         out[j] = None
         ir.drop(via)

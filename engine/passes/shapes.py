@@ -31,7 +31,7 @@ def node_descs(ir: IR, node: IRNode) -> list[TensorDesc]:
         raise ShapeError(f"{node.origin or node.op}: {e} (inputs: {_fmt(ir, node.inputs)})") \
             from None
     for o, d in zip(node.outputs, outs, strict=False):
-        if any(dim == BATCH for dim in d.shape[1:]) or any(dim < 0 for dim in d.shape):
+        if BATCH in d.shape[1:] or (d.shape and min(d.shape) < 0):
             raise ShapeError(f"{node.origin or node.op}: output {o!r} would have shape "
                              f"{d.shape}; the batch dimension must stay leading")
     return outs

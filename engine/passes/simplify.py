@@ -33,8 +33,9 @@ def simplify(ir: IR) -> IR:
         for node in path.forward:
             if any(x in mapping for x in node.inputs):
                 node.inputs = tuple(resolve(mapping, x) for x in node.inputs)
-            if len(node.outputs) == 1 and node.outputs[0] not in ir.keep:
+            if len(node.outputs) == 1:
                 _merge_pair(ir, node, producer, count, dead)
+            if len(node.outputs) == 1 and node.outputs[0] not in ir.keep:
                 same = _equal_input(ir, node)
                 if same is not None:
                     mapping[node.outputs[0]] = same

@@ -51,7 +51,7 @@ def validate(graph: CalcGraph) -> IR:
             if not lo <= len(node.inputs) <= hi:
                 want = str(lo) if lo == hi else f"{lo} to {hi}"
                 raise GraphError(f"{where}: takes {want} inputs, got {len(node.inputs)}")
-            unknown = set(node.attrs) - set(op.attrs)
+            unknown = set(node.attrs) - set(op.attrs) if node.attrs else ()
             if unknown:
                 allowed = ", ".join(sorted(op.attrs)) or "none"
                 raise GraphError(f"{where}: unknown attribute(s) {sorted(unknown)}; "
