@@ -7,6 +7,7 @@ memory size, and run it over one preallocated heap.
 """
 
 from engine.compiler import compile_graph, lower, max_batch, size
+from engine.dot import to_dot
 from engine.errors import (
     BudgetError,
     CompileError,
@@ -30,12 +31,15 @@ from engine.graph import (
 )
 from engine.heap import CalcHeap
 from engine.optim import OPTIMIZERS, SGD, Adagrad, Adam, AdamW, Optimizer, RMSProp
+from engine.passes.pipeline import DEFAULT_PASSES, PASSES, Pass
 from engine.program import Program
 from engine.vm import VM
 
 __all__ = [
     "BATCH",
+    "DEFAULT_PASSES",
     "OPTIMIZERS",
+    "PASSES",
     "SGD",
     "VM",
     "Adagrad",
@@ -54,6 +58,7 @@ __all__ = [
     "Kind",
     "Mode",
     "Optimizer",
+    "Pass",
     "Path",
     "Program",
     "RMSProp",
@@ -65,4 +70,5 @@ __all__ = [
     "lower",
     "max_batch",
     "size",
+    "to_dot",
 ]

@@ -47,6 +47,17 @@ def test_no_two_live_buffers_share_bytes(name: str, sharing: str) -> None:
         assert st["planned"] == prog.zone_bytes[z]
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_allocated_is_predicted_with_sharing(name: str) -> None:
+    opt = Adam() if name != "chain" else None
+    for batch in (1, 7, 64):
+        prog = compile_graph(MODELS[name](), batch_size=batch, optimizer=opt)
+        vm = VM(prog)
+        assert vm.heap.allocated_bytes == prog.total_bytes == sum(prog.zone_bytes.values())
+        for z in prog.zone_bytes:
+            assert vm.heap.capacity(z) == prog.zone_bytes[z]
+
+
 def test_a_forward_chain_keeps_two_activation_buffers() -> None:
     prog = compile_graph(_chain("MatMul", 12), batch_size=4, passes=())
     assert _arena(prog, "forward") == 2 * 4 * 16 * 4
