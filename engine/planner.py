@@ -5,9 +5,10 @@ Layout of a zone: first the *persistent* buffers (see
 do not overlap share memory, packed by a strategy of :mod:`engine.packing`
 (``sharing="none"`` gives every buffer its own slot instead).
 
-The layout fixes what the optimizer relies on: trainable parameters first and
-contiguous in the forward zone, their gradients at the same offsets in the gradient
-zone, and each optimizer state slot a copy of that region in the optimizer zone.
+The layout fixes what the optimizer and model switching rely on: trainable
+parameters first and contiguous in the forward zone, then the other parameters (so
+a model's parameters are one prefix of the zone), their gradients at the same offsets
+in the gradient zone, and each optimizer state slot a copy of that region in the optimizer zone.
 Workspace is one region shared by all instructions, sized by the largest need.
 
 Every plan also reports, per zone, the bytes without sharing, the bytes planned and
@@ -97,6 +98,9 @@ def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
         place(p, FORWARD)
         place(ir.grad_of[p], GRADIENT)
     region = used[FORWARD]
+    for name in ir.params:  # all parameters lead the forward zone: a model's state prefix
+        if name not in offsets:
+            place(name, FORWARD)
     for name, zone in ir.zone.items():
         if name not in offsets and name in ir.descs and (sharing == "none" or
                                                          name in lt.persistent):

@@ -92,6 +92,14 @@ class Program:
         """Exactly what the heap allocates for this program."""
         return sum(self.zone_bytes.values())
 
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the forward zone's prefix that holds every parameter: with the
+        optimizer zone (and unconsumed gradients), what a paused model keeps."""
+        ends = [b.offset + -(-b.desc.nbytes() // 64) * 64 for b in self.buffers
+                if b.kind == "param"]
+        return max(ends, default=0)
+
     def buffer_index(self, name: str) -> int:
         for i, b in enumerate(self.buffers):
             if b.name == name:

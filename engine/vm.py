@@ -39,11 +39,11 @@ import numpy as np
 from engine.backends import get_backend
 from engine.errors import EngineError, InputError
 from engine.heap import CalcHeap
-from engine.initializers import initial_values
 from engine.ops import KernelArgs, get_op
 from engine.ops._base import align
 from engine.passes.ir import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
 from engine.program import Program
+from engine.state import ModelState, empty_state, initial_state, region_dtype
 
 Step = Callable[[], None]
 
@@ -61,7 +61,7 @@ class VM:
     """Loads a :class:`Program` onto a heap and runs it (see the module docstring)."""
 
     def __init__(self, program: Program, *, seed: int = 0, heap: CalcHeap | None = None,
-                 check_inputs: bool = True) -> None:
+                 check_inputs: bool = True, initialize: bool = True) -> None:
         self.program = program
         self.backend = get_backend(program.device)
         self.xp = self.backend.xp
@@ -76,6 +76,7 @@ class VM:
         self.round = 0
         self._t = [0]  # optimize() calls: Adam's bias correction reads it
         self._dirty = 0  # bit i: parameter i holds gradients optimize() has not consumed
+        self._forwarded = -1  # the path whose forward ran last: backward reads its values
         self._fed: set[str] = set()
         self._placeholders = {b.name: i for i, b in enumerate(program.buffers)
                               if b.kind == "placeholder"}
@@ -85,35 +86,62 @@ class VM:
         self._all_learned = sum(1 << i for i in self._learned)
         self._bindings: dict[int, _Binding] = {}
         self._update_cache: dict[int, tuple[Step, ...]] = {}
-        self.initialize(seed)
+        # One generator for the VM's life: kernels hold it; models swap its state.
+        self.rng = self.backend.rng(seed)
+        self._batch = program.batch_size
+        self._binding = self._bind(self._batch)
+        self._flat_update = self._bind_update(self._all_learned)
+        if initialize:
+            self.initialize(seed)
 
     # -- set-up --------------------------------------------------------------------------
     def initialize(self, seed: int = 0) -> None:
         """Zero the heap (one memset per zone), initialise parameters and optimizer
         state, and reset the random generator and counters."""
-        self.heap.memset()
-        self.rng = self.backend.rng(seed)
-        self._bindings.clear()
-        self._update_cache.clear()
-        self._t[0] = 0
-        self._dirty = 0
-        self._forwarded = -1  # the path whose forward ran last: backward reads its values
-        self.round = 0
-        host_rng = np.random.default_rng(seed)
-        prog = self.program
-        for ps in prog.params:
-            spec = prog.buffers[ps.buffer]
-            view = self._view(ps.buffer, prog.batch_size)
-            self.backend.to_device(view, initial_values(ps.init, spec.shape, view.dtype, host_rng))
-        opt = prog.optimizer
-        if opt is not None and prog.param_region:
-            for off, value in zip(prog.state_offsets, opt.state_init(), strict=True):
-                if value:
-                    self.heap.zones[OPTIMIZER][off : off + prog.param_region].view(
-                        self._region_dtype() or np.float32).fill(value)
-        self._batch = prog.batch_size
-        self._binding = self._bind(self._batch)
-        self._flat_update = self._bind_update(self._all_learned)
+        self.load_state(initial_state(self.program, seed, self.backend))
+
+    # -- model switching -----------------------------------------------------------------
+    def save_state(self, into: ModelState | None = None) -> ModelState:
+        """Copy what this model needs to resume (parameters, optimizer state,
+        unconsumed gradients, counters, the random state) to host memory; ``into``
+        reuses the buffers of an earlier state of the same program."""
+        st = into if into is not None else empty_state(self.program, self.backend)
+        self._check_state(st)
+        zones, prog, be = self.heap.zones, self.program, self.backend
+        be.copy_out(st.forward, zones[FORWARD][: prog.state_bytes])
+        be.copy_out(st.optimizer, zones[OPTIMIZER][: prog.zone_bytes[OPTIMIZER]])
+        if self._dirty:  # once the optimizer consumed them, gradients are not kept
+            be.copy_out(st.gradient, zones[GRADIENT][: prog.param_region])
+        st.t, st.dirty, st.round = self._t[0], self._dirty, self.round
+        st.rng = be.rng_state(self.rng)
+        be.synchronize()
+        return st
+
+    def load_state(self, st: ModelState) -> None:
+        """Make this VM run the model ``st`` describes: one memset and at most one copy
+        per zone (the copied prefix is not memset: it is overwritten)."""
+        self._check_state(st)
+        zones, prog, be = self.heap.zones, self.program, self.backend
+        n = prog.state_bytes
+        be.copy_in(zones[FORWARD][:n], st.forward)
+        be.memset(zones[FORWARD][n : prog.zone_bytes[FORWARD]])
+        g = prog.param_region if st.dirty else 0
+        if g:
+            be.copy_in(zones[GRADIENT][:g], st.gradient)
+        be.memset(zones[GRADIENT][g : prog.zone_bytes[GRADIENT]])
+        be.copy_in(zones[OPTIMIZER][: prog.zone_bytes[OPTIMIZER]], st.optimizer)
+        be.memset(zones[WORKSPACE][: prog.zone_bytes[WORKSPACE]])
+        self._t[0], self._dirty, self.round = st.t, st.dirty, st.round
+        be.set_rng_state(self.rng, st.rng)
+        self._forwarded = -1
+        self._fed.clear()
+        self._use_batch(prog.batch_size)
+        be.synchronize()
+
+    def _check_state(self, st: ModelState) -> None:
+        if st.program is not self.program and st.program != self.program:
+            raise EngineError(f"a state of program {st.program.name!r} cannot run on a VM of "
+                              f"program {self.program.name!r}: they differ")
 
     def _view(self, i: int, batch: int) -> Any:
         b = self.program.buffers[i]
@@ -148,8 +176,7 @@ class VM:
         return [get_op(ins.op).kernel_for(self.program.device)(args), *extra]
 
     def _region_dtype(self) -> Any:
-        dts = {self.program.buffers[self.program.params[i].buffer].dtype for i in self._learned}
-        return self.xp.dtype(dts.pop()) if len(dts) == 1 else None
+        return region_dtype(self.program)
 
     def _bind_update(self, mask: int) -> tuple[Step, ...]:
         """Regularization then the optimizer update for the parameters in ``mask``."""

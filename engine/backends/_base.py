@@ -34,6 +34,28 @@ class Backend(ABC):
     def rng(self, seed: int) -> Any:
         """A generator with ``random(out=, dtype=)`` drawing on this device."""
 
+    def host_alloc(self, nbytes: int) -> np.ndarray:
+        """Host memory for paused models (page-locked where the device copies faster
+        from it)."""
+        return np.empty(int(nbytes), dtype=np.uint8)
+
+    def copy_out(self, dst: np.ndarray, src: Any) -> None:
+        """Device bytes -> host bytes (same length); may return before it is done:
+        :meth:`synchronize` waits."""
+        np.copyto(dst, src)
+
+    def copy_in(self, dst: Any, src: np.ndarray) -> None:
+        """Host bytes -> device bytes (same length); may be asynchronous like copy_out."""
+        np.copyto(dst, src)
+
+    def rng_state(self, rng: Any) -> Any:
+        """A JSON-able snapshot of a generator's state."""
+        return rng.bit_generator.state
+
+    def set_rng_state(self, rng: Any, state: Any) -> None:
+        """Restore a snapshot, in place: kernels hold the generator object."""
+        rng.bit_generator.state = state
+
     def synchronize(self) -> None:  # noqa: B027 - a no-op by default, on purpose
         """Wait for queued device work (no-op on the CPU)."""
 

@@ -41,5 +41,28 @@ class CupyBackend(Backend):
     def rng(self, seed: int) -> Any:
         return self.xp.random.default_rng(seed)
 
+    def host_alloc(self, nbytes: int) -> np.ndarray:
+        import cupyx
+
+        return cupyx.empty_pinned(int(nbytes), dtype=np.uint8)  # async copies need pinning
+
+    def copy_out(self, dst: np.ndarray, src: Any) -> None:
+        src.get(stream=self.xp.cuda.get_current_stream(), out=dst, blocking=False)
+
+    def copy_in(self, dst: Any, src: np.ndarray) -> None:
+        dst.set(src, stream=self.xp.cuda.get_current_stream())
+
+    def rng_state(self, rng: Any) -> Any:
+        state = getattr(rng.bit_generator, "state", None)
+        if state is None:
+            raise EngineError("this cupy version cannot snapshot its random generator, so "
+                              "a GPU model with random ops cannot be paused exactly")
+        return state
+
+    def memset(self, buf: Any, value: int = 0) -> None:
+        if buf.nbytes:
+            self.xp.cuda.runtime.memsetAsync(buf.data.ptr, value, buf.nbytes,
+                                             self.xp.cuda.get_current_stream().ptr)
+
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()

@@ -1,0 +1,181 @@
+"""Model switching: exact pause and resume, several programs in one arena, paused
+models on disk, the pool's bound, and memory that stays constant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import SGD, Adagrad, Adam, AdamW, EngineError, Optimizer, RMSProp, compile_graph
+from engine.arena import Arena
+from engine.models import paper_mlp
+from engine.pool import ModelPool, PoolFullError
+from engine.program import Program
+from engine.state import ModelState
+from engine.train import train_epoch
+
+OPTIMIZERS: list[Optimizer] = [
+    SGD(lr=0.1), SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    Adam(lr=0.01), AdamW(lr=0.01, weight_decay=0.01), RMSProp(lr=0.01, momentum=0.5),
+    Adagrad(lr=0.05),
+]
+R = np.random.default_rng(0)
+X = R.normal(size=(100, 12)).astype(np.float32)  # 100 samples: the last batch is 4 of 32
+Y = (X[:, :3].argmax(axis=1)).astype(np.int64)
+
+
+def program(opt: Optimizer, hidden: int = 16) -> Program:
+    return compile_graph(paper_mlp((12, hidden, 3), dropout=0.3), batch_size=32, optimizer=opt)
+
+
+def rounds(vm, n: int, seed: int) -> None:
+    for _ in range(n):
+        train_epoch(vm, X, Y, np.random.default_rng(seed * 100 + vm.round))
+
+
+def snapshot(vm) -> dict[str, np.ndarray]:
+    out = {b.name: vm.get(b.name) for b in vm.program.buffers if b.kind == "param"}
+    out["optimizer"] = vm.backend.to_host(vm.heap.zones["optimizer"]).copy()
+    return out
+
+
+def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: repr(o)[:40])
+def test_pause_and_resume_are_exact(opt: Optimizer) -> None:
+    prog = program(opt)
+    straight = ModelPool(Arena.for_programs([prog]))
+    m = straight.add(prog, seed=3)
+    vm = straight.activate(m)
+    rounds(vm, 10, seed=1)
+    expected = snapshot(vm)
+
+    other = program(Adam(lr=0.02), hidden=24)
+    pool = ModelPool(Arena.for_programs([prog, other]))
+    a, same, b = pool.add(prog, seed=3), pool.add(prog, seed=7), pool.add(other, seed=4)
+    rounds(pool.activate(a), 5, seed=1)
+    rounds(pool.activate(same), 2, seed=8)  # the same bytecode and generator in between
+    rounds(pool.activate(b), 3, seed=9)  # another program: a rebind
+    vm = pool.activate(a)
+    rounds(vm, 5, seed=1)
+    assert vm.round == 10 and pool.switches == 4
+    assert_same(snapshot(vm), expected)
+
+
+def test_unconsumed_gradients_survive_a_switch() -> None:
+    prog = program(Adam(lr=0.01))
+
+    def accumulate(pool: ModelPool, m, switch: bool) -> dict[str, np.ndarray]:
+        vm = pool.activate(m)
+        for s in (0, 32):
+            vm.set("x", X[s:s + 32])
+            vm.set("y", Y[s:s + 32])
+            vm.forward("train")
+            vm.apply_loss("train", 0.5)
+            vm.backward("train")
+        if switch:
+            pool.activate(pool.add(prog, seed=8))
+            vm = pool.activate(m)
+        vm.optimize()
+        return snapshot(vm)
+
+    p1, p2 = ModelPool(Arena.for_programs([prog])), ModelPool(Arena.for_programs([prog]))
+    assert_same(accumulate(p1, p1.add(prog, seed=2), False),
+                accumulate(p2, p2.add(prog, seed=2), True))
+
+
+def test_a_paused_model_goes_to_disk_and_back(tmp_path) -> None:
+    prog = program(RMSProp(lr=0.01, momentum=0.5))
+    pool = ModelPool(Arena.for_programs([prog]))
+    m = pool.add(prog, seed=5)
+    rounds(pool.activate(m), 4, seed=2)
+    path = pool.save(m, tmp_path / "trial.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trial.npz"]  # nothing else
+    rounds(pool.activate(m), 3, seed=2)
+    expected = snapshot(pool.activate(m))
+
+    fresh = ModelPool(Arena.for_programs([prog]))  # a new worker: only the file
+    back = fresh.load(path)
+    assert back.program == prog and back.state.round == 4
+    vm = fresh.activate(back)
+    rounds(vm, 3, seed=2)
+    assert_same(snapshot(vm), expected)
+
+
+def test_saving_is_atomic_and_loading_checks(tmp_path, monkeypatch) -> None:
+    prog = program(SGD(lr=0.1))
+    pool = ModelPool(Arena.for_programs([prog]))
+    m = pool.add(prog)
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", boom)
+    with pytest.raises(OSError, match="disk full"):
+        pool.save(m, tmp_path / "m.npz")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(EngineError, match="not a saved model state"):
+        pool.load(tmp_path / "junk.npz")
+
+
+def test_the_pool_bound_is_a_clear_error() -> None:
+    prog = program(Adam())
+    one = pool_state(prog).nbytes
+    pool = ModelPool(Arena.for_programs([prog]), max_host_bytes=2 * one + one // 2)
+    pool.add(prog), pool.add(prog)
+    with pytest.raises(PoolFullError, match="2 models hold .* bound: remove"):
+        pool.add(prog)
+    pool.remove(next(iter(pool.models.values())))
+    pool.add(prog)  # room again
+
+
+def pool_state(prog: Program) -> ModelState:
+    from engine.state import empty_state
+
+    return empty_state(prog)
+
+
+def test_a_program_too_big_for_the_arena_is_refused() -> None:
+    small, big = program(SGD(lr=0.1)), program(SGD(lr=0.1), hidden=256)
+    pool = ModelPool(Arena.for_programs([small]))
+    with pytest.raises(EngineError, match="arena holds"):
+        pool.add(big)
+
+
+def test_a_state_runs_only_on_its_program() -> None:
+    a, b = program(SGD(lr=0.1)), program(SGD(lr=0.1), hidden=20)
+    vm = Arena.for_programs([a, b]).vm(a)
+    with pytest.raises(EngineError, match="differ"):
+        vm.load_state(pool_state(b))
+
+
+def test_switching_allocates_nothing_and_memory_stays_constant() -> None:
+    progs = [program(Adam(lr=0.01)), program(SGD(lr=0.1, momentum=0.9), hidden=24)]
+    arena = Arena.for_programs(progs)
+    pool = ModelPool(arena)
+    models = [pool.add(progs[i % 2], seed=i) for i in range(6)]
+    for m in models:  # every model trained once: bindings for both batch sizes exist
+        rounds(pool.activate(m), 1, seed=m.id)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def switch(n: int) -> None:
+        for i in range(n):
+            vm = pool.activate(models[i % len(models)])
+            vm.set("x", X[:32])
+            vm.set("y", Y[:32])
+            vm.train_step("train")
+
+    switch(10)
+    before = rss()
+    switch(1000)
+    assert abs(rss() - before) <= 1 << 20
+    assert arena.nbytes == max(p.total_bytes for p in progs)
