@@ -5,9 +5,11 @@ at most one of them *active* (its data in the arena); the others are *paused* in
 host memory (:class:`~engine.state.ModelState`).  ``activate(m)`` switches: the
 active model's state is copied out, then the arena is re-initialised and ``m``'s
 state copied in — one memset and one copy per zone, no allocation.  Models of the
-same program share its bytecode (only data moves); a model of another program
-rebinds that program onto the arena (a few views and closures, kept for the most
-recently used programs).
+same program — or of programs differing only in optimizer hyperparameters and
+inits (:attr:`~engine.program.Program.code_key`) — share one bytecode (only data
+moves, and the optimizer update is rebound when the learning rate differs); a model
+of another program rebinds that program onto the arena (a few views and closures,
+kept for the most recently used programs).
 
 Host memory for paused models is bounded by ``max_host_bytes``: adding a model
 past it is an error that says so, never a swap storm.  ``save``/``load`` write a
@@ -66,7 +68,7 @@ class ModelPool:
         self.max_host_bytes = max_host_bytes
         self.models: dict[int, Model] = {}
         self.active: Model | None = None
-        self._vms: OrderedDict[int, VM] = OrderedDict()  # id(program) -> VM on the arena
+        self._vms: OrderedDict[str, VM] = OrderedDict()  # code key -> VM on the arena
         self._bound_programs = max(1, bound_programs)
         self._next = 0
         self.switches = 0
@@ -107,7 +109,7 @@ class ModelPool:
         if self.models.get(model.id) is not model:
             raise EngineError(f"model {model.id} is not in this pool")
         if self.active is model:
-            return self._vms[id(model.program)]
+            return self._vms[model.program.code_key]
         self.pause()
         vm = self._vm(model.program)
         vm.load_state(model.state)
@@ -118,7 +120,7 @@ class ModelPool:
     def pause(self) -> None:
         """Copy the active model's state to its host buffers; no model is active after."""
         if self.active is not None:
-            self._vms[id(self.active.program)].save_state(into=self.active.state)
+            self._vms[self.active.program.code_key].save_state(into=self.active.state)
             self.active = None
 
     def remove(self, model: Model) -> None:
@@ -134,10 +136,11 @@ class ModelPool:
         return model.state.save(path)
 
     def _vm(self, program: Program) -> VM:
-        key = id(program)
+        key = program.code_key
         vm = self._vms.get(key)
-        if vm is not None and vm.program is program:
+        if vm is not None:
             self._vms.move_to_end(key)
+            vm.retarget(program)  # same code: at most the optimizer update is rebound
             return vm
         vm = self.arena.vm(program, initialize=False)
         self._vms[key] = vm

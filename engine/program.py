@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from engine.graph import DType, Init, Regularization, TensorDesc
@@ -92,7 +93,20 @@ class Program:
         """Exactly what the heap allocates for this program."""
         return sum(self.zone_bytes.values())
 
-    @property
+    @cached_property
+    def code_key(self) -> str:
+        """What the VM's bindings depend on: everything but the optimizer's
+        hyperparameters and the parameters' inits.  Programs with equal keys run on
+        one VM (:meth:`VM.retarget`), which is how trials that differ only in learning
+        rate or init method share bytecode when they switch."""
+        d = self.to_dict()
+        if self.optimizer is not None:
+            d["optimizer"] = {"name": self.optimizer.name, "slots": self.optimizer.state_slots}
+        for p in d["params"]:
+            p["init"] = None
+        return json.dumps(d, sort_keys=True, default=_jsonable)
+
+    @cached_property
     def state_bytes(self) -> int:
         """Bytes of the forward zone's prefix that holds every parameter: with the
         optimizer zone (and unconsumed gradients), what a paused model keeps."""

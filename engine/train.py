@@ -20,21 +20,27 @@ from engine.vm import VM
 def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator | None = None,
                 path: str = "train", batch: int | None = None) -> float:
     """One pass over (x, y) in mini-batches of ``batch`` (default: the compiled batch),
-    shuffled when ``rng`` is given; returns the mean training loss."""
+    shuffled when ``rng`` is given; returns the mean training loss.  The data is
+    checked for non-finite values once, and each mini-batch's rows are gathered
+    straight into the heap."""
     b = batch or vm.program.batch_size
-    order = rng.permutation(len(y)) if rng is not None else np.arange(len(y))
-    xs, ys = x[order], y[order]
+    n = len(y)
+    order = rng.permutation(n) if rng is not None else np.arange(n)
     pc = vm.program.paths[vm.program.path_index(path)]
     loss_name = vm.program.buffers[pc.loss].name if pc.loss is not None else None
+    if vm.check_inputs:
+        vm.check("x", x)
+        vm.check("y", y)
     total = 0.0
-    for start in range(0, len(y), b):
-        vm.set("x", xs[start:start + b])
-        vm.set("y", ys[start:start + b])
+    for start in range(0, n, b):
+        rows = order[start:start + b]
+        vm.gather("x", x, rows, check=False)
+        vm.gather("y", y, rows, check=False)
         vm.train_step(path)
         if loss_name is not None:
-            total += float(vm.view(loss_name)) * len(ys[start:start + b])
+            total += float(vm.view(loss_name)) * len(rows)
     vm.end_round()
-    return total / max(len(y), 1)
+    return total / max(n, 1)
 
 
 def evaluate(vm: VM, x: np.ndarray, y: np.ndarray, path: str = "eval",

@@ -30,6 +30,7 @@ one learning batch may be split into several technical batches
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,7 @@ class VM:
         self._dirty = 0  # bit i: parameter i holds gradients optimize() has not consumed
         self._forwarded = -1  # the path whose forward ran last: backward reads its values
         self._fed: set[str] = set()
+        self._checked: dict[str, tuple[Any, Any]] = {}  # placeholder -> array checked whole
         self._placeholders = {b.name: i for i, b in enumerate(program.buffers)
                               if b.kind == "placeholder"}
         self._names = {b.name: i for i, b in enumerate(program.buffers)}
@@ -88,6 +90,7 @@ class VM:
         self._update_cache: dict[int, tuple[Step, ...]] = {}
         # One generator for the VM's life: kernels hold it; models swap its state.
         self.rng = self.backend.rng(seed)
+        self._state_views = self._make_state_views()
         self._batch = program.batch_size
         self._binding = self._bind(self._batch)
         self._flat_update = self._bind_update(self._all_learned)
@@ -107,11 +110,12 @@ class VM:
         reuses the buffers of an earlier state of the same program."""
         st = into if into is not None else empty_state(self.program, self.backend)
         self._check_state(st)
-        zones, prog, be = self.heap.zones, self.program, self.backend
-        be.copy_out(st.forward, zones[FORWARD][: prog.state_bytes])
-        be.copy_out(st.optimizer, zones[OPTIMIZER][: prog.zone_bytes[OPTIMIZER]])
+        params, _, grads, _, opt, _ = self._state_views
+        be = self.backend
+        be.copy_out(st.forward, params)
+        be.copy_out(st.optimizer, opt)
         if self._dirty:  # once the optimizer consumed them, gradients are not kept
-            be.copy_out(st.gradient, zones[GRADIENT][: prog.param_region])
+            be.copy_out(st.gradient, grads)
         st.t, st.dirty, st.round = self._t[0], self._dirty, self.round
         st.rng = be.rng_state(self.rng)
         be.synchronize()
@@ -121,22 +125,46 @@ class VM:
         """Make this VM run the model ``st`` describes: one memset and at most one copy
         per zone (the copied prefix is not memset: it is overwritten)."""
         self._check_state(st)
-        zones, prog, be = self.heap.zones, self.program, self.backend
-        n = prog.state_bytes
-        be.copy_in(zones[FORWARD][:n], st.forward)
-        be.memset(zones[FORWARD][n : prog.zone_bytes[FORWARD]])
-        g = prog.param_region if st.dirty else 0
-        if g:
-            be.copy_in(zones[GRADIENT][:g], st.gradient)
-        be.memset(zones[GRADIENT][g : prog.zone_bytes[GRADIENT]])
-        be.copy_in(zones[OPTIMIZER][: prog.zone_bytes[OPTIMIZER]], st.optimizer)
-        be.memset(zones[WORKSPACE][: prog.zone_bytes[WORKSPACE]])
+        params, rest, grads, no_grads, opt, ws = self._state_views
+        be = self.backend
+        be.copy_in(params, st.forward)
+        be.memset(rest)
+        if st.dirty:
+            be.copy_in(grads, st.gradient)
+            be.memset(no_grads[grads.nbytes:])
+        else:
+            be.memset(no_grads)
+        be.copy_in(opt, st.optimizer)
+        be.memset(ws)
         self._t[0], self._dirty, self.round = st.t, st.dirty, st.round
         be.set_rng_state(self.rng, st.rng)
         self._forwarded = -1
         self._fed.clear()
-        self._use_batch(prog.batch_size)
+        if self._batch != self.program.batch_size:
+            self._use_batch(self.program.batch_size)
         be.synchronize()
+
+    def _make_state_views(self) -> tuple[Any, ...]:
+        """(parameters, rest of forward, gradient region, gradient zone, optimizer zone,
+        workspace): the slices a switch copies or clears, made once."""
+        z, prog = self.heap.zones, self.program
+        n, size = prog.state_bytes, prog.zone_bytes
+        return (z[FORWARD][:n], z[FORWARD][n : size[FORWARD]],
+                z[GRADIENT][: prog.param_region], z[GRADIENT][: size[GRADIENT]],
+                z[OPTIMIZER][: size[OPTIMIZER]], z[WORKSPACE][: size[WORKSPACE]])
+
+    def retarget(self, program: Program) -> None:
+        """Run ``program`` from now on; it must have this VM's code
+        (:attr:`Program.code_key`: it may differ in optimizer hyperparameters and
+        inits).  Only the optimizer update is rebound."""
+        if program is self.program:
+            return
+        if program.code_key != self.program.code_key:
+            raise EngineError(f"program {program.name!r} does not have the code of the "
+                              f"program this VM runs ({self.program.name!r})")
+        self.program = program
+        self._update_cache.clear()
+        self._flat_update = self._bind_update(self._all_learned)
 
     def _check_state(self, st: ModelState) -> None:
         if st.program is not self.program and st.program != self.program:
@@ -222,32 +250,13 @@ class VM:
         """The batch the bindings currently run at (<= the compiled batch)."""
         return self._batch
 
-    def set(self, name: str, value: Any) -> None:
+    def set(self, name: str, value: Any, check: bool | None = None) -> None:
         """Copy ``value`` into placeholder ``name``.  Its leading dimension may be smaller
-        than the compiled batch (the last mini-batch)."""
-        i = self._placeholders.get(name)
-        if i is None:
-            kind = self.program.buffers[self._names[name]].kind if name in self._names else None
-            raise InputError(f"{name!r} is not a placeholder" + (f" (it is a {kind} variable)"
-                             if kind else f"; placeholders: {sorted(self._placeholders)}"))
-        spec = self.program.buffers[i]
+        than the compiled batch (the last mini-batch).  ``check`` (default: the VM's
+        ``check_inputs``) looks for non-finite values first."""
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        batch = self._batch
-        if spec.desc.batched:
-            if arr.ndim != len(spec.shape) or tuple(arr.shape[1:]) != spec.shape[1:] or \
-                    not 1 <= arr.shape[0] <= self.program.batch_size:
-                raise InputError(f"placeholder {name!r} expects shape (b, "
-                                 f"{', '.join(map(str, spec.shape[1:]))}) with 1 <= b <= "
-                                 f"{self.program.batch_size}, got {arr.shape}")
-            batch = int(arr.shape[0])
-        elif tuple(arr.shape) != spec.shape:
-            raise InputError(f"placeholder {name!r} expects shape {spec.shape}, got {arr.shape}")
-        if batch != self._batch:
-            if self._fed and spec.desc.batched:
-                raise InputError(f"placeholder {name!r} has batch {batch} but "
-                                 f"{sorted(self._fed)} were set with batch {self._batch}")
-            self._use_batch(batch)
-        if self.check_inputs:
+        i, spec = self._placeholder(name, arr.shape, arr.shape[0] if arr.ndim else 0)
+        if self.check_inputs if check is None else check:
             _check_values(name, arr, spec.dtype)
         try:
             self.backend.to_device(self._binding.views[i], arr)
@@ -255,6 +264,61 @@ class VM:
             raise InputError(f"placeholder {name!r} ({spec.dtype}) cannot take "
                              f"{arr.dtype} data: {e}") from None
         self._fed.add(name)
+
+    def gather(self, name: str, source: np.ndarray, rows: np.ndarray,
+               check: bool | None = None) -> None:
+        """``set(name, source[rows])`` with the rows copied straight into the heap (no
+        intermediate array): how an epoch feeds shuffled mini-batches."""
+        shape = (len(rows), *source.shape[1:])
+        i, spec = self._placeholder(name, shape, len(rows))
+        if self.check_inputs if check is None else check:
+            _check_values(name, source[rows], spec.dtype)
+        if source.dtype != np.dtype(spec.dtype):
+            raise InputError(f"placeholder {name!r} ({spec.dtype}) cannot take "
+                             f"{source.dtype} data")
+        self.backend.gather_rows(self._binding.views[i], source, rows)
+        self._fed.add(name)
+
+    def check(self, name: str, value: np.ndarray) -> None:
+        """Raise :class:`InputError` if ``value`` (for placeholder ``name``) holds a
+        non-finite value, or non-integers for an integer placeholder.  The same array
+        is checked once (a data set fed epoch after epoch): changing it in place
+        afterwards is not noticed."""
+        i, _ = self._placeholder_index(name)
+        key = (value.__array_interface__["data"][0], value.shape, value.strides, value.dtype)
+        seen = self._checked.get(name)
+        if seen is not None and seen[0]() is value and seen[1] == key:
+            return
+        _check_values(name, value, self.program.buffers[i].dtype)
+        self._checked[name] = (weakref.ref(value), key)
+
+    def _placeholder_index(self, name: str) -> tuple[int, Any]:
+        i = self._placeholders.get(name)
+        if i is None:
+            kind = self.program.buffers[self._names[name]].kind if name in self._names else None
+            raise InputError(f"{name!r} is not a placeholder" + (f" (it is a {kind} variable)"
+                             if kind else f"; placeholders: {sorted(self._placeholders)}"))
+        return i, self.program.buffers[i]
+
+    def _placeholder(self, name: str, shape: tuple[int, ...], batch: int) -> tuple[int, Any]:
+        """The buffer of placeholder ``name`` after checking a value's shape, switched to
+        that value's batch size."""
+        i, spec = self._placeholder_index(name)
+        if spec.desc.batched:
+            if len(shape) != len(spec.shape) or tuple(shape[1:]) != spec.shape[1:] or \
+                    not 1 <= batch <= self.program.batch_size:
+                raise InputError(f"placeholder {name!r} expects shape (b, "
+                                 f"{', '.join(map(str, spec.shape[1:]))}) with 1 <= b <= "
+                                 f"{self.program.batch_size}, got {tuple(shape)}")
+            if batch != self._batch:
+                if self._fed:
+                    raise InputError(f"placeholder {name!r} has batch {batch} but "
+                                     f"{sorted(self._fed)} were set with batch {self._batch}")
+                self._use_batch(batch)
+        elif tuple(shape) != spec.shape:
+            raise InputError(f"placeholder {name!r} expects shape {spec.shape}, got "
+                             f"{tuple(shape)}")
+        return i, spec
 
     def assign(self, name: str, value: Any) -> None:
         """Overwrite the values of parameter ``name`` (trained weights, a restart)."""

@@ -52,3 +52,38 @@ def test_gpu_heap_is_exact_and_steps_allocate_nothing() -> None:
         vm.train_step("train")
     cupy.cuda.Device().synchronize()
     assert pool.used_bytes() == before
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_gpu_pause_and_resume_are_exact(dropout: float) -> None:
+    import cupy
+
+    from engine.arena import Arena
+    from engine.pool import ModelPool
+
+    prog = compile_graph(paper_mlp((784, 32, 10), dropout=dropout), batch_size=64,
+                         optimizer=Adam(), device="gpu")
+
+    def steps(vm: VM, n: int, offset: int) -> None:
+        for i in range(n):
+            s = slice(((i + offset) % 4) * 64, ((i + offset) % 4 + 1) * 64)
+            vm.set("x", X[s])
+            vm.set("y", Y[s])
+            vm.train_step("train")
+
+    straight = ModelPool(Arena.for_programs([prog]))
+    m = straight.add(prog, seed=1)
+    steps(straight.activate(m), 6, 0)
+    expected = straight.activate(m).get("w0")
+
+    pool = ModelPool(Arena.for_programs([prog]))
+    a, b = pool.add(prog, seed=1), pool.add(prog, seed=2)
+    steps(pool.activate(a), 3, 0)
+    steps(pool.activate(b), 2, 1)
+    steps(pool.activate(a), 3, 3)
+    np.testing.assert_array_equal(pool.activate(a).get("w0"), expected)
+    used = cupy.get_default_memory_pool().used_bytes()
+    for i in range(50):  # switching allocates nothing on the device
+        pool.activate((a, b)[i % 2])
+    cupy.cuda.Device().synchronize()
+    assert cupy.get_default_memory_pool().used_bytes() == used

@@ -184,3 +184,12 @@ def test_square_mse_rmse_accuracy_match_numpy() -> None:
 
 def test_onnx_is_importable_for_the_reference() -> None:
     assert onnx.defs.onnx_opset_version() >= 17
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_cross_entropy_rejects_labels_out_of_range(bad: int) -> None:
+    from engine import InputError
+
+    lab = np.array([0, bad, 1], dtype=np.int64)
+    with pytest.raises(InputError, match=r"labels must lie in \[0, 4\)"):
+        run_engine("SoftmaxCrossEntropyLoss", [x(3, 4), lab], n_out=2)

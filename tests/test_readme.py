@@ -19,6 +19,14 @@ def test_readme_example_runs_and_learns(capsys) -> None:
     assert rmse < 0.05
 
 
+def test_readme_model_switching_example_runs(capsys, tmp_path, monkeypatch) -> None:
+    block = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[1]
+    block = block.replace("/tmp/trial0.npz", str(tmp_path / "trial0.npz"))
+    exec(compile(block, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.startswith("30 switches") and (tmp_path / "trial0.npz").exists()
+
+
 def test_readme_gives_exactly_two_setup_commands() -> None:
     setup = README.read_text().split("## Set-up")[1].split("## ")[0]
     commands = re.findall(r"```bash\n(.*?)```", setup, re.S)

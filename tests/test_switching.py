@@ -129,7 +129,7 @@ def test_the_pool_bound_is_a_clear_error() -> None:
     one = pool_state(prog).nbytes
     pool = ModelPool(Arena.for_programs([prog]), max_host_bytes=2 * one + one // 2)
     pool.add(prog), pool.add(prog)
-    with pytest.raises(PoolFullError, match="2 models hold .* bound: remove"):
+    with pytest.raises(PoolFullError, match=r"2 models hold .* bound: remove"):
         pool.add(prog)
     pool.remove(next(iter(pool.models.values())))
     pool.add(prog)  # room again
@@ -146,6 +146,27 @@ def test_a_program_too_big_for_the_arena_is_refused() -> None:
     pool = ModelPool(Arena.for_programs([small]))
     with pytest.raises(EngineError, match="arena holds"):
         pool.add(big)
+
+
+def test_trials_differing_in_learning_rate_and_init_share_one_vm() -> None:
+    from engine import Init
+
+    a = program(Adam(lr=0.01))
+    b = compile_graph(paper_mlp((12, 16, 3), dropout=0.3, init=Init.he_uniform()),
+                      batch_size=32, optimizer=Adam(lr=0.05))
+    c = program(SGD(lr=0.1))  # another optimizer: other code
+    assert a.code_key == b.code_key != c.code_key
+    pool = ModelPool(Arena.for_programs([a, b, c]))
+    ma, mb, mc = pool.add(a), pool.add(b), pool.add(c)
+    va, vb, vc = pool.activate(ma), pool.activate(mb), pool.activate(mc)
+    assert va is vb is not vc and vb.program is b
+
+    # and the retargeted VM trains b exactly as b's own VM would
+    alone = ModelPool(Arena.for_programs([b]))
+    m = alone.add(b)
+    rounds(alone.activate(m), 2, seed=4)
+    rounds(pool.activate(mb), 2, seed=4)
+    assert_same(snapshot(pool.activate(mb)), snapshot(alone.activate(m)))
 
 
 def test_a_state_runs_only_on_its_program() -> None:
@@ -179,3 +200,18 @@ def test_switching_allocates_nothing_and_memory_stays_constant() -> None:
     switch(1000)
     assert abs(rss() - before) <= 1 << 20
     assert arena.nbytes == max(p.total_bytes for p in progs)
+
+
+def test_an_arena_maps_programs_with_views_only() -> None:
+    small, big = program(SGD(lr=0.1)), program(Adam(), hidden=40)
+    arena = Arena.for_programs([small, big])
+    base = arena.buffer.__array_interface__["data"][0]
+    for prog in (small, big, small):
+        vm = arena.vm(prog)
+        assert vm.heap.allocated_bytes == 0  # nothing of its own
+        starts = [z.__array_interface__["data"][0] - base for z in vm.heap.zones.values()
+                  if z.nbytes]
+        assert starts[0] == 0 and starts == sorted(starts)
+        assert all(z.base is not None for z in vm.heap.zones.values())
+    with pytest.raises(EngineError, match="arena holds"):
+        Arena(1024).heap(big)

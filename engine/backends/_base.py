@@ -26,6 +26,10 @@ class Backend(ABC):
     def to_device(self, dst: Any, src: np.ndarray) -> None:
         """Copy host data into a device view (same shape)."""
 
+    def gather_rows(self, dst: Any, src: np.ndarray, rows: np.ndarray) -> None:
+        """``dst[...] = src[rows]`` (host ``src``, device ``dst``)."""
+        self.to_device(dst, src[rows])
+
     @abstractmethod
     def to_host(self, src: Any) -> np.ndarray:
         """A host copy of a device view."""

@@ -19,6 +19,9 @@ class NumpyBackend(Backend):
     def to_device(self, dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src, casting="same_kind")
 
+    def gather_rows(self, dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> None:
+        np.take(src, rows, axis=0, out=dst)
+
     def to_host(self, src: np.ndarray) -> np.ndarray:
         return np.array(src, copy=True)
 

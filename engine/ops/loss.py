@@ -59,17 +59,22 @@ def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
         xp.take(flat, idx, out=out)
 
 
-def _row_index_step(xp: Any, idx: Any, labels: Any, classes: int) -> Step:
+def _row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = True) -> Step:
     """idx[i] = i * C + labels[i]: flat positions of the labelled classes.  Built with
-    same-shape calls (no broadcasting, no fancy indexing), which allocate nothing."""
+    same-shape calls (no broadcasting, no fancy indexing), which allocate nothing.
+    ``check``: fail on labels outside [0, C) (the gradient skips it: its forward,
+    which must run first, checked the same labels)."""
+
+    # Seen as unsigned, a negative label is huge: one max() checks both ends.
+    unsigned = labels.view(labels.dtype.str.replace("i", "u"))
 
     def step() -> None:
-        lo, hi = int(labels.min()), int(labels.max())
-        if lo < 0 or hi >= classes:
+        if check and int(unsigned.max()) >= classes:
+            lo, hi = int(labels.min()), int(labels.max())
             raise InputError(f"labels must lie in [0, {classes}); got values in [{lo}, {hi}]")
         idx.fill(classes)
-        xp.cumsum(idx, out=idx)
-        xp.subtract(idx, classes, out=idx)
+        idx[0] = 0
+        xp.cumsum(idx, out=idx)  # i * C
         xp.add(idx, labels, out=idx)
 
     return step
@@ -130,7 +135,7 @@ def _sce_grad(k: KernelArgs) -> Step:
     b, c = logp.shape
     idx = k.scratch(0, (b,), labels.dtype)
     picked = k.scratch(align(b * labels.dtype.itemsize), (b,), logp.dtype)
-    make_idx = _row_index_step(xp, idx, labels, c)
+    make_idx = _row_index_step(xp, idx, labels, c, check=False)
     flat = dx.reshape(-1)
     inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
 

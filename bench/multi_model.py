@@ -1,0 +1,222 @@
+"""The CalcGraph paper's multi-model scenario (Sect. 4.4): N models of the paper's
+MLP with randomly drawn learning parameters (optimizer, learning rate, init method),
+R rounds each, a round being one epoch of mini-batches of 64 over 10,000 MNIST
+samples.
+
+- engine: every model compiled, added to one :class:`~engine.pool.ModelPool` over
+  one arena, and trained round-robin (each round, each model is switched in, trains
+  one epoch and is switched out) — or ``--schedule completion``;
+- PyTorch eager (CPU, same threads): what a user writes without switching, one
+  model and optimizer built per trial and trained to completion.
+
+Both run the same trials, cell after cell, each side of a cell in a fresh
+subprocess: on a small machine one library's idle thread pool (OpenMP, OpenBLAS)
+spinning next to the other's work costs either side up to 40%.  Times exclude
+loading the data and starting Python.  Cells with more than ``--max-model-rounds``
+model-rounds are trimmed (listed in the output).
+
+    python bench/multi_model.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine import SGD, Adagrad, Adam, Init, Optimizer, RMSProp, compile_graph
+from engine.arena import Arena
+from engine.models import paper_mlp
+from engine.pool import ModelPool
+from engine.train import train_epoch
+from explore.data import load_mnist
+
+SIZES = (784, 64, 64, 10)
+N_SAMPLES = 10_000
+BATCH = 64
+GRID = [(n, r) for n in (1, 10, 100, 1000) for r in (1, 10, 30)]
+OPTIMIZERS = ("sgd", "adam", "rmsprop", "adagrad")
+INITS = ("xavier_uniform", "he_uniform", "normal")
+
+
+@dataclass(frozen=True)
+class Trial:
+    optimizer: str
+    lr: float
+    init: str
+    seed: int
+
+    def engine_optimizer(self) -> Optimizer:
+        return {"sgd": lambda: SGD(lr=self.lr, momentum=0.9), "adam": lambda: Adam(lr=self.lr),
+                "rmsprop": lambda: RMSProp(lr=self.lr),
+                "adagrad": lambda: Adagrad(lr=self.lr)}[self.optimizer]()
+
+    def engine_init(self) -> Init:
+        return {"xavier_uniform": Init.xavier_uniform(), "he_uniform": Init.he_uniform(),
+                "normal": Init.normal(0.0, 0.05)}[self.init]
+
+
+def draw(n: int, seed: int) -> list[Trial]:
+    rng = np.random.default_rng(seed)
+    lr_range = {"sgd": (1e-3, 1e-1), "adam": (1e-4, 1e-2), "rmsprop": (1e-4, 1e-2),
+                "adagrad": (1e-3, 1e-1)}
+    out = []
+    for i in range(n):
+        opt = OPTIMIZERS[int(rng.integers(len(OPTIMIZERS)))]
+        lo, hi = lr_range[opt]
+        lr = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+        out.append(Trial(opt, lr, INITS[int(rng.integers(len(INITS)))], i))
+    return out
+
+
+def run_engine(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
+               schedule: str) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    programs = [compile_graph(paper_mlp(SIZES, init=t.engine_init()), batch_size=BATCH,
+                              optimizer=t.engine_optimizer()) for t in trials]
+    pool = ModelPool(Arena.for_programs(programs))
+    models = [pool.add(p, seed=t.seed) for p, t in zip(programs, trials, strict=True)]
+    rng = np.random.default_rng(0)
+    loss = 0.0
+    if schedule == "round-robin":
+        for _ in range(rounds):
+            for m in models:
+                loss = train_epoch(pool.activate(m), x, y, rng)
+    else:
+        for m in models:
+            vm = pool.activate(m)
+            for _ in range(rounds):
+                loss = train_epoch(vm, x, y, rng)
+    pool.pause()
+    return time.perf_counter() - t0, loss
+
+
+TORCH_OPTIMIZERS = {"sgd": ("SGD", {"momentum": 0.9}), "adam": ("Adam", {}),
+                    "rmsprop": ("RMSprop", {}), "adagrad": ("Adagrad", {})}
+
+
+def torch_optimizer(torch: Any, t: Trial, params: list[Any]) -> Any:
+    """The fastest implementation PyTorch has on this device: the fused kernel where
+    there is one (Adam's fused CPU kernel takes an epoch from 80 to 56 ms here), else
+    foreach."""
+    name, kw = TORCH_OPTIMIZERS[t.optimizer]
+    cls = getattr(torch.optim, name)
+    try:
+        return cls(params, lr=t.lr, fused=True, **kw)
+    except (RuntimeError, TypeError, ValueError):
+        return cls(params, lr=t.lr, foreach=True, **kw)
+
+
+def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
+              ) -> tuple[float, float]:
+    import torch
+
+    t0 = time.perf_counter()
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    rng = np.random.default_rng(0)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    last = 0.0
+    for t in trials:
+        torch.manual_seed(t.seed)
+        layers = [torch.nn.Linear(a, b) for a, b in itertools.pairwise(SIZES)]
+        for lin in layers:
+            {"xavier_uniform": torch.nn.init.xavier_uniform_,
+             "he_uniform": lambda w: torch.nn.init.kaiming_uniform_(w, nonlinearity="relu"),
+             "normal": lambda w: torch.nn.init.normal_(w, 0.0, 0.05)}[t.init](lin.weight)
+            torch.nn.init.zeros_(lin.bias)
+        model = torch.nn.Sequential(layers[0], torch.nn.Sigmoid(), layers[1],
+                                    torch.nn.Sigmoid(), layers[2])
+        opt = torch_optimizer(torch, t, list(model.parameters()))
+        for _ in range(rounds):
+            order = torch.from_numpy(rng.permutation(len(y)))
+            xs, ys = xt[order], yt[order]
+            total = 0.0
+            for s in range(0, len(y), BATCH):
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(model(xs[s:s + BATCH]), ys[s:s + BATCH])
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(ys[s:s + BATCH])
+            last = total / len(y)
+    return time.perf_counter() - t0, last
+
+
+def child(side: str, models: int, rounds: int, schedule: str) -> dict[str, Any]:
+    """One side of one cell, in this (fresh) process."""
+    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    ds = load_mnist()
+    x, y = ds.train.x[:N_SAMPLES].copy(), ds.train.y[:N_SAMPLES].copy()
+    trials = draw(models, seed=models * 1000 + rounds)
+    if side == "engine":
+        run_engine(trials[:1], 1, x[:640], y[:640], schedule)  # warm up (imports, BLAS)
+        seconds, loss = run_engine(trials, rounds, x, y, schedule)
+    else:
+        import torch
+
+        torch.set_num_threads(threads)
+        run_torch(trials[:1], 1, x[:640], y[:640])
+        seconds, loss = run_torch(trials, rounds, x, y)
+    return {"seconds": seconds, "loss": loss}
+
+
+def run_child(side: str, models: int, rounds: int, schedule: str) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--models", str(models),
+           "--rounds", str(rounds), "--schedule", schedule]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--max-model-rounds", type=int, default=1000,
+                    help="skip cells with more model-rounds (N x R) than this")
+    ap.add_argument("--schedule", default="round-robin", choices=["round-robin", "completion"])
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--only", help="run just the cells N:R,N:R,... (e.g. 100:10)")
+    ap.add_argument("--child", choices=["engine", "torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--models", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.models, args.rounds, args.schedule)))
+        return
+    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    cells: list[dict[str, Any]] = []
+    trimmed = []
+    grid = GRID
+    if args.only:
+        grid = [tuple(int(v) for v in c.split(":")) for c in args.only.split(",")]  # type: ignore[misc]
+    for n, r in grid:
+        if n * r > args.max_model_rounds and not args.only:
+            trimmed.append({"models": n, "rounds": r})
+            continue
+        eng = run_child("engine", n, r, args.schedule)
+        cell: dict[str, Any] = {"models": n, "rounds": r, "engine_s": round(eng["seconds"], 3),
+                                "engine_last_loss": round(eng["loss"], 4)}
+        if not args.no_torch:
+            tor = run_child("torch", n, r, args.schedule)
+            cell.update(torch_s=round(tor["seconds"], 3), torch_last_loss=round(tor["loss"], 4),
+                        speedup=round(tor["seconds"] / eng["seconds"], 2))
+        cells.append(cell)
+        if not args.json:
+            print(cell, flush=True)
+    out = {"cells": cells, "trimmed": trimmed, "schedule": args.schedule, "threads": threads,
+           "samples": N_SAMPLES, "batch": BATCH}
+    if args.json:
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
