@@ -31,8 +31,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import Adam, Program, compile_graph
