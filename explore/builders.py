@@ -1,0 +1,102 @@
+"""Builders: sampled parameters -> a CalcGraph, an optimizer and a batch size.
+
+The MLP family: ``depth`` hidden dense layers of ``widths[i]`` units with
+``activations[i]`` and ``dropouts[i]``, a linear classifier and softmax
+cross-entropy.  Paths: ``train`` (BACKWARD_ENABLED, with dropout) and ``eval``
+(FORWARD_ONLY, the same layers without dropout, giving ``accuracy`` and
+``eval_loss``): evaluation never applies a training-time dropout mask, and the
+planner lets the two paths share their temporaries.
+
+>>> g = build_graph({"depth": 2, "widths": [16, 8], "activations": ["relu", "tanh"],
+...                  "dropouts": [0.1, 0.0], "init": "he_uniform"}, n_in=64, n_classes=10)
+>>> [p.name for p in g.paths], g.outputs
+(['train', 'eval'], ['loss', 'accuracy', 'eval_loss'])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import SGD, Adagrad, Adam, AdamW, CalcGraph, Init, Mode, Optimizer, RMSProp
+
+ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "leaky_relu": "LeakyRelu",
+               "elu": "Elu"}
+INITS = {"xavier_uniform": Init.xavier_uniform, "xavier_normal": Init.xavier_normal,
+         "he_uniform": Init.he_uniform, "he_normal": Init.he_normal,
+         "lecun_normal": Init.lecun_normal, "normal": lambda: Init.normal(0.0, 0.05),
+         "uniform": lambda: Init.uniform(-0.05, 0.05)}
+
+
+class BuildError(ValueError):
+    """Parameters that do not make a model (an unknown activation, ...)."""
+
+
+def build_graph(params: dict[str, Any], n_in: int, n_classes: int) -> CalcGraph:
+    depth = int(params["depth"])
+    widths = [int(w) for w in params["widths"]]
+    acts = [_activation(a) for a in params["activations"]]
+    drops = [float(d) for d in params["dropouts"]]
+    if min(widths, default=1) < 1:
+        raise BuildError(f"widths must be positive, got {widths}")
+    init = _init(params["init"])
+    g = CalcGraph(name="mlp")
+    x = g.placeholder("x", (0, n_in))
+    y = g.placeholder("y", (0,), dtype="int64")
+    sizes = [n_in, *widths[:depth], n_classes]
+    layers = []
+    for i in range(len(sizes) - 1):
+        w = g.parameter(f"w{i}", (sizes[i], sizes[i + 1]), init=init())
+        b = g.parameter(f"b{i}", (sizes[i + 1],), init=Init.zeros())
+        layers.append((w, b))
+    train = g.path("train", Mode.BACKWARD_ENABLED)
+    ev = g.path("eval", Mode.FORWARD_ONLY)
+    outs = {}
+    for path, training in ((train, True), (ev, False)):
+        h = x
+        for i, (w, b) in enumerate(layers):
+            h = path.Gemm(h, w, b)
+            if i < depth:
+                h = path.op(acts[i], h)
+                if training and drops[i] > 0:
+                    h = path.Dropout(h, ratio=drops[i])
+        names = ["loss", "log_prob"] if training else ["eval_loss", "eval_log_prob"]
+        loss, _ = path.SoftmaxCrossEntropyLoss(h, y, outputs=names)
+        outs[training] = (h, loss)
+    train.set_loss(outs[True][1])
+    acc = ev.Accuracy(outs[False][0], y, outputs=["accuracy"])
+    g.output(outs[True][1], acc, outs[False][1])
+    return g
+
+
+def build_optimizer(params: dict[str, Any]) -> Optimizer:
+    name = str(params["optimizer"]).lower()
+    lr = float(params["lr"])
+    wd = float(params.get("weight_decay") or 0.0)
+    mom = float(params.get("momentum") or 0.0)
+    if name == "sgd":
+        return SGD(lr=lr, momentum=mom, weight_decay=wd)
+    if name == "adam":
+        return Adam(lr=lr, weight_decay=wd)
+    if name == "adamw":
+        return AdamW(lr=lr, weight_decay=wd)
+    if name == "rmsprop":
+        return RMSProp(lr=lr, momentum=mom)
+    if name == "adagrad":
+        return Adagrad(lr=lr)
+    raise BuildError(f"unknown optimizer {params['optimizer']!r}; known: sgd, adam, adamw, "
+                     "rmsprop, adagrad")
+
+
+def _activation(name: Any) -> str:
+    try:
+        return ACTIVATIONS[str(name).lower()]
+    except KeyError:
+        raise BuildError(f"unknown activation {name!r}; known: {', '.join(ACTIVATIONS)}") \
+            from None
+
+
+def _init(name: Any) -> Any:
+    try:
+        return INITS[str(name).lower()]
+    except KeyError:
+        raise BuildError(f"unknown init {name!r}; known: {', '.join(INITS)}") from None

@@ -1,0 +1,334 @@
+"""The ``explore`` command: run a search space, size a candidate, show or export a
+study.
+
+    explore run search_spaces/quick.yaml
+    explore size search_spaces/paper_mnist.yaml --params lr=0.01 --memory 64MB --json
+    explore show search_spaces/quick.yaml
+    explore export search_spaces/quick.yaml --format csv --output trials.csv
+
+Bad input (a malformed space, an unknown parameter, a size that is not one) is
+reported with the file, line and key at fault and exit status 2, before any study is
+created or changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from explore.yamlio import SpaceError
+
+EXIT_USAGE = 2
+err = Console(stderr=True)
+out = Console()
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    sys.exit(EXIT_USAGE)
+
+
+def _space(path: str) -> Any:
+    from explore.space import load_space
+
+    try:
+        return load_space(path)
+    except SpaceError as e:
+        for item in e.errors:
+            err.print(f"[red]{item}[/]", highlight=False)
+        err.print(f"{len(e.errors)} error(s); nothing was run or written.", highlight=False)
+        sys.exit(EXIT_USAGE)
+
+
+def _size(value: str | None, what: str) -> int | None:
+    from explore.space import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        _fail(f"{what}: {e}")
+    return None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Hyperparameter and architecture search that never runs out of memory."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@main.command()
+@click.argument("space_file", type=click.Path(dir_okay=False))
+@click.option("--storage", help="an Optuna storage URL (default: SQLite next to the file)")
+@click.option("--study", "study_name", help="the study name (default: the space's name)")
+@click.option("--trials", type=click.IntRange(min=1), help="trials in all (budget.trials)")
+@click.option("--workers", type=click.IntRange(min=1, max=256), help="worker processes")
+@click.option("--memory", help="memory budget, e.g. 512MB or 4GiB (budget.memory)")
+@click.option("--device", type=click.Choice(["cpu", "gpu"]), help="where trials run")
+@click.option("--quiet", is_flag=True, help="no live progress display")
+def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
+        workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
+    """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
+    from explore.data import DataError, load
+    from explore.scheduler import Scheduler, SchedulerError
+    from explore.study import default_storage, open_study
+
+    space = _space(space_file)
+    budget = space.budget.model_copy(update={k: v for k, v in {
+        "trials": trials, "workers": workers, "memory": _size(memory, "--memory"),
+        "device": device}.items() if v is not None})
+    space = space.model_copy(update={"budget": budget})
+    if budget.device == "gpu":
+        from engine.backends import gpu_available
+
+        if not gpu_available():
+            _fail("--device gpu: no CUDA device with cupy on this machine")
+    try:
+        data = load(space.dataset.name)
+    except DataError as e:
+        _fail(str(e))
+    url = storage or default_storage(space_file)
+    try:
+        study = open_study(space, url, study_name)
+    except ValueError as e:
+        _fail(str(e))
+    _close_interrupted(study)
+    done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+    remaining = budget.trials - done
+    if remaining <= 0:
+        out.print(f"study {study.study_name!r} already has {done} finished trials "
+                  f"(budget {budget.trials}); raise --trials to run more")
+        _summary(study, None)
+        return
+    display = _Display(budget.memory, budget.trials, done, quiet)
+    sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
+                      device=budget.device, progress=display.update)
+    try:
+        with display:
+            stats = sched.run(remaining)
+    except SchedulerError as e:
+        _fail(str(e))
+    _record_run(study, stats)
+    _summary(study, stats)
+
+
+def _close_interrupted(study: Any) -> None:
+    """Trials left RUNNING by an interrupted run are failed, with the reason."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "interrupted run")
+        study.tell(t.number, state=TrialState.FAIL)
+
+
+def _record_run(study: Any, stats: Any) -> None:
+    runs = study.user_attrs.get("runs", [])
+    runs.append({"budget": stats.budget, "arena": stats.arena, "data": stats.data,
+                 "overheads": stats.overheads, "peak": stats.peak,
+                 "packing_efficiency": stats.packing_efficiency(),
+                 "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]
+                              for s in stats.timeline]})
+    study.set_user_attr("runs", runs)
+
+
+class _Display:
+    """The live progress table (trials by state, best value, memory vs budget)."""
+
+    def __init__(self, budget: int, trials: int, done: int, quiet: bool) -> None:
+        self.budget, self.trials, self.done0, self.quiet = budget, trials, done, quiet
+        self.live: Live | None = None
+        self.last = 0.0
+
+    def __enter__(self) -> _Display:
+        if not self.quiet:
+            self.live = Live(Table(), console=err, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, stats: Any) -> None:
+        now = time.monotonic()
+        if self.live is None or now - self.last < 0.2:
+            return
+        self.last = now
+        c = stats.counts
+        s = stats.timeline[-1] if stats.timeline else None
+        used = (s.heaps + s.fixed) if s else 0
+        t = Table(show_header=True, header_style="bold")
+        for col in ("done", "running", "waiting", "pruned", "failed", "best", "memory"):
+            t.add_column(col)
+        done = self.done0 + c["complete"] + c["pruned"] + c["failed"]
+        t.add_row(f"{done}/{self.trials}", str(c["running"]), str(c["waiting"]),
+                  str(c["pruned"]), str(c["failed"]),
+                  "-" if stats.best is None else f"{stats.best:.4g}",
+                  f"{used / 1e6:,.1f} / {self.budget / 1e6:,.1f} MB")
+        self.live.update(t)
+
+
+def _summary(study: Any, stats: Any) -> None:
+    from explore.results import load as load_results
+
+    df = load_results(study._storage, study.study_name)
+    t = Table(title=f"study {study.study_name!r}", header_style="bold")
+    for col in ("trials", "complete", "pruned", "failed", "best value", "best trial",
+                "peak memory", "packing"):
+        t.add_column(col)
+    counts = df["state"].value_counts() if len(df) else {}
+    best_v, best_n = "-", "-"
+    if len(study.directions) == 1:
+        try:
+            best_v, best_n = f"{study.best_value:.4g}", str(study.best_trial.number)
+        except ValueError:
+            pass
+    else:
+        best_v = f"{len(study.best_trials)} on the Pareto front"
+    peak = f"{stats.peak / 1e6:,.1f} / {stats.budget / 1e6:,.1f} MB" if stats else "-"
+    eff = stats.packing_efficiency() if stats else None
+    t.add_row(str(len(df)), str(counts.get("complete", 0)), str(counts.get("pruned", 0)),
+              str(counts.get("fail", 0)), best_v, best_n, peak,
+              "-" if eff is None else f"{eff:.0%}")
+    out.print(t)
+
+
+@main.command()
+@click.argument("space_file", type=click.Path(dir_okay=False))
+@click.option("--params", "params", multiple=True, metavar="KEY=VALUE",
+              help="fix a parameter (repeatable); ranges take their low end otherwise")
+@click.option("--memory", help="also report the largest batch that fits this budget")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: bool) -> None:
+    """Print the exact plan of one candidate of SPACE_FILE."""
+    from engine import BudgetError
+    from explore.builders import BuildError
+    from explore.candidate import compile_candidate, max_batch
+    from explore.sampling import fixed
+
+    space = _space(space_file)
+    overrides = {}
+    for item in params:
+        if "=" not in item:
+            _fail(f"--params {item!r}: write KEY=VALUE")
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = _value(v.strip())
+    budget = _size(memory, "--memory")
+    try:
+        p = fixed(space, overrides)
+        if p["batch_size"] == "auto" and budget is None:
+            p["batch_size"] = space.training.auto_max_batch
+        cand = compile_candidate(space, p, budget or 1 << 62)
+        biggest = max_batch(space, p, budget) if budget else None
+    except KeyError as e:
+        _fail(f"--params: {e.args[0]}")
+    except (BuildError, BudgetError, ValueError) as e:
+        _fail(str(e))
+    prog = cand.program
+    result: dict[str, Any] = {"zones": dict(prog.zone_bytes), "total_bytes": prog.total_bytes,
+                              "batch_size": prog.batch_size}
+    if biggest is not None:
+        result["max_batch"] = biggest
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    out.print(prog.plan_report(), highlight=False)
+    out.print(f"batch {prog.batch_size}: {prog.total_bytes:,} bytes"
+              + (f"; largest batch in {budget:,} bytes: {biggest:,}" if biggest else ""))
+
+
+def _value(text: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    if text.startswith("["):
+        return [_value(x.strip()) for x in text.strip("[]").split(",") if x.strip()]
+    return text
+
+
+def _open(space_file: str | None, storage: str | None, study_name: str | None) -> Any:
+    import optuna
+
+    from explore.study import default_storage
+
+    if space_file is None and (storage is None or study_name is None):
+        _fail("give SPACE_FILE, or both --storage and --study")
+    if space_file is not None:
+        space = _space(space_file)
+        storage = storage or default_storage(space_file)
+        study_name = study_name or space.name
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        _fail(f"no study {study_name!r} in {storage}")
+
+
+@main.command()
+@click.argument("space_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--storage")
+@click.option("--study", "study_name")
+def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
+    """Summarise a study: counts, best trial, the best few trials."""
+    from explore.results import load as load_results
+
+    study = _open(space_file, storage, study_name)
+    _summary(study, None)
+    df = load_results(study._storage, study.study_name)
+    done = df[df["state"] == "complete"]
+    if len(done) and "value" in done and done["value"].notna().any():
+        asc = study.directions[0].name == "MINIMIZE"
+        top = done.sort_values("value", ascending=asc).head(5)
+        t = Table(title="best trials", header_style="bold")
+        for col in ("trial", "value", "batch", "bytes", "params"):
+            t.add_column(col)
+        for _, r in top.iterrows():
+            t.add_row(str(r["number"]), f"{r['value']:.4g}", str(r["batch_size"]),
+                      f"{r['total_bytes']:,}", json.dumps(r["params"])[:80])
+        out.print(t)
+
+
+@main.command()
+@click.argument("space_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--storage")
+@click.option("--study", "study_name")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv")
+@click.option("--output", type=click.Path(dir_okay=False), required=True)
+def export(space_file: str | None, storage: str | None, study_name: str | None, fmt: str,
+           output: str) -> None:
+    """Write the study's trials as a table (one row per trial)."""
+    from explore.results import load as load_results
+
+    study = _open(space_file, storage, study_name)
+    df = load_results(study._storage, study.study_name)
+    df["params"] = df["params"].map(json.dumps)
+    target = Path(output)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        if fmt == "csv":
+            df.to_csv(tmp, index=False)
+        else:
+            try:
+                df.to_parquet(tmp, index=False)
+            except ImportError as e:
+                _fail(f"parquet needs pyarrow: pip install pyarrow ({e})")
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    out.print(f"{len(df)} trials -> {target}")
+
+
+if __name__ == "__main__":
+    main()

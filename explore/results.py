@@ -1,0 +1,60 @@
+"""A finished (or running) study as a pandas DataFrame, one row per trial.
+
+>>> import optuna
+>>> study = optuna.create_study(study_name="s", storage="sqlite:///:memory:")
+>>> df = load(study._storage, "s")
+>>> list(df.columns)[:4]
+['number', 'state', 'value', 'params']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pandas as pd
+
+from explore.study import PARAMS_ATTR
+
+ZONES = ("forward", "gradient", "optimizer", "workspace")
+COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
+           *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "switches", "start", "end",
+           "wall_s", "busy_s", "fail_reason"]
+
+
+def load(storage: str | Any, study: str) -> pd.DataFrame:
+    """Trials of ``study`` in ``storage`` (a URL or an Optuna storage): parameters (one
+    column each, prefixed ``p_``, plus the full dict in ``params``), objective
+    value(s), state, planned bytes per zone, batch size, rounds run, worker, switches,
+    start and end (seconds from the run's start) and wall time."""
+    s = optuna.load_study(study_name=study, storage=storage)
+    rows = []
+    for t in s.get_trials(deepcopy=False):
+        ua = t.user_attrs
+        zones = ua.get("planned_bytes") or {}
+        row: dict[str, Any] = {
+            "number": t.number, "state": t.state.name.lower(),
+            "params": ua.get(PARAMS_ATTR, dict(t.params)),
+            "batch_size": ua.get("batch_size"), "total_bytes": ua.get("total_bytes"),
+            **{f"{z}_bytes": zones.get(z) for z in ZONES},
+            "rounds": ua.get("rounds"), "worker": ua.get("worker"),
+            "switches": ua.get("switches"), "start": ua.get("start"), "end": ua.get("end"),
+            "busy_s": ua.get("busy_s"), "fail_reason": ua.get("fail_reason"),
+        }
+        row["wall_s"] = (row["end"] - row["start"]) if row["end"] is not None and \
+            row["start"] is not None else None
+        values = t.values or []
+        if len(s.directions) == 1:
+            row["value"] = values[0] if values else None
+        else:
+            row["value"] = None
+            for i, v in enumerate(values):
+                row[f"value_{i}"] = v
+        for k, v in t.params.items():
+            row[f"p_{k}"] = v
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    first = [c for c in COLUMNS if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]

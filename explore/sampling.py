@@ -1,0 +1,116 @@
+"""Sampled parameters from a space, through Optuna's define-by-run trial API.
+
+Model parameters come first and ``depth`` before everything per layer, so a
+per-layer parameter is asked once per layer (``width_0``, ``width_1`` ...); a
+parameter with ``when`` is asked only when the parameters it names have the given
+values, which is how Optuna learns the conditional space (momentum only for SGD).
+
+>>> import optuna
+>>> from explore.space import parse_space
+>>> space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+...     "memory": "64MB"}, "model": {"depth": {"int": [2, 2]},
+...     "width": {"choice": [8, 16], "per_layer": True}},
+...     "training": {"optimizer": {"choice": ["sgd"]},
+...                  "momentum": {"float": [0.5, 0.9], "when": {"optimizer": "sgd"}}}})
+>>> p = suggest(optuna.create_study().ask(), space)
+>>> sorted(p), p["depth"], len(p["widths"])
+(['activations', 'batch_size', 'depth', 'dropouts', 'init', 'lr', 'momentum', 'optimizer', 'weight_decay', 'widths'], 2, 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from explore.space import Choice, FloatRange, IntRange, Range, Space
+
+PER_LAYER = {"width": "widths", "activation": "activations", "dropout": "dropouts"}
+
+
+class TrialLike(Protocol):
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> int: ...
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float: ...
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+
+
+def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
+    """The parameters of one candidate (per-layer ones as lists)."""
+    params = space.params()
+    out: dict[str, Any] = {}
+    depth = _one(trial, "depth", params["depth"])
+    out["depth"] = int(depth)
+    for name, p in params.items():
+        if name == "depth":
+            continue
+        if isinstance(p, Range) and p.when and not _applies(p.when, out):
+            out[name] = _default(name)
+            continue
+        if name in PER_LAYER:
+            per = isinstance(p, Range) and p.per_layer
+            values = [_one(trial, f"{name}_{i}" if per else name, p) for i in range(depth)]
+            out[PER_LAYER[name]] = values if per else [values[0]] * depth
+        else:
+            out[name] = _one(trial, name, p)
+    return out
+
+
+def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One candidate without a study: ranges take their low end (or first choice),
+    ``overrides`` (``name=value``, per-layer lists allowed) win."""
+    class _Low:
+        def suggest_int(self, name: str, low: int, high: int, **kw: Any) -> int:
+            return low
+
+        def suggest_float(self, name: str, low: float, high: float, **kw: Any) -> float:
+            return low
+
+        def suggest_categorical(self, name: str, choices: Any) -> Any:
+            return choices[0]
+
+    out = suggest(_Low(), space)
+    overrides = dict(overrides or {})
+    for k in overrides:
+        if PER_LAYER.get(k, k) not in out:
+            raise KeyError(f"no parameter {k!r}; parameters: "
+                           f"{', '.join(sorted(set(out) - set(PER_LAYER.values())) + list(PER_LAYER))}")
+    if "depth" in overrides:
+        out["depth"] = int(overrides.pop("depth"))
+    depth = out["depth"]
+    for k, v in overrides.items():
+        key = PER_LAYER.get(k, k)
+        if key in PER_LAYER.values():
+            v = list(v) if isinstance(v, list) else [v] * depth
+            if len(v) != depth:
+                raise ValueError(f"{k}: {len(v)} values for {depth} layers")
+        out[key] = v
+    for key in PER_LAYER.values():  # a depth override: repeat the last layer's value
+        vals = out[key]
+        out[key] = (vals + [vals[-1]] * depth)[:depth]
+    return out
+
+
+def _one(trial: TrialLike, name: str, p: Any) -> Any:
+    if isinstance(p, IntRange):
+        return trial.suggest_int(name, p.bounds[0], p.bounds[1], step=p.step, log=p.log)
+    if isinstance(p, FloatRange):
+        return trial.suggest_float(name, p.bounds[0], p.bounds[1], step=p.step, log=p.log)
+    if isinstance(p, Choice):
+        return trial.suggest_categorical(name, p.options)
+    return p
+
+
+def _applies(when: dict[str, Any], chosen: dict[str, Any]) -> bool:
+    for k, want in when.items():
+        have = chosen.get(k)
+        if have is None:
+            return False
+        if (have not in want) if isinstance(want, list) else (have != want):
+            return False
+    return True
+
+
+def _default(name: str) -> Any:
+    return {"momentum": 0.0, "weight_decay": 0.0}.get(name)

@@ -1,0 +1,369 @@
+"""The packing scheduler: exact sizes in, as many trials at once as memory allows.
+
+Memory is accounted, never guessed: the budget covers the data set (held once, in
+shared memory), each worker's fixed overhead (measured by the worker at start-up)
+and the workers' arenas, split evenly among them and allocated once.  Every
+candidate is compiled before anything runs, so its heap is known to the byte; it is
+placed by best fit into the free segment, over all workers, that it leaves the least
+of, and several trials share a worker's arena side by side (the worker time-slices
+them a round at a time).  A candidate that cannot fit even an empty arena at batch 1
+is told to Optuna as failed, with the reason, and costs no training time.  The sum of
+what is placed never exceeds the budget: the accounting is checked on every change.
+
+A worker that dies takes its trials with it: they are recorded as failed with the
+reason, enqueued once more, and a new worker takes its place.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from engine import BudgetError
+from explore.builders import BuildError
+from explore.candidate import Candidate, compile_candidate
+from explore.data import Dataset
+from explore.sampling import suggest
+from explore.shared import SharedArrays
+from explore.space import Space
+from explore.study import PARAMS_ATTR
+from explore.worker import main as worker_main
+
+ALIGN = 64
+
+
+class SchedulerError(Exception):
+    """The run cannot start (a budget too small for its workers, ...)."""
+
+
+@dataclass
+class Placement:
+    trial: optuna.trial.Trial
+    candidate: Candidate
+    worker: int
+    offset: int
+    size: int
+    placed_at: float
+    requeued: bool = False
+
+
+@dataclass
+class Worker:
+    index: int
+    process: Any
+    conn: Connection
+    overhead: int = 0
+    arena: int = 0
+    pid: int = 0
+    free: list[list[int]] = field(default_factory=list)  # [offset, size], by offset
+    residents: dict[int, Placement] = field(default_factory=dict)
+
+    def best_fit(self, size: int) -> tuple[int, int] | None:
+        """(leftover, offset) of the tightest free segment that holds ``size``."""
+        fits = [(s - size, o) for o, s in self.free if s >= size]
+        return min(fits) if fits else None
+
+    def take(self, offset: int, size: int) -> None:
+        for seg in self.free:
+            if seg[0] == offset:
+                seg[0] += size
+                seg[1] -= size
+                break
+        else:
+            raise AssertionError(f"no free segment at {offset}")
+        self.free = [s for s in self.free if s[1] > 0]
+
+    def give(self, offset: int, size: int) -> None:
+        self.free.append([offset, size])
+        self.free.sort()
+        merged: list[list[int]] = []
+        for o, s in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1][1] += s
+            else:
+                merged.append([o, s])
+        self.free = merged
+
+
+@dataclass
+class Sample:
+    """The accounting at one moment (the packing timeline)."""
+
+    t: float
+    heaps: int  # bytes of trial heaps placed
+    fixed: int  # data and worker overheads
+    waiting: int  # candidates compiled and waiting for room
+
+
+@dataclass
+class RunStats:
+    budget: int
+    arena: int = 0
+    data: int = 0
+    overheads: list[int] = field(default_factory=list)
+    timeline: list[Sample] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("complete", "pruned", "failed", "running", "waiting"), 0))
+    best: float | None = None
+
+    @property
+    def peak(self) -> int:
+        return max((s.heaps + s.fixed for s in self.timeline), default=0)
+
+    def packing_efficiency(self) -> float | None:
+        """Time-weighted mean fraction of the budget held by trial heaps while some
+        candidate was waiting for room (None if none ever waited)."""
+        num = den = 0.0
+        for a, b in zip(self.timeline, self.timeline[1:], strict=False):
+            if a.waiting:
+                num += (b.t - a.t) * a.heaps / self.budget
+                den += b.t - a.t
+        return num / den if den else None
+
+
+Progress = Callable[[RunStats], None]
+
+
+class Scheduler:
+    """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes."""
+
+    def __init__(self, space: Space, study: optuna.Study, data: Dataset, *, workers: int,
+                 memory: int, device: str, progress: Progress | None = None) -> None:
+        self.space, self.study, self.device = space, study, device
+        self.n_workers = workers
+        self.stats = RunStats(memory)
+        self.progress = progress or (lambda s: None)
+        train = data.train
+        if space.dataset.train:
+            train = train.head(space.dataset.train)
+        valid = data.valid.head(space.dataset.valid) if space.dataset.valid else data.valid
+        self.arrays = SharedArrays({"x_train": train.x, "y_train": train.y,
+                                    "x_valid": valid.x, "y_valid": valid.y})
+        self.stats.data = self.arrays.nbytes if device == "cpu" else 0
+        self.ctx = mp.get_context("spawn")
+        self.workers: dict[int, Worker] = {}
+        self.waiting: list[tuple[optuna.trial.Trial, Candidate, bool]] = []
+        self.requeued: set[int] = set()
+        self.t0 = time.time()
+
+    # -- workers -------------------------------------------------------------------------
+    def _spawn(self, index: int) -> Worker:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=worker_main, args=(child, self.arrays.spec, self.device),
+                                name=f"explore-worker-{index}", daemon=True)
+        proc.start()
+        child.close()
+        w = Worker(index, proc, parent)
+        msg = self._recv(w, timeout=120)
+        w.overhead, w.pid = int(msg[1]), int(msg[2])
+        return w
+
+    def _recv(self, w: Worker, timeout: float) -> Any:
+        if not w.conn.poll(timeout):
+            raise SchedulerError(f"worker {w.index} did not answer in {timeout:.0f} s")
+        return w.conn.recv()
+
+    def start(self) -> None:
+        ws = [self._spawn(i) for i in range(self.n_workers)]
+        fixed = self.stats.data + sum(w.overhead for w in ws)
+        arena = (self.stats.budget - fixed) // len(ws) // ALIGN * ALIGN
+        if arena <= 0:
+            for w in ws:
+                w.conn.send(("exit",))
+            raise SchedulerError(
+                f"a budget of {self.stats.budget:,} bytes leaves nothing for trials: the data "
+                f"takes {self.stats.data:,} and {len(ws)} worker(s) {fixed - self.stats.data:,}"
+                " bytes of fixed overhead; raise budget.memory or lower budget.workers")
+        for w in ws:
+            self._open_arena(w, arena)
+        self.stats.arena = arena
+        self.stats.overheads = [w.overhead for w in ws]
+        self._sample()
+
+    def _open_arena(self, w: Worker, nbytes: int) -> None:
+        w.conn.send(("arena", nbytes))
+        self._recv(w, timeout=120)
+        w.arena = nbytes
+        w.free = [[0, nbytes]]
+        self.workers[w.index] = w
+
+    def stop(self) -> None:
+        for w in self.workers.values():
+            try:
+                w.conn.send(("exit",))
+            except (BrokenPipeError, OSError):
+                pass
+        for w in self.workers.values():
+            w.process.join(timeout=10)
+            if w.process.is_alive():
+                w.process.kill()
+        self.arrays.close()
+
+    # -- accounting ----------------------------------------------------------------------
+    def _sample(self) -> None:
+        heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
+        fixed = self.stats.data + sum(w.overhead for w in self.workers.values())
+        if heaps + fixed > self.stats.budget:
+            raise AssertionError(f"placed {heaps + fixed:,} bytes over a budget of "
+                                 f"{self.stats.budget:,}")
+        self.stats.timeline.append(Sample(time.time() - self.t0, heaps, fixed,
+                                          len(self.waiting)))
+        self.stats.counts["running"] = sum(len(w.residents) for w in self.workers.values())
+        self.stats.counts["waiting"] = len(self.waiting)
+        self.progress(self.stats)
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self, n_trials: int) -> RunStats:
+        self.start()
+        try:
+            asked = 0
+            while True:
+                # Ask while what was asked last found room: candidates then wait only
+                # when memory is full, and the sampler sees results as early as it can.
+                while asked < n_trials and not self.waiting:
+                    asked += 1
+                    self._ask()
+                    self._place()
+                if not self.waiting and not any(w.residents for w in self.workers.values()):
+                    if asked >= n_trials:
+                        break
+                    continue
+                self._events()
+                self._place()
+        finally:
+            self.stop()
+        return self.stats
+
+    def _ask(self, requeued: bool = False) -> None:
+        trial = self.study.ask()
+        params = suggest(trial, self.space)
+        trial.set_user_attr(PARAMS_ATTR, params)
+        try:
+            cand = compile_candidate(self.space, params, self.stats.arena)
+        except (BudgetError, BuildError) as e:
+            self._fail(trial, f"does not fit: {e}" if isinstance(e, BudgetError) else str(e),
+                       never_started=True)
+            return
+        self.waiting.append((trial, cand, requeued))
+
+    def _place(self) -> None:
+        still = []
+        for trial, cand, requeued in self.waiting:
+            size = -(-cand.heap_bytes // ALIGN) * ALIGN
+            fits = [(fit, w.index) for w in self.workers.values()
+                    if (fit := w.best_fit(size)) is not None]
+            if not fits:
+                still.append((trial, cand, requeued))
+                continue
+            (_, offset), index = min(fits)
+            w = self.workers[index]
+            w.take(offset, size)
+            w.residents[trial.number] = Placement(trial, cand, index, offset, size, time.time(),
+                                                  requeued)
+            prog = cand.program
+            trial.set_user_attr("planned_bytes", prog.zone_bytes)
+            trial.set_user_attr("total_bytes", prog.total_bytes)
+            trial.set_user_attr("batch_size", prog.batch_size)
+            trial.set_user_attr("worker", index)
+            trial.set_user_attr("arena_offset", offset)
+            trial.set_user_attr("placed_at", time.time() - self.t0)
+            seed = self.space.budget.seed + trial.number
+            w.conn.send(("start", trial.number, prog.to_json(), offset, seed,
+                         self.space.budget.rounds))
+        self.waiting = still
+        self._sample()
+
+    def _events(self) -> None:
+        conns = {w.conn: w for w in self.workers.values()}
+        sentinels = {w.process.sentinel: w for w in self.workers.values()}
+        for ready in wait([*conns, *sentinels], timeout=5.0):
+            w = conns.get(ready) or sentinels.get(ready)  # type: ignore[call-overload]
+            if w is None or w.index not in self.workers:
+                continue
+            try:
+                while w.conn.poll(0):
+                    self._handle(w, w.conn.recv())
+            except (EOFError, OSError):
+                pass
+            if not w.process.is_alive():
+                self._crashed(w)
+
+    def _handle(self, w: Worker, msg: tuple[Any, ...]) -> None:
+        kind, number = msg[0], msg[1]
+        p = w.residents.get(number)
+        if p is None:
+            return
+        if kind == "report":
+            _, _, step, metrics = msg
+            if len(self.study.directions) == 1 and self.space.objectives[0].metric != \
+                    "planned_bytes":
+                p.trial.report(self._value(self.space.objectives[0].metric, metrics, p), step)
+                if p.trial.should_prune():
+                    w.conn.send(("stop", number))
+                    self._release(w, p)
+                    p.trial.set_user_attr("rounds", step)
+                    self.study.tell(p.trial, state=TrialState.PRUNED)
+                    self.stats.counts["pruned"] += 1
+                    self._sample()
+                    return
+            w.conn.send(("continue", number))
+        elif kind == "done":
+            _, _, metrics, stats = msg
+            self._release(w, p)
+            for k in ("rounds", "switches", "busy_s"):
+                p.trial.set_user_attr(k, stats[k])
+            p.trial.set_user_attr("start", stats["start"] - self.t0)
+            p.trial.set_user_attr("end", stats["end"] - self.t0)
+            p.trial.set_user_attr("accuracy", metrics["accuracy"])
+            values = [self._value(o.metric, metrics, p) for o in self.space.objectives]
+            self.study.tell(p.trial, values if len(values) > 1 else values[0])
+            self.stats.counts["complete"] += 1
+            if len(values) == 1:
+                best = self.study.best_value
+                self.stats.best = best
+            self._sample()
+        elif kind == "error":
+            self._release(w, p)
+            self._fail(p.trial, f"error in worker {w.index}: {msg[2]}")
+
+    @staticmethod
+    def _value(metric: str, metrics: dict[str, float], p: Placement) -> float:
+        if metric == "accuracy":
+            return metrics["accuracy"]
+        if metric == "loss":
+            return metrics["eval_loss"]
+        return float(p.candidate.heap_bytes)
+
+    def _release(self, w: Worker, p: Placement) -> None:
+        w.residents.pop(p.trial.number, None)
+        w.give(p.offset, p.size)
+
+    def _fail(self, trial: optuna.trial.Trial, reason: str, never_started: bool = False
+              ) -> None:
+        trial.set_user_attr("fail_reason", reason)
+        trial.set_user_attr("started", not never_started)
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.stats.counts["failed"] += 1
+
+    def _crashed(self, w: Worker) -> None:
+        code = w.process.exitcode
+        del self.workers[w.index]
+        for p in list(w.residents.values()):
+            self._fail(p.trial, f"worker {w.index} (pid {w.pid}) died with exit code {code}")
+            if not p.requeued:  # once more, as a new trial with the same parameters
+                self.study.enqueue_trial(p.trial.params, user_attrs={"requeued_from":
+                                                                     p.trial.number})
+                self._ask(requeued=True)
+        replacement = self._spawn(w.index)
+        others = self.stats.data + sum(x.overhead + x.arena for x in self.workers.values())
+        self._open_arena(replacement, min(self.stats.arena, (self.stats.budget - others -
+                                                             replacement.overhead) // ALIGN
+                                          * ALIGN))
+        self._sample()

@@ -1,0 +1,305 @@
+"""The search-space schema: what a ``search_spaces/*.yaml`` file may say.
+
+A file names the dataset, the objective(s), the budget, the sampler and pruner, the
+model family with its architecture parameters and the training parameters.  Every
+parameter is either a fixed value or a range to search::
+
+    lr: {float: [1.0e-4, 1.0e-1], log: true}
+    depth: {int: [1, 4]}
+    width: {int: [16, 256], log: true, per_layer: true}   # width_0, width_1, ...
+    optimizer: {choice: [sgd, adam]}
+    momentum: {float: [0.0, 0.99], when: {optimizer: sgd}}  # only asked for SGD
+    batch_size: auto                                        # the largest that fits
+
+:func:`load_space` validates a file (pydantic) and reports every problem with its
+file, line and key at once (:class:`~explore.yamlio.SpaceError`).
+
+>>> s = parse_space({"dataset": "digits", "budget": {"trials": 4, "rounds": 2,
+...     "memory": "64MB"}, "model": {"depth": 1, "width": 8},
+...     "training": {"optimizer": "adam", "lr": {"float": [1e-3, 1e-1], "log": True}}})
+>>> s.budget.memory, s.objectives[0].metric, s.training.lr.log
+(64000000, 'accuracy', True)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from explore.yamlio import Document, SourceError, SpaceError, load_file
+
+# -- sizes -------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
+          "G": 10**9}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from ``512MB``, ``4GiB``, ``1.5 GB`` or a number.
+
+    >>> parse_size("512MB"), parse_size("4GiB"), parse_size(1024)
+    (512000000, 4294967296, 1024)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"a size, not {value!r}")
+    if isinstance(value, int | float):
+        n = value
+    elif isinstance(value, str) and (m := _SIZE.match(value)):
+        unit = m.group(2).upper()
+        if unit not in _UNITS:
+            raise ValueError(f"unknown unit {m.group(2)!r} in {value!r}; use B, KB, MB, GB, "
+                             "KiB, MiB or GiB")
+        n = float(m.group(1)) * _UNITS[unit]
+    else:
+        raise ValueError(f"{value!r} is not a size such as 512MB or 4GiB")
+    if n <= 0:
+        raise ValueError(f"a size must be positive, got {value!r}")
+    return int(n)
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+# -- parameters ----------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+Scalar = int | float | str | bool
+
+
+class Range(_Strict):
+    """Common to every searched parameter."""
+
+    when: dict[str, Scalar | list[Scalar]] | None = None  # asked only when these match
+    per_layer: bool = False  # one value per layer (model parameters only)
+
+    def values(self) -> list[Any] | None:
+        """The finite list of values, if the parameter has one (grid search)."""
+        return None
+
+
+class IntRange(Range):
+    bounds: tuple[int, int] = Field(alias="int")
+    log: bool = False
+    step: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> IntRange:
+        lo, hi = self.bounds
+        if lo > hi:
+            raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
+        if self.log and lo <= 0:
+            raise ValueError(f"a log scale needs a positive low bound, got {lo}")
+        if self.log and self.step != 1:
+            raise ValueError("log and step cannot be combined")
+        return self
+
+    def values(self) -> list[Any] | None:
+        return list(range(self.bounds[0], self.bounds[1] + 1, self.step))
+
+
+class FloatRange(Range):
+    bounds: tuple[float, float] = Field(alias="float")
+    log: bool = False
+    step: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> FloatRange:
+        lo, hi = self.bounds
+        if lo > hi:
+            raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
+        if self.log and lo <= 0:
+            raise ValueError(f"a log scale needs a positive low bound, got {lo}")
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be combined")
+        return self
+
+
+class Choice(Range):
+    options: list[Scalar] = Field(alias="choice", min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Choice:
+        if len(set(map(repr, self.options))) != len(self.options):
+            raise ValueError(f"choices repeat a value: {self.options}")
+        return self
+
+    def values(self) -> list[Any] | None:
+        return list(self.options)
+
+
+def _param(v: Any) -> Any:
+    if isinstance(v, dict):
+        kinds = [k for k in ("int", "float", "choice") if k in v]
+        if len(kinds) != 1:
+            raise ValueError("a searched parameter has exactly one of int: [low, high], "
+                             f"float: [low, high] or choice: [...]; got keys {sorted(v)}")
+        return {"int": IntRange, "float": FloatRange, "choice": Choice}[kinds[0]] \
+            .model_validate(v)
+    if isinstance(v, int | float | str | bool):
+        return v
+    raise ValueError(f"a parameter is a value or a range, not {type(v).__name__}")
+
+
+Param = Annotated[IntRange | FloatRange | Choice | Scalar, BeforeValidator(_param)]
+
+# -- sections ------------------------------------------------------------------------------
+
+METRICS = {"accuracy": "maximize", "loss": "minimize", "planned_bytes": "minimize"}
+
+
+class Dataset(_Strict):
+    name: Literal["mnist", "digits"]
+    train: int | None = Field(None, ge=1)  # use only the first n training samples
+    valid: int | None = Field(None, ge=1)
+
+
+def _dataset(v: Any) -> Any:
+    return {"name": v} if isinstance(v, str) else v
+
+
+class Objective(_Strict):
+    metric: Literal["accuracy", "loss", "planned_bytes"]
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @property
+    def dir(self) -> str:
+        return self.direction or METRICS[self.metric]
+
+
+class Budget(_Strict):
+    trials: int = Field(ge=1)
+    rounds: int = Field(ge=1)  # rounds (epochs) per trial
+    device: Literal["cpu", "gpu"] = "cpu"
+    memory: ByteSize  # for trial heaps, worker overheads and data on the device
+    workers: int = Field(1, ge=1, le=256)
+    seed: int = 0
+
+
+class Sampler(_Strict):
+    name: Literal["tpe", "random", "grid", "cmaes", "nsga2"] = "tpe"
+    seed: int | None = None
+    startup_trials: int | None = Field(None, ge=0)
+
+
+class Pruner(_Strict):
+    name: Literal["none", "median", "successive_halving", "hyperband"] = "median"
+    warmup_rounds: int = Field(1, ge=0)
+
+
+def _named(v: Any) -> Any:
+    return {"name": v} if isinstance(v, str) else v
+
+
+class Model(_Strict):
+    family: Literal["mlp"] = "mlp"
+    depth: Param = 2  # hidden layers
+    width: Param = 64
+    activation: Param = "relu"
+    dropout: Param = 0.0
+    init: Param = "xavier_uniform"
+
+
+class Training(_Strict):
+    optimizer: Param = "adam"
+    lr: Param = 1e-3
+    momentum: Param = 0.0
+    weight_decay: Param = 0.0
+    batch_size: Param = 64  # or "auto": the largest batch that fits the trial's share
+    auto_max_batch: int = Field(512, ge=1)
+
+
+class Space(_Strict):
+    name: str | None = None
+    dataset: Annotated[Dataset, BeforeValidator(_dataset)]
+    objectives: list[Objective] = Field(
+        default_factory=lambda: [Objective(metric="accuracy")], min_length=1, max_length=3)
+    budget: Budget
+    sampler: Annotated[Sampler, BeforeValidator(_named)] = Sampler()
+    pruner: Annotated[Pruner, BeforeValidator(_named)] = Pruner()
+    model: Model = Model()
+    training: Training = Training()
+
+    def params(self) -> dict[str, Any]:
+        """Every parameter by its name (model ones first: depth before the layers)."""
+        out = {k: getattr(self.model, k) for k in ("depth", "width", "activation", "dropout",
+                                                   "init")}
+        out.update({k: getattr(self.training, k) for k in ("optimizer", "lr", "momentum",
+                                                           "weight_decay", "batch_size")})
+        return out
+
+    @model_validator(mode="after")
+    def _cross(self) -> Space:
+        params = self.params()
+        for name, p in params.items():
+            if isinstance(p, Range) and p.when:
+                for other in p.when:
+                    if other not in params:
+                        raise ValueError(f"{name}.when names {other!r}, which is not a "
+                                         f"parameter; parameters: {', '.join(params)}")
+            if isinstance(p, Range) and p.per_layer and name not in ("width", "activation",
+                                                                      "dropout"):
+                raise ValueError(f"{name}: per_layer applies to width, activation and "
+                                 "dropout only")
+        bs = params["batch_size"]
+        if isinstance(bs, str) and bs != "auto":
+            raise ValueError(f"training.batch_size is a number, a range or 'auto', not {bs!r}")
+        if len(self.objectives) > 1 and self.sampler.name in ("tpe", "cmaes"):
+            if self.sampler.name == "cmaes":
+                raise ValueError("cmaes optimises one objective; use nsga2 (or tpe, random) "
+                                 "for several")
+        if len(self.objectives) == 1 and self.sampler.name == "nsga2":
+            raise ValueError("nsga2 is for several objectives; add one or pick tpe")
+        if self.sampler.name == "grid":
+            bad = [n for n, p in params.items() if isinstance(p, Range) and p.values() is None]
+            if bad:
+                raise ValueError(f"a grid needs finite parameters: {', '.join(bad)} "
+                                 "are continuous (give them a choice: list)")
+        return self
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+def parse_space(data: Any, doc: Document | None = None) -> Space:
+    """Validate ``data`` (already read) as a :class:`Space`; every error at once."""
+    try:
+        return Space.model_validate(data)
+    except ValidationError as e:
+        file = doc.file if doc else "<space>"
+        errors = []
+        for err in e.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and
+                                                     ("[" in p or p.startswith("function"))))
+            line = doc.line(loc) if doc else None
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            errors.append(SourceError(file, line, ".".join(map(str, loc)), msg))
+        raise SpaceError(errors) from None
+
+
+def load_space(path: str | Path) -> Space:
+    """Read and validate a search-space file (raises :class:`SpaceError`)."""
+    doc = load_file(path)
+    if not isinstance(doc.data, dict):
+        raise SpaceError([SourceError(doc.file, 1, "", "a search space is a mapping of keys "
+                                      "(dataset, budget, model, training, ...)")])
+    space = parse_space(doc.data, doc)
+    if space.name is None:
+        space = space.model_copy(update={"name": Path(path).stem})
+    return space

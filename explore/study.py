@@ -1,0 +1,90 @@
+"""The Optuna side: storage, samplers, pruners, and what a trial records.
+
+The default storage is a SQLite file next to the search-space file
+(``search_spaces/quick.yaml`` -> ``search_spaces/quick.db``): an embedded database
+that needs no server; any Optuna storage URL may be given instead.  The study is
+named after the space, so running the same command again resumes it.
+
+>>> from explore.space import parse_space
+>>> s = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+...     "memory": "64MB"}, "sampler": {"name": "random", "seed": 3}, "pruner": "hyperband"})
+>>> type(make_sampler(s)).__name__, type(make_pruner(s)).__name__
+('RandomSampler', 'HyperbandPruner')
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from explore.space import Choice, IntRange, Space
+
+PARAMS_ATTR = "explore_params"  # the full parameters (per-layer lists) of a trial
+
+
+def default_storage(space_path: str | Path) -> str:
+    p = Path(space_path).resolve()
+    return f"sqlite:///{p.with_suffix('.db')}"
+
+
+def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
+    s = space.sampler
+    seed = s.seed if s.seed is not None else space.budget.seed
+    if s.name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if s.name == "grid":
+        return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+    if s.name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=s.startup_trials or 1)
+    if s.name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    with warnings.catch_warnings():  # multivariate TPE is "experimental" in name only
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=s.startup_trials or 10,
+                                          multivariate=True, group=True)
+
+
+def grid_space(space: Space) -> dict[str, list[Any]]:
+    """Optuna's grid: each searched parameter's finite values (per layer too)."""
+    out: dict[str, list[Any]] = {}
+    params = space.params()
+    depth = params["depth"]
+    depths = depth.values() if isinstance(depth, IntRange | Choice) else [depth]
+    for name, p in params.items():
+        values = p.values() if hasattr(p, "values") else None
+        if values is None:
+            continue
+        if getattr(p, "per_layer", False):
+            for i in range(max(int(d) for d in depths or [1])):
+                out[f"{name}_{i}"] = values
+        else:
+            out[name] = values
+    return out
+
+
+def make_pruner(space: Space) -> optuna.pruners.BasePruner:
+    p = space.pruner
+    if p.name == "none" or len(space.objectives) > 1:
+        return optuna.pruners.NopPruner()
+    if p.name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=p.warmup_rounds)
+    if p.name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, p.warmup_rounds))
+    return optuna.pruners.HyperbandPruner(min_resource=max(1, p.warmup_rounds),
+                                          max_resource=space.budget.rounds)
+
+
+def open_study(space: Space, storage: str, name: str | None = None) -> optuna.Study:
+    """Create the study, or load it to resume (same name, same directions)."""
+    directions = [o.dir for o in space.objectives]
+    study = optuna.create_study(storage=storage, study_name=name or space.name,
+                                directions=directions, sampler=make_sampler(space),
+                                pruner=make_pruner(space), load_if_exists=True)
+    if [d.name.lower() for d in study.directions] != directions:
+        raise ValueError(f"study {study.study_name!r} in {storage} optimises "
+                         f"{[d.name.lower() for d in study.directions]}, the space asks for "
+                         f"{directions}")
+    return study

@@ -1,0 +1,162 @@
+"""A worker process: one arena for its life, trials switched in and out of it.
+
+The scheduler starts workers with the ``spawn`` method.  A worker maps the shared
+data set (no copy on the CPU), measures its own fixed overhead and reports it, then
+allocates its arena once, of the size the scheduler sends.  From then on it hosts
+the trials the scheduler places in it, each in its own region of the arena (their
+heaps are packed side by side), and time-slices them a round at a time: after each
+round it reports the validation metrics and waits for the scheduler's word (go on,
+or stop: pruned) before giving that trial another round.
+
+Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
+
+- scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program_json,
+  offset, seed, rounds)``, ``("continue", number)``, ``("stop", number)``,
+  ``("exit",)``;
+- worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
+  ``("report", number, round, metrics)``, ``("done", number, metrics, stats)``,
+  ``("error", number, message)``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from explore.shared import ArraySpec, attach
+
+
+@dataclass
+class Resident:
+    number: int
+    vm: Any
+    rounds: int
+    rng: np.random.Generator
+    round: int = 0
+    runnable: bool = True
+    started: float = field(default_factory=time.time)
+    switches: int = 0
+    busy_s: float = 0.0
+
+
+def rss_bytes() -> int:
+    """This process's resident memory (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def device_overhead(device: str) -> int:
+    """Fixed bytes this worker occupies on its device before any arena: the process's
+    resident memory on the CPU; on the GPU the device memory in use once the CUDA
+    context exists (conservative: it includes what other processes hold)."""
+    if device == "gpu":
+        import cupy
+
+        free, total = cupy.cuda.runtime.memGetInfo()
+        return int(total - free)
+    return rss_bytes()
+
+
+def evaluate(vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Accuracy and loss of the ``eval`` path (no dropout) over (x, y)."""
+    b = vm.program.batch_size
+    acc = loss = 0.0
+    rows = np.arange(len(y))
+    for s in range(0, len(y), b):
+        r = rows[s:s + b]
+        vm.gather("x", x, r, check=False)
+        vm.gather("y", y, r, check=False)
+        vm.forward("eval")
+        acc += float(vm.view("accuracy")) * len(r)
+        loss += float(vm.view("eval_loss")) * len(r)
+    n = max(len(y), 1)
+    return {"accuracy": acc / n, "eval_loss": loss / n}
+
+
+def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
+    """Entry point of a worker process (see the module docstring)."""
+    from engine.arena import Arena  # after spawn: imported in the worker
+    from engine.heap import CalcHeap
+    from engine.program import Program
+    from engine.train import train_epoch
+    from engine.vm import VM
+
+    arrays = attach(data)
+    if device == "gpu":
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+    conn.send(("ready", device_overhead(device), os.getpid()))
+    msg = conn.recv()
+    if msg[0] == "exit":
+        return
+    arena = Arena(int(msg[1]), device)
+    conn.send(("arena_ok",))
+    residents: dict[int, Resident] = {}
+    order: list[int] = []
+    last = -1
+    while True:
+        block = not any(r.runnable for r in residents.values())
+        while block or conn.poll(0):
+            msg = conn.recv()
+            kind = msg[0]
+            if kind == "exit":
+                return
+            if kind == "start":
+                _, number, text, offset, seed, rounds = msg
+                try:
+                    prog = Program.from_json(text)
+                    region = arena.buffer[offset:offset + prog.total_bytes]
+                    vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
+                                                          buffer=region))
+                    vm.check("x", arrays["x_train"])
+                    vm.check("y", arrays["y_train"])
+                except Exception as e:  # a candidate that cannot run: report it, go on
+                    conn.send(("error", number, f"{type(e).__name__}: {e}"))
+                    continue
+                residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed))
+                order.append(number)
+            elif kind == "continue":
+                if msg[1] in residents:
+                    residents[msg[1]].runnable = True
+            elif kind == "stop":
+                residents.pop(msg[1], None)
+                if msg[1] in order:
+                    order.remove(msg[1])
+            block = not any(r.runnable for r in residents.values())
+        # round-robin over the runnable residents
+        runnable = [n for n in order if residents[n].runnable]
+        nxt = next((n for n in runnable if n > last), runnable[0])
+        res = residents[nxt]
+        if nxt != last:
+            res.switches += 1
+        last = nxt
+        try:
+            t0 = time.perf_counter()
+            loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng)
+            metrics = evaluate(res.vm, arrays["x_valid"], arrays["y_valid"])
+            res.busy_s += time.perf_counter() - t0
+        except Exception:
+            conn.send(("error", nxt, traceback.format_exc(limit=3)))
+            residents.pop(nxt)
+            order.remove(nxt)
+            continue
+        res.round += 1
+        metrics["loss"] = loss
+        if res.round >= res.rounds:
+            stats = {"rounds": res.round, "switches": res.switches, "busy_s": res.busy_s,
+                     "start": res.started, "end": time.time()}
+            conn.send(("done", nxt, metrics, stats))
+            residents.pop(nxt)
+            order.remove(nxt)
+        else:
+            res.runnable = False
+            conn.send(("report", nxt, res.round, metrics))

@@ -1,0 +1,165 @@
+"""Reading YAML with line numbers, safely.
+
+PyYAML's safe composer gives a node tree with positions; this module turns it into
+plain Python while recording, for every key path, the line it was written on, so that
+a validation error can name the file, line and key.  It refuses what a config file
+never needs and an attacker would use: more than ``MAX_NODES`` values after alias
+expansion (an "alias bomb" of nested anchors), recursive aliases and duplicate keys.
+
+>>> doc = load_text("a: 1\\nb:\\n  c: [x, y]\\n", "s.yaml")
+>>> doc.data, doc.line(("b", "c", 1))
+({'a': 1, 'b': {'c': ['x', 'y']}}, 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_NODES = 10_000
+_SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass
+class SourceError:
+    """One problem in a file: where, and what."""
+
+    file: str
+    line: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        at = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{at}: {self.key}: {self.message}" if self.key else f"{at}: {self.message}"
+
+
+class SpaceError(Exception):
+    """A file that cannot be used, with every problem found in it."""
+
+    def __init__(self, errors: list[SourceError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+@dataclass
+class Document:
+    data: Any
+    file: str
+    lines: dict[Loc, int] = field(default_factory=dict)
+
+    def line(self, loc: Loc) -> int | None:
+        """The line of ``loc``, or of its nearest enclosing key."""
+        while loc:
+            if loc in self.lines:
+                return self.lines[loc]
+            loc = loc[:-1]
+        return self.lines.get((), None)
+
+
+def load_file(path: str | Path) -> Document:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpaceError([SourceError(str(p), None, "", f"cannot read the file: "
+                                      f"{e.strerror or e}")]) from None
+    except UnicodeDecodeError as e:
+        raise SpaceError([SourceError(str(p), None, "", f"not UTF-8 text: {e}")]) from None
+    return load_text(text, str(p))
+
+
+def load_text(text: str, file: str = "<text>") -> Document:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else None
+        msg = " ".join(x for x in (e.context, e.problem) if x) or str(e)
+        if e.context_mark is not None and mark is not None and \
+                e.context_mark.line != mark.line:
+            msg += f" (the construct began on line {e.context_mark.line + 1})"
+        raise SpaceError([SourceError(file, line, "", f"YAML syntax: {msg}")]) from None
+    except yaml.YAMLError as e:
+        raise SpaceError([SourceError(file, None, "", f"YAML: {e}")]) from None
+    doc = Document(None, file)
+    if node is None:
+        raise SpaceError([SourceError(file, 1, "", "the file is empty")])
+    builder = _Builder(doc)
+    doc.data = builder.build(node, (), set())
+    if builder.errors:
+        raise SpaceError(builder.errors)
+    return doc
+
+
+class _Builder:
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.count = 0
+        self.errors: list[SourceError] = []
+        self.constructor = yaml.SafeLoader("")  # scalar resolution, as safe_load does
+
+    def build(self, node: yaml.Node, loc: Loc, active: set[int]) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+                                          f"more than {MAX_NODES:,} values (nested aliases?)"
+                                          "; a search space is far smaller")])
+        self.doc.lines.setdefault(loc, node.start_mark.line + 1)
+        if id(node) in active:
+            raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+                                          "an alias refers to itself")])
+        if isinstance(node, yaml.ScalarNode):
+            try:
+                return self.constructor.construct_object(node, deep=True)
+            except yaml.constructor.ConstructorError as e:
+                self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1,
+                                               _key(loc), str(e.problem)))
+                return None
+        active = active | {id(node)}
+        if node.tag not in (_SEQ, _MAP):
+            self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+                                           f"the tag {node.tag!r} is not allowed here"))
+            return None
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*loc, i), active) for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for knode, vnode in node.value:
+                if not isinstance(knode, yaml.ScalarNode):
+                    self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
+                                                   _key(loc), "a key must be a plain value"))
+                    continue
+                if knode.tag == "tag:yaml.org,2002:merge":
+                    self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
+                                                   _key(loc), "merge keys (<<) are not "
+                                                   "supported; write the keys out"))
+                    continue
+                try:
+                    key = self.constructor.construct_object(knode)
+                except yaml.constructor.ConstructorError as e:
+                    self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
+                                                   _key(loc), str(e.problem)))
+                    continue
+                if key in out:
+                    self.errors.append(SourceError(
+                        self.doc.file, knode.start_mark.line + 1, _key((*loc, key)),
+                        f"duplicate key (first on line {self.doc.lines[(*loc, key)]})"))
+                    continue
+                self.doc.lines[(*loc, key)] = knode.start_mark.line + 1
+                out[key] = self.build(vnode, (*loc, key), active)
+            return out
+        raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+                                      f"unsupported YAML node {type(node).__name__}")])
+
+
+def _key(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
