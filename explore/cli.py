@@ -13,6 +13,7 @@ created or changed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -190,10 +191,8 @@ def _summary(study: Any, stats: Any) -> None:
     counts = df["state"].value_counts() if len(df) else {}
     best_v, best_n = "-", "-"
     if len(study.directions) == 1:
-        try:
+        with contextlib.suppress(ValueError):  # no complete trial yet
             best_v, best_n = f"{study.best_value:.4g}", str(study.best_trial.number)
-        except ValueError:
-            pass
     else:
         best_v = f"{len(study.best_trials)} on the Pareto front"
     peak = f"{stats.peak / 1e6:,.1f} / {stats.budget / 1e6:,.1f} MB" if stats else "-"
@@ -271,7 +270,7 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
         storage = storage or default_storage(space_file)
         study_name = study_name or space.name
     try:
-        return optuna.load_study(study_name=study_name, storage=storage)
+        return optuna.load_study(study_name=study_name, storage=str(storage))
     except KeyError:
         _fail(f"no study {study_name!r} in {storage}")
 

@@ -16,6 +16,7 @@ reason, enqueued once more, and a new worker takes its place.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 from collections.abc import Callable
@@ -196,10 +197,8 @@ class Scheduler:
 
     def stop(self) -> None:
         for w in self.workers.values():
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 w.conn.send(("exit",))
-            except (BrokenPipeError, OSError):
-                pass
         for w in self.workers.values():
             w.process.join(timeout=10)
             if w.process.is_alive():
@@ -255,7 +254,8 @@ class Scheduler:
 
     def _place(self) -> None:
         still = []
-        for trial, cand, requeued in self.waiting:
+        batch, self.waiting = self.waiting, []  # a worker dying below may re-queue into it
+        for trial, cand, requeued in batch:
             size = -(-cand.heap_bytes // ALIGN) * ALIGN
             fits = [(fit, w.index) for w in self.workers.values()
                     if (fit := w.best_fit(size)) is not None]
@@ -275,10 +275,24 @@ class Scheduler:
             trial.set_user_attr("arena_offset", offset)
             trial.set_user_attr("placed_at", time.time() - self.t0)
             seed = self.space.budget.seed + trial.number
-            w.conn.send(("start", trial.number, prog.to_json(), offset, seed,
-                         self.space.budget.rounds))
-        self.waiting = still
+            if not self._send(w, ("start", trial.number, prog.to_json(), offset, seed,
+                                  self.space.budget.rounds)):
+                still.append((trial, cand, requeued))  # its placement went with the worker
+        self.waiting = still + self.waiting
         self._sample()
+
+    def _send(self, w: Worker, msg: tuple[Any, ...]) -> bool:
+        """Send, or handle the worker's death (its residents fail and are re-queued)."""
+        try:
+            w.conn.send(msg)
+            return True
+        except (BrokenPipeError, EOFError, OSError):
+            w.process.join(timeout=5)
+            if msg[0] == "start":
+                p = w.residents.pop(msg[1])
+                w.give(p.offset, p.size)
+            self._crashed(w)
+            return False
 
     def _events(self) -> None:
         conns = {w.conn: w for w in self.workers.values()}
@@ -306,14 +320,14 @@ class Scheduler:
                     "planned_bytes":
                 p.trial.report(self._value(self.space.objectives[0].metric, metrics, p), step)
                 if p.trial.should_prune():
-                    w.conn.send(("stop", number))
+                    self._send(w, ("stop", number))
                     self._release(w, p)
                     p.trial.set_user_attr("rounds", step)
                     self.study.tell(p.trial, state=TrialState.PRUNED)
                     self.stats.counts["pruned"] += 1
                     self._sample()
                     return
-            w.conn.send(("continue", number))
+            self._send(w, ("continue", number))
         elif kind == "done":
             _, _, metrics, stats = msg
             self._release(w, p)
@@ -353,6 +367,8 @@ class Scheduler:
         self.stats.counts["failed"] += 1
 
     def _crashed(self, w: Worker) -> None:
+        if self.workers.get(w.index) is not w:
+            return  # already handled
         code = w.process.exitcode
         del self.workers[w.index]
         for p in list(w.residents.values()):

@@ -10,6 +10,7 @@ without a copy (the workers' arrays are views of the same physical pages).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -45,10 +46,8 @@ class SharedArrays:
 
     def close(self) -> None:
         self.block.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.block.unlink()
-        except FileNotFoundError:
-            pass
 
     def __enter__(self) -> SharedArrays:
         return self

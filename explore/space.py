@@ -148,8 +148,9 @@ def _param(v: Any) -> Any:
         if len(kinds) != 1:
             raise ValueError("a searched parameter has exactly one of int: [low, high], "
                              f"float: [low, high] or choice: [...]; got keys {sorted(v)}")
-        return {"int": IntRange, "float": FloatRange, "choice": Choice}[kinds[0]] \
-            .model_validate(v)
+        kinds_: dict[str, type[Range]] = {"int": IntRange, "float": FloatRange,
+                                          "choice": Choice}
+        return kinds_[kinds[0]].model_validate(v)
     if isinstance(v, int | float | str | bool):
         return v
     raise ValueError(f"a parameter is a value or a range, not {type(v).__name__}")
@@ -229,10 +230,10 @@ class Space(_Strict):
     objectives: list[Objective] = Field(
         default_factory=lambda: [Objective(metric="accuracy")], min_length=1, max_length=3)
     budget: Budget
-    sampler: Annotated[Sampler, BeforeValidator(_named)] = Sampler()
-    pruner: Annotated[Pruner, BeforeValidator(_named)] = Pruner()
-    model: Model = Model()
-    training: Training = Training()
+    sampler: Annotated[Sampler, BeforeValidator(_named)] = Field(default_factory=Sampler)
+    pruner: Annotated[Pruner, BeforeValidator(_named)] = Field(default_factory=Pruner)
+    model: Model = Field(default_factory=Model)
+    training: Training = Field(default_factory=Training)
 
     def params(self) -> dict[str, Any]:
         """Every parameter by its name (model ones first: depth before the layers)."""
@@ -258,10 +259,9 @@ class Space(_Strict):
         bs = params["batch_size"]
         if isinstance(bs, str) and bs != "auto":
             raise ValueError(f"training.batch_size is a number, a range or 'auto', not {bs!r}")
-        if len(self.objectives) > 1 and self.sampler.name in ("tpe", "cmaes"):
-            if self.sampler.name == "cmaes":
-                raise ValueError("cmaes optimises one objective; use nsga2 (or tpe, random) "
-                                 "for several")
+        if len(self.objectives) > 1 and self.sampler.name == "cmaes":
+            raise ValueError("cmaes optimises one objective; use nsga2 (or tpe, random) for "
+                             "several")
         if len(self.objectives) == 1 and self.sampler.name == "nsga2":
             raise ValueError("nsga2 is for several objectives; add one or pick tpe")
         if self.sampler.name == "grid":

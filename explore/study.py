@@ -36,7 +36,7 @@ def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if s.name == "grid":
-        return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+        return _Grid(grid_space(space), seed=seed)
     if s.name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=s.startup_trials or 1)
     if s.name == "nsga2":
@@ -45,6 +45,15 @@ def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=s.startup_trials or 10,
                                           multivariate=True, group=True)
+
+
+class _Grid(optuna.samplers.GridSampler):
+    """Optuna's grid, for ask/tell: its ``after_trial`` stops the study when the grid
+    is exhausted, which only an objective function may do; the scheduler counts the
+    trials itself (and Optuna's grid starts over once exhausted)."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        pass
 
 
 def grid_space(space: Space) -> dict[str, list[Any]]:
@@ -79,7 +88,7 @@ def make_pruner(space: Space) -> optuna.pruners.BasePruner:
 
 def open_study(space: Space, storage: str, name: str | None = None) -> optuna.Study:
     """Create the study, or load it to resume (same name, same directions)."""
-    directions = [o.dir for o in space.objectives]
+    directions: list[Any] = [o.dir for o in space.objectives]
     study = optuna.create_study(storage=storage, study_name=name or space.name,
                                 directions=directions, sampler=make_sampler(space),
                                 pruner=make_pruner(space), load_if_exists=True)

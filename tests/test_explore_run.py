@@ -1,0 +1,160 @@
+"""`explore run` end to end on the 8x8 digits: trials packed into worker arenas,
+results in SQLite, candidates too big for the budget failed without running, a
+crashed worker replaced and its trial re-queued, a second run resuming the first."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from engine import compile_graph
+from explore.builders import build_graph, build_optimizer
+from explore.cli import main
+from explore.data import load_digits
+from explore.results import load
+from explore.sampling import fixed
+from explore.scheduler import Scheduler
+from explore.space import load_space
+from explore.study import open_study
+
+SPACE = """\
+name: tiny
+dataset: digits
+budget: {{trials: {trials}, rounds: 2, memory: {memory}, workers: 2}}
+sampler: {sampler}
+pruner: none
+model:
+  depth: 1
+  width: {width}
+  activation: relu
+training:
+  optimizer: adam
+  lr: {lr}
+  batch_size: 32
+"""
+
+
+def write(tmp_path: Path, **kw: object) -> Path:
+    args = {"trials": 4, "memory": "400MB", "sampler": "{name: random, seed: 1}",
+            "width": "{choice: [16, 32]}", "lr": "{float: [1.0e-3, 3.0e-2], log: true}",
+            **kw}
+    f = tmp_path / "tiny.yaml"
+    f.write_text(SPACE.format(**args))
+    return f
+
+
+def run(*args: str) -> object:
+    result = CliRunner().invoke(main, ["run", *args, "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_a_run_records_every_trial(tmp_path: Path) -> None:
+    f = write(tmp_path)
+    run(str(f))
+    df = load(f"sqlite:///{tmp_path / 'tiny.db'}", "tiny")
+    assert len(df) == 4 and (df["state"] == "complete").all()
+    assert df["value"].between(0.0, 1.0).all()
+    assert set(df["worker"]) <= {0, 1} and (df["rounds"] == 2).all()
+    assert (df["total_bytes"] == df[[f"{z}_bytes" for z in ("forward", "gradient",
+                                                             "optimizer", "workspace")]]
+            .sum(axis=1)).all()
+    assert (df["end"] > df["start"]).all() and (df["batch_size"] == 32).all()
+    runs = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'tiny.db'}") \
+        .user_attrs["runs"]
+    assert runs[0]["peak"] <= runs[0]["budget"]
+    # resume: the same command adds nothing; more trials continue the study
+    run(str(f))
+    run(str(f), "--trials", "6")
+    assert len(load(f"sqlite:///{tmp_path / 'tiny.db'}", "tiny")) == 6
+    out = tmp_path / "trials.csv"
+    result = CliRunner().invoke(main, ["export", str(f), "--output", str(out)])
+    assert result.exit_code == 0 and len(out.read_text().splitlines()) == 7
+
+
+def test_candidates_too_big_fail_without_running(tmp_path: Path) -> None:
+    # a 200,000-unit layer needs ~290 MB at Adam; the workers' arenas get ~60 MB each
+    f = write(tmp_path, trials=2, memory="260MB", sampler="grid",
+              width="{choice: [16, 200000]}", lr=0.01)
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'tiny.db'}"
+    study = open_study(space, storage)
+    stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+                      device="cpu").run(2)
+    df = load(storage, "tiny").set_index("number")
+    big = df[df["params"].map(lambda p: p["widths"][0] == 200000)].iloc[0]
+    small = df[df["params"].map(lambda p: p["widths"][0] == 16)].iloc[0]
+    assert big["state"] == "fail" and "does not fit" in big["fail_reason"]
+    assert big["worker"] is None or big["worker"] != big["worker"]  # never placed
+    assert small["state"] == "complete"
+    assert stats.peak <= stats.budget
+    assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
+
+
+def test_a_crashed_worker_is_replaced_and_its_trial_requeued(tmp_path: Path) -> None:
+    f = write(tmp_path, trials=3)
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'tiny.db'}"
+    study = open_study(space, storage)
+    killed: list[int] = []
+
+    def kill_once(stats: object) -> None:
+        if not killed:
+            busy = [w for w in sched.workers.values() if w.residents]
+            if busy:
+                killed.append(busy[0].pid)
+                os.kill(busy[0].pid, signal.SIGKILL)
+
+    sched = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+                      device="cpu", progress=kill_once)
+    sched.run(3)
+    df = load(storage, "tiny")
+    failed = df[df["state"] == "fail"]
+    assert killed and len(failed) >= 1
+    assert failed["fail_reason"].str.contains("died").all()
+    trials = optuna.load_study(study_name="tiny", storage=storage).trials
+    requeued = [t for t in trials if "requeued_from" in t.user_attrs]
+    assert requeued and all(t.state.name == "COMPLETE" for t in requeued)
+    assert (df["state"] == "complete").sum() == 3
+
+
+def test_size_prints_the_plan_as_json(tmp_path: Path) -> None:
+    f = write(tmp_path)
+    result = CliRunner().invoke(main, ["size", str(f), "--params", "width=32", "--json",
+                                       "--memory", "1MB"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    space = load_space(f)
+    p = fixed(space, {"width": 32})
+    prog = compile_graph(build_graph(p, 64, 10), batch_size=32, optimizer=build_optimizer(p))
+    assert got["zones"] == prog.zone_bytes and got["total_bytes"] == prog.total_bytes
+    assert got["batch_size"] == 32 and got["max_batch"] >= 32
+    bigger = compile_graph(build_graph(p, 64, 10), batch_size=got["max_batch"] + 1,
+                           optimizer=build_optimizer(p))
+    assert bigger.total_bytes > 1_000_000
+
+
+def test_a_budget_too_small_for_the_workers_is_a_clear_error(tmp_path: Path) -> None:
+    f = write(tmp_path, memory="2MB")
+    result = CliRunner().invoke(main, ["run", str(f), "--quiet"])
+    assert result.exit_code == 2 and "leaves nothing for trials" in result.output
+
+
+@pytest.mark.parametrize("fmt", ["parquet"])
+def test_export_parquet_needs_pyarrow_or_works(tmp_path: Path, fmt: str) -> None:
+    f = write(tmp_path, trials=1)
+    run(str(f))
+    out = tmp_path / "t.parquet"
+    result = CliRunner().invoke(main, ["export", str(f), "--format", fmt, "--output", str(out)])
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert result.exit_code == 2 and "pyarrow" in result.output and not out.exists()
+    else:
+        assert result.exit_code == 0 and out.exists()
