@@ -38,3 +38,15 @@ def test_demo_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "engine.demo", "--epochs", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert "allocated =" in out and "test accuracy" in out
+
+
+def test_readme_main_job_runs_the_quick_space_and_summarises(tmp_path: Path) -> None:
+    setup = README.read_text().split("## Set-up")[1].split("## ")[0]
+    first = re.findall(r"```bash\n(.*?)```", setup, re.S)[0]
+    assert "explore run search_spaces/quick.yaml" in first
+    root = README.parent
+    out = subprocess.run([sys.executable, "-m", "explore.cli", "run",
+                          str(root / "search_spaces" / "quick.yaml"), "--storage",
+                          f"sqlite:///{tmp_path / 'q.db'}", "--quiet"],
+                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert "study 'quick'" in out and "complete" in out
