@@ -1,0 +1,46 @@
+"""The analysis notebook runs headless against a small study made here, and draws
+its four pictures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from explore.data import load_digits
+from explore.scheduler import Scheduler
+from explore.space import load_space
+from explore.study import open_study
+from tests.test_explore_run import write
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "analysis.ipynb"
+
+
+def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> None:
+    nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat "
+                                   "(pip install -e '.[dev]')")
+    from nbclient import NotebookClient
+
+    f = write(tmp_path, trials=5, width="{choice: [8, 16, 32]}")
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'tiny.db'}"
+    study = open_study(space, storage)
+    from explore.cli import _record_run
+
+    stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+                      device="cpu").run(5)
+    _record_run(study, stats)
+    monkeypatch.setenv("EXPLORE_STORAGE", storage)
+    monkeypatch.setenv("EXPLORE_STUDY", "tiny")
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, errors
+    assert len(images) == 4
+    assert os.environ["EXPLORE_STUDY"] == "tiny"
