@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,8 +37,29 @@ from explore.shared import SharedArrays
 from explore.space import Space
 from explore.study import PARAMS_ATTR
 from explore.worker import main as worker_main
+from explore.worker import rss_bytes
 
 ALIGN = 64
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _thread_share(workers: int) -> Any:
+    """Give each spawned worker its share of the cores for BLAS (unless the user set
+    the thread counts): W workers each using every core would fight over them."""
+    cores = os.cpu_count() or 1
+    saved = {k: os.environ.get(k) for k in THREAD_VARS}
+    for k in THREAD_VARS:
+        if saved[k] is None:
+            os.environ[k] = str(max(1, cores // workers))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
 
 
 class SchedulerError(Exception):
@@ -110,6 +132,7 @@ class RunStats:
     data: int = 0
     overheads: list[int] = field(default_factory=list)
     timeline: list[Sample] = field(default_factory=list)
+    rss_peak: int = 0  # measured: the scheduler's and the workers' resident memory, summed
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting"), 0))
     best: float | None = None
@@ -159,7 +182,8 @@ class Scheduler:
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=worker_main, args=(child, self.arrays.spec, self.device),
                                 name=f"explore-worker-{index}", daemon=True)
-        proc.start()
+        with _thread_share(self.n_workers):
+            proc.start()
         child.close()
         w = Worker(index, proc, parent)
         msg = self._recv(w, timeout=120)
@@ -167,17 +191,24 @@ class Scheduler:
         return w
 
     def _recv(self, w: Worker, timeout: float) -> Any:
-        if not w.conn.poll(timeout):
-            raise SchedulerError(f"worker {w.index} did not answer in {timeout:.0f} s")
-        return w.conn.recv()
+        try:
+            if w.conn.poll(timeout):
+                return w.conn.recv()
+        except (EOFError, OSError):
+            w.process.join(timeout=5)
+            raise SchedulerError(f"worker {w.index} exited while starting (exit code "
+                                 f"{w.process.exitcode})") from None
+        raise SchedulerError(f"worker {w.index} did not answer in {timeout:.0f} s")
 
     def start(self) -> None:
-        ws = [self._spawn(i) for i in range(self.n_workers)]
+        ws: list[Worker] = []
+        for i in range(self.n_workers):
+            w = self._spawn(i)
+            ws.append(w)
+            self.workers[i] = w  # known to stop() from now on
         fixed = self.stats.data + sum(w.overhead for w in ws)
         arena = (self.stats.budget - fixed) // len(ws) // ALIGN * ALIGN
         if arena <= 0:
-            for w in ws:
-                w.conn.send(("exit",))
             raise SchedulerError(
                 f"a budget of {self.stats.budget:,} bytes leaves nothing for trials: the data "
                 f"takes {self.stats.data:,} and {len(ws)} worker(s) {fixed - self.stats.data:,}"
@@ -214,14 +245,16 @@ class Scheduler:
                                  f"{self.stats.budget:,}")
         self.stats.timeline.append(Sample(time.time() - self.t0, heaps, fixed,
                                           len(self.waiting)))
+        rss = rss_bytes() + sum(rss_bytes(w.pid) for w in self.workers.values())
+        self.stats.rss_peak = max(self.stats.rss_peak, rss)
         self.stats.counts["running"] = sum(len(w.residents) for w in self.workers.values())
         self.stats.counts["waiting"] = len(self.waiting)
         self.progress(self.stats)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, n_trials: int) -> RunStats:
-        self.start()
         try:
+            self.start()
             asked = 0
             while True:
                 # Ask while what was asked last found room: candidates then wait only

@@ -92,6 +92,15 @@ class Range(_Strict):
         return None
 
 
+def _check_bounds(lo: float, hi: float, log: bool, stepped: bool) -> None:
+    if lo > hi:
+        raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
+    if log and lo <= 0:
+        raise ValueError(f"a log scale needs a positive low bound, got {lo}")
+    if log and stepped:
+        raise ValueError("log and step cannot be combined")
+
+
 class IntRange(Range):
     bounds: tuple[int, int] = Field(alias="int")
     log: bool = False
@@ -99,13 +108,7 @@ class IntRange(Range):
 
     @model_validator(mode="after")
     def _check(self) -> IntRange:
-        lo, hi = self.bounds
-        if lo > hi:
-            raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
-        if self.log and lo <= 0:
-            raise ValueError(f"a log scale needs a positive low bound, got {lo}")
-        if self.log and self.step != 1:
-            raise ValueError("log and step cannot be combined")
+        _check_bounds(*self.bounds, self.log, self.step != 1)
         return self
 
     def values(self) -> list[Any] | None:
@@ -119,13 +122,7 @@ class FloatRange(Range):
 
     @model_validator(mode="after")
     def _check(self) -> FloatRange:
-        lo, hi = self.bounds
-        if lo > hi:
-            raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
-        if self.log and lo <= 0:
-            raise ValueError(f"a log scale needs a positive low bound, got {lo}")
-        if self.log and self.step is not None:
-            raise ValueError("log and step cannot be combined")
+        _check_bounds(*self.bounds, self.log, self.step is not None)
         return self
 
 

@@ -44,10 +44,10 @@ class Resident:
     busy_s: float = 0.0
 
 
-def rss_bytes() -> int:
-    """This process's resident memory (Linux ``/proc``; 0 elsewhere)."""
+def rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident memory (Linux ``/proc``; 0 elsewhere or once it is gone)."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return 0
