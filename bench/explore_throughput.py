@@ -6,18 +6,22 @@ mini-batches of 64), 60 trials of 10 rounds, the same TPE sampler (seed 0) and m
 pruner on both sides, 2 workers / 2 jobs, each side in a fresh process, one after the
 other, in one run.
 
-- explore: ``Scheduler`` over the space with the given memory budget (default 200MB:
-  small enough that candidates wait for room, so packing is exercised);
+- explore: ``Scheduler`` over the space with the given memory budget (default 200MB),
+  one trial in hand per worker (the default);
+- explore, packed: the same with as many trials per worker as the arenas hold (what
+  the packing efficiency is measured on);
 - baseline: what a user writes: ``study.optimize(objective, n_trials=60, n_jobs=2)``,
   the objective building a PyTorch model and optimizer (the fastest implementation:
   fused where PyTorch has it), reporting validation accuracy each round for pruning;
   one PyTorch thread per job (two jobs on two cores: measured faster than two each).
 
-Reported: trials per minute (wall time of the whole search, start-up included), the
-best validation accuracy of each, explore's packing efficiency (mean fraction of the
-budget held by trial heaps while candidates waited; also as a fraction of what the
-budget leaves after data and worker overheads), its accounted peak and the measured
-peak resident memory of both.
+Reported (medians of ``--repeats`` interleaved runs, each side in a fresh process):
+trials per minute (wall time of the whole search, start-up included) and rounds per
+minute (trials per minute hangs on how many trials the pruner happens to stop, which
+varies from run to run), the best validation accuracy of each, the packing efficiency
+(mean fraction of the budget held by trial heaps while trials were waiting; also of
+what the budget leaves after the data and the workers' overheads), the accounted peak
+and the measured peak resident memory of both.
 
     python bench/explore_throughput.py --json
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +54,8 @@ def vmhwm() -> int:
     return 0
 
 
-def run_explore(trials: int, memory: int, workers: int) -> dict[str, Any]:
+def run_explore(trials: int, memory: int, workers: int, depth: int | None = None
+                ) -> dict[str, Any]:
     import optuna
 
     from explore.data import load
@@ -67,17 +73,18 @@ def run_explore(trials: int, memory: int, workers: int) -> dict[str, Any]:
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
         t0 = time.perf_counter()
         stats = Scheduler(space, study, data, workers=workers, memory=memory,
-                          device="cpu").run(trials)
+                          device="cpu", depth=depth).run(trials)
         wall = time.perf_counter() - t0
         best = study.best_value
         states = [t.state.name for t in study.trials]
+        rounds = sum(len(t.intermediate_values) + (t.state.name == "COMPLETE")
+                     for t in study.trials)
     room = stats.budget - stats.data - sum(stats.overheads)
-    eff = stats.packing_efficiency()
-    return {"seconds": wall, "best": best, "packing_efficiency": eff,
-            "arena_utilisation": eff * stats.budget / room if eff is not None else None,
+    return {"seconds": wall, "best": best, "packing_efficiency": stats.packing_efficiency(),
+            "arena_utilisation": stats.packing_efficiency(of=room),
             "peak_bytes": stats.peak, "rss_peak_bytes": stats.rss_peak,
             "budget_bytes": stats.budget, "fixed_bytes": stats.data + sum(stats.overheads),
-            "pruned": states.count("PRUNED"), "failed": states.count("FAIL")}
+            "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
 def run_baseline(trials: int, jobs: int) -> dict[str, Any]:
@@ -142,14 +149,22 @@ def run_baseline(trials: int, jobs: int) -> dict[str, Any]:
     study.optimize(objective, n_trials=trials, n_jobs=jobs)
     wall = time.perf_counter() - t0
     states = [t.state.name for t in study.trials]
+    rounds = sum(len(t.intermediate_values) for t in study.trials)
     return {"seconds": wall, "best": study.best_value, "rss_peak_bytes": vmhwm(),
-            "pruned": states.count("PRUNED"), "failed": states.count("FAIL")}
+            "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
 def child(side: str, trials: int, memory: int, workers: int) -> dict[str, Any]:
     if side == "explore":
         return run_explore(trials, memory, workers)
+    if side == "packed":
+        return run_explore(trials, memory, workers, depth=1_000_000)
     return run_baseline(trials, workers)
+
+
+def median(runs: list[dict[str, Any]], key: str) -> Any:
+    values = [r[key] for r in runs if r[key] is not None]
+    return statistics.median(values) if values else None
 
 
 def main() -> None:
@@ -158,7 +173,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--memory", default="200MB")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--child", choices=["explore", "baseline"], help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--child", choices=["explore", "packed", "baseline"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     from explore.space import parse_size
 
@@ -166,28 +182,46 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.trials, memory, args.workers)))
         return
-    res = {}
-    for side in ("explore", "baseline"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--trials",
-               str(args.trials), "--memory", str(memory), "--workers", str(args.workers)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        res[side] = json.loads(out.strip().splitlines()[-1])
-    e, b = res["explore"], res["baseline"]
+    runs: dict[str, list[dict[str, Any]]] = {"explore": [], "packed": [], "baseline": []}
+    for _ in range(args.repeats):  # interleaved, each in a fresh process
+        for side in runs:
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--trials",
+                   str(args.trials), "--memory", str(memory), "--workers", str(args.workers)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            r["trials_per_min"] = args.trials / r["seconds"] * 60
+            r["rounds_per_min"] = r["rounds"] / r["seconds"] * 60
+            runs[side].append(r)
+    e, p, b = runs["explore"], runs["packed"], runs["baseline"]
+
+    def rnd(x: Any, n: int = 2) -> Any:
+        return round(x, n) if isinstance(x, float) else x
+
     result = {
-        "explore_trials_per_min": round(args.trials / e["seconds"] * 60, 2),
-        "baseline_trials_per_min": round(args.trials / b["seconds"] * 60, 2),
-        "packing_efficiency": e["packing_efficiency"],
-        "arena_utilisation": e["arena_utilisation"],
-        "peak_bytes": e["peak_bytes"], "budget_bytes": e["budget_bytes"],
-        "fixed_bytes": e["fixed_bytes"],
-        "explore_rss_peak_bytes": e["rss_peak_bytes"],
-        "baseline_rss_peak_bytes": b["rss_peak_bytes"],
-        "explore_best": round(e["best"], 4), "baseline_best": round(b["best"], 4),
-        "explore_pruned": e["pruned"], "baseline_pruned": b["pruned"],
-        "trials": args.trials, "workers": args.workers,
+        "explore_trials_per_min": rnd(median(e, "trials_per_min")),
+        "baseline_trials_per_min": rnd(median(b, "trials_per_min")),
+        "packing_efficiency": rnd(median(p, "packing_efficiency"), 4),
+        "peak_bytes": max(r["peak_bytes"] for r in e + p),
+        "budget_bytes": memory,
+        "explore_best": rnd(median(e, "best"), 4),
+        "baseline_best": rnd(median(b, "best"), 4),
+        "explore_rounds_per_min": rnd(median(e, "rounds_per_min"), 1),
+        "baseline_rounds_per_min": rnd(median(b, "rounds_per_min"), 1),
+        "packed_trials_per_min": rnd(median(p, "trials_per_min")),
+        "packed_arena_utilisation": rnd(median(p, "arena_utilisation"), 4),
+        "explore_packing_efficiency": rnd(median(e, "packing_efficiency"), 4),
+        "fixed_bytes": median(e, "fixed_bytes"),
+        "explore_rss_peak_bytes": max(r["rss_peak_bytes"] for r in e),
+        "baseline_rss_peak_bytes": max(r["rss_peak_bytes"] for r in b),
+        "explore_pruned": [r["pruned"] for r in e], "baseline_pruned": [r["pruned"] for r in b],
+        "explore_trials_per_min_all": [rnd(r["trials_per_min"]) for r in e],
+        "baseline_trials_per_min_all": [rnd(r["trials_per_min"]) for r in b],
+        "trials": args.trials, "workers": args.workers, "repeats": args.repeats,
     }
-    result["speedup"] = round(result["explore_trials_per_min"] /
-                              result["baseline_trials_per_min"], 2)
+    result["speedup"] = rnd(result["explore_trials_per_min"] /
+                            result["baseline_trials_per_min"])
+    result["rounds_speedup"] = rnd(result["explore_rounds_per_min"] /
+                                   result["baseline_rounds_per_min"])
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 
 

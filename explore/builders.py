@@ -31,7 +31,8 @@ class BuildError(ValueError):
     """Parameters that do not make a model (an unknown activation, ...)."""
 
 
-def build_graph(params: dict[str, Any], n_in: int, n_classes: int) -> CalcGraph:
+def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
+                eval_loss: bool = True) -> CalcGraph:
     depth = int(params["depth"])
     widths = [int(w) for w in params["widths"]]
     acts = [_activation(a) for a in params["activations"]]
@@ -50,7 +51,7 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int) -> CalcGraph:
         layers.append((w, b))
     train = g.path("train", Mode.BACKWARD_ENABLED)
     ev = g.path("eval", Mode.FORWARD_ONLY)
-    outs = {}
+    outs: dict[bool, tuple[Any, Any]] = {}
     for path, training in ((train, True), (ev, False)):
         h = x
         for i, (w, b) in enumerate(layers):
@@ -59,12 +60,16 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int) -> CalcGraph:
                 h = path.op(acts[i], h)
                 if training and drops[i] > 0:
                     h = path.Dropout(h, ratio=drops[i])
-        names = ["loss", "log_prob"] if training else ["eval_loss", "eval_log_prob"]
-        loss, _ = path.SoftmaxCrossEntropyLoss(h, y, outputs=names)
+        if training or eval_loss:
+            names = ["loss", "log_prob"] if training else ["eval_loss", "eval_log_prob"]
+            loss, _ = path.SoftmaxCrossEntropyLoss(h, y, outputs=names)
+        else:
+            loss = None
         outs[training] = (h, loss)
     train.set_loss(outs[True][1])
     acc = ev.Accuracy(outs[False][0], y, outputs=["accuracy"])
-    g.output(outs[True][1], acc, outs[False][1])
+    # Declared outputs: without eval_loss, dead-code elimination drops its cross-entropy.
+    g.output(outs[True][1], acc, *([outs[False][1]] if eval_loss else []))
     return g
 
 

@@ -8,8 +8,8 @@ compiles every candidate before deciding where — or whether — it runs.
 >>> space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
 ...     "memory": "64MB"}, "training": {"batch_size": "auto", "auto_max_batch": 128}})
 >>> c = compile_candidate(space, fixed(space), share=4_000_000)
->>> c.program.batch_size, c.program.total_bytes <= 4_000_000
-(128, True)
+>>> c.train_batch, c.program.batch_size, c.program.total_bytes <= 4_000_000
+(128, 359, True)
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from engine import BudgetError, Program, compile_graph
 from explore.builders import build_graph, build_optimizer
 from explore.space import Space
 
-# (features, classes) of each dataset: known without loading it
+# (features, classes) of each dataset and its validation size: known without loading it
 DIMS = {"mnist": (784, 10), "digits": (64, 10)}
+VALID = {"mnist": 10_000, "digits": 359}
 
 
 @dataclass
 class Candidate:
     params: dict[str, Any]
     program: Program
+    train_batch: int  # mini-batches of training; the program may be compiled bigger
 
     @property
     def heap_bytes(self) -> int:
@@ -37,24 +39,40 @@ class Candidate:
 
 def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candidate:
     """Compile ``params``; ``batch_size: auto`` takes the largest batch whose heap fits
-    ``share`` bytes (at most ``training.auto_max_batch``).  Raises
+    ``share`` bytes (at most ``training.auto_max_batch``).  The program is compiled for
+    ``training.eval_batch_size`` when that is bigger and fits: training then runs on a
+    prefix of each buffer (the engine's smaller last batch), and validation in chunks
+    of the full size (twice as fast at 512 as at 64).  Raises
     :class:`~engine.BudgetError` when even batch 1 does not fit."""
     n_in, n_classes = DIMS[space.dataset.name]
-    graph = build_graph(params, n_in, n_classes)
+    graph = build_graph(params, n_in, n_classes,
+                        eval_loss=any(o.metric == "loss" for o in space.objectives))
     opt = build_optimizer(params)
     device = space.budget.device
     bs = params["batch_size"]
+
+    def at(b: int) -> Program:
+        return compile_graph(graph, batch_size=b, optimizer=opt, device=device)
+
     if bs == "auto":
-        prog = compile_graph(graph, memory=share, optimizer=opt, device=device)
-        cap = space.training.auto_max_batch
-        if prog.batch_size > cap:
-            prog = compile_graph(graph, batch_size=cap, optimizer=opt, device=device)
+        fit = compile_graph(graph, memory=share, optimizer=opt, device=device).batch_size
+        train = min(fit, space.training.auto_max_batch)
     else:
-        prog = compile_graph(graph, batch_size=int(bs), optimizer=opt, device=device)
-        if prog.total_bytes > share:
-            raise BudgetError(f"the model needs {prog.total_bytes:,} bytes at batch {bs}; a "
-                              f"worker's arena holds {share:,}")
-    return Candidate(params, prog)
+        train = int(bs)
+        fit = None
+    prog = at(train)
+    if prog.total_bytes > share:
+        raise BudgetError(f"the model needs {prog.total_bytes:,} bytes at batch {train}; a "
+                          f"worker's arena holds {share:,}")
+    n_valid = space.dataset.valid or VALID[space.dataset.name]
+    want = max(train, min(space.training.eval_batch_size, n_valid))
+    if fit is not None:
+        want = min(want, fit)
+    if want > train:
+        bigger = at(want)
+        if bigger.total_bytes <= share:
+            prog = bigger
+    return Candidate(params, prog, train)
 
 
 def max_batch(space: Space, params: dict[str, Any], memory: int) -> int:

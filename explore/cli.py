@@ -236,14 +236,16 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
         _fail(str(e))
     prog = cand.program
     result: dict[str, Any] = {"zones": dict(prog.zone_bytes), "total_bytes": prog.total_bytes,
-                              "batch_size": prog.batch_size}
+                              "batch_size": cand.train_batch,
+                              "compiled_batch": prog.batch_size}
     if biggest is not None:
         result["max_batch"] = biggest
     if as_json:
         click.echo(json.dumps(result))
         return
     out.print(prog.plan_report(), highlight=False)
-    out.print(f"batch {prog.batch_size}: {prog.total_bytes:,} bytes"
+    out.print(f"batch {cand.train_batch} (compiled for {prog.batch_size}, the validation "
+              f"chunk): {prog.total_bytes:,} bytes"
               + (f"; largest batch in {budget:,} bytes: {biggest:,}" if biggest else ""))
 
 

@@ -14,12 +14,12 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from explore.study import PARAMS_ATTR
+from explore.study import PARAMS_ATTR, RECORD_ATTR
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
-           *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "switches", "start", "end",
-           "wall_s", "busy_s", "fail_reason"]
+           *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches",
+           "placed_at", "start", "end", "wall_s", "busy_s", "fail_reason"]
 
 
 def load(storage: str | Any, study: str) -> pd.DataFrame:
@@ -30,7 +30,7 @@ def load(storage: str | Any, study: str) -> pd.DataFrame:
     s = optuna.load_study(study_name=study, storage=storage)
     rows = []
     for t in s.get_trials(deepcopy=False):
-        ua = t.user_attrs
+        ua = {**t.user_attrs, **t.user_attrs.get(RECORD_ATTR, {})}
         zones = ua.get("planned_bytes") or {}
         row: dict[str, Any] = {
             "number": t.number, "state": t.state.name.lower(),
@@ -38,6 +38,7 @@ def load(storage: str | Any, study: str) -> pd.DataFrame:
             "batch_size": ua.get("batch_size"), "total_bytes": ua.get("total_bytes"),
             **{f"{z}_bytes": zones.get(z) for z in ZONES},
             "rounds": ua.get("rounds"), "worker": ua.get("worker"),
+            "arena_offset": ua.get("arena_offset"), "placed_at": ua.get("placed_at"),
             "switches": ua.get("switches"), "start": ua.get("start"), "end": ua.get("end"),
             "busy_s": ua.get("busy_s"), "fail_reason": ua.get("fail_reason"),
         }

@@ -185,6 +185,7 @@ class Budget(_Strict):
     device: Literal["cpu", "gpu"] = "cpu"
     memory: ByteSize  # for trial heaps, worker overheads and data on the device
     workers: int = Field(1, ge=1, le=256)
+    trials_per_worker: int = Field(1, ge=1)  # trials a worker holds at once, memory allowing
     seed: int = 0
 
 
@@ -219,6 +220,7 @@ class Training(_Strict):
     weight_decay: Param = 0.0
     batch_size: Param = 64  # or "auto": the largest batch that fits the trial's share
     auto_max_batch: int = Field(512, ge=1)
+    eval_batch_size: int = Field(512, ge=1)  # validation runs in chunks this big
 
 
 class Space(_Strict):

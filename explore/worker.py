@@ -4,14 +4,15 @@ The scheduler starts workers with the ``spawn`` method.  A worker maps the share
 data set (no copy on the CPU), measures its own fixed overhead and reports it, then
 allocates its arena once, of the size the scheduler sends.  From then on it hosts
 the trials the scheduler places in it, each in its own region of the arena (their
-heaps are packed side by side), and time-slices them a round at a time: after each
+heaps are packed side by side), and runs them a round at a time, depth first (the
+trial furthest along goes on; the others wait, ready, in their regions): after each
 round it reports the validation metrics and waits for the scheduler's word (go on,
-or stop: pruned) before giving that trial another round.
+or stop: pruned) before giving that trial another round, running another meanwhile.
 
 Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
 
 - scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program_json,
-  offset, seed, rounds)``, ``("continue", number)``, ``("stop", number)``,
+  offset, seed, rounds, train_batch)``, ``("continue", number)``, ``("stop", number)``,
   ``("exit",)``;
 - worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
   ``("report", number, round, metrics)``, ``("done", number, metrics, stats)``,
@@ -37,6 +38,7 @@ class Resident:
     vm: Any
     rounds: int
     rng: np.random.Generator
+    batch: int  # training mini-batch (the program may be compiled for a bigger one)
     round: int = 0
     runnable: bool = True
     started: float = field(default_factory=time.time)
@@ -68,6 +70,7 @@ def device_overhead(device: str) -> int:
 def evaluate(vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Accuracy and loss of the ``eval`` path (no dropout) over (x, y)."""
     b = vm.program.batch_size
+    has_loss = "eval_loss" in vm._names
     acc = loss = 0.0
     rows = np.arange(len(y))
     for s in range(0, len(y), b):
@@ -76,9 +79,10 @@ def evaluate(vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
         vm.gather("y", y, r, check=False)
         vm.forward("eval")
         acc += float(vm.view("accuracy")) * len(r)
-        loss += float(vm.view("eval_loss")) * len(r)
+        if has_loss:
+            loss += float(vm.view("eval_loss")) * len(r)
     n = max(len(y), 1)
-    return {"accuracy": acc / n, "eval_loss": loss / n}
+    return {"accuracy": acc / n, "eval_loss": loss / n if has_loss else float("nan")}
 
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
@@ -111,7 +115,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             if kind == "exit":
                 return
             if kind == "start":
-                _, number, text, offset, seed, rounds = msg
+                _, number, text, offset, seed, rounds, batch = msg
                 try:
                     prog = Program.from_json(text)
                     region = arena.buffer[offset:offset + prog.total_bytes]
@@ -122,7 +126,8 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 except Exception as e:  # a candidate that cannot run: report it, go on
                     conn.send(("error", number, f"{type(e).__name__}: {e}"))
                     continue
-                residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed))
+                residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed),
+                                             batch)
                 order.append(number)
             elif kind == "continue":
                 if msg[1] in residents:
@@ -132,16 +137,19 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 if msg[1] in order:
                     order.remove(msg[1])
             block = not any(r.runnable for r in residents.values())
-        # round-robin over the runnable residents
+        # Depth first: the runnable trial with the most rounds done goes on (the oldest
+        # among equals), so trials finish -- and the pruner learns -- as early as they
+        # can; the others wait in their regions, ready, while it waits for its word.
         runnable = [n for n in order if residents[n].runnable]
-        nxt = next((n for n in runnable if n > last), runnable[0])
+        nxt = max(runnable, key=lambda n: (residents[n].round, -order.index(n)))
         res = residents[nxt]
         if nxt != last:
             res.switches += 1
         last = nxt
         try:
             t0 = time.perf_counter()
-            loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng)
+            loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng,
+                               batch=res.batch)
             metrics = evaluate(res.vm, arrays["x_valid"], arrays["y_valid"])
             res.busy_s += time.perf_counter() - t0
         except Exception:
