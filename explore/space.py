@@ -185,7 +185,7 @@ class Budget(_Strict):
     device: Literal["cpu", "gpu"] = "cpu"
     memory: ByteSize  # for trial heaps, worker overheads and data on the device
     workers: int = Field(1, ge=1, le=256)
-    trials_per_worker: int = Field(1, ge=1)  # trials a worker holds at once, memory allowing
+    trials_per_worker: int = Field(2, ge=1)  # held at once: one running, one ready
     seed: int = 0
 
 

@@ -107,8 +107,20 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     residents: dict[int, Resident] = {}
     order: list[int] = []
     last = -1
+    def pick() -> int | None:
+        """Depth first: the runnable trial furthest along; a trial not yet begun waits
+        while another is part way (it is ready for the moment that one ends, so the
+        worker never idles between trials, and the pruner learns as early as it can)."""
+        runnable = [n for n in order if residents[n].runnable]
+        if not runnable:
+            return None
+        best = max(runnable, key=lambda n: (residents[n].round, -order.index(n)))
+        if residents[best].round == 0 and any(r.round > 0 for r in residents.values()):
+            return None
+        return best
+
     while True:
-        block = not any(r.runnable for r in residents.values())
+        block = pick() is None
         while block or conn.poll(0):
             msg = conn.recv()
             kind = msg[0]
@@ -136,12 +148,9 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 residents.pop(msg[1], None)
                 if msg[1] in order:
                     order.remove(msg[1])
-            block = not any(r.runnable for r in residents.values())
-        # Depth first: the runnable trial with the most rounds done goes on (the oldest
-        # among equals), so trials finish -- and the pruner learns -- as early as they
-        # can; the others wait in their regions, ready, while it waits for its word.
-        runnable = [n for n in order if residents[n].runnable]
-        nxt = max(runnable, key=lambda n: (residents[n].round, -order.index(n)))
+            block = pick() is None
+        nxt = pick()
+        assert nxt is not None
         res = residents[nxt]
         if nxt != last:
             res.switches += 1
