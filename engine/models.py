@@ -23,7 +23,9 @@ def paper_mlp(
 ) -> CalcGraph:
     """The CalcGraph paper's MNIST model: dense layers with biases, ``activation``
     between them, softmax + cross-entropy loss.  Paths: ``train`` (BACKWARD_ENABLED,
-    loss) and ``eval`` (FORWARD_ONLY: ``accuracy`` of ``logits``).
+    loss) and ``eval`` (FORWARD_ONLY: ``accuracy`` of ``logits``).  With dropout the
+    eval path computes its own logits, without it (``eval_logits``); without dropout
+    it reads the train path's, as the paper's post path does.
 
     ``train=False`` gives the inference graph: one FORWARD_ONLY path ``infer`` from
     ``x`` to the class probabilities ``probs``."""
@@ -40,20 +42,27 @@ def paper_mlp(
     loss, _ = train_path.SoftmaxCrossEntropyLoss(h, y, outputs=["loss", "log_prob"])
     train_path.set_loss(loss)
     ev = g.path("eval", Mode.FORWARD_ONLY)
+    if dropout:  # evaluation never applies a training-time mask
+        h = _dense_stack(g, ev, x, sizes, activation, init, "Gemm", logits="eval_logits")
     ev.Accuracy(h, y, outputs=["accuracy"])
     return g
 
 
 def _dense_stack(g: CalcGraph, path: Path, x: Var, sizes: Sequence[int], activation: str,
-                 init: Init | None, form: str, dropout: float = 0.0) -> Var:
+                 init: Init | None, form: str, dropout: float = 0.0,
+                 logits: str = "logits") -> Var:
     """Dense layers ``x -> ... -> logits``; ``form`` "Gemm" (one op per layer) or
-    "MatMul" (MatMul + Add, as exporters often write it)."""
+    "MatMul" (MatMul + Add, as exporters often write it).  The parameters ``w{i}`` and
+    ``b{i}`` are declared on first use and shared by later stacks."""
     h = x
     for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
-        w = g.parameter(f"w{i}", (n_in, n_out), init=init or Init.xavier_uniform())
-        b = g.parameter(f"b{i}", (n_out,), init=Init.zeros())
+        if f"w{i}" in g.variables:
+            w, b = Var(f"w{i}"), Var(f"b{i}")
+        else:
+            w = g.parameter(f"w{i}", (n_in, n_out), init=init or Init.xavier_uniform())
+            b = g.parameter(f"b{i}", (n_out,), init=Init.zeros())
         last = i == len(sizes) - 2
-        name = ["logits"] if last else 1
+        name = [logits] if last else 1
         if form == "Gemm":
             h = path.Gemm(h, w, b, outputs=name)
         else:

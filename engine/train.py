@@ -45,14 +45,29 @@ def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator |
 
 def evaluate(vm: VM, x: np.ndarray, y: np.ndarray, path: str = "eval",
              metric: str = "accuracy") -> float:
-    """Sample-weighted mean of a scalar metric over (x, y); runs ``train`` forward first
-    when the metric's path reads the training path's outputs."""
+    """Sample-weighted mean of a scalar metric over (x, y).  The forward programs of
+    the paths whose results ``path`` reads run first (the paper's post path reads the
+    learning path's output); a path with its own forward runs alone."""
     b = vm.program.batch_size
+    first = _feeding_paths(vm, path)
     total = 0.0
     for start in range(0, len(y), b):
         vm.set("x", x[start:start + b])
         vm.set("y", y[start:start + b])
-        vm.forward("train")
+        for p in first:
+            vm.forward(p)
         vm.forward(path)
         total += float(vm.view(metric)) * len(y[start:start + b])
     return total / max(len(y), 1)
+
+
+def _feeding_paths(vm: VM, path: str) -> list[str]:
+    """The other paths whose forward programs write what ``path``'s forward reads."""
+    prog = vm.program
+    target = prog.paths[prog.path_index(path)]
+    reads = {j for k in target.forward for j in prog.instrs[k].ins}
+    out = []
+    for pc in prog.paths:
+        if pc is not target and any(j in reads for k in pc.forward for j in prog.instrs[k].outs):
+            out.append(pc.name)
+    return out

@@ -173,3 +173,17 @@ def test_end_round_counts_rounds_and_initialize_restarts() -> None:
     vm.initialize(0)
     assert vm.round == 0
     np.testing.assert_array_equal(vm.get("w0"), w0)
+
+
+def test_evaluation_never_applies_dropout() -> None:
+    from engine.train import evaluate
+
+    vm = VM(compile_graph(paper_mlp((784, 32, 10), dropout=0.5), batch_size=64,
+                          optimizer=SGD(lr=0.1)), seed=3)
+    x, y = X[:256], Y[:256]
+    first, second = evaluate(vm, x, y), evaluate(vm, x, y)
+    assert first == second  # no mask drawn: the same answer every time
+    w0, b0, w1, b1 = (vm.get(n) for n in ("w0", "b0", "w1", "b1"))
+    h = 1 / (1 + np.exp(-(x @ w0 + b0)))
+    expected = float(np.mean(np.argmax(h @ w1 + b1, axis=1) == y))
+    assert abs(first - expected) < 1e-6
