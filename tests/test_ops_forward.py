@@ -126,6 +126,25 @@ def test_reshape_and_flatten_match_onnx() -> None:
                                       run_onnx("Flatten", [a], axis=axis)[0])
 
 
+CONV_CASES = [
+    ((2, 3, 7, 6), (4, 3, 3, 3), {}),
+    ((2, 3, 7, 6), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 4, 8, 8), (6, 2, 3, 3), {"group": 2, "dilations": [2, 1], "pads": [2, 1, 0, 1]}),
+    ((2, 2, 9, 7), (3, 2, 4, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((2, 2, 9, 7), (3, 2, 4, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ((2, 2, 5, 5), (3, 2, 1, 1), {"auto_pad": "VALID"}),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "attrs"), CONV_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_matches_onnx(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
+    ins = [x(*xs), x(*ws)] + ([x(ws[0])] if bias else [])
+    ours = run_engine("Conv", ins, **{k: tuple(v) if isinstance(v, list) else v
+                                      for k, v in attrs.items()})[0]
+    np.testing.assert_allclose(ours, run_onnx("Conv", ins, **attrs)[0], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("perm", [(), (2, 0, 1), (0, 2, 1)])
 def test_transpose_matches_onnx(perm: tuple[int, ...]) -> None:
     a = x(2, 3, 4)

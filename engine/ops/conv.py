@@ -1,0 +1,301 @@
+"""2-D convolution (ONNX ``Conv``) and its gradients, by im2col and one GEMM.
+
+Layouts: ``X`` is ``[N, C, H, W]`` (N the batch), ``W`` is ``[M, C/group, kH, kW]``,
+the optional bias ``B`` is ``[M]``, ``Y`` is ``[N, M, oH, oW]``.  Every step works in
+the workspace, whose size the compiler gets from :func:`_conv_ws` at the planned batch:
+
+- the padded input ``[N, C, Hp, Wp]`` (only when there is padding);
+- the columns ``[C·kH·kW, N·oH·oW]``: one copy of the input's windows, taken through
+  a strided view (no allocation), laid out so that the whole batch is **one** GEMM per
+  group, ``columns^T @ W_g^T``;
+- the product ``[N·oH·oW, M]`` (plus the bias), copied into ``Y``'s layout.
+
+The weight gradient is the same GEMM the other way round (columns recomputed, not
+stored), and the input gradient is ``W^T @ dY`` scattered back by kH·kW strided adds
+(col2im).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import TensorDesc
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    align,
+    need_float,
+    same_dtype,
+)
+
+CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": (), "group": 1, "kernel_shape": (),
+              "pads": (), "strides": ()}
+
+
+def conv_geometry(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """Kernel, strides, dilations, pads (top, left, bottom, right) and output size."""
+    if len(x) != 4 or len(w) != 4:
+        raise ShapeError(f"Conv supports 2-D images: X [N, C, H, W] and W [M, C/g, kH, kW]; "
+                         f"got {x} and {w}")
+    group = int(attrs.get("group", 1))
+    _, c, h, wd = x
+    m, cg, kh, kw = w
+    if tuple(attrs.get("kernel_shape") or (kh, kw)) != (kh, kw):
+        raise ShapeError(f"kernel_shape {attrs['kernel_shape']} differs from W's {(kh, kw)}")
+    if group < 1 or c % group or m % group or cg * group != c:
+        raise ShapeError(f"Conv: {c} input channels, {m} filters of {cg} channels and group "
+                         f"{group} do not agree")
+    sh, sw = tuple(attrs.get("strides") or (1, 1))
+    dh, dw = tuple(attrs.get("dilations") or (1, 1))
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1  # dilated kernel extent
+    auto = attrs.get("auto_pad", "NOTSET")
+    pads: tuple[int, ...]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        oh, ow = -(-h // sh), -(-wd // sw)
+        ph, pw = max(0, (oh - 1) * sh + eh - h), max(0, (ow - 1) * sw + ew - wd)
+        first = (ph // 2, pw // 2) if auto == "SAME_UPPER" else (ph - ph // 2, pw - pw // 2)
+        pads = (first[0], first[1], ph - first[0], pw - first[1])
+    elif auto == "VALID":
+        pads = (0, 0, 0, 0)
+    elif auto == "NOTSET":
+        pads = tuple(int(p) for p in (attrs.get("pads") or (0, 0, 0, 0)))
+        if len(pads) != 4 or min(pads) < 0:
+            raise ShapeError(f"Conv pads {pads}: four non-negative values expected")
+    else:
+        raise ShapeError(f"Conv auto_pad {auto!r}: NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    hp, wp = h + pads[0] + pads[2], wd + pads[1] + pads[3]
+    oh, ow = (hp - eh) // sh + 1, (wp - ew) // sw + 1
+    if min(sh, sw, dh, dw) < 1 or oh < 1 or ow < 1:
+        raise ShapeError(f"Conv of {x} by {w} (strides {(sh, sw)}, dilations {(dh, dw)}, pads "
+                         f"{pads}) leaves no output")
+    return {"group": group, "k": (kh, kw), "s": (sh, sw), "d": (dh, dw), "pads": pads,
+            "padded": (hp, wp), "out": (oh, ow), "c": c, "m": m, "cg": cg}
+
+
+def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dt = same_dtype(ins)
+    need_float(ins[0])
+    x, w = ins[0].shape, ins[1].shape
+    geo = conv_geometry(x, w, attrs)
+    if len(ins) == 3 and ins[2].shape != (geo["m"],):
+        raise ShapeError(f"Conv bias must be [{geo['m']}], got {ins[2].shape}")
+    return [TensorDesc(dt, (x[0], geo["m"], *geo["out"]))]
+
+
+def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int
+              ) -> tuple[int, int, int, dict[str, Any]]:
+    """Bytes of (padded input, columns, product), aligned, for a concrete X shape."""
+    geo = conv_geometry(x, w, attrs)
+    n = x[0]
+    kk = geo["k"][0] * geo["k"][1]
+    cols = geo["c"] * kk * n * geo["out"][0] * geo["out"][1]
+    padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1] if any(geo["pads"]) else 0
+    prod = geo["m"] * n * geo["out"][0] * geo["out"][1]
+    return align(padded * item), align(cols * item), align(prod * item), geo
+
+
+def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
+    return a + b + c
+
+
+def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Step, Any, int]:
+    """A step filling columns ``[C·kH·kW, N·oH·oW]`` from ``x``; the columns view; the
+    workspace offset after the scratch used."""
+    n, c = x.shape[0], x.shape[1]
+    (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
+    (oh, ow), (hp, wp), pads = geo["out"], geo["padded"], geo["pads"]
+    item = x.dtype.itemsize
+    steps = []
+    if any(pads):
+        xp_buf = ws[at: at + n * c * hp * wp * item].view(x.dtype).reshape(n, c, hp, wp)
+        at += align(n * c * hp * wp * item)
+        inner = xp_buf[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
+
+        def pad() -> None:
+            xp_buf.fill(0)
+            xp.copyto(inner, x)
+
+        steps.append(pad)
+        src = xp_buf
+    else:
+        src = x
+    cols = ws[at: at + c * kh * kw * n * oh * ow * item].view(x.dtype) \
+        .reshape(c, kh, kw, n, oh, ow)
+    at += align(c * kh * kw * n * oh * ow * item)
+    s0, s1, s2, s3 = src.strides
+    windows = xp.lib.stride_tricks.as_strided(
+        src, shape=(c, kh, kw, n, oh, ow),
+        strides=(s1, s2 * dh, s3 * dw, s0, s2 * sh, s3 * sw))
+    steps.append(lambda: xp.copyto(cols, windows))
+
+    def run() -> None:
+        for f in steps:
+            f()
+
+    return run, cols.reshape(c * kh * kw, n * oh * ow), at
+
+
+def _conv(k: KernelArgs) -> Step:
+    xp, x, w = k.xp, k.ins[0], k.ins[1]
+    b = k.ins[2] if len(k.ins) == 3 else None
+    y = k.outs[0]
+    geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
+    g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
+    n = x.shape[0]
+    fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
+    # The product as [N·oH·oW, M]: the bias then broadcasts along rows, which numpy does
+    # without a buffer (along a stride-0 inner axis it buffered the whole output).
+    prod = k.scratch(at, (n * oh * ow, m), x.dtype)
+    wm = w.reshape(m, -1)  # [M, C/g·kH·kW]
+    mg, ckk = m // g, wm.shape[1]
+    gemms = [(cols[i * ckk:(i + 1) * ckk].T, wm[i * mg:(i + 1) * mg].T,
+              prod[:, i * mg:(i + 1) * mg]) for i in range(g)]
+    prod_nchw = prod.reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
+
+    def step() -> None:
+        fill()
+        for a, c, out in gemms:
+            xp.matmul(a, c, out=out)
+        if b is not None:
+            xp.add(prod, b, out=prod)
+        xp.copyto(y, prod_nchw)
+
+    return step
+
+
+def _grad_weight_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    x, dy = ins[0].shape, ins[1].shape
+    w = tuple(attrs["w_shape"])
+    geo = conv_geometry(x, w, attrs)
+    if dy[1:] != (geo["m"], *geo["out"]):
+        raise ShapeError(f"ConvGradWeight: dY {dy} does not match the convolution's output")
+    return [TensorDesc(ins[0].dtype, w)]
+
+
+def _grad_weight_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                    ) -> int:
+    a, b, c, _ = _ws_parts(ins[0].shape, tuple(attrs["w_shape"]), attrs, ins[0].dtype.itemsize)
+    return a + b + c
+
+
+def _conv_grad_weight(k: KernelArgs) -> Step:
+    """dW[g] = dY_g [M/g, N·oH·oW] @ columns_g^T."""
+    xp, x, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
+    geo = conv_geometry(tuple(x.shape), tuple(dw.shape), k.attrs)
+    g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
+    n = x.shape[0]
+    fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
+    dyt = k.scratch(at, (m, n, oh, ow), x.dtype)  # dY as [M, N·oH·oW]
+    dyt_m = dyt.reshape(m, n * oh * ow)
+    dwm = dw.reshape(m, -1)
+    mg, ckk = m // g, dwm.shape[1]
+    gemms = [(dyt_m[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk].T,
+              dwm[i * mg:(i + 1) * mg]) for i in range(g)]
+    dy_t = dy.transpose(1, 0, 2, 3)
+
+    def step() -> None:
+        fill()
+        xp.copyto(dyt, dy_t)
+        for a, c, out in gemms:
+            xp.matmul(a, c, out=out)
+
+    return step
+
+
+def _grad_input_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    w, dy = ins[0].shape, ins[1].shape
+    x = (dy[0], *tuple(attrs["x_shape"])[1:])
+    geo = conv_geometry(x, w, attrs)
+    if dy[1:] != (geo["m"], *geo["out"]):
+        raise ShapeError(f"ConvGradInput: dY {dy} does not match the convolution's output")
+    return [TensorDesc(ins[1].dtype, x)]
+
+
+def _grad_input_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any],
+                      item: int) -> tuple[int, int, int, dict[str, Any]]:
+    geo = conv_geometry(x, w, attrs)
+    n = x[0]
+    padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1]
+    kk = geo["k"][0] * geo["k"][1]
+    dcols = geo["c"] * kk * n * geo["out"][0] * geo["out"][1]
+    dyt = geo["m"] * n * geo["out"][0] * geo["out"][1]
+    return align(padded * item), align(dcols * item), align(dyt * item), geo
+
+
+def _grad_input_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                   ) -> int:
+    a, b, c, _ = _grad_input_parts(outs[0].shape, ins[0].shape, attrs, ins[1].dtype.itemsize)
+    return a + b + c
+
+
+def _conv_grad_input(k: KernelArgs) -> Step:
+    """dcols_g = W_g^T @ dY_g, then col2im: kH·kW strided adds into the padded dX."""
+    xp, w, dy, dx = k.xp, k.ins[0], k.ins[1], k.outs[0]
+    geo = conv_geometry(tuple(dx.shape), tuple(w.shape), k.attrs)
+    g, m, c = geo["group"], geo["m"], geo["c"]
+    (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
+    (oh, ow), (hp, wp), pads = geo["out"], geo["padded"], geo["pads"]
+    n = dx.shape[0]
+    a_bytes, b_bytes, _, _ = _grad_input_parts(tuple(dx.shape), tuple(w.shape), k.attrs,
+                                               dx.dtype.itemsize)
+    dxp = k.scratch(0, (n, c, hp, wp), dx.dtype)
+    dcols = k.scratch(a_bytes, (c, kh, kw, n, oh, ow), dx.dtype)
+    dyt = k.scratch(a_bytes + b_bytes, (m, n, oh, ow), dx.dtype)
+    wm = w.reshape(m, -1)
+    mg, ckk = m // g, wm.shape[1]
+    dcols_m = dcols.reshape(c * kh * kw, n * oh * ow)
+    dyt_m = dyt.reshape(m, n * oh * ow)
+    gemms = [(wm[i * mg:(i + 1) * mg].T, dyt_m[i * mg:(i + 1) * mg],
+              dcols_m[i * ckk:(i + 1) * ckk]) for i in range(g)]
+    adds = []
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dh, j * dw
+            target = dxp[:, :, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
+            adds.append((target, dcols[:, i, j].transpose(1, 0, 2, 3)))
+    inner = dxp[:, :, pads[0]:pads[0] + dx.shape[2], pads[1]:pads[1] + dx.shape[3]]
+    dy_t = dy.transpose(1, 0, 2, 3)
+
+    def step() -> None:
+        xp.copyto(dyt, dy_t)
+        for a, b, out in gemms:
+            xp.matmul(a, b, out=out)
+        dxp.fill(0)
+        for target, src in adds:
+            xp.add(target, src, out=target)
+        xp.copyto(dx, inner)
+
+    return step
+
+
+def _g_conv(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None] * len(n.inputs)
+    x, w = n.inputs[:2]
+    attrs = dict(n.attrs)
+    dx = gb.op("ConvGradInput", w, g[0], x_shape=tuple(gb.desc(x).shape), **attrs)
+    dw = gb.op("ConvGradWeight", x, g[0], w_shape=tuple(gb.desc(w).shape), **attrs)
+    out: list[str | None] = [dx, dw]
+    if len(n.inputs) == 3:
+        out.append(gb.op("ReduceSum", g[0], axes=(0, 2, 3), keepdims=0))
+    return out
+
+
+OPS = [
+    OpDef("Conv", _conv_shape, _conv, _g_conv, (), _conv_ws, num_inputs=(2, 3),
+          attrs=dict(CONV_ATTRS),
+          doc="ONNX Conv, 2-D: im2col into the workspace and one GEMM per group"),
+    OpDef("ConvGradWeight", _grad_weight_shape, _conv_grad_weight, FIRST_ORDER_ONLY, (),
+          _grad_weight_ws, num_inputs=(2, 2), attrs={**CONV_ATTRS, "w_shape": ()},
+          doc="internal: the gradient of Conv's weights, dY @ columns^T"),
+    OpDef("ConvGradInput", _grad_input_shape, _conv_grad_input, FIRST_ORDER_ONLY, (),
+          _grad_input_ws, num_inputs=(2, 2), attrs={**CONV_ATTRS, "x_shape": ()},
+          doc="internal: the gradient of Conv's input, W^T @ dY scattered back (col2im)"),
+]
