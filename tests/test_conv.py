@@ -1,5 +1,5 @@
-"""A small convolutional network: exact memory, no allocation in a training step, and
-it learns (the first slice of the CNN work)."""
+"""A small convolutional network (Conv, Relu, MaxPool, Gemm): exact memory, no
+allocation that grows with the batch in a training step, and it learns."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def tiny_cnn(channels: int = 4) -> CalcGraph:
     w2 = g.parameter("w2", (channels * 16, 10), init=Init.xavier_uniform())
     b2 = g.parameter("b2", (10,), init=Init.zeros())
     p = g.path("train", Mode.BACKWARD_ENABLED)
-    h = p.Relu(p.Conv(x, w1, b1, pads=(1, 1, 1, 1), strides=(2, 2)))
+    h = p.Relu(p.Conv(x, w1, b1, pads=(1, 1, 1, 1)))
+    h = p.MaxPool(h, kernel_shape=(2, 2), strides=(2, 2))
     logits = p.Gemm(p.Flatten(h), w2, b2, outputs=["logits"])
     loss, _ = p.SoftmaxCrossEntropyLoss(logits, y, outputs=["loss", "log_prob"])
     p.set_loss(loss)

@@ -145,6 +145,40 @@ def test_conv_matches_onnx(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> Non
     np.testing.assert_allclose(ours, run_onnx("Conv", ins, **attrs)[0], rtol=1e-4, atol=1e-4)
 
 
+POOL_CASES = [
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {"kernel_shape": [2, 2], "dilations": [2, 2]},
+]
+
+
+@pytest.mark.parametrize("attrs", POOL_CASES)
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pooling_matches_onnx(op: str, attrs: dict) -> None:
+    if op == "AveragePool" and "dilations" in attrs:
+        attrs = {k: v for k, v in attrs.items() if k != "dilations"}
+    a = x(2, 3, 7, 6)
+    ours = run_engine(op, [a], **{k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in attrs.items()})[0]
+    np.testing.assert_allclose(ours, run_onnx(op, [a], **attrs)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_average_pool_counting_the_padding_matches_onnx() -> None:
+    a = x(1, 2, 5, 5)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}
+    ours = run_engine("AveragePool", [a], kernel_shape=(3, 3), pads=(1, 1, 1, 1),
+                      count_include_pad=1)[0]
+    np.testing.assert_allclose(ours, run_onnx("AveragePool", [a], **attrs)[0], rtol=1e-5)
+
+
+def test_global_average_pool_matches_onnx() -> None:
+    a = x(2, 3, 4, 5)
+    np.testing.assert_allclose(run_engine("GlobalAveragePool", [a])[0],
+                               run_onnx("GlobalAveragePool", [a])[0], rtol=1e-6)
+
+
 @pytest.mark.parametrize("perm", [(), (2, 0, 1), (0, 2, 1)])
 def test_transpose_matches_onnx(perm: tuple[int, ...]) -> None:
     a = x(2, 3, 4)

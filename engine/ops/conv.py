@@ -105,27 +105,33 @@ def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device:
     return a + b + c
 
 
+def padded_copy(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, fill: float
+                ) -> tuple[Step | None, Any, int]:
+    """A step copying ``x`` into a padded workspace buffer whose border holds ``fill``
+    (None, and ``x`` itself, without padding); the buffer; the offset after it."""
+    pads, (hp, wp) = geo["pads"], geo["padded"]
+    if not any(pads):
+        return None, x, at
+    n, c, item = x.shape[0], x.shape[1], x.dtype.itemsize
+    buf = ws[at: at + n * c * hp * wp * item].view(x.dtype).reshape(n, c, hp, wp)
+    inner = buf[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
+
+    def pad() -> None:
+        buf.fill(fill)
+        xp.copyto(inner, x)
+
+    return pad, buf, at + align(n * c * hp * wp * item)
+
+
 def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Step, Any, int]:
     """A step filling columns ``[C·kH·kW, N·oH·oW]`` from ``x``; the columns view; the
     workspace offset after the scratch used."""
     n, c = x.shape[0], x.shape[1]
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
-    (oh, ow), (hp, wp), pads = geo["out"], geo["padded"], geo["pads"]
+    oh, ow = geo["out"]
     item = x.dtype.itemsize
-    steps = []
-    if any(pads):
-        xp_buf = ws[at: at + n * c * hp * wp * item].view(x.dtype).reshape(n, c, hp, wp)
-        at += align(n * c * hp * wp * item)
-        inner = xp_buf[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
-
-        def pad() -> None:
-            xp_buf.fill(0)
-            xp.copyto(inner, x)
-
-        steps.append(pad)
-        src = xp_buf
-    else:
-        src = x
+    pad, src, at = padded_copy(xp, x, ws, geo, at, 0.0)
+    steps = [pad] if pad is not None else []
     cols = ws[at: at + c * kh * kw * n * oh * ow * item].view(x.dtype) \
         .reshape(c, kh, kw, n, oh, ow)
     at += align(c * kh * kw * n * oh * ow * item)
