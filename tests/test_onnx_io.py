@@ -1,0 +1,126 @@
+"""ONNX export (checked by running the file in onnxruntime) and import (checked
+against onnxruntime on models built with onnx.helper)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from engine import VM, Adam, CalcGraph, GraphError, Init, Mode, compile_graph
+from engine.models import paper_mlp
+from engine.onnx_io import export_onnx, import_onnx
+
+R = np.random.default_rng(11)
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    onnx.checker.check_model(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def engine_run(g: CalcGraph, feeds: dict[str, np.ndarray], outputs: list[str],
+               path: str = "infer") -> list[np.ndarray]:
+    batch = next(iter(feeds.values())).shape[0]
+    vm = VM(compile_graph(g, batch_size=batch))
+    vm.feed(feeds)
+    vm.forward(path)
+    return [vm.get(o) for o in outputs]
+
+
+def test_a_trained_mlp_exports_and_runs_in_onnxruntime() -> None:
+    g = paper_mlp((20, 16, 5), dropout=0.2)
+    vm = VM(compile_graph(g, batch_size=8, optimizer=Adam(lr=0.05)))
+    x = R.random((8, 20), dtype=np.float32)
+    vm.set("x", x)
+    vm.set("y", R.integers(0, 5, 8))
+    for _ in range(5):
+        vm.train_step("train")
+    model = export_onnx(g, outputs=["eval_logits"], vm=vm)
+    assert "Dropout" not in {n.op_type for n in model.graph.node}
+    (got,) = ort_run(model, {"x": x})
+    vm.forward("eval")
+    w0, b0, w1, b1 = (vm.get(n) for n in ("w0", "b0", "w1", "b1"))
+    expected = (1 / (1 + np.exp(-(x @ w0 + b0)))) @ w1 + b1  # the trained weights
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def cnn() -> CalcGraph:
+    g = CalcGraph(name="cnn")
+    x = g.placeholder("x", (0, 2, 9, 9))
+    w = g.parameter("w", (4, 2, 3, 3), init=Init.he_uniform())
+    b = g.parameter("b", (4,), init=Init.uniform(-0.1, 0.1))
+    fc = g.parameter("fc", (4 * 16, 3), init=Init.xavier_uniform())
+    p = g.path("infer", Mode.FORWARD_ONLY)
+    h = p.MaxPool(p.Relu(p.Conv(x, w, b, pads=(1, 1, 1, 1))), kernel_shape=(2, 2),
+                  strides=(2, 2))
+    h = p.Reshape(h, shape=(0, -1))
+    p.Softmax(p.MatMul(h, fc), outputs=["probs"])
+    g.output("probs")
+    return g
+
+
+def test_a_cnn_exports_and_matches_onnxruntime() -> None:
+    g = cnn()
+    x = R.random((3, 2, 9, 9), dtype=np.float32)
+    model = export_onnx(g)
+    (got,) = ort_run(model, {"x": x})
+    (ours,) = engine_run(g, {"x": x}, ["probs"])
+    np.testing.assert_allclose(ours, got, rtol=1e-5, atol=1e-6)
+
+
+def test_import_runs_what_onnxruntime_runs() -> None:
+    w = R.normal(size=(6, 4)).astype(np.float32)
+    b = R.normal(size=(4,)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "b"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Dropout", ["r"], ["d"]),
+        helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(
+            np.array(2.0, np.float32))),
+        helper.make_node("Mul", ["d", "two"], ["m"]),
+        helper.make_node("Reshape", ["m", "shape"], ["s"]),
+        helper.make_node("ReduceSum", ["s", "axes"], ["out"], keepdims=0),
+    ]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+             numpy_helper.from_array(np.array([0, 2, 2], np.int64), "shape"),
+             numpy_helper.from_array(np.array([2], np.int64), "axes")]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 6])], [helper.make_tensor_value_info(
+            "out", TensorProto.FLOAT, ["N", 2])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = R.random((5, 6), dtype=np.float32)
+    (want,) = ort_run(model, {"x": x})
+    g = import_onnx(model)
+    assert g.variables["w"].trainable and not g.variables["two"].trainable
+    (got,) = engine_run(g, {"x": x}, ["out"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not import_onnx(model, freeze=True).variables["w"].trainable
+
+
+def test_export_then_import_is_the_same_function() -> None:
+    g = cnn()
+    x = R.random((2, 2, 9, 9), dtype=np.float32)
+    back = import_onnx(export_onnx(g))
+    np.testing.assert_allclose(engine_run(back, {"x": x}, ["probs"])[0],
+                               engine_run(g, {"x": x}, ["probs"])[0], rtol=1e-6)
+
+
+def test_unsupported_operators_are_listed_together() -> None:
+    nodes = [helper.make_node("Erf", ["x"], ["a"]), helper.make_node("Gelu", ["a"], ["b"],
+                                                                      domain="")]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3])], [helper.make_tensor_value_info(
+            "b", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(GraphError, match=r"unsupported ONNX operator.*Erf, Gelu"):
+        import_onnx(model)
+
+
+def test_metrics_have_no_onnx_form() -> None:
+    with pytest.raises(GraphError, match="no ONNX form for: Accuracy"):
+        export_onnx(paper_mlp((4, 3, 2)), outputs=["accuracy"])
