@@ -28,8 +28,14 @@ DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 9: "bool"}
 IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant"}
 
 
-def import_onnx(model: Any, freeze: bool = False, name: str | None = None) -> CalcGraph:
-    """A CalcGraph of ``model`` (an ``onnx.ModelProto`` or a path to one)."""
+def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
+                batch: bool = True, constants: dict[str, np.ndarray] | None = None
+                ) -> CalcGraph:
+    """A CalcGraph of ``model`` (an ``onnx.ModelProto`` or a path to one).
+
+    ``batch=False`` keeps every input's shape as it is (no batch dimension);
+    ``constants`` gives values for graph inputs that are really constants (a Reshape's
+    shape fed as an input, as ONNX's node tests do)."""
     import onnx
     from onnx import numpy_helper
 
@@ -48,17 +54,26 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None) -> Ca
         raise GraphError(f"unsupported ONNX operator(s): {', '.join(unsupported)}; "
                          f"supported: {', '.join(sorted(IMPORTED))}")
     g = CalcGraph(name=name or gr.name or "onnx")
-    consts: dict[str, np.ndarray] = {}
+    consts: dict[str, np.ndarray] = dict(constants or {})
     for init in gr.initializer:
         arr = numpy_helper.to_array(init)
         consts[init.name] = arr
-    init_names = set(consts)
+    init_names = {i.name for i in gr.initializer}
     for vi in gr.input:
-        if vi.name in init_names:
+        if vi.name in consts:
             continue
         t = vi.type.tensor_type
+        if t.elem_type not in DTYPES:
+            raise GraphError(f"input {vi.name!r}: ONNX element type {t.elem_type} is not "
+                             f"supported (supported: {', '.join(DTYPES.values())})")
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim]
-        shape = (0, *dims[1:]) if dims else ()
+        if batch:
+            shape = (0, *dims[1:]) if dims else ()
+        elif 0 in dims:
+            raise GraphError(f"input {vi.name!r} has a symbolic dimension; import with "
+                             "batch=True")
+        else:
+            shape = tuple(dims)
         g.placeholder(vi.name, shape, dtype=DTYPES.get(t.elem_type, "float32"))
     used_as_attr: set[str] = set()
     nodes = []
@@ -72,7 +87,7 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None) -> Ca
             attrs["shape"] = tuple(int(v) for v in _const(consts, ins[1], node))
             used_as_attr.add(ins[1])
             ins = ins[:1]
-        elif node.op_type == "ReduceSum" and len(ins) > 1:
+        elif node.op_type in ("ReduceSum", "ReduceMean") and len(ins) > 1:
             attrs["axes"] = tuple(int(v) for v in _const(consts, ins[1], node))
             used_as_attr.add(ins[1])
             ins = ins[:1]

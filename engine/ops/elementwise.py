@@ -342,6 +342,13 @@ def _binary_kernel(name: str) -> Any:
     return factory
 
 
+def _div(k: KernelArgs) -> Step:
+    xp, a, b, y = k.xp, k.ins[0], k.ins[1], k.outs[0]
+    if y.dtype.kind in "iu":  # the float quotient cast back truncates toward zero
+        return lambda: xp.divide(a, b, out=y, casting="unsafe")
+    return lambda: xp.divide(a, b, out=y)
+
+
 def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True) -> OpDef:
     return OpDef(
         name,
@@ -381,8 +388,8 @@ OPS = [
           doc="a - b, broadcasting"),
     OpDef("Mul", binary_shape, _binary_kernel("multiply"), _g_mul, (0, 1), num_inputs=(2, 2),
           doc="a * b, broadcasting"),
-    OpDef("Div", binary_shape, _binary_kernel("divide"), _g_div, (0, 1), num_inputs=(2, 2),
-          doc="a / b, broadcasting"),
+    OpDef("Div", binary_shape, _div, _g_div, (0, 1), num_inputs=(2, 2),
+          doc="a / b, broadcasting (integers: truncated toward zero, as ONNX says)"),
     OpDef("SumTo", _sum_to_shape, _sum_to, _g_sum_to, num_inputs=(1, 1),
           attrs={"axes": (), "shape": ()},
           doc="internal: sum over broadcast axes to a smaller shape "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ShapeError
+from engine.errors import GraphError, ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     GradBuilder,
@@ -39,7 +39,17 @@ def _matmul_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
     dt = same_dtype(ins)
     need_float(ins[0])
     ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
-    return [TensorDesc(dt, _mm_shape(ins[0].shape, ins[1].shape, ta, tb))]
+    a, b = ins[0].shape, ins[1].shape
+    if not (ta or tb) and (len(a) == 1 or len(b) == 1):  # numpy's 1-D promotion
+        if len(a) == 1 and len(b) == 1:
+            if a != b:
+                raise ShapeError(f"inner dimensions differ: {a} x {b}")
+            return [TensorDesc(dt, ())]
+        out = _mm_shape((1, *a) if len(a) == 1 else a, (*b, 1) if len(b) == 1 else b,
+                        False, False)
+        out = out[:-2] + out[-1:] if len(a) == 1 else out[:-1]
+        return [TensorDesc(dt, out)]
+    return [TensorDesc(dt, _mm_shape(a, b, ta, tb))]
 
 
 def _t(xp: Any, x: Any, flag: Any) -> Any:
@@ -58,6 +68,9 @@ def _g_matmul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | N
     if not g[0]:
         return [None, None]
     a, b = n.inputs
+    if min(len(gb.desc(a).shape), len(gb.desc(b).shape)) < 2:
+        raise GraphError(f"the gradient of MatMul with a 1-D operand ({gb.desc(a).shape} x "
+                         f"{gb.desc(b).shape}) is not supported: reshape it to 2-D")
     if len(gb.desc(a).shape) == 2 and len(gb.desc(b).shape) == 2:
         return [gb.op("Gemm", g[0], b, transB=1), gb.op("Gemm", a, g[0], transA=1)]
     da = gb.op("MatMulT", g[0], b, transB=1)

@@ -1,0 +1,98 @@
+"""Running ONNX's own node tests (``onnx.backend.test``) on this engine.
+
+Each case is one small model with its inputs and expected outputs.  A case is run when
+every node's operator is one this engine claims (:data:`CLAIMED`); it is skipped, with
+the reason, when an operator is not claimed or a tensor's element type is not one the
+engine has.  Inputs that ONNX passes where this engine takes attributes (a Reshape's
+shape, ReduceSum's axes, a Dropout's ratio) are imported as the constants they are in
+the case.  Shapes are the case's, exactly: no batch dimension.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.onnx_io.importer import DTYPES, IMPORTED
+
+# Operators whose every node test must pass.  Not yet claimed, with the reason:
+NOT_CLAIMED = {
+    "MaxPool": "1-D and 3-D pooling, ceil_mode and the Indices output are not implemented",
+    "AveragePool": "1-D and 3-D pooling and ceil_mode are not implemented",
+    "SoftmaxCrossEntropyLoss": "class weights, ignore_index, reduction 'none' and N-D scores "
+                               "are not implemented",
+    "Constant": "not an operator here: folded at import",
+}
+CLAIMED = IMPORTED - set(NOT_CLAIMED)
+ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "Dropout": (1, 2)}
+
+
+@dataclass
+class Outcome:
+    name: str
+    operators: tuple[str, ...]
+    status: str  # passed, failed, skipped
+    reason: str = ""
+
+
+def node_cases() -> list[Any]:
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():  # the case generators divide by zero on purpose
+        warnings.simplefilter("ignore")
+        return list(load_model_tests(kind="node"))
+
+
+def run_case(case: Any) -> Outcome:
+    """Import, compile and run one node test; compare with its expected outputs."""
+    from engine import VM, compile_graph
+    from engine.onnx_io.importer import import_onnx
+
+    model = case.model
+    ops = tuple(sorted({n.op_type for n in model.graph.node}))
+    missing = [o for o in ops if o not in CLAIMED]
+    if missing:
+        why = "; ".join(f"{o}: {NOT_CLAIMED.get(o, 'not supported')}" for o in missing)
+        return Outcome(case.name, ops, "skipped", why)
+    inputs, expected = case.data_sets[0]
+    inputs = [np.asarray(a) if isinstance(a, np.generic) else a for a in inputs]
+    expected = [np.asarray(a) if isinstance(a, np.generic) else a for a in expected]
+    names = [vi.name for vi in model.graph.input]
+    feeds = dict(zip(names, inputs, strict=False))
+    if not all(isinstance(a, np.ndarray) for a in [*inputs, *expected]):
+        return Outcome(case.name, ops, "skipped", "sequence or optional values")
+    odd = [str(a.dtype) for a in [*inputs, *expected] if str(a.dtype) not in DTYPES.values()]
+    if odd:
+        return Outcome(case.name, ops, "skipped", f"element type(s) not supported: {odd}")
+    constants = {}
+    for node in model.graph.node:
+        for k in ATTRIBUTE_INPUTS.get(node.op_type, ()):
+            if k < len(node.input) and node.input[k] in feeds:
+                constants[node.input[k]] = feeds.pop(node.input[k])
+    training = [n.input[2] for n in model.graph.node
+                if n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]]
+    if any(bool(np.asarray(constants.get(t, False)).any()) for t in training):
+        return Outcome(case.name, ops, "skipped", "training-mode Dropout draws a random mask: "
+                       "no generator can match the reference's")
+    if any(0 in a.shape for a in feeds.values()):
+        return Outcome(case.name, ops, "skipped", "a zero-size dimension (0 marks the batch)")
+    try:
+        g = import_onnx(model, batch=False, constants=constants)
+        vm = VM(compile_graph(g, batch_size=1))
+        for k, v in feeds.items():
+            vm.set(k, v)
+        vm.forward("infer")
+        got = [vm.get(o.name) for o in model.graph.output]
+    except Exception as e:  # a claimed operator must not fail: report it as a failure
+        return Outcome(case.name, ops, "failed", f"{type(e).__name__}: {e}")
+    for o, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if want.shape != have.shape:
+            return Outcome(case.name, ops, "failed",
+                           f"output {o}: shape {have.shape}, expected {want.shape}")
+        if not np.allclose(have, want, rtol=case.rtol, atol=case.atol, equal_nan=True):
+            err = float(np.max(np.abs(have.astype(np.float64) - want)))
+            return Outcome(case.name, ops, "failed", f"output {o}: max abs error {err:.3g}")
+    return Outcome(case.name, ops, "passed")
