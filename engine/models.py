@@ -148,3 +148,38 @@ def branching_graph(nodes: int = 10_000, width: int = 32, pool: int = 8,
     if train:
         p.set_loss(p.MSELoss(h, g.placeholder("t", (0, width))))
     return g
+
+
+def mnist_cnn(channels: tuple[int, int] = (8, 16)) -> CalcGraph:
+    """A small convolutional network for 28x28 digits fed as rows of 784: two blocks of
+    3x3 convolution (padding 1), Relu and 2x2 max pooling, then a linear classifier.
+    Paths ``train`` (loss) and ``eval`` (``eval_logits``, ``accuracy``), sharing weights.
+
+    >>> [p.name for p in mnist_cnn().paths]
+    ['train', 'eval']
+    """
+    c1, c2 = channels
+    g = CalcGraph(name="mnist_cnn")
+    x = g.placeholder("x", (0, 784))
+    y = g.placeholder("y", (0,), dtype="int64")
+    w1 = g.parameter("w1", (c1, 1, 3, 3), init=Init.he_uniform())
+    b1 = g.parameter("b1", (c1,), init=Init.zeros())
+    w2 = g.parameter("w2", (c2, c1, 3, 3), init=Init.he_uniform())
+    b2 = g.parameter("b2", (c2,), init=Init.zeros())
+    w3 = g.parameter("w3", (c2 * 49, 10), init=Init.xavier_uniform())
+    b3 = g.parameter("b3", (10,), init=Init.zeros())
+    for name, mode in (("train", Mode.BACKWARD_ENABLED), ("eval", Mode.FORWARD_ONLY)):
+        p = g.path(name, mode)
+        h = p.Reshape(x, shape=(0, 1, 28, 28))
+        for w, b in ((w1, b1), (w2, b2)):
+            h = p.MaxPool(p.Relu(p.Conv(h, w, b, pads=(1, 1, 1, 1))), kernel_shape=(2, 2),
+                          strides=(2, 2))
+        logits = p.Gemm(p.Flatten(h), w3, b3,
+                        outputs=["logits" if name == "train" else "eval_logits"])
+        if name == "train":
+            loss, _ = p.SoftmaxCrossEntropyLoss(logits, y, outputs=["loss", "log_prob"])
+            p.set_loss(loss)
+        else:
+            p.Accuracy(logits, y, outputs=["accuracy"])
+    g.output("loss", "accuracy", "eval_logits")
+    return g

@@ -1,16 +1,19 @@
 """2-D pooling: ``MaxPool``, ``AveragePool`` (ONNX, ``ceil_mode`` 0) and
 ``GlobalAveragePool``, with their gradients.
 
-Windows are read through a strided view of the (padded) input, copied once into the
-workspace as ``[N, C, oH, oW, kH·kW]``, and reduced along the last axis.  The
-gradients scatter back with one strided add per kernel position (max pooling: only
-where that position held the window's maximum, found again from the input, so nothing
-but the output is kept between forward and backward).
+A window position ``(i, j)`` of the kernel is one strided view of the (padded) input,
+of the output's shape, so pooling is ``kH·kW`` elementwise calls — ``maximum`` or
+``add`` into the output — with no copy of the windows (copying them and reducing the
+last, tiny axis took five times as long).  The gradients scatter back through the same
+views of a padded ``dX``: max pooling only where that position held the window's first
+maximum (compared with the output, so nothing more is kept from the forward).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
@@ -51,180 +54,169 @@ def _pool_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     return [TensorDesc(ins[0].dtype, (x[0], x[1], *geo["out"]))]
 
 
-def _sizes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> tuple[int, int]:
-    n, c = x[0], x[1]
-    padded = n * c * geo["padded"][0] * geo["padded"][1] if any(geo["pads"]) else 0
-    cols = n * c * geo["out"][0] * geo["out"][1] * geo["k"][0] * geo["k"][1]
-    return align(padded * item), align(cols * item)
+def _padded_bytes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
+    """The padded copy of an ``[N, C, H, W]`` tensor (none without padding)."""
+    if not any(geo["pads"]):
+        return 0
+    return align(x[0] * x[1] * geo["padded"][0] * geo["padded"][1] * item)
+
+
+def _out_bytes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
+    return align(x[0] * x[1] * geo["out"][0] * geo["out"][1] * item)
 
 
 def _pool_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    x = ins[0].shape
+    x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
-    a, b = _sizes(x, geo, ins[0].dtype.itemsize)
-    n_out = x[0] * x[1] * geo["out"][0] * geo["out"][1]
-    return a + b + align(n_out * 8) + align(n_out)  # + argmax (int64), mask (bool)
+    return _padded_bytes(x, geo, item) + align(geo["out"][0] * geo["out"][1] * item)
 
 
-def _windows(xp: Any, x: Any, ws: Any, geo: dict[str, Any], fill: float
-             ) -> tuple[Step, Any, Any, int]:
-    """A step copying the windows of ``x`` into ``[N, C, oH, oW, k]``; that view; the
-    padded buffer (or ``x``); the workspace offset after them."""
-    n, c = x.shape[0], x.shape[1]
-    (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
-    oh, ow = geo["out"]
-    item = x.dtype.itemsize
-    pad, buf, at = padded_copy(xp, x, ws, geo, 0, fill)
-    steps = [pad] if pad is not None else []
-    cols = ws[at: at + n * c * oh * ow * kh * kw * item].view(x.dtype) \
-        .reshape(n, c, oh, ow, kh, kw)
-    at += align(n * c * oh * ow * kh * kw * item)
-    s0, s1, s2, s3 = buf.strides
-    view = xp.lib.stride_tricks.as_strided(buf, shape=(n, c, oh, ow, kh, kw),
-                                           strides=(s0, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw))
-    steps.append(lambda: xp.copyto(cols, view))
-
-    def run() -> None:
-        for f in steps:
-            f()
-
-    return run, cols.reshape(n, c, oh, ow, kh * kw), buf, at
+def _views(buf: Any, geo: dict[str, Any]) -> list[Any]:
+    """For each kernel position, the strided view of ``buf`` it reads (or writes)."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = geo["k"], geo["s"], geo["d"], geo["out"]
+    return [buf[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+            for i in range(kh) for j in range(kw)]
 
 
 def _max_pool(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    fill, cols, _, _ = _windows(xp, x, k.ws, geo, float("-inf"))
+    pad, buf, _ = padded_copy(xp, x, k.ws, geo, 0, float("-inf"))
+    first, *rest = _views(buf, geo)
 
     def step() -> None:
-        fill()
-        xp.max(cols, axis=-1, out=y)
+        if pad is not None:
+            pad()
+        xp.copyto(y, first)
+        for v in rest:
+            xp.maximum(y, v, out=y)
 
     return step
 
 
-def _counts(xp: Any, geo: dict[str, Any], shape: tuple[int, ...], include_pad: bool) -> Any:
-    """How many input cells each output window covers (a constant of the geometry)."""
-    import numpy as np
-
+def _inverse_counts(geo: dict[str, Any], shape: tuple[int, ...], include_pad: bool
+                    ) -> float | np.ndarray:
+    """1 / the number of input cells each output window averages (a constant)."""
     (oh, ow), (kh, kw), (sh, sw), (dh, dw) = geo["out"], geo["k"], geo["s"], geo["d"]
     pads = geo["pads"]
-    if include_pad:
-        return float(kh * kw)
+    if include_pad or not any(pads):
+        return 1.0 / (kh * kw)
     rows = np.array([sum(0 <= r * sh + i * dh - pads[0] < shape[2] for i in range(kh))
                      for r in range(oh)])
     cols = np.array([sum(0 <= q * sw + j * dw - pads[1] < shape[3] for j in range(kw))
                      for q in range(ow)])
-    return rows[:, None] * cols[None, :]
+    return 1.0 / (rows[:, None] * cols[None, :])
+
+
+def _scale_step(xp: Any, k: KernelArgs, inv: float | np.ndarray, at: int, target: Any
+                ) -> Step:
+    """``target *= inv`` (a scalar, or an [oH, oW] table kept in the workspace: it is
+    written each step, as the workspace is shared)."""
+    if isinstance(inv, float):
+        return lambda: xp.multiply(target, inv, out=target)
+    table = k.scratch(at, inv.shape, target.dtype)
+    host = inv.astype(table.dtype)
+    on_host = xp.__name__ == "numpy"
+
+    def scale() -> None:
+        table[...] = host if on_host else xp.asarray(host)
+        xp.multiply(target, table, out=target)
+
+    return scale
 
 
 def _avg_pool(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    fill, cols, _, at = _windows(xp, x, k.ws, geo, 0.0)
-    counts = _counts(xp, geo, tuple(x.shape), bool(k.attrs.get("count_include_pad", 0)))
-    if isinstance(counts, float):
-        inv = 1.0 / counts
+    pad, buf, at = padded_copy(xp, x, k.ws, geo, 0, 0.0)
+    first, *rest = _views(buf, geo)
+    scale = _scale_step(xp, k, _inverse_counts(geo, tuple(x.shape),
+                                               bool(k.attrs.get("count_include_pad", 0))),
+                        at, y)
 
-        def uniform() -> None:
-            fill()
-            xp.sum(cols, axis=-1, out=y)
-            xp.multiply(y, inv, out=y)
+    def step() -> None:
+        if pad is not None:
+            pad()
+        xp.copyto(y, first)
+        for v in rest:
+            xp.add(y, v, out=y)
+        scale()
 
-        return uniform
-    # 1 / count per output cell, kept in the workspace (rewritten each step: the
-    # workspace is shared) -- a [oH, oW] table, small.
-    table = k.scratch(at, counts.shape, x.dtype)
-    host = (1.0 / counts).astype(table.dtype)
-
-    def varying() -> None:
-        fill()
-        xp.sum(cols, axis=-1, out=y)
-        table[...] = host if xp.__name__ == "numpy" else xp.asarray(host)
-        xp.multiply(y, table, out=y)
-
-    return varying
-
-
-def _g_pool(grad_op: str) -> Any:
-    def rule(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
-        return [gb.op(grad_op, n.inputs[0], g[0], **n.attrs)] if g[0] else [None]
-
-    return rule
+    return step
 
 
 def _pool_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
-    x, dy = ins[0], ins[1]
+    x, dy = ins[0], ins[-1]
     if _pool_shape([x], attrs)[0].shape != dy.shape:
         raise ShapeError(f"pooling gradient: dY {dy.shape} is not the output of {x.shape}")
     return [x]
 
 
-def _pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
-                  ) -> int:
-    x = ins[0].shape
+def _dx_parts(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
+    """A padded dX is always needed (views of it are written)."""
+    return align(x[0] * x[1] * geo["padded"][0] * geo["padded"][1] * item)
+
+
+def _max_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                      device: str) -> int:
+    x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
-    n, c = x[0], x[1]
-    padded = align(n * c * geo["padded"][0] * geo["padded"][1] * ins[0].dtype.itemsize)
-    return _pool_ws(ins, outs, attrs, device) + padded  # + the padded dX
-
-
-def _scatter(xp: Any, geo: dict[str, Any], dxp: Any) -> list[Any]:
-    """The strided window of ``dxp`` each kernel position adds into."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = geo["k"], geo["s"], geo["d"], geo["out"]
-    return [dxp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-            for i in range(kh) for j in range(kw)]
+    return (_padded_bytes(x, geo, item) + _dx_parts(x, geo, item)
+            + 2 * _out_bytes(x, geo, 1))
 
 
 def _max_pool_grad(k: KernelArgs) -> Step:
-    xp, (x, dy), dx = k.xp, k.ins, k.outs[0]
+    xp, (x, y, dy), dx = k.xp, k.ins, k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    fill, cols, _, at = _windows(xp, x, k.ws, geo, float("-inf"))
-    n, c, (oh, ow), (hp, wp), pads = x.shape[0], x.shape[1], geo["out"], geo["padded"], \
-        geo["pads"]
-    arg = k.scratch(at, (n, c, oh, ow), "int64")
-    at += align(n * c * oh * ow * 8)
-    mask = k.scratch(at, (n, c, oh, ow), "bool")
-    at += align(n * c * oh * ow)
+    n, c, pads, (hp, wp) = x.shape[0], x.shape[1], geo["pads"], geo["padded"]
+    pad, buf, at = padded_copy(xp, x, k.ws, geo, 0, float("-inf"))
     dxp = k.scratch(at, (n, c, hp, wp), dx.dtype)
-    targets = _scatter(xp, geo, dxp)
+    at += _dx_parts(tuple(x.shape), geo, dx.dtype.itemsize)
+    mask = k.scratch(at, y.shape, "bool")
+    free = k.scratch(at + _out_bytes(tuple(x.shape), geo, 1), y.shape, "bool")
+    pairs = list(zip(_views(buf, geo), _views(dxp, geo), strict=True))
     inner = dxp[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
 
     def step() -> None:
-        fill()
-        xp.argmax(cols, axis=-1, out=arg)  # the first maximum, as the forward took
+        if pad is not None:
+            pad()
         dxp.fill(0)
-        for pos, target in enumerate(targets):
-            xp.equal(arg, pos, out=mask)
+        free.fill(True)  # windows whose maximum is not yet found
+        for window, target in pairs:
+            xp.equal(window, y, out=mask)
+            xp.logical_and(mask, free, out=mask)
             xp.add(target, dy, out=target, where=mask)
+            xp.logical_xor(free, mask, out=free)
         xp.copyto(dx, inner)
 
     return step
 
 
+def _avg_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                      device: str) -> int:
+    x, item = ins[0].shape, ins[0].dtype.itemsize
+    geo = pool_geometry(x, attrs)
+    return (_dx_parts(x, geo, item) + _out_bytes(x, geo, item)
+            + align(geo["out"][0] * geo["out"][1] * item))
+
+
 def _avg_pool_grad(k: KernelArgs) -> Step:
     xp, (x, dy), dx = k.xp, k.ins, k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    n, c, (oh, ow), (hp, wp), pads = x.shape[0], x.shape[1], geo["out"], geo["padded"], \
-        geo["pads"]
-    a, b = _sizes(tuple(x.shape), geo, x.dtype.itemsize)
-    at = a + b + align(n * c * oh * ow * 8) + align(n * c * oh * ow)
-    share = k.scratch(at, (n, c, oh, ow), dx.dtype)  # dY / count
-    at += align(n * c * oh * ow * dx.dtype.itemsize)
-    dxp = k.scratch(at, (n, c, hp, wp), dx.dtype)
-    counts = _counts(xp, geo, tuple(x.shape), bool(k.attrs.get("count_include_pad", 0)))
-    host = (1.0 / counts) if isinstance(counts, float) else (1.0 / counts).astype(dx.dtype)
-    targets = _scatter(xp, geo, dxp)
+    n, c, pads, (hp, wp) = x.shape[0], x.shape[1], geo["pads"], geo["padded"]
+    dxp = k.scratch(0, (n, c, hp, wp), dx.dtype)
+    at = _dx_parts(tuple(x.shape), geo, dx.dtype.itemsize)
+    share = k.scratch(at, dy.shape, dx.dtype)  # dY / count
+    at += _out_bytes(tuple(x.shape), geo, dx.dtype.itemsize)
+    scale = _scale_step(xp, k, _inverse_counts(geo, tuple(x.shape),
+                                               bool(k.attrs.get("count_include_pad", 0))),
+                        at, share)
+    targets = _views(dxp, geo)
     inner = dxp[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
-    table = None if isinstance(host, float) else \
-        k.scratch(a, host.shape, dx.dtype)  # the (unused here) padded-input slot
 
     def step() -> None:
-        if table is None:
-            xp.multiply(dy, host, out=share)
-        else:
-            table[...] = host if xp.__name__ == "numpy" else xp.asarray(host)
-            xp.multiply(dy, table, out=share)
+        xp.copyto(share, dy)
+        scale()
         dxp.fill(0)
         for target in targets:
             xp.add(target, share, out=target)
@@ -233,15 +225,13 @@ def _avg_pool_grad(k: KernelArgs) -> Step:
     return step
 
 
-def _avg_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
-                      device: str) -> int:
-    x = ins[0].shape
-    geo = pool_geometry(x, attrs)
-    n, c = x[0], x[1]
-    item = ins[0].dtype.itemsize
-    return (_pool_grad_ws(ins, outs, attrs, device)
-            + align(n * c * geo["out"][0] * geo["out"][1] * item)
-            + align(geo["out"][0] * geo["out"][1] * item))
+def _g_max_pool(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("MaxPoolGrad", n.inputs[0], n.outputs[0], g[0], **n.attrs)] if g[0] \
+        else [None]
+
+
+def _g_avg_pool(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("AveragePoolGrad", n.inputs[0], g[0], **n.attrs)] if g[0] else [None]
 
 
 def _gap_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -267,15 +257,15 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef("MaxPool", _pool_shape, _max_pool, _g_pool("MaxPoolGrad"), (), _pool_ws,
+    OpDef("MaxPool", _pool_shape, _max_pool, _g_max_pool, (), _pool_ws,
           attrs=dict(POOL_ATTRS), doc="ONNX MaxPool, 2-D (ceil_mode 0; no Indices output)"),
-    OpDef("AveragePool", _pool_shape, _avg_pool, _g_pool("AveragePoolGrad"), (), _pool_ws,
+    OpDef("AveragePool", _pool_shape, _avg_pool, _g_avg_pool, (), _pool_ws,
           attrs=dict(POOL_ATTRS), doc="ONNX AveragePool, 2-D (ceil_mode 0)"),
     OpDef("GlobalAveragePool", _gap_shape, _gap, _g_gap,
           doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
     OpDef("MaxPoolGrad", _pool_grad_shape, _max_pool_grad, FIRST_ORDER_ONLY, (),
-          _pool_grad_ws, num_inputs=(2, 2), attrs=dict(POOL_ATTRS),
-          doc="internal: dY to each window's (first) maximum"),
+          _max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
+          doc="internal: dY to each window's first maximum (found by comparing with Y)"),
     OpDef("AveragePoolGrad", _pool_grad_shape, _avg_pool_grad, FIRST_ORDER_ONLY, (),
           _avg_pool_grad_ws, num_inputs=(2, 2), attrs=dict(POOL_ATTRS),
           doc="internal: dY / count spread over each window"),
