@@ -1,6 +1,7 @@
 """One training step of ``engine.models.mnist_cnn`` at batch 64 (Adam), this engine
 against PyTorch eager on the CPU with the same thread count, interleaved, median of
-``--repeats`` samples of 20 steps each.
+``--repeats`` samples of 20 steps each; with the time of each kind of instruction of
+the engine's step (where it is slower, the breakdown says where the time goes).
 
     python bench/cnn_step.py --json
 """
@@ -25,15 +26,32 @@ from engine.models import mnist_cnn
 BATCH = 64
 
 
-def engine_step(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
-    vm = VM(compile_graph(mnist_cnn(), batch_size=BATCH, optimizer=Adam(lr=1e-3)))
+def engine_vm() -> VM:
+    return VM(compile_graph(mnist_cnn(), batch_size=BATCH, optimizer=Adam(lr=1e-3)))
 
+
+def engine_step(vm: VM, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
     def step() -> None:
         vm.set("x", x, check=False)
         vm.set("y", y, check=False)
         vm.train_step("train")
 
     return step
+
+
+def op_breakdown(vm: VM, repeats: int = 20) -> dict[str, float]:
+    """Milliseconds per step spent in each instruction kind (forward and backward) and
+    in the optimizer update, each bound step timed on its own."""
+    prog, b = vm.program, vm._binding
+    pc = prog.paths[prog.path_index("train")]
+    kinds = [prog.instrs[k].op for k in (*pc.forward, *pc.backward)]
+    steps = [*b.forward[prog.path_index("train")],
+             *next(iter(b.backward.values()))]
+    out: dict[str, float] = {}
+    for kind, f in zip(kinds, steps, strict=True):
+        out[kind] = out.get(kind, 0.0) + timed(f, repeats)
+    out["optimizer update"] = sum(timed(f, repeats) for f in vm._flat_update)
+    return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
 def torch_step(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
@@ -78,7 +96,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = rng.random((BATCH, 784), dtype=np.float32)
     y = rng.integers(0, 10, BATCH)
-    steps = {"engine": engine_step(x, y), "torch": torch_step(x, y)}
+    vm = engine_vm()
+    steps = {"engine": engine_step(vm, x, y), "torch": torch_step(x, y)}
     for s in steps.values():  # warm up
         timed(s, 5)
     samples: dict[str, list[float]] = {k: [] for k in steps}
@@ -89,6 +108,7 @@ def main() -> None:
            "torch_ms_step": round(statistics.median(samples["torch"]), 3),
            "threads": threads, "batch": BATCH, "repeats": args.repeats}
     out["engine_over_torch"] = round(out["engine_ms_step"] / out["torch_ms_step"], 2)
+    out["engine_ms_by_op"] = op_breakdown(vm)
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
 
 
