@@ -165,5 +165,20 @@ def copy_step(xp: Any, y: Any, x: Any) -> Step:
     return lambda: xp.copyto(y, x)
 
 
+def masked_add(xp: Any, scratch: Any) -> Callable[[Any, Any, Any], None]:
+    """``target += src`` where ``mask``, without a cast buffer: numpy's ufunc ``where=``;
+    cupy's ufuncs have none, so there it is a masked copy into ``scratch`` (of ``src``'s
+    shape) and a plain add."""
+    if xp.__name__ == "numpy":
+        return lambda target, src, mask: xp.add(target, src, out=target, where=mask)
+
+    def add(target: Any, src: Any, mask: Any) -> None:
+        scratch.fill(0)
+        xp.copyto(scratch, src, where=mask)
+        xp.add(target, scratch, out=target)
+
+    return add
+
+
 def align(n: int, a: int = 64) -> int:
     return (n + a - 1) // a * a

@@ -260,13 +260,14 @@ def _dropout(k: KernelArgs) -> Step:
     scale = 1.0 / (1.0 - ratio)
     rng = k.rng
 
-    # Masked writes (where=) rather than multiplying by the bool mask: a mixed-dtype
-    # ufunc call allocates a cast buffer.
+    # A masked copy rather than multiplying by the bool mask: a mixed-dtype ufunc call
+    # allocates a cast buffer (and cupy's ufuncs take no where=; its copyto does).
     def step() -> None:
         rng.random(out=u, dtype=u.dtype)
         xp.greater_equal(u, ratio, out=mask)
         y.fill(0)
-        xp.multiply(x, scale, out=y, where=mask)
+        xp.copyto(y, x, where=mask)
+        xp.multiply(y, scale, out=y)
 
     return step
 
@@ -288,7 +289,8 @@ def _dropout_grad(k: KernelArgs) -> Step:
 
     def step() -> None:
         dx.fill(0)
-        xp.multiply(dy, scale, out=dx, where=mask)
+        xp.copyto(dx, dy, where=mask)
+        xp.multiply(dx, scale, out=dx)
 
     return step
 

@@ -25,6 +25,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     align,
+    masked_add,
     need_float,
 )
 from engine.ops.conv import conv_geometry, padded_copy
@@ -162,7 +163,7 @@ def _max_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict
     x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
     return (_padded_bytes(x, geo, item) + _dx_parts(x, geo, item)
-            + 2 * _out_bytes(x, geo, 1))
+            + 2 * _out_bytes(x, geo, 1) + _out_bytes(x, geo, item))
 
 
 def _max_pool_grad(k: KernelArgs) -> Step:
@@ -173,7 +174,10 @@ def _max_pool_grad(k: KernelArgs) -> Step:
     dxp = k.scratch(at, (n, c, hp, wp), dx.dtype)
     at += _dx_parts(tuple(x.shape), geo, dx.dtype.itemsize)
     mask = k.scratch(at, y.shape, "bool")
-    free = k.scratch(at + _out_bytes(tuple(x.shape), geo, 1), y.shape, "bool")
+    at += _out_bytes(tuple(x.shape), geo, 1)
+    free = k.scratch(at, y.shape, "bool")
+    at += _out_bytes(tuple(x.shape), geo, 1)
+    add_where = masked_add(xp, k.scratch(at, y.shape, dy.dtype))
     pairs = list(zip(_views(buf, geo), _views(dxp, geo), strict=True))
     inner = dxp[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
 
@@ -185,7 +189,7 @@ def _max_pool_grad(k: KernelArgs) -> Step:
         for window, target in pairs:
             xp.equal(window, y, out=mask)
             xp.logical_and(mask, free, out=mask)
-            xp.add(target, dy, out=target, where=mask)
+            add_where(target, dy, mask)
             xp.logical_xor(free, mask, out=free)
         xp.copyto(dx, inner)
 
