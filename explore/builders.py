@@ -32,18 +32,26 @@ class BuildError(ValueError):
 
 
 def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
-                eval_loss: bool = True) -> CalcGraph:
+                eval_loss: bool = True, image: tuple[int, int, int] | None = None
+                ) -> CalcGraph:
+    """The model of ``params``: with ``blocks`` > 0 (the CNN family) the input rows are
+    viewed as ``image`` (channels, height, width) and go through that many blocks of
+    convolution (``kernel``, "same" padding), Relu and, with ``pool``, 2x2 max pooling,
+    before the dense layers."""
     depth = int(params["depth"])
+    blocks = int(params.get("blocks") or 0)
     widths = [int(w) for w in params["widths"]]
     acts = [_activation(a) for a in params["activations"]]
     drops = [float(d) for d in params["dropouts"]]
     if min(widths, default=1) < 1:
         raise BuildError(f"widths must be positive, got {widths}")
     init = _init(params["init"])
-    g = CalcGraph(name="mlp")
+    g = CalcGraph(name="cnn" if blocks else "mlp")
     x = g.placeholder("x", (0, n_in))
     y = g.placeholder("y", (0,), dtype="int64")
-    sizes = [n_in, *widths[:depth], n_classes]
+    convs, shape = _conv_params(g, params, blocks, image, init)
+    flat = shape[0] * shape[1] * shape[2] if blocks else n_in
+    sizes = [flat, *widths[:depth], n_classes]
     layers = []
     for i in range(len(sizes) - 1):
         w = g.parameter(f"w{i}", (sizes[i], sizes[i + 1]), init=init())
@@ -54,6 +62,15 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     outs: dict[bool, tuple[Any, Any]] = {}
     for path, training in ((train, True), (ev, False)):
         h = x
+        if blocks:
+            assert image is not None
+            h = path.Reshape(h, shape=(0, *image))
+            for w, b, pooled in convs:
+                k = g.variables[w.name].desc.shape[-1]  # type: ignore[union-attr]
+                h = path.Relu(path.Conv(h, w, b, pads=(k // 2,) * 4))
+                if pooled:
+                    h = path.MaxPool(h, kernel_shape=(2, 2), strides=(2, 2))
+            h = path.Flatten(h)
         for i, (w, b) in enumerate(layers):
             h = path.Gemm(h, w, b)
             if i < depth:
@@ -71,6 +88,31 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     # Declared outputs: without eval_loss, dead-code elimination drops its cross-entropy.
     g.output(outs[True][1], acc, *([outs[False][1]] if eval_loss else []))
     return g
+
+
+def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
+                 image: tuple[int, int, int] | None, init: Any
+                 ) -> tuple[list[tuple[Any, Any, bool]], tuple[int, int, int]]:
+    """The convolution blocks' weights, whether each pools, and the output shape."""
+    if not blocks:
+        return [], (0, 0, 0)
+    if image is None:
+        raise BuildError("a CNN needs the input's image shape (channels, height, width)")
+    k = int(params["kernel"])
+    if k < 1 or k % 2 == 0:
+        raise BuildError(f"kernel must be odd (same padding), got {k}")
+    channels = [int(c) for c in params["channels"]]
+    c, h, w = image
+    out = []
+    for i, width in enumerate(channels[:blocks]):
+        if width < 1:
+            raise BuildError(f"channels must be positive, got {channels}")
+        wt = g.parameter(f"conv{i}", (width, c, k, k), init=Init.he_uniform())
+        bs = g.parameter(f"conv{i}_b", (width,), init=Init.zeros())
+        pooled = bool(params.get("pool", True)) and h >= 2 and w >= 2
+        out.append((wt, bs, pooled))
+        c, h, w = width, (h // 2 if pooled else h), (w // 2 if pooled else w)
+    return out, (c, h, w)
 
 
 def build_optimizer(params: dict[str, Any]) -> Optimizer:

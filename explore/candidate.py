@@ -23,6 +23,7 @@ from explore.space import Space
 
 # (features, classes) of each dataset and its validation size: known without loading it
 DIMS = {"mnist": (784, 10), "digits": (64, 10)}
+IMAGE = {"mnist": (1, 28, 28), "digits": (1, 8, 8)}  # (channels, height, width)
 VALID = {"mnist": 10_000, "digits": 359}
 
 
@@ -46,7 +47,8 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     :class:`~engine.BudgetError` when even batch 1 does not fit."""
     n_in, n_classes = DIMS[space.dataset.name]
     graph = build_graph(params, n_in, n_classes,
-                        eval_loss=any(o.metric == "loss" for o in space.objectives))
+                        eval_loss=any(o.metric == "loss" for o in space.objectives),
+                        image=IMAGE[space.dataset.name])
     opt = build_optimizer(params)
     device = space.budget.device
     bs = params["batch_size"]
@@ -78,6 +80,7 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
 def max_batch(space: Space, params: dict[str, Any], memory: int) -> int:
     """The largest batch whose heap fits ``memory`` bytes."""
     n_in, n_classes = DIMS[space.dataset.name]
-    return compile_graph(build_graph(params, n_in, n_classes), memory=memory,
+    return compile_graph(build_graph(params, n_in, n_classes, image=IMAGE[space.dataset.name]),
+                         memory=memory,
                          optimizer=build_optimizer(params), device=space.budget.device
                          ).batch_size

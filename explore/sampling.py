@@ -13,8 +13,8 @@ values, which is how Optuna learns the conditional space (momentum only for SGD)
 ...     "training": {"optimizer": {"choice": ["sgd"]},
 ...                  "momentum": {"float": [0.5, 0.9], "when": {"optimizer": "sgd"}}}})
 >>> p = suggest(optuna.create_study().ask(), space)
->>> sorted(p)[:5], p["depth"], len(p["widths"]), p["momentum"] >= 0.5
-(['activations', 'batch_size', 'depth', 'dropouts', 'init'], 2, 2, True)
+>>> p["depth"], len(p["widths"]), p["momentum"] >= 0.5, p["blocks"], p["channels"]
+(2, 2, True, 0, [])
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from typing import Any, Protocol
 
 from explore.space import Choice, FloatRange, IntRange, Range, Space
 
-PER_LAYER = {"width": "widths", "activation": "activations", "dropout": "dropouts"}
+PER_LAYER = {"width": "widths", "activation": "activations", "dropout": "dropouts",
+             "channels": "channels"}
+COUNT = {"width": "depth", "activation": "depth", "dropout": "depth", "channels": "blocks"}
+COUNTS = ("depth", "blocks")  # asked first: they say how many per-layer values there are
 
 
 class TrialLike(Protocol):
@@ -39,19 +42,19 @@ class TrialLike(Protocol):
 def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
     """The parameters of one candidate (per-layer ones as lists)."""
     params = space.params()
-    out: dict[str, Any] = {}
-    depth = _one(trial, "depth", params["depth"])
-    out["depth"] = int(depth)
+    out: dict[str, Any] = {c: int(_one(trial, c, params[c])) for c in COUNTS}
     for name, p in params.items():
-        if name == "depth":
+        if name in COUNTS:
             continue
         if isinstance(p, Range) and p.when and not _applies(p.when, out):
             out[name] = _default(name)
             continue
         if name in PER_LAYER:
-            per = isinstance(p, Range) and p.per_layer
-            values = [_one(trial, f"{name}_{i}" if per else name, p) for i in range(depth)]
-            out[PER_LAYER[name]] = values if per else [values[0]] * depth
+            n = out[COUNT[name]]
+            if isinstance(p, Range) and p.per_layer:
+                out[PER_LAYER[name]] = [_one(trial, f"{name}_{i}", p) for i in range(n)]
+            else:
+                out[PER_LAYER[name]] = [_one(trial, name, p)] * n if n else []
         else:
             out[name] = _one(trial, name, p)
     return out
@@ -76,19 +79,22 @@ def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, An
         if PER_LAYER.get(k, k) not in out:
             names = sorted(set(out) - set(PER_LAYER.values())) + list(PER_LAYER)
             raise KeyError(f"no parameter {k!r}; parameters: {', '.join(names)}")
-    if "depth" in overrides:
-        out["depth"] = int(overrides.pop("depth"))
-    depth = out["depth"]
+    for c in COUNTS:
+        if c in overrides:
+            out[c] = int(overrides.pop(c))
+    params = space.params()
     for k, v in overrides.items():
         key = PER_LAYER.get(k, k)
-        if key in PER_LAYER.values():
-            v = list(v) if isinstance(v, list) else [v] * depth
-            if len(v) != depth:
-                raise ValueError(f"{k}: {len(v)} values for {depth} layers")
+        if k in PER_LAYER:
+            n = out[COUNT[k]]
+            v = list(v) if isinstance(v, list) else [v] * n
+            if len(v) != n:
+                raise ValueError(f"{k}: {len(v)} values for {n} layers")
         out[key] = v
-    for key in PER_LAYER.values():  # a depth override: repeat the last layer's value
-        vals = out[key]
-        out[key] = (vals + [vals[-1]] * depth)[:depth]
+    for name, key in PER_LAYER.items():  # a count override: repeat the last value
+        n = out[COUNT[name]]
+        vals = out[key] or [_one(_Low(), name, params[name])]
+        out[key] = (vals + [vals[-1]] * n)[:n]
     return out
 
 

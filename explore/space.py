@@ -205,12 +205,29 @@ def _named(v: Any) -> Any:
 
 
 class Model(_Strict):
-    family: Literal["mlp"] = "mlp"
-    depth: Param = 2  # hidden layers
+    family: Literal["mlp", "cnn"] = "mlp"
+    depth: Param = 2  # hidden dense layers (after the convolution blocks of a cnn)
     width: Param = 64
     activation: Param = "relu"
     dropout: Param = 0.0
     init: Param = "xavier_uniform"
+    blocks: Param = 0  # cnn: convolution blocks (conv, relu, optional 2x2 max pooling)
+    channels: Param = 16  # cnn: filters per block
+    kernel: Param = 3  # cnn: square kernel size (odd: "same" padding)
+    pool: Param = True  # cnn: 2x2 max pooling after each block
+
+    @model_validator(mode="after")
+    def _family(self) -> Model:
+        blocks = self.blocks
+        lowest = blocks.bounds[0] if isinstance(blocks, IntRange) else (
+            min(blocks.options) if isinstance(blocks, Choice) else blocks)
+        highest = blocks.bounds[1] if isinstance(blocks, IntRange) else (
+            max(blocks.options) if isinstance(blocks, Choice) else blocks)
+        if self.family == "cnn" and not (isinstance(lowest, int) and lowest >= 1):
+            raise ValueError("family cnn needs blocks of at least 1")
+        if self.family == "mlp" and highest != 0:
+            raise ValueError("blocks are for family cnn; an mlp has none")
+        return self
 
 
 class Training(_Strict):
@@ -236,8 +253,9 @@ class Space(_Strict):
 
     def params(self) -> dict[str, Any]:
         """Every parameter by its name (model ones first: depth before the layers)."""
-        out = {k: getattr(self.model, k) for k in ("depth", "width", "activation", "dropout",
-                                                   "init")}
+        out = {k: getattr(self.model, k) for k in ("depth", "blocks", "width", "activation",
+                                                   "dropout", "init", "channels", "kernel",
+                                                   "pool")}
         out.update({k: getattr(self.training, k) for k in ("optimizer", "lr", "momentum",
                                                            "weight_decay", "batch_size")})
         return out
@@ -252,9 +270,9 @@ class Space(_Strict):
                         raise ValueError(f"{name}.when names {other!r}, which is not a "
                                          f"parameter; parameters: {', '.join(params)}")
             if isinstance(p, Range) and p.per_layer and name not in ("width", "activation",
-                                                                      "dropout"):
-                raise ValueError(f"{name}: per_layer applies to width, activation and "
-                                 "dropout only")
+                                                                      "dropout", "channels"):
+                raise ValueError(f"{name}: per_layer applies to width, activation, dropout "
+                                 "and channels only")
         bs = params["batch_size"]
         if isinstance(bs, str) and bs != "auto":
             raise ValueError(f"training.batch_size is a number, a range or 'auto', not {bs!r}")

@@ -160,3 +160,20 @@ def test_export_parquet_needs_pyarrow_or_works(tmp_path: Path, fmt: str) -> None
         assert result.exit_code == 2 and "pyarrow" in result.output and not out.exists()
     else:
         assert result.exit_code == 0 and out.exists()
+
+
+def test_a_cnn_space_runs(tmp_path: Path) -> None:
+    f = tmp_path / "cnn.yaml"
+    f.write_text("""\
+dataset: digits
+budget: {trials: 2, rounds: 1, memory: 400MB, workers: 1}
+sampler: {name: random, seed: 0}
+pruner: none
+model: {family: cnn, blocks: {int: [1, 2]}, channels: {choice: [4, 8], per_layer: true},
+        kernel: 3, depth: 0}
+training: {optimizer: adam, lr: 0.01, batch_size: 32}
+""")
+    run(str(f))
+    df = load(f"sqlite:///{tmp_path / 'cnn.db'}", "cnn")
+    assert (df["state"] == "complete").all() and len(df) == 2
+    assert all(len(p["channels"]) == p["blocks"] for p in df["params"])

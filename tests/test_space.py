@@ -23,7 +23,7 @@ training:
 """
 
 
-@pytest.mark.parametrize("name", ["quick", "paper_mnist", "mlp_nas"])
+@pytest.mark.parametrize("name", ["quick", "paper_mnist", "mlp_nas", "cnn_mnist"])
 def test_the_shipped_spaces_validate(name: str) -> None:
     space = load_space(ROOT / "search_spaces" / f"{name}.yaml")
     assert space.name == name
@@ -59,6 +59,10 @@ BAD = {
     "grid over a float": (GOOD + "sampler: grid\n", None, "", "grid needs finite"),
     "per layer lr": (GOOD.replace("log: true", "log: true, per_layer: true"), None, "",
                      "per_layer applies"),
+    "cnn without blocks": (GOOD.replace("model:\n", "model:\n  family: cnn\n"), None, "",
+                           "blocks of at least 1"),
+    "mlp with blocks": (GOOD.replace("model:\n", "model:\n  blocks: 2\n"), None, "",
+                        "blocks are for family cnn"),
     "when unknown": (GOOD.replace("log: true", "log: true, when: {optimiser: sgd}"), None, "",
                      "not a parameter"),
 }
