@@ -26,7 +26,8 @@ NOT_CLAIMED = {
                                "are not implemented",
 }
 CLAIMED = IMPORTED - set(NOT_CLAIMED)
-ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "Dropout": (1, 2)}
+ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "Dropout": (1, 2),
+                    "Squeeze": (1,), "Unsqueeze": (1,), "Clip": (1, 2)}
 
 
 @dataclass

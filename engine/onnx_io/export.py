@@ -31,7 +31,7 @@ OPSET = 17
 SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "Tanh", "Relu",
         "Sigmoid", "LeakyRelu", "Elu", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
-        "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss"}
+        "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min"}
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9}
 
 
@@ -138,5 +138,26 @@ def _square(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
     return [helper.make_node("Mul", [n.inputs[0], n.inputs[0]], list(n.outputs))], []
 
 
+def _axes_input(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    """Squeeze and Unsqueeze take their axes as an input from opset 13."""
+    axes = nh.from_array(np.asarray(n.attrs["axes"], dtype=np.int64), f"{n.outputs[0]}:axes")
+    return [helper.make_node(n.op, [n.inputs[0], axes.name], list(n.outputs))], [axes]
+
+
+def _clip(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    ins, extra = [n.inputs[0]], []
+    for key in ("min", "max"):
+        v = n.attrs.get(key)
+        if v is None:
+            ins.append("")
+            continue
+        t = nh.from_array(np.asarray(v, dtype=np.float32), f"{n.outputs[0]}:{key}")
+        extra.append(t)
+        ins.append(t.name)
+    while ins[-1] == "":
+        ins.pop()
+    return [helper.make_node("Clip", ins, list(n.outputs))], extra
+
+
 SPECIAL = {"Reshape": _reshape, "ReduceSum": _reduce_sum, "Dropout": _dropout,
-           "Square": _square}
+           "Square": _square, "Squeeze": _axes_input, "Unsqueeze": _axes_input, "Clip": _clip}

@@ -24,8 +24,10 @@ from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Mode
 from engine.onnx_io.export import SAME
 
+AXES_INPUT = ("ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze")  # axes as input 1
 DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 9: "bool"}
-IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant"}
+IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
+                   "Clip"}
 
 
 def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
@@ -87,9 +89,15 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             attrs["shape"] = tuple(int(v) for v in _const(consts, ins[1], node))
             used_as_attr.add(ins[1])
             ins = ins[:1]
-        elif node.op_type in ("ReduceSum", "ReduceMean") and len(ins) > 1:
+        elif node.op_type in AXES_INPUT and len(ins) > 1:
             attrs["axes"] = tuple(int(v) for v in _const(consts, ins[1], node))
             used_as_attr.add(ins[1])
+            ins = ins[:1]
+        elif node.op_type == "Clip":
+            for pos, key in ((1, "min"), (2, "max")):
+                if pos < len(node.input) and node.input[pos]:
+                    attrs[key] = _const(consts, node.input[pos], node).item()
+                    used_as_attr.add(node.input[pos])
             ins = ins[:1]
         elif node.op_type == "Dropout":
             ins = ins[:1]  # ratio and training_mode inputs: inference

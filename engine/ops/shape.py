@@ -77,6 +77,32 @@ def _flatten_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorD
     return [TensorDesc(ins[0].dtype, (head, _prod(src[axis:])))]
 
 
+def _squeeze_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    axes = {a % len(src) for a in attrs["axes"]} if attrs["axes"] else \
+        {i for i, d in enumerate(src) if d == 1}
+    if ins[0].batched and 0 in axes:
+        raise ShapeError(f"Squeeze {tuple(attrs['axes'])} of {src} would drop the batch")
+    bad = [a for a in axes if src[a] != 1]
+    if bad:
+        raise ShapeError(f"Squeeze: axes {sorted(bad)} of {src} are not of size 1")
+    return [TensorDesc(ins[0].dtype, tuple(d for i, d in enumerate(src) if i not in axes))]
+
+
+def _unsqueeze_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    rank = len(src) + len(attrs["axes"])
+    axes = sorted({a % rank for a in attrs["axes"]})
+    if len(axes) != len(attrs["axes"]):
+        raise ShapeError(f"Unsqueeze: repeated axes {tuple(attrs['axes'])}")
+    if ins[0].batched and 0 in axes:
+        raise ShapeError(f"Unsqueeze {tuple(attrs['axes'])} of {src} would move the batch")
+    out, it = [], iter(src)
+    for i in range(rank):
+        out.append(1 if i in axes else next(it))
+    return [TensorDesc(ins[0].dtype, tuple(out))]
+
+
 def transpose_perm(attrs: dict[str, Any], rank: int) -> tuple[int, ...]:
     """The permutation of a Transpose (ONNX: reversed axes when ``perm`` is empty)."""
     perm = tuple(int(a) for a in attrs["perm"]) or tuple(reversed(range(rank)))
@@ -109,6 +135,10 @@ def _g_transpose(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str 
 
 
 OPS = [
+    OpDef("Squeeze", _squeeze_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axes": ()},
+          doc="ONNX Squeeze with axes as an attribute (all size-1 axes when empty)"),
+    OpDef("Unsqueeze", _unsqueeze_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axes": ()},
+          doc="ONNX Unsqueeze with axes as an attribute"),
     OpDef("Transpose", _transpose_shape, _transpose, _g_transpose, attrs={"perm": ()},
           doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
     OpDef("Reshape", _reshape_shape, _copy_reshaped, _g_reshape, (0,), attrs={"shape": ()},

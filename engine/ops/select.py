@@ -1,0 +1,155 @@
+"""Elementwise selection: ``Max`` and ``Min`` (ONNX, variadic with broadcasting), ``Clip``
+(bounds as attributes), and their gradients (the gradient goes where the value came
+from: to the first of equal maxima, and through Clip only inside its bounds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import GraphError, ShapeError
+from engine.graph import TensorDesc
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    align,
+    broadcast_shapes,
+    same_dtype,
+)
+from engine.ops.elementwise import unbroadcast
+
+
+def _variadic_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dt = same_dtype(ins)
+    shape = ins[0].shape
+    for d in ins[1:]:
+        shape = broadcast_shapes(shape, d.shape)
+    return [TensorDesc(dt, shape)]
+
+
+def _extremum(ufunc: str) -> Any:
+    def factory(k: KernelArgs) -> Step:
+        xp, y = k.xp, k.outs[0]
+        f = getattr(xp, ufunc)
+        first, *rest = k.ins
+
+        def step() -> None:
+            xp.copyto(y, first)
+            for x in rest:
+                f(y, x, out=y)
+
+        return step
+
+    return factory
+
+
+def _g_extremum(which: str) -> Any:
+    def rule(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+        if not g[0]:
+            return [None] * len(n.inputs)
+        if len(n.inputs) == 1:
+            return [g[0]]
+        if len(n.inputs) != 2:
+            raise GraphError(f"the gradient of {n.op} over {len(n.inputs)} inputs is not "
+                             "supported (two at most)")
+        a, b = n.inputs
+        return [unbroadcast(gb, gb.op("SelectGrad", a, b, g[0], pick=0, kind=which), a),
+                unbroadcast(gb, gb.op("SelectGrad", a, b, g[0], pick=1, kind=which), b)]
+
+    return rule
+
+
+def _select_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [TensorDesc(ins[2].dtype, ins[2].shape)]
+
+
+def _mask_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return align(outs[0].numel())
+
+
+def _select_grad(k: KernelArgs) -> Step:
+    """dY where input ``pick`` gave the extremum (the first input wins ties)."""
+    xp, (a, b, dy), dx = k.xp, k.ins, k.outs[0]
+    mask = k.scratch(0, dx.shape, "bool")
+    ge, gt = (xp.greater_equal, xp.greater) if k.attrs["kind"] == "max" else \
+        (xp.less_equal, xp.less)
+    first = int(k.attrs["pick"]) == 0
+
+    def step() -> None:
+        if first:
+            ge(a, b, out=mask)
+        else:
+            gt(b, a, out=mask)
+        dx.fill(0)
+        xp.copyto(dx, dy, where=mask)
+
+    return step
+
+
+def _clip_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [ins[0]]
+
+
+def _clip(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    lo, hi = k.attrs["min"], k.attrs["max"]
+    if lo is None and hi is None:
+        return lambda: xp.copyto(y, x)
+    if lo is not None and hi is not None and lo > hi:
+        return lambda: y.fill(hi)  # ONNX (and numpy): every value is max
+    lo_v = lo if lo is not None else None
+    return lambda: xp.clip(x, lo_v, hi, out=y)
+
+
+def _g_clip(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("ClipGrad", n.inputs[0], g[0], **n.attrs)] if g[0] else [None]
+
+
+def _clip_grad(k: KernelArgs) -> Step:
+    xp, (x, dy), dx = k.xp, k.ins, k.outs[0]
+    lo, hi = k.attrs["min"], k.attrs["max"]
+    mask = k.scratch(0, dx.shape, "bool")
+    inside = k.scratch(align(dx.size), dx.shape, "bool")
+
+    def step() -> None:
+        mask.fill(True)
+        if lo is not None:
+            xp.greater_equal(x, lo, out=inside)
+            xp.logical_and(mask, inside, out=mask)
+        if hi is not None:
+            xp.less_equal(x, hi, out=inside)
+            xp.logical_and(mask, inside, out=mask)
+        dx.fill(0)
+        xp.copyto(dx, dy, where=mask)
+
+    return step
+
+
+def _clip_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    if ins[0].shape != ins[1].shape:
+        raise ShapeError(f"ClipGrad: x {ins[0].shape} and dy {ins[1].shape} differ")
+    return [ins[1]]
+
+
+def _two_masks_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                  ) -> int:
+    return 2 * align(outs[0].numel())
+
+
+OPS = [
+    OpDef("Max", _variadic_shape, _extremum("maximum"), _g_extremum("max"), (0,),
+          num_inputs=(1, 16), doc="elementwise maximum of its inputs, broadcasting"),
+    OpDef("Min", _variadic_shape, _extremum("minimum"), _g_extremum("min"), (0,),
+          num_inputs=(1, 16), doc="elementwise minimum of its inputs, broadcasting"),
+    OpDef("SelectGrad", _select_grad_shape, _select_grad, FIRST_ORDER_ONLY, (), _mask_ws,
+          num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
+          doc="internal: dY where input `pick` gave the max (or min)"),
+    OpDef("Clip", _clip_shape, _clip, _g_clip, (0,), attrs={"min": None, "max": None},
+          doc="ONNX Clip with its bounds as attributes (None: unbounded)"),
+    OpDef("ClipGrad", _clip_grad_shape, _clip_grad, FIRST_ORDER_ONLY, (), _two_masks_ws,
+          num_inputs=(2, 2), attrs={"min": None, "max": None},
+          doc="internal: dY where min <= x <= max"),
+]
