@@ -83,14 +83,19 @@ def _max_pool(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
     pad, buf, _ = padded_copy(xp, x, k.ws, geo, 0, float("-inf"))
-    first, *rest = _views(buf, geo)
+    return _fold(xp.maximum, xp, y, pad, _views(buf, geo))
+
+
+def _fold(ufunc: Any, xp: Any, y: Any, pad: Step | None, views: list[Any]) -> Step:
+    """``y = ufunc(...ufunc(v0, v1)..., vk)`` over the kernel positions' views."""
+    first, *rest = views
 
     def step() -> None:
         if pad is not None:
             pad()
         xp.copyto(y, first)
         for v in rest:
-            xp.maximum(y, v, out=y)
+            ufunc(y, v, out=y)
 
     return step
 
@@ -130,17 +135,13 @@ def _avg_pool(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
     pad, buf, at = padded_copy(xp, x, k.ws, geo, 0, 0.0)
-    first, *rest = _views(buf, geo)
+    total = _fold(xp.add, xp, y, pad, _views(buf, geo))
     scale = _scale_step(xp, k, _inverse_counts(geo, tuple(x.shape),
                                                bool(k.attrs.get("count_include_pad", 0))),
                         at, y)
 
     def step() -> None:
-        if pad is not None:
-            pad()
-        xp.copyto(y, first)
-        for v in rest:
-            xp.add(y, v, out=y)
+        total()
         scale()
 
     return step
