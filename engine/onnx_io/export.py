@@ -31,7 +31,7 @@ OPSET = 17
 SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "Tanh", "Relu",
         "Sigmoid", "LeakyRelu", "Elu", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
-        "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min"}
+        "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat"}
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9}
 
 
@@ -159,5 +159,14 @@ def _clip(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
     return [helper.make_node("Clip", ins, list(n.outputs))], extra
 
 
-SPECIAL = {"Reshape": _reshape, "ReduceSum": _reduce_sum, "Dropout": _dropout,
+def _split(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    axis = int(n.attrs.get("axis", 0))
+    if n.attrs.get("split"):
+        t = nh.from_array(np.asarray(n.attrs["split"], dtype=np.int64), f"{n.outputs[0]}:split")
+        return [helper.make_node("Split", [n.inputs[0], t.name], list(n.outputs),
+                                 axis=axis)], [t]
+    return [helper.make_node("Split", [n.inputs[0]], list(n.outputs), axis=axis)], []
+
+
+SPECIAL = {"Split": _split, "Reshape": _reshape, "ReduceSum": _reduce_sum, "Dropout": _dropout,
            "Square": _square, "Squeeze": _axes_input, "Unsqueeze": _axes_input, "Clip": _clip}

@@ -27,7 +27,7 @@ from engine.onnx_io.export import SAME
 AXES_INPUT = ("ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze")  # axes as input 1
 DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 9: "bool"}
 IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
-                   "Clip"}
+                   "Clip", "Split"}
 
 
 def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
@@ -92,6 +92,13 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         elif node.op_type in AXES_INPUT and len(ins) > 1:
             attrs["axes"] = tuple(int(v) for v in _const(consts, ins[1], node))
             used_as_attr.add(ins[1])
+            ins = ins[:1]
+        elif node.op_type == "Split":
+            if len(ins) > 1:
+                attrs["split"] = tuple(int(v) for v in _const(consts, ins[1], node))
+                used_as_attr.add(ins[1])
+            elif not attrs.get("num_outputs"):
+                attrs["num_outputs"] = len(node.output)
             ins = ins[:1]
         elif node.op_type == "Clip":
             for pos, key in ((1, "min"), (2, "max")):

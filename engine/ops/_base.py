@@ -108,6 +108,7 @@ class OpDef:
     backend_kernels: dict[str, KernelFactory] = field(default_factory=dict)
     doc: str = ""
     pure: bool = True
+    variadic_outputs: bool = False  # as many outputs as the node names (Split)
 
     def kernel_for(self, device: str) -> KernelFactory:
         return self.backend_kernels.get(device, self.kernel)

@@ -11,7 +11,15 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import BATCH, TensorDesc
-from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step, copy_step
+from engine.ops._base import (
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    copy_step,
+    norm_axis,
+)
 
 
 def _prod(dims: tuple[int, ...] | list[int]) -> int:
@@ -103,6 +111,102 @@ def _unsqueeze_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tenso
     return [TensorDesc(ins[0].dtype, tuple(out))]
 
 
+def _concat_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    first = ins[0].shape
+    axis = norm_axis(int(attrs["axis"]), len(first))
+    if ins[0].batched and axis == 0:
+        raise ShapeError("Concat along the batch axis would change the batch")
+    total = 0
+    for d in ins:
+        if d.dtype != ins[0].dtype:
+            raise ShapeError(f"Concat inputs have dtypes {ins[0].dtype.value} and {d.dtype.value}")
+        if len(d.shape) != len(first) or any(a != b for i, (a, b) in
+                                             enumerate(zip(d.shape, first, strict=True))
+                                             if i != axis):
+            raise ShapeError(f"Concat along axis {axis}: {d.shape} does not match {first}")
+        total += d.shape[axis]
+    return [TensorDesc(ins[0].dtype, (*first[:axis], total, *first[axis + 1:]))]
+
+
+def _concat(k: KernelArgs) -> Step:
+    xp, y = k.xp, k.outs[0]
+    axis = norm_axis(int(k.attrs["axis"]), y.ndim)
+    pairs, at = [], 0
+    for x in k.ins:
+        sl = [slice(None)] * y.ndim
+        sl[axis] = slice(at, at + x.shape[axis])
+        pairs.append((y[tuple(sl)], x))
+        at += x.shape[axis]
+
+    def step() -> None:
+        for dst, src in pairs:
+            xp.copyto(dst, src)
+
+    return step
+
+
+def _g_concat(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None] * len(n.inputs)
+    axis = int(n.attrs["axis"])
+    sizes = tuple(gb.desc(x).shape[axis] for x in n.inputs)
+    first = gb.op("Split", g[0], axis=axis, split=sizes)
+    out: list[str | None] = [first]
+    out.extend(f"{first}:{i}" for i in range(1, len(n.inputs)))
+    return out
+
+
+def split_sizes(attrs: dict[str, Any], length: int) -> tuple[int, ...]:
+    """The parts of a Split of ``length`` (explicit sizes, or num_outputs near-equal parts
+    with a smaller last one, as ONNX says)."""
+    if attrs["split"]:
+        sizes = tuple(int(s) for s in attrs["split"])
+        if sum(sizes) != length:
+            raise ShapeError(f"Split sizes {sizes} do not add up to {length}")
+        return sizes
+    parts = int(attrs["num_outputs"])
+    if parts < 1:
+        raise ShapeError("Split needs split sizes or num_outputs")
+    size = -(-length // parts)
+    return tuple(min(size, length - i * size) for i in range(parts))
+
+
+def _split_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    axis = norm_axis(int(attrs["axis"]), len(src))
+    if ins[0].batched and axis == 0:
+        raise ShapeError("Split along the batch axis would change the batch")
+    sizes = split_sizes(attrs, src[axis])
+    if min(sizes) < 1:
+        raise ShapeError(f"Split into empty parts {sizes} is not supported")
+    return [TensorDesc(ins[0].dtype, (*src[:axis], s, *src[axis + 1:])) for s in sizes]
+
+
+def _split(k: KernelArgs) -> Step:
+    xp, x = k.xp, k.ins[0]
+    axis = norm_axis(int(k.attrs["axis"]), x.ndim)
+    pairs, at = [], 0
+    for y in k.outs:
+        sl = [slice(None)] * x.ndim
+        sl[axis] = slice(at, at + y.shape[axis])
+        pairs.append((y, x[tuple(sl)]))
+        at += y.shape[axis]
+
+    def step() -> None:
+        for dst, src in pairs:
+            xp.copyto(dst, src)
+
+    return step
+
+
+def _g_split(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not any(g):
+        return [None]
+    parts = [gi if gi else gb.op("Expand", gb.const(0.0, like=n.inputs[0]), out)
+             for gi, out in zip(g, n.outputs, strict=True)]
+    return [gb.op("Concat", *parts, axis=int(n.attrs["axis"]))]
+
+
 def transpose_perm(attrs: dict[str, Any], rank: int) -> tuple[int, ...]:
     """The permutation of a Transpose (ONNX: reversed axes when ``perm`` is empty)."""
     perm = tuple(int(a) for a in attrs["perm"]) or tuple(reversed(range(rank)))
@@ -135,6 +239,11 @@ def _g_transpose(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str 
 
 
 OPS = [
+    OpDef("Concat", _concat_shape, _concat, _g_concat, num_inputs=(1, 64), attrs={"axis": 0},
+          doc="ONNX Concat (not along the batch axis)"),
+    OpDef("Split", _split_shape, _split, _g_split, num_outputs=64, variadic_outputs=True,
+          attrs={"axis": 0, "split": (), "num_outputs": 0},
+          doc="ONNX Split with sizes (or num_outputs) as attributes (not along the batch)"),
     OpDef("Squeeze", _squeeze_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axes": ()},
           doc="ONNX Squeeze with axes as an attribute (all size-1 axes when empty)"),
     OpDef("Unsqueeze", _unsqueeze_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axes": ()},

@@ -65,7 +65,7 @@ def validate(graph: CalcGraph) -> IR:
                 raise GraphError(f"{where}: produces {op.num_outputs} output(s), "
                                  f"{len(node.outputs)} were named")
             outputs = list(node.outputs)
-            while len(outputs) < op.num_outputs:
+            while len(outputs) < op.num_outputs and not op.variadic_outputs:
                 outputs.append(f"{node.outputs[0]}:{len(outputs)}")
             for o in outputs:
                 if o in defined:
