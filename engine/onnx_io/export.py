@@ -31,7 +31,8 @@ OPSET = 17
 SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "Tanh", "Relu",
         "Sigmoid", "LeakyRelu", "Elu", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
-        "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat"}
+        "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat",
+        "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid"}
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9}
 
 

@@ -10,7 +10,18 @@ True
 from __future__ import annotations
 
 from engine.errors import GraphError
-from engine.ops import conv, elementwise, fused, linalg, loss, pool, reduce, select, shape
+from engine.ops import (
+    activations,
+    conv,
+    elementwise,
+    fused,
+    linalg,
+    loss,
+    pool,
+    reduce,
+    select,
+    shape,
+)
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     NON_DIFFERENTIABLE_METRIC,
@@ -22,7 +33,7 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, linalg, fused, conv, pool, reduce, select, shape, loss):
+for _module in (elementwise, activations, linalg, fused, conv, pool, reduce, select, shape, loss):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

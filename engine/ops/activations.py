@@ -1,0 +1,80 @@
+"""More elementwise functions of ONNX: Floor, Ceil, Reciprocal, Softplus, Softsign and
+HardSigmoid, each with its gradient written with existing ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step
+from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape
+
+
+def _g_reciprocal(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    y = n.outputs[0]
+    return [gb.op("Neg", gb.op("Mul", g[0], gb.op("Mul", y, y)))]  # d(1/x) = -1/x^2
+
+
+def _softplus(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    return lambda: xp.logaddexp(0.0, x, out=y)  # log(1 + e^x), without overflow
+
+
+def _g_softplus(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("Mul", g[0], gb.op("Sigmoid", n.inputs[0]))] if g[0] else [None]
+
+
+def _softsign(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+
+    def step() -> None:
+        xp.absolute(x, out=y)
+        xp.add(y, 1.0, out=y)
+        xp.divide(x, y, out=y)
+
+    return step
+
+
+def _g_softsign(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    t = gb.op("Add", gb.op("Abs", n.inputs[0]), gb.const(1.0, like=n.inputs[0]))
+    return [gb.op("Div", g[0], gb.op("Mul", t, t))]  # 1 / (1 + |x|)^2
+
+
+def _hard_sigmoid(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    a, b = float(k.attrs["alpha"]), float(k.attrs["beta"])
+
+    def step() -> None:
+        xp.multiply(x, a, out=y)
+        xp.add(y, b, out=y)
+        xp.clip(y, 0.0, 1.0, out=y)
+
+    return step
+
+
+def _g_hard_sigmoid(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    x = n.inputs[0]
+    a, b = float(n.attrs["alpha"]), float(n.attrs["beta"])
+    z = gb.op("Add", gb.op("Mul", x, gb.const(a, like=x)), gb.const(b, like=x))
+    return [gb.op("Mul", gb.op("ClipGrad", z, g[0], min=0.0, max=1.0), gb.const(a, like=x))]
+
+
+def _unary(name: str, kernel: Any, grad: Any, doc: str, inplace: tuple[int, ...] = (0,),
+           attrs: dict[str, Any] | None = None) -> OpDef:
+    return OpDef(name, float_unary_shape, kernel, grad, inplace, attrs=attrs or {}, doc=doc)
+
+
+OPS = [
+    _unary("Floor", _ufunc_kernel("floor"), _g_zero, "largest integer <= x"),
+    _unary("Ceil", _ufunc_kernel("ceil"), _g_zero, "smallest integer >= x"),
+    _unary("Reciprocal", _ufunc_kernel("reciprocal"), _g_reciprocal, "1 / x"),
+    _unary("Softplus", _softplus, _g_softplus, "log(1 + exp(x))"),
+    _unary("Softsign", _softsign, _g_softsign, "x / (1 + |x|)", inplace=()),
+    _unary("HardSigmoid", _hard_sigmoid, _g_hard_sigmoid, "max(0, min(1, alpha x + beta))",
+           attrs={"alpha": 0.2, "beta": 0.5}),
+]
