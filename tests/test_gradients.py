@@ -81,6 +81,7 @@ CASES = [
                                           "count_include_pad": 1}),
     Case("GlobalAveragePool", [f(2, 3, 4, 5)]),
     Case("Floor", [f(3, 4)]),
+    Case("Where", [R.random((3, 4)) > 0.5, f(3, 4), f(4)], diff=(1, 2)),
     Case("Ceil", [f(3, 4)]),
     Case("Reciprocal", [away_from_zero(3, 4)]),
     Case("Softplus", [f(3, 4)]),

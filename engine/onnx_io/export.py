@@ -32,7 +32,7 @@ SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "T
         "Sigmoid", "LeakyRelu", "Elu", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
         "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat",
-        "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid"}
+        "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid", "Where", "ArgMax"}
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9}
 
 

@@ -1,15 +1,17 @@
 """Elementwise selection: ``Max`` and ``Min`` (ONNX, variadic with broadcasting), ``Clip``
-(bounds as attributes), and their gradients (the gradient goes where the value came
-from: to the first of equal maxima, and through Clip only inside its bounds)."""
+(bounds as attributes), ``Where``, ``ArgMax``, and their gradients (the gradient goes
+where the value came from: to the first of equal maxima, through Clip only inside its
+bounds, to the input the condition chose)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engine.errors import GraphError, ShapeError
-from engine.graph import TensorDesc
+from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    NON_DIFFERENTIABLE_METRIC,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -152,4 +154,90 @@ OPS = [
     OpDef("ClipGrad", _clip_grad_shape, _clip_grad, FIRST_ORDER_ONLY, (), _two_masks_ws,
           num_inputs=(2, 2), attrs={"min": None, "max": None},
           doc="internal: dY where min <= x <= max"),
+]
+
+
+def _where_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    cond, x, y = ins
+    if cond.dtype.value != "bool":
+        raise ShapeError(f"Where's condition must be bool, got {cond.dtype.value}")
+    dt = same_dtype([x, y], "Where's values")
+    return [TensorDesc(dt, broadcast_shapes(cond.shape, broadcast_shapes(x.shape, y.shape)))]
+
+
+def _where(k: KernelArgs) -> Step:
+    xp, (cond, x, y), out = k.xp, k.ins, k.outs[0]
+
+    def step() -> None:  # masked copies (np.where would allocate its result)
+        xp.copyto(out, y)
+        xp.copyto(out, x, where=cond)
+
+    return step
+
+
+def _g_where(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None, None]
+    cond, x, y = n.inputs
+    return [None,
+            unbroadcast(gb, gb.op("WhereGrad", cond, g[0], pick=0), x),
+            unbroadcast(gb, gb.op("WhereGrad", cond, g[0], pick=1), y)]
+
+
+def _where_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    return [ins[1]]
+
+
+def _where_grad(k: KernelArgs) -> Step:
+    """dY where the condition chose this input (pick 0: true, 1: false)."""
+    xp, (cond, dy), dx = k.xp, k.ins, k.outs[0]
+    mask = k.scratch(0, dx.shape, "bool")
+    first = int(k.attrs["pick"]) == 0
+
+    def step() -> None:
+        if first:
+            xp.copyto(mask, cond)
+        else:
+            xp.logical_not(cond, out=mask)
+        dx.fill(0)
+        xp.copyto(dx, dy, where=mask)
+
+    return step
+
+
+def _argmax_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    src = ins[0].shape
+    axis = int(attrs["axis"]) % max(len(src), 1)
+    if ins[0].batched and axis == 0:
+        raise ShapeError("ArgMax along the batch axis is not supported")
+    shape = tuple(1 if i == axis else d for i, d in enumerate(src)) if attrs["keepdims"] \
+        else tuple(d for i, d in enumerate(src) if i != axis)
+    return [TensorDesc(DType.INT64, shape)]
+
+
+def _argmax(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    axis = int(k.attrs["axis"]) % x.ndim
+    out = y.reshape(tuple(d for i, d in enumerate(x.shape) if i != axis))
+    if not k.attrs["select_last_index"]:
+        return lambda: xp.argmax(x, axis=axis, out=out)
+    flipped = xp.flip(x, axis=axis)
+    last = x.shape[axis] - 1
+
+    def step() -> None:  # the last maximum: the first of the reversed axis, mapped back
+        xp.argmax(flipped, axis=axis, out=out)
+        xp.subtract(last, out, out=out)
+
+    return step
+
+
+OPS += [
+    OpDef("Where", _where_shape, _where, _g_where, num_inputs=(3, 3),
+          doc="ONNX Where: x where the condition holds, else y (broadcasting)"),
+    OpDef("WhereGrad", _where_grad_shape, _where_grad, FIRST_ORDER_ONLY, (), _mask_ws,
+          num_inputs=(2, 2), attrs={"pick": 0},
+          doc="internal: dY where the condition chose the input"),
+    OpDef("ArgMax", _argmax_shape, _argmax, NON_DIFFERENTIABLE_METRIC,
+          attrs={"axis": 0, "keepdims": 1, "select_last_index": 0},
+          doc="ONNX ArgMax (int64 indices)"),
 ]
