@@ -131,13 +131,21 @@ def _concat_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
 def _concat(k: KernelArgs) -> Step:
     xp, y = k.xp, k.outs[0]
     axis = norm_axis(int(k.attrs["axis"]), y.ndim)
-    pairs, at = [], 0
-    for x in k.ins:
-        sl = [slice(None)] * y.ndim
-        sl[axis] = slice(at, at + x.shape[axis])
-        pairs.append((y[tuple(sl)], x))
-        at += x.shape[axis]
+    return _copies(xp, list(zip(_slabs(y, k.ins, axis), k.ins, strict=True)))
 
+
+def _slabs(whole: Any, parts: list[Any], axis: int) -> list[Any]:
+    """Views of ``whole`` along ``axis``, one per part, each as long as its part."""
+    out, at = [], 0
+    for part in parts:
+        sl = [slice(None)] * whole.ndim
+        sl[axis] = slice(at, at + part.shape[axis])
+        out.append(whole[tuple(sl)])
+        at += part.shape[axis]
+    return out
+
+
+def _copies(xp: Any, pairs: list[tuple[Any, Any]]) -> Step:
     def step() -> None:
         for dst, src in pairs:
             xp.copyto(dst, src)
@@ -185,18 +193,7 @@ def _split_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDes
 def _split(k: KernelArgs) -> Step:
     xp, x = k.xp, k.ins[0]
     axis = norm_axis(int(k.attrs["axis"]), x.ndim)
-    pairs, at = [], 0
-    for y in k.outs:
-        sl = [slice(None)] * x.ndim
-        sl[axis] = slice(at, at + y.shape[axis])
-        pairs.append((y, x[tuple(sl)]))
-        at += y.shape[axis]
-
-    def step() -> None:
-        for dst, src in pairs:
-            xp.copyto(dst, src)
-
-    return step
+    return _copies(xp, list(zip(k.outs, _slabs(x, k.outs, axis), strict=True)))
 
 
 def _g_split(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
