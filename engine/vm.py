@@ -203,9 +203,6 @@ class VM:
                           self.rng, self.program.device)
         return [get_op(ins.op).kernel_for(self.program.device)(args), *extra]
 
-    def _region_dtype(self) -> Any:
-        return region_dtype(self.program)
-
     def _bind_update(self, mask: int) -> tuple[Step, ...]:
         """Regularization then the optimizer update for the parameters in ``mask``."""
         prog, opt = self.program, self.program.optimizer
@@ -221,7 +218,7 @@ class VM:
             s = ws[: p.nbytes].view(p.dtype).reshape(p.shape)
             steps.append(_regularize(self.xp, ps.regularization.kind, ps.regularization.coef,
                                      p, g, s))
-        dtype = self._region_dtype()
+        dtype = region_dtype(self.program)
         if mask == self._all_learned and dtype is not None:
             n = prog.param_region // dtype.itemsize
             zones = self.heap.zones

@@ -184,7 +184,6 @@ class Scheduler:
         self.ctx = mp.get_context("spawn")
         self.workers: dict[int, Worker] = {}
         self.waiting: list[tuple[optuna.trial.Trial, Candidate, bool]] = []
-        self.requeued: set[int] = set()
         self.notes: dict[int, dict[str, Any]] = {}
         self.remaining = 0
         self.t0 = time.time()
