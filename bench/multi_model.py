@@ -3,17 +3,22 @@ MLP with randomly drawn learning parameters (optimizer, learning rate, init meth
 R rounds each, a round being one epoch of mini-batches of 64 over 10,000 MNIST
 samples.
 
-- engine: every model compiled, added to one :class:`~engine.pool.ModelPool` over
-  one arena, and trained round-robin (each round, each model is switched in, trains
-  one epoch and is switched out) — or ``--schedule completion``;
+- engine: the trials grouped into stacks of up to ``--stack`` models that share
+  their optimizer but for the learning rate (:mod:`engine.stack`: one program trains
+  them side by side, each with its own init and learning rate), every stack
+  compiled, added to one :class:`~engine.pool.ModelPool` over one arena, and trained
+  round-robin (each round, each stack is switched in, trains one epoch and is
+  switched out) — or ``--schedule completion``.  ``--stack 1`` trains each model
+  alone; ``--unstacked`` times that too, in the same run;
 - PyTorch eager (CPU, same threads): what a user writes without switching, one
   model and optimizer built per trial and trained to completion.
 
 Both run the same trials, cell after cell, each side of a cell in a fresh
 subprocess: on a small machine one library's idle thread pool (OpenMP, OpenBLAS)
 spinning next to the other's work costs either side up to 40%.  Times exclude
-loading the data and starting Python.  Cells with more than ``--max-model-rounds``
-model-rounds are trimmed (listed in the output).
+loading the data and starting Python; each cell reports the median of
+``--repeats`` interleaved runs per side.  Cells with more than
+``--max-model-rounds`` model-rounds are trimmed (listed in the output).
 
     python bench/multi_model.py --json
 """
@@ -25,6 +30,7 @@ import itertools
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +45,8 @@ from engine import SGD, Adagrad, Adam, Init, Optimizer, RMSProp, compile_graph
 from engine.arena import Arena
 from engine.models import paper_mlp
 from engine.pool import ModelPool
+from engine.program import Program
+from engine.stack import stack_graphs, stack_key, stack_optimizers
 from engine.train import train_epoch
 from explore.data import load_mnist
 
@@ -80,26 +88,50 @@ def draw(n: int, seed: int) -> list[Trial]:
     return out
 
 
+def stacks(trials: list[Trial], width: int) -> list[list[Trial]]:
+    """Trials that can train as one stack (same optimizer but for the learning rate),
+    in near-equal chunks of at most ``width``."""
+    groups: dict[Any, list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(stack_key(t.engine_optimizer()), []).append(t)
+    out: list[list[Trial]] = []
+    for g in groups.values():
+        n = math.ceil(len(g) / width)
+        out.extend(g[i::n] for i in range(n))
+    return out
+
+
+def compile_stack(group: list[Trial]) -> Program:
+    if len(group) == 1:
+        t = group[0]
+        return compile_graph(paper_mlp(SIZES, init=t.engine_init()), batch_size=BATCH,
+                             optimizer=t.engine_optimizer())
+    graphs = [paper_mlp(SIZES, init=t.engine_init()) for t in group]
+    return compile_graph(stack_graphs(graphs), batch_size=BATCH,
+                         optimizer=stack_optimizers([t.engine_optimizer() for t in group]))
+
+
 def run_engine(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
-               schedule: str) -> tuple[float, float]:
+               schedule: str, width: int) -> tuple[float, float]:
     t0 = time.perf_counter()
-    programs = [compile_graph(paper_mlp(SIZES, init=t.engine_init()), batch_size=BATCH,
-                              optimizer=t.engine_optimizer()) for t in trials]
+    groups = stacks(trials, width)
+    programs = [compile_stack(g) for g in groups]
     pool = ModelPool(Arena.for_programs(programs))
-    models = [pool.add(p, seed=t.seed) for p, t in zip(programs, trials, strict=True)]
+    models = [pool.add(p, seed=g[0].seed) for p, g in zip(programs, groups, strict=True)]
     rng = np.random.default_rng(0)
-    loss = 0.0
+    losses: dict[int, Any] = {}
     if schedule == "round-robin":
         for _ in range(rounds):
-            for m in models:
-                loss = train_epoch(pool.activate(m), x, y, rng)
+            for i, m in enumerate(models):
+                losses[i] = train_epoch(pool.activate(m), x, y, rng, loss="loss")
     else:
-        for m in models:
+        for i, m in enumerate(models):
             vm = pool.activate(m)
             for _ in range(rounds):
-                loss = train_epoch(vm, x, y, rng)
+                losses[i] = train_epoch(vm, x, y, rng, loss="loss")
     pool.pause()
-    return time.perf_counter() - t0, loss
+    return time.perf_counter() - t0, float(np.mean(np.concatenate(
+        [np.atleast_1d(v) for v in losses.values()])))
 
 
 TORCH_OPTIMIZERS = {"sgd": ("SGD", {"momentum": 0.9}), "adam": ("Adam", {}),
@@ -152,15 +184,15 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
     return time.perf_counter() - t0, last
 
 
-def child(side: str, models: int, rounds: int, schedule: str) -> dict[str, Any]:
+def child(side: str, models: int, rounds: int, schedule: str, width: int) -> dict[str, Any]:
     """One side of one cell, in this (fresh) process."""
     threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
     ds = load_mnist()
     x, y = ds.train.x[:N_SAMPLES].copy(), ds.train.y[:N_SAMPLES].copy()
     trials = draw(models, seed=models * 1000 + rounds)
     if side == "engine":
-        run_engine(trials[:1], 1, x[:640], y[:640], schedule)  # warm up (imports, BLAS)
-        seconds, loss = run_engine(trials, rounds, x, y, schedule)
+        run_engine(trials[:2], 1, x[:640], y[:640], schedule, width)  # warm up
+        seconds, loss = run_engine(trials, rounds, x, y, schedule, width)
     else:
         import torch
 
@@ -170,9 +202,10 @@ def child(side: str, models: int, rounds: int, schedule: str) -> dict[str, Any]:
     return {"seconds": seconds, "loss": loss}
 
 
-def run_child(side: str, models: int, rounds: int, schedule: str) -> dict[str, Any]:
+def run_child(side: str, models: int, rounds: int, schedule: str, width: int = 1
+              ) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--models", str(models),
-           "--rounds", str(rounds), "--schedule", schedule]
+           "--rounds", str(rounds), "--schedule", schedule, "--stack", str(width)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -183,6 +216,12 @@ def main() -> None:
     ap.add_argument("--max-model-rounds", type=int, default=1000,
                     help="skip cells with more model-rounds (N x R) than this")
     ap.add_argument("--schedule", default="round-robin", choices=["round-robin", "completion"])
+    ap.add_argument("--stack", type=int, default=8,
+                    help="train up to this many same-optimizer models as one stack (1: none)")
+    ap.add_argument("--unstacked", action="store_true",
+                    help="also time the engine without stacking, in the same run")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="interleaved runs of each side per cell; the median is reported")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--only", help="run just the cells N:R,N:R,... (e.g. 100:10)")
     ap.add_argument("--child", choices=["engine", "torch"], help=argparse.SUPPRESS)
@@ -190,7 +229,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.models, args.rounds, args.schedule)))
+        print(json.dumps(child(args.child, args.models, args.rounds, args.schedule, args.stack)))
         return
     threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
     cells: list[dict[str, Any]] = []
@@ -198,22 +237,32 @@ def main() -> None:
     grid = GRID
     if args.only:
         grid = [tuple(int(v) for v in c.split(":")) for c in args.only.split(",")]  # type: ignore[misc]
+    sides = [("engine", args.stack)]
+    if args.unstacked and args.stack != 1:
+        sides.append(("engine_unstacked", 1))
+    if not args.no_torch:
+        sides.append(("torch", 1))
     for n, r in grid:
         if n * r > args.max_model_rounds and not args.only:
             trimmed.append({"models": n, "rounds": r})
             continue
-        eng = run_child("engine", n, r, args.schedule)
-        cell: dict[str, Any] = {"models": n, "rounds": r, "engine_s": round(eng["seconds"], 3),
-                                "engine_last_loss": round(eng["loss"], 4)}
-        if not args.no_torch:
-            tor = run_child("torch", n, r, args.schedule)
-            cell.update(torch_s=round(tor["seconds"], 3), torch_last_loss=round(tor["loss"], 4),
-                        speedup=round(tor["seconds"] / eng["seconds"], 2))
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in sides}
+        for _ in range(args.repeats):  # interleaved: each repeat runs every side once
+            for name, width in sides:
+                runs[name].append(run_child(name.split("_")[0], n, r, args.schedule, width))
+        cell: dict[str, Any] = {"models": n, "rounds": r}
+        for name, got in runs.items():
+            secs = sorted(g["seconds"] for g in got)
+            cell[f"{name}_s"] = round(statistics.median(secs), 3)
+            cell[f"{name}_runs_s"] = [round(v, 3) for v in secs]
+            cell[f"{name}_last_loss"] = round(statistics.median(g["loss"] for g in got), 4)
+        if "torch_s" in cell:
+            cell["speedup"] = round(cell["torch_s"] / cell["engine_s"], 2)
         cells.append(cell)
         if not args.json:
             print(cell, flush=True)
-    out = {"cells": cells, "trimmed": trimmed, "schedule": args.schedule, "threads": threads,
-           "samples": N_SAMPLES, "batch": BATCH}
+    out = {"cells": cells, "trimmed": trimmed, "schedule": args.schedule, "stack": args.stack,
+           "repeats": args.repeats, "threads": threads, "samples": N_SAMPLES, "batch": BATCH}
     if args.json:
         print(json.dumps(out))
 

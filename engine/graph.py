@@ -146,10 +146,12 @@ class Init:
     fan_in: int | None = None
     fan_out: int | None = None
     values: tuple[float, ...] | None = None  # explicit contents (constants, imports)
+    members: tuple[Init, ...] | None = None  # a stack's parameter: one init per model
+    transposed: bool = False  # stacked: each model's slice is its [in, out] matrix transposed
 
     METHODS = (
         "zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
-        "xavier_normal", "he_uniform", "he_normal", "lecun_normal", "values",
+        "xavier_normal", "he_uniform", "he_normal", "lecun_normal", "values", "stacked",
     )  # fmt: skip
 
     @staticmethod
@@ -195,6 +197,13 @@ class Init:
     @staticmethod
     def from_values(values: Sequence[float]) -> Init:
         return Init("values", values=tuple(float(v) for v in values))
+
+    @staticmethod
+    def stacked(members: Sequence[Init], transposed: bool = False) -> Init:
+        """A parameter ``[K, *shape]`` of a stack of K models (:mod:`engine.stack`):
+        slice ``k`` is drawn by ``members[k]`` with the fans of ``shape``, or, when
+        ``transposed``, drawn as the transposed matrix and stored transposed."""
+        return Init("stacked", members=tuple(members), transposed=transposed)
 
 
 @dataclass(frozen=True)

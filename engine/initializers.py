@@ -32,6 +32,15 @@ def fans(shape: tuple[int, ...]) -> tuple[int, int]:
 
 def initial_values(init: Init, shape: tuple[int, ...], dtype: Any, rng: np.random.Generator
                    ) -> np.ndarray:
+    if init.method == "stacked":
+        assert init.members is not None
+        if not shape or shape[0] != len(init.members):
+            raise GraphError(f"a stacked init of {len(init.members)} models cannot fill shape "
+                             f"{shape}")
+        if init.transposed:
+            return np.stack([initial_values(m, shape[:0:-1], dtype, rng).T
+                             for m in init.members])
+        return np.stack([initial_values(m, shape[1:], dtype, rng) for m in init.members])
     fan_in, fan_out = fans(shape)
     fan_in = init.fan_in or fan_in
     fan_out = init.fan_out or fan_out

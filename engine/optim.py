@@ -47,10 +47,29 @@ class Optimizer:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self)}
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int]) -> Step:
+    def slot_values(self, region: Any) -> tuple[Any, ...]:
+        """What each state slot starts from: a float, or an array of the parameter
+        region's length.  ``region`` lists the region's parameters as
+        ``(offset in elements, element count)``, in order."""
+        return self.state_init()
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
         """A step updating ``p`` from ``g``; ``state`` are its slots, ``s`` a scratch of the
-        same shape, ``t`` a one-element step counter shared by the program."""
+        same shape, ``t`` a one-element step counter shared by the program.  ``lr``, an
+        array like ``p``, replaces the scalar learning rate (a stack of models, each
+        with its own)."""
         raise NotImplementedError
+
+
+def _times_lr(xp: Any, src: Any, coef: float, lr: Any, out: Any) -> None:
+    """out = coef * lr * src, with ``lr`` a float or an elementwise array."""
+    if isinstance(lr, int | float):
+        xp.multiply(src, coef * lr, out=out)
+        return
+    xp.multiply(src, lr, out=out)
+    if coef != 1.0:
+        xp.multiply(out, coef, out=out)
 
 
 def _add_scaled(xp: Any, dst: Any, src: Any, coef: float, s: Any) -> None:
@@ -76,8 +95,10 @@ class SGD(Optimizer):
     def state_slots(self) -> int:
         return 1 if self.momentum else 0
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int]) -> Step:
-        lr, mu, wd, nesterov = self.lr, self.momentum, self.weight_decay, self.nesterov
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        mu, wd, nesterov = self.momentum, self.weight_decay, self.nesterov
+        lr = self.lr if lr is None else lr
         buf = state[0] if mu else None
 
         def step() -> None:
@@ -86,15 +107,15 @@ class SGD(Optimizer):
             if wd:
                 _add_scaled(xp, g, p, wd, s)
             if buf is None:
-                xp.multiply(g, lr, out=s)
+                _times_lr(xp, g, 1.0, lr, s)
             else:
                 _heavy_ball(xp, buf, g, mu)
                 if nesterov:  # p -= lr * (g + mu * buf)
-                    xp.multiply(g, lr, out=s)
+                    _times_lr(xp, g, 1.0, lr, s)
                     xp.subtract(p, s, out=p)
-                    xp.multiply(buf, mu * lr, out=s)
+                    _times_lr(xp, buf, mu, lr, s)
                 else:
-                    xp.multiply(buf, lr, out=s)
+                    _times_lr(xp, buf, 1.0, lr, s)
             xp.subtract(p, s, out=p)
 
         return step
@@ -114,18 +135,23 @@ class Adam(Optimizer):
     def state_slots(self) -> int:
         return 2
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int]) -> Step:
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
         # The slots hold PyTorch's m and v divided by (1 - beta1) and (1 - beta2):
         # m' = beta1 m' + g and v' = beta2 v' + g^2 take one pass fewer each, and the
         # constants fold into the update (10 passes over the region instead of 13).
         m, v = state
-        lr, b1, b2, eps, wd = self.lr, self.beta1, self.beta2, self.eps, self.weight_decay
+        b1, b2, eps, wd = self.beta1, self.beta2, self.eps, self.weight_decay
+        lr = self.lr if lr is None else lr
         decoupled = self.decoupled
 
         def step() -> None:
             n = t[0]
-            if wd and decoupled:
+            if wd and decoupled and isinstance(lr, int | float):
                 xp.multiply(p, 1.0 - lr * wd, out=p)
+            elif wd and decoupled:  # p -= lr * wd * p
+                _times_lr(xp, p, wd, lr, s)
+                xp.subtract(p, s, out=p)
             elif wd:
                 _add_scaled(xp, g, p, wd, s)
             xp.multiply(m, b1, out=m)
@@ -138,7 +164,7 @@ class Adam(Optimizer):
             xp.sqrt(v, out=s)
             xp.add(s, eps / k, out=s)
             xp.divide(m, s, out=s)
-            xp.multiply(s, lr * (1.0 - b1) / ((1.0 - b1**n) * k), out=s)
+            _times_lr(xp, s, (1.0 - b1) / ((1.0 - b1**n) * k), lr, s)
             xp.subtract(p, s, out=p)
 
         return step
@@ -161,11 +187,13 @@ class RMSProp(Optimizer):
     def state_slots(self) -> int:
         return 2 if self.momentum else 1
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int]) -> Step:
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
         # The square average is kept divided by (1 - alpha): one pass fewer (see Adam).
         sq = state[0]
         buf = state[1] if self.momentum else None
-        lr, alpha, eps, mu = self.lr, self.alpha, self.eps, self.momentum
+        alpha, eps, mu = self.alpha, self.eps, self.momentum
+        lr = self.lr if lr is None else lr
         k = math.sqrt(1.0 - alpha)
 
         def step() -> None:
@@ -178,9 +206,9 @@ class RMSProp(Optimizer):
             xp.divide(g, s, out=s)
             if buf is not None:
                 _heavy_ball(xp, buf, s, mu)
-                xp.multiply(buf, lr / k, out=s)
+                _times_lr(xp, buf, 1.0 / k, lr, s)
             else:
-                xp.multiply(s, lr / k, out=s)
+                _times_lr(xp, s, 1.0 / k, lr, s)
             xp.subtract(p, s, out=p)
 
         return step
@@ -199,9 +227,11 @@ class Adagrad(Optimizer):
     def state_init(self) -> tuple[float, ...]:
         return (self.initial_accumulator_value,)
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int]) -> Step:
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
         acc = state[0]
-        lr, eps = self.lr, self.eps
+        eps = self.eps
+        lr = self.lr if lr is None else lr
 
         def step() -> None:
             xp.multiply(g, g, out=s)
@@ -209,14 +239,61 @@ class Adagrad(Optimizer):
             xp.sqrt(acc, out=s)
             xp.add(s, eps, out=s)
             xp.divide(g, s, out=s)
-            xp.multiply(s, lr, out=s)
+            _times_lr(xp, s, 1.0, lr, s)
             xp.subtract(p, s, out=p)
 
         return step
 
 
+@dataclass(frozen=True)
+class PerModelLR(Optimizer):
+    """``base``'s update for a stack of models (:mod:`engine.stack`), each with its
+    own learning rate ``lrs[k]``.  The rates live in one more optimizer slot, an
+    array as long as the parameter region, so the update stays one pass per term
+    over the whole region (a stacked parameter ``[K, ...]`` holds model k's values
+    in slice k).
+
+    >>> opt = PerModelLR(base=Adam(), lrs=(1e-3, 1e-2))
+    >>> opt.state_slots, opt.lrs
+    (3, (0.001, 0.01))
+    """
+
+    base: Optimizer = field(default_factory=lambda: SGD())
+    lrs: tuple[float, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return "PerModelLR"
+
+    @property
+    def state_slots(self) -> int:
+        return self.base.state_slots + 1
+
+    def state_init(self) -> tuple[float, ...]:
+        return (*self.base.state_init(), 0.0)
+
+    def slot_values(self, region: Any) -> tuple[Any, ...]:
+        import numpy as np
+
+        k = len(self.lrs)
+        end = max((o + n for o, n in region), default=0)
+        rates = np.zeros(end, dtype=np.float64)
+        for offset, count in region:
+            if count % k:
+                raise ValueError(f"a parameter of {count} elements is not a stack of {k}")
+            rates[offset : offset + count] = np.repeat(self.lrs, count // k)
+        return (*self.base.slot_values(region), rates)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "base": self.base.to_dict(), "lrs": list(self.lrs)}
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        return self.base.bind(xp, p, g, state[:-1], s, t, lr=state[-1])
+
+
 OPTIMIZERS: dict[str, type[Optimizer]] = {
-    c.__name__: c for c in (SGD, Adam, AdamW, RMSProp, Adagrad)
+    c.__name__: c for c in (SGD, Adam, AdamW, RMSProp, Adagrad, PerModelLR)
 }
 
 
@@ -225,6 +302,8 @@ def optimizer_from_dict(d: dict[str, Any]) -> Optimizer:
     d = dict(d)
     name = d.pop("name")
     d.pop("decoupled", None)
+    if name == "PerModelLR":
+        return PerModelLR(base=optimizer_from_dict(d["base"]), lrs=tuple(d["lrs"]))
     try:
         cls = OPTIMIZERS[name]
     except KeyError:

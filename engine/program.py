@@ -220,4 +220,6 @@ def _attrs(d: dict[str, Any]) -> dict[str, Any]:
 def _init(d: dict[str, Any]) -> Init:
     if d.get("values") is not None:
         d = {**d, "values": tuple(d["values"])}
+    if d.get("members") is not None:
+        d = {**d, "members": tuple(_init(m) for m in d["members"])}
     return Init(**d)

@@ -133,8 +133,14 @@ def initial_state(program: Program, seed: int = 0, backend: Backend | None = Non
     opt, region = program.optimizer, program.param_region
     if opt is not None and region:
         dt = region_dtype(program) or np.dtype(np.float32)
-        for off, value in zip(program.state_offsets, opt.state_init(), strict=True):
-            if value:
-                st.optimizer[off : off + region].view(dt).fill(value)
+        layout = [(program.buffers[ps.buffer].offset // dt.itemsize,
+                   program.buffers[ps.buffer].desc.numel()) for ps in program.params
+                  if ps.grad is not None]
+        for off, value in zip(program.state_offsets, opt.slot_values(layout), strict=True):
+            slot = st.optimizer[off : off + region].view(dt)
+            if isinstance(value, np.ndarray):
+                slot[: len(value)] = value
+            elif value:
+                slot.fill(value)
     st.rng = be.rng_state(be.rng(seed))
     return st

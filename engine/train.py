@@ -12,53 +12,83 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from engine.vm import VM
 
 
 def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator | None = None,
-                path: str = "train", batch: int | None = None) -> float:
+                path: str = "train", batch: int | None = None, loss: str | None = None
+                ) -> Any:
     """One pass over (x, y) in mini-batches of ``batch`` (default: the compiled batch),
-    shuffled when ``rng`` is given; returns the mean training loss.  The data is
-    checked for non-finite values once, and each mini-batch's rows are gathered
-    straight into the heap."""
+    shuffled when ``rng`` is given; returns the sample-weighted mean of ``loss``
+    (default: the path's loss): a float, or an array for a non-scalar variable such as
+    the per-model losses of a stack (:mod:`engine.stack`).  The data is checked for
+    non-finite values once, and each mini-batch's rows are gathered straight into
+    the heap."""
     b = batch or vm.program.batch_size
     n = len(y)
     order = rng.permutation(n) if rng is not None else np.arange(n)
     pc = vm.program.paths[vm.program.path_index(path)]
-    loss_name = vm.program.buffers[pc.loss].name if pc.loss is not None else None
+    if loss is None and pc.loss is not None:
+        loss = vm.program.buffers[pc.loss].name
     if vm.check_inputs:
         vm.check("x", x)
         vm.check("y", y)
-    total = 0.0
+    total = _Mean()
     for start in range(0, n, b):
         rows = order[start:start + b]
         vm.gather("x", x, rows, check=False)
         vm.gather("y", y, rows, check=False)
         vm.train_step(path)
-        if loss_name is not None:
-            total += float(vm.view(loss_name)) * len(rows)
+        if loss is not None:
+            total.add(vm, loss, len(rows))
     vm.end_round()
-    return total / max(n, 1)
+    return total.value()
+
+
+class _Mean:
+    """A sample-weighted mean of a variable read after each mini-batch: a float for
+    a scalar (the common case, kept cheap), an array otherwise."""
+
+    def __init__(self) -> None:
+        self.scalar = 0.0
+        self.array: np.ndarray | None = None
+        self.n = 0
+
+    def add(self, vm: VM, name: str, rows: int) -> None:
+        v = vm.view(name)
+        self.n += rows
+        if v.ndim == 0:
+            self.scalar += float(v) * rows
+            return
+        host = vm.backend.to_host(v).astype(np.float64) * rows
+        self.array = host if self.array is None else self.array + host
+
+    def value(self) -> Any:
+        n = max(self.n, 1)
+        return self.scalar / n if self.array is None else self.array / n
 
 
 def evaluate(vm: VM, x: np.ndarray, y: np.ndarray, path: str = "eval",
-             metric: str = "accuracy") -> float:
-    """Sample-weighted mean of a scalar metric over (x, y).  The forward programs of
-    the paths whose results ``path`` reads run first (the paper's post path reads the
-    learning path's output); a path with its own forward runs alone."""
+             metric: str = "accuracy") -> Any:
+    """Sample-weighted mean of a metric over (x, y) (per model for a stack).  The
+    forward programs of the paths whose results ``path`` reads run first (the paper's
+    post path reads the learning path's output); a path with its own forward runs
+    alone."""
     b = vm.program.batch_size
     first = _feeding_paths(vm, path)
-    total = 0.0
+    total = _Mean()
     for start in range(0, len(y), b):
         vm.set("x", x[start:start + b])
         vm.set("y", y[start:start + b])
         for p in first:
             vm.forward(p)
         vm.forward(path)
-        total += float(vm.view(metric)) * len(y[start:start + b])
-    return total / max(len(y), 1)
+        total.add(vm, metric, len(y[start:start + b]))
+    return total.value()
 
 
 def _feeding_paths(vm: VM, path: str) -> list[str]:

@@ -21,6 +21,7 @@ from engine.ops import (
     reduce,
     select,
     shape,
+    stacked,
 )
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
@@ -33,7 +34,8 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, linalg, fused, conv, pool, reduce, select, shape, loss):
+for _module in (elementwise, activations, linalg, fused, conv, pool, reduce, select, shape, loss,
+                stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

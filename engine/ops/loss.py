@@ -33,14 +33,20 @@ from engine.ops._base import (
 from engine.ops.reduce import log_softmax_step
 
 
+def check_labels(labels: TensorDesc, shape: tuple[int, ...], scores: tuple[int, ...],
+                 op: str) -> None:
+    """Integer labels of ``shape`` (the scores' batch dimension)."""
+    if labels.dtype not in (DType.INT64, DType.INT32):
+        raise ShapeError(f"{op}: labels must be int64 or int32, got {labels.dtype.value}")
+    if labels.shape != shape:
+        raise ShapeError(f"{op}: labels {labels.shape} do not match scores {scores}")
+
+
 def _check_scores_labels(scores: TensorDesc, labels: TensorDesc, op: str) -> None:
     need_float(scores, f"{op} scores")
     if len(scores.shape) != 2:
         raise ShapeError(f"{op}: scores must be [batch, classes], got {scores.shape}")
-    if labels.dtype not in (DType.INT64, DType.INT32):
-        raise ShapeError(f"{op}: labels must be int64 or int32, got {labels.dtype.value}")
-    if labels.shape != scores.shape[:1]:
-        raise ShapeError(f"{op}: labels {labels.shape} do not match scores {scores.shape}")
+    check_labels(labels, scores.shape[:1], scores.shape, op)
 
 
 def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -59,23 +65,26 @@ def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
         xp.take(flat, idx, out=out)
 
 
-def _row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = True) -> Step:
+def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = True) -> Step:
     """idx[i] = i * C + labels[i]: flat positions of the labelled classes.  Built with
-    same-shape calls (no broadcasting, no fancy indexing), which allocate nothing.
+    same-shape calls (no fancy indexing), which allocate nothing.  A 2-D ``idx``
+    ``[b, K]`` (a stack of K models) gets ``(i * K + k) * C + labels[i]``.
     ``check``: fail on labels outside [0, C) (the gradient skips it: its forward,
     which must run first, checked the same labels)."""
 
     # Seen as unsigned, a negative label is huge: one max() checks both ends.
     unsigned = labels.view(labels.dtype.str.replace("i", "u"))
+    flat = idx.reshape(-1)
+    lab = labels if idx.ndim == 1 else labels.reshape(-1, 1)
 
     def step() -> None:
         if check and int(unsigned.max()) >= classes:
             lo, hi = int(labels.min()), int(labels.max())
             raise InputError(f"labels must lie in [0, {classes}); got values in [{lo}, {hi}]")
-        idx.fill(classes)
-        idx[0] = 0
-        xp.cumsum(idx, out=idx)  # i * C
-        xp.add(idx, labels, out=idx)
+        flat.fill(classes)
+        flat[0] = 0
+        xp.cumsum(flat, out=flat)  # i * C
+        xp.add(idx, lab, out=idx)
 
     return step
 
@@ -96,7 +105,7 @@ def _sce(k: KernelArgs) -> Step:
     s = k.scratch(o, (b, 1), x.dtype)
     e = k.scratch(o + align(b * x.dtype.itemsize), (b, c), x.dtype)
     lsm = log_softmax_step(xp, x, logp, s, e, 1)
-    make_idx = _row_index_step(xp, idx, labels, c)
+    make_idx = row_index_step(xp, idx, labels, c)
     flat = logp.reshape(-1)
     scale = -1.0 / b if k.attrs["reduction"] == "mean" else -1.0
 
@@ -135,7 +144,7 @@ def _sce_grad(k: KernelArgs) -> Step:
     b, c = logp.shape
     idx = k.scratch(0, (b,), labels.dtype)
     picked = k.scratch(align(b * labels.dtype.itemsize), (b,), logp.dtype)
-    make_idx = _row_index_step(xp, idx, labels, c, check=False)
+    make_idx = row_index_step(xp, idx, labels, c, check=False)
     flat = dx.reshape(-1)
     inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
 
@@ -211,26 +220,37 @@ def _mse_grad(k: KernelArgs) -> Step:
 
 
 def _accuracy_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
-    _check_scores_labels(ins[0], ins[1], "Accuracy")
-    return [TensorDesc(ins[0].dtype, ())]
+    scores = ins[0]
+    need_float(scores, "Accuracy scores")
+    if len(scores.shape) not in (2, 3):
+        raise ShapeError(f"Accuracy: scores must be [batch, classes] or [batch, models, "
+                         f"classes], got {scores.shape}")
+    check_labels(ins[1], scores.shape[:1], scores.shape, "Accuracy")
+    return [TensorDesc(scores.dtype, scores.shape[1:-1])]
 
 
 def _accuracy_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    rows = ins[0].shape[0]
-    return align(rows * 8) + rows
+    n = ins[0].numel() // ins[0].shape[-1]
+    return align(n * 8) * 2 + n
 
 
 def _accuracy(k: KernelArgs) -> Step:
+    """The fraction of rows whose highest score is the label; with scores
+    ``[b, K, C]`` (a stack of K models), one fraction per model."""
     xp, (x, labels), y = k.xp, k.ins, k.outs[0]
-    b = x.shape[0]
-    arg = k.scratch(0, (b,), labels.dtype)
-    hit = k.scratch(align(b * 8), (b,), "bool")
-    inv = 1.0 / max(b, 1)
+    rows = x.shape[:-1]
+    n = x.size // x.shape[-1]
+    arg = k.scratch(0, rows, labels.dtype)
+    count = k.scratch(align(n * 8), rows[1:], labels.dtype)
+    hit = k.scratch(align(n * 8) * 2, rows, "bool")
+    lab = labels if x.ndim == 2 else labels.reshape(-1, 1)
+    inv = 1.0 / max(x.shape[0], 1)
 
     def step() -> None:
-        xp.argmax(x, axis=1, out=arg)
-        xp.equal(arg, labels, out=hit)
-        y.fill(float(xp.count_nonzero(hit)) * inv)
+        xp.argmax(x, axis=-1, out=arg)
+        xp.equal(arg, lab, out=hit)
+        xp.sum(hit, axis=0, out=count)
+        xp.multiply(count, inv, out=y)
 
     return step
 

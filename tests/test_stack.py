@@ -1,0 +1,142 @@
+"""Stacks of models (engine.stack): K models trained as one program behave like the
+K models trained one by one, use exactly their planned memory, and refuse what
+does not stack with an error naming it."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from engine import SGD, VM, Adagrad, Adam, AdamW, RMSProp, compile_graph
+from engine.graph import CalcGraph, Init, Mode
+from engine.models import deep_mlp, paper_mlp
+from engine.optim import PerModelLR, optimizer_from_dict
+from engine.program import Program
+from engine.stack import StackError, member_params, stack_graphs, stack_optimizers
+from engine.train import evaluate, train_epoch
+
+RNG = np.random.default_rng(0)
+X = RNG.random((96, 12), dtype=np.float32)
+Y = (X[:, 0] * 4).astype(np.int64) % 4
+SIZES = (12, 16, 8, 4)
+INITS = (Init.xavier_uniform(), Init.he_uniform(), Init.normal(0.0, 0.1))
+
+OPTIMIZERS = [
+    [SGD(lr=0.05, momentum=0.9), SGD(lr=0.2, momentum=0.9), SGD(lr=0.01, momentum=0.9)],
+    [SGD(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+     SGD(lr=0.3, momentum=0.9, nesterov=True, weight_decay=1e-3),
+     SGD(lr=0.02, momentum=0.9, nesterov=True, weight_decay=1e-3)],
+    [Adam(lr=1e-3), Adam(lr=1e-2), Adam(lr=3e-2)],
+    [AdamW(lr=1e-3), AdamW(lr=1e-2), AdamW(lr=3e-2)],
+    [RMSProp(lr=1e-3, momentum=0.5), RMSProp(lr=1e-2, momentum=0.5),
+     RMSProp(lr=3e-3, momentum=0.5)],
+    [Adagrad(lr=0.05), Adagrad(lr=0.2), Adagrad(lr=0.01)],
+]
+
+
+def _single_vms(graphs: list[CalcGraph], opts: list, stacked: VM) -> list[VM]:
+    """The models one by one, starting from the stack's initial parameters."""
+    vms = []
+    for k, (g, o) in enumerate(zip(graphs, opts, strict=True)):
+        vm = VM(compile_graph(g, batch_size=32, optimizer=o))
+        for name, value in member_params(stacked, k).items():
+            vm.assign(name, value)
+        vms.append(vm)
+    return vms
+
+
+@pytest.mark.parametrize("opts", OPTIMIZERS, ids=lambda o: type(o[0]).__name__)
+def test_a_stack_trains_each_model_as_if_alone(opts: list) -> None:
+    graphs = [paper_mlp(SIZES, activation="Tanh", init=i) for i in INITS]
+    stacked = VM(compile_graph(stack_graphs(graphs), batch_size=32,
+                               optimizer=stack_optimizers(opts)))
+    singles = _single_vms(graphs, opts, stacked)
+    for epoch in range(3):
+        losses = train_epoch(stacked, X, Y, np.random.default_rng(epoch), loss="loss")
+        alone = [train_epoch(vm, X, Y, np.random.default_rng(epoch)) for vm in singles]
+        np.testing.assert_allclose(losses, alone, rtol=2e-5, atol=1e-6)
+    for k, vm in enumerate(singles):
+        for name, value in member_params(stacked, k).items():
+            np.testing.assert_allclose(value, vm.get(name), rtol=1e-4, atol=2e-6,
+                                       err_msg=f"model {k}, {name}")
+    acc = evaluate(stacked, X, Y, metric="accuracy")
+    np.testing.assert_allclose(acc, [evaluate(vm, X, Y) for vm in singles], atol=1e-6)
+
+
+def test_a_stack_of_matmul_add_layers_with_dropout_trains() -> None:
+    graphs = [deep_mlp(depth=3, width=16, n_in=12, n_out=4) for _ in range(4)]
+    prog = compile_graph(stack_graphs(graphs), batch_size=32,
+                         optimizer=stack_optimizers([Adam(lr=10.0**-e) for e in (1, 2, 3, 4)]))
+    vm = VM(prog)
+    first = train_epoch(vm, X, Y, np.random.default_rng(0), loss="loss")
+    for e in range(30):
+        last = train_epoch(vm, X, Y, np.random.default_rng(e), loss="loss")
+    assert first.shape == (4,)
+    assert last[1] < first[1] and last[2] < first[2]
+    # A learning rate of 1e-4 moves its model least.
+    assert first[3] - last[3] < first[2] - last[2]
+
+
+def test_stacked_memory_is_exact_and_a_step_allocates_nothing() -> None:
+    graphs = [paper_mlp((784, 64, 64, 10), dropout=0.1) for _ in range(8)]
+    prog = compile_graph(stack_graphs(graphs), batch_size=64,
+                         optimizer=stack_optimizers([Adam(lr=1e-3 * (k + 1)) for k in range(8)]))
+    vm = VM(prog)
+    assert vm.allocated_bytes == prog.total_bytes
+    single = compile_graph(graphs[0], batch_size=64, optimizer=Adam())
+    # Eight models' parameters, four optimizer slots (m, v, the rates) and gradients.
+    assert prog.param_region == pytest.approx(8 * single.param_region, rel=0.01)
+    assert prog.zone_bytes["optimizer"] == 3 * prog.param_region
+    x = RNG.random((64, 784), dtype=np.float32)
+    y = RNG.integers(0, 10, 64)
+
+    def step() -> None:
+        vm.set("x", x)
+        vm.set("y", y)
+        vm.train_step("train")
+
+    tracemalloc.start()
+    try:
+        for _ in range(5):
+            step()
+        tracemalloc.reset_peak()
+        before, _ = tracemalloc.get_traced_memory()
+        for _ in range(50):
+            step()
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert after - before < 4096
+    assert peak - before < 48 * 1024
+
+
+def test_per_model_learning_rates_survive_serialisation() -> None:
+    opt = stack_optimizers([Adam(lr=1e-3), Adam(lr=2e-3)])
+    assert optimizer_from_dict(opt.to_dict()) == opt
+    prog = compile_graph(stack_graphs([paper_mlp(SIZES)] * 2), batch_size=8, optimizer=opt)
+    assert Program.from_json(prog.to_json()) == prog
+    assert isinstance(prog.optimizer, PerModelLR)
+
+
+def test_what_does_not_stack_is_named() -> None:
+    with pytest.raises(StackError, match="more than the learning rate"):
+        stack_optimizers([SGD(lr=0.1, momentum=0.9), SGD(lr=0.1)])
+    with pytest.raises(StackError, match="variable 'w0' differs"):
+        stack_graphs([paper_mlp((4, 8, 3)), paper_mlp((4, 9, 3))])
+    g = CalcGraph()
+    x = g.placeholder("x", (0, 4))
+    t = g.placeholder("t", (0, 2))
+    w = g.parameter("w", (4, 2))
+    p = g.path("fit", Mode.BACKWARD_ENABLED)
+    p.set_loss(p.MSELoss(p.MatMul(x, w), t))
+    with pytest.raises(StackError, match=r"op MSELoss .* has no stacking rule"):
+        stack_graphs([g, g])
+    g2 = CalcGraph()
+    x = g2.placeholder("x", (0, 4))
+    w = g2.parameter("w", (4, 4))
+    p = g2.path("f")
+    p.Add(p.MatMul(x, w), x)
+    with pytest.raises(StackError, match="per-sample data the models share"):
+        stack_graphs([g2, g2])
