@@ -158,7 +158,7 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     rng = np.random.default_rng(0)
     loss_fn = torch.nn.CrossEntropyLoss()
-    last = 0.0
+    last: list[float] = []
     for t in trials:
         torch.manual_seed(t.seed)
         layers = [torch.nn.Linear(a, b) for a, b in itertools.pairwise(SIZES)]
@@ -180,8 +180,9 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(ys[s:s + BATCH])
-            last = total / len(y)
-    return time.perf_counter() - t0, last
+        last.append(total / len(y))
+    # Like the engine's: the mean over the models of their last round's loss.
+    return time.perf_counter() - t0, float(np.mean(last))
 
 
 def child(side: str, models: int, rounds: int, schedule: str, width: int) -> dict[str, Any]:

@@ -292,8 +292,9 @@ class PerModelLR(Optimizer):
         return self.base.bind(xp, p, g, state[:-1], s, t, lr=state[-1])
 
 
+# The optimizers a user names (search spaces, dicts); PerModelLR is made by engine.stack.
 OPTIMIZERS: dict[str, type[Optimizer]] = {
-    c.__name__: c for c in (SGD, Adam, AdamW, RMSProp, Adagrad, PerModelLR)
+    c.__name__: c for c in (SGD, Adam, AdamW, RMSProp, Adagrad)
 }
 
 

@@ -3,11 +3,10 @@ allocation that grows with the batch in a training step, and it learns."""
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 
 from engine import VM, Adam, CalcGraph, Init, Mode, compile_graph
+from tests.allocations import step_allocations
 
 
 def tiny_cnn(channels: int = 4) -> CalcGraph:
@@ -47,18 +46,9 @@ def _step_memory(batch: int) -> tuple[int, int]:
         vm.set("y", y[:batch])
         vm.train_step("train")
 
-    for _ in range(5):
+    for _ in range(5):  # untraced: the first steps bind the kernels
         step()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(20):
-            step()
-        after, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return after - before, peak - before
+    return step_allocations(step, warmup=0, runs=20)
 
 
 def test_a_cnn_step_is_exact_and_allocates_nothing_that_grows() -> None:

@@ -107,6 +107,12 @@ CASES = [
     Case("SoftmaxCrossEntropyLoss", [f(4, 5), labels]),
     Case("SoftmaxCrossEntropyLoss", [f(4, 5), labels], {"reduction": "sum"}, outputs=(0, 1)),
     Case("MSELoss", [f(3, 4), f(3, 4)]),
+    # Stacks of 2 models: shared input (one GEMM with transB, a loop without), stacked input.
+    Case("StackedGemm", [f(3, 4), f(2, 5, 4), f(2, 5)], {"transB": 1}),
+    Case("StackedGemm", [f(3, 4), f(2, 4, 5)]),
+    Case("StackedGemm", [f(3, 2, 4), f(2, 4, 5), f(2, 5)]),
+    Case("StackedSoftmaxCrossEntropyLoss", [f(4, 2, 5), labels]),
+    Case("StackedSoftmaxCrossEntropyLoss", [f(4, 3, 5), labels], {"reduction": "sum"}),
     Case("Dropout", [f(5, 6)], {"ratio": 0.3, "training": 1}),
     Case("Dropout", [f(5, 6)], {"ratio": 0.3, "training": 0}),
 ]

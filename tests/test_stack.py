@@ -4,8 +4,6 @@ does not stack with an error naming it."""
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -16,6 +14,7 @@ from engine.optim import PerModelLR, optimizer_from_dict
 from engine.program import Program
 from engine.stack import StackError, member_params, stack_graphs, stack_optimizers
 from engine.train import evaluate, train_epoch
+from tests.allocations import step_allocations
 
 RNG = np.random.default_rng(0)
 X = RNG.random((96, 12), dtype=np.float32)
@@ -97,19 +96,9 @@ def test_stacked_memory_is_exact_and_a_step_allocates_nothing() -> None:
         vm.set("y", y)
         vm.train_step("train")
 
-    tracemalloc.start()
-    try:
-        for _ in range(5):
-            step()
-        tracemalloc.reset_peak()
-        before, _ = tracemalloc.get_traced_memory()
-        for _ in range(50):
-            step()
-        after, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert after - before < 4096
-    assert peak - before < 48 * 1024
+    retained, peak = step_allocations(step, warmup=5, runs=50)
+    assert retained < 4096
+    assert peak < 48 * 1024
 
 
 def test_per_model_learning_rates_survive_serialisation() -> None:

@@ -3,13 +3,12 @@ gradient accumulation, and clear errors on bad data."""
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
 from engine import SGD, VM, Adam, EngineError, InputError, compile_graph
 from engine.models import paper_mlp
+from tests.allocations import step_allocations
 
 RNG = np.random.default_rng(0)
 X = RNG.random((256, 784), dtype=np.float32)
@@ -48,19 +47,9 @@ def test_training_steps_allocate_nothing() -> None:
         vm.train_step("train")
         vm.forward("eval")
 
-    tracemalloc.start()
-    try:
-        for _ in range(10):  # warm-up under tracing: bindings and numpy's small caches
-            step()
-        tracemalloc.reset_peak()
-        before, _ = tracemalloc.get_traced_memory()
-        for _ in range(100):
-            step()
-        after, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert after - before < 4096, f"{after - before} bytes retained over 100 steps"
-    assert peak - before < 48 * 1024, f"a step allocated {peak - before} bytes transiently"
+    retained, peak = step_allocations(step, warmup=10, runs=100)
+    assert retained < 4096, f"{retained} bytes retained over 100 steps"
+    assert peak < 48 * 1024, f"a step allocated {peak} bytes transiently"
 
 
 def test_last_mini_batch_uses_prefixes_of_the_same_buffers() -> None:
