@@ -91,7 +91,7 @@ def stack_optimizers(optimizers: Sequence[Optimizer]) -> PerModelLR:
         raise StackError("stack_optimizers needs at least one optimizer")
     base = optimizers[0]
     for i, o in enumerate(optimizers[1:], 1):
-        if dataclasses.replace(o, lr=base.lr) != base:
+        if stack_key(o) != stack_key(base):
             raise StackError(f"optimizer {i} ({o}) differs from optimizer 0 ({base}) in more "
                              "than the learning rate: a stack shares everything else")
     return PerModelLR(base=base, lrs=tuple(float(o.lr) for o in optimizers))
