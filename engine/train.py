@@ -12,22 +12,27 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from engine.vm import VM
 
+STOP_EVERY = 16  # mini-batches between two calls of train_epoch's ``stop``
+
 
 def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator | None = None,
-                path: str = "train", batch: int | None = None, loss: str | None = None
-                ) -> Any:
+                path: str = "train", batch: int | None = None, loss: str | None = None,
+                stop: Callable[[], bool] | None = None) -> Any:
     """One pass over (x, y) in mini-batches of ``batch`` (default: the compiled batch),
     shuffled when ``rng`` is given; returns the sample-weighted mean of ``loss``
     (default: the path's loss): a float, or an array for a non-scalar variable such as
     the per-model losses of a stack (:mod:`engine.stack`).  The data is checked for
     non-finite values once, and each mini-batch's rows are gathered straight into
-    the heap."""
+    the heap.  ``stop`` is called every ``STOP_EVERY`` mini-batches; when it returns
+    True the pass ends there (the round is abandoned: ``end_round`` is not called)
+    and the result is None."""
     b = batch or vm.program.batch_size
     n = len(y)
     order = rng.permutation(n) if rng is not None else np.arange(n)
@@ -38,7 +43,9 @@ def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator |
         vm.check("x", x)
         vm.check("y", y)
     total = _Mean()
-    for start in range(0, n, b):
+    for i, start in enumerate(range(0, n, b)):
+        if stop is not None and i % STOP_EVERY == 0 and i and stop():
+            return None
         rows = order[start:start + b]
         vm.gather("x", x, rows, check=False)
         vm.gather("y", y, rows, check=False)

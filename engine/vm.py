@@ -265,7 +265,16 @@ class VM:
     def gather(self, name: str, source: np.ndarray, rows: np.ndarray,
                check: bool | None = None) -> None:
         """``set(name, source[rows])`` with the rows copied straight into the heap (no
-        intermediate array): how an epoch feeds shuffled mini-batches."""
+        intermediate array): how an epoch feeds shuffled mini-batches.  ``rows`` are
+        integers in ``[0, len(source))`` (no negative indices)."""
+        rows = np.asarray(rows)
+        if rows.dtype.kind not in "iu":
+            raise InputError(f"gather {name!r}: rows must be integers, not {rows.dtype}")
+        # Seen as unsigned, a negative row is huge: one max() checks both ends.
+        if len(rows) and int(rows.view(rows.dtype.str.replace("i", "u")).max()) >= \
+                len(source):
+            raise InputError(f"gather {name!r}: rows must lie in [0, {len(source)}); got "
+                             f"values in [{int(rows.min())}, {int(rows.max())}]")
         shape = (len(rows), *source.shape[1:])
         i, spec = self._placeholder(name, shape, len(rows))
         if self.check_inputs if check is None else check:

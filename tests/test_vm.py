@@ -176,3 +176,25 @@ def test_evaluation_never_applies_dropout() -> None:
     h = 1 / (1 + np.exp(-(x @ w0 + b0)))
     expected = float(np.mean(np.argmax(h @ w1 + b1, axis=1) == y))
     assert abs(first - expected) < 1e-6
+
+
+def test_gather_copies_the_rows_in_place_and_checks_them() -> None:
+    vm = VM(compile_graph(paper_mlp((6, 5, 3)), batch_size=8, optimizer=SGD(lr=0.1)))
+    src = np.random.default_rng(0).random((40, 6), dtype=np.float32)
+    rows = np.random.default_rng(1).permutation(40)[:8]
+    vm.gather("x", src, rows)
+    np.testing.assert_array_equal(vm.get("x"), src[rows])
+    small = VM(vm.program)
+    small.gather("x", src, rows[:3])  # a smaller last batch
+    np.testing.assert_array_equal(small.get("x")[:3], src[rows[:3]])
+    # the rows of a big gather (an evaluation chunk) go straight in: the temporary
+    # numpy's take makes by default would show here
+    big = np.random.default_rng(2).random((4000, 6), dtype=np.float32)
+    vm8 = VM(compile_graph(paper_mlp((6, 5, 3)), batch_size=2048, optimizer=SGD(lr=0.1)))
+    idx = np.arange(2048)
+    _, peak = step_allocations(lambda: vm8.gather("x", big, idx, check=False))
+    assert peak < 2048 * 6 * 4 // 4
+    for bad, what in ((np.array([0, 40]), r"\[0, 40\)"), (np.array([-1, 2]), r"\[-1, 2\]"),
+                      (np.array([0.0, 1.0]), "integers")):
+        with pytest.raises(InputError, match=what):
+            vm.gather("x", src, bad)
