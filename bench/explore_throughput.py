@@ -4,7 +4,10 @@ The paper's MNIST MLP space (``search_spaces/paper_mnist.yaml``: the fixed 784-6
 sigmoid MLP; optimizer, learning rate and init searched; 10,000 training images,
 mini-batches of 64), 60 trials of 10 rounds, the same TPE sampler (seed 0) and median
 pruner on both sides, 2 workers / 2 jobs, each side in a fresh process, one after the
-other, in one run.
+other, in one run.  Repeat i runs both sides with seed ``--seed + i`` (sampler, inits,
+shuffling): how many trials the median pruner stops, and so trials per minute, hangs
+on the first trials' luck (one seed gave one side 32 pruned trials of 60 and another
+52), so the repeats sample that luck alike for both sides instead of fixing one draw.
 
 - explore: ``Scheduler`` over the space with the given memory budget (default 200MB),
   one trial in hand per worker (the default);
@@ -54,7 +57,7 @@ def vmhwm() -> int:
     return 0
 
 
-def run_explore(trials: int, memory: int, workers: int, depth: int | None = None
+def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | None = None
                 ) -> dict[str, Any]:
     import optuna
 
@@ -66,8 +69,9 @@ def run_explore(trials: int, memory: int, workers: int, depth: int | None = None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)
     budget = space.budget.model_copy(update={"trials": trials, "memory": memory,
-                                             "workers": workers})
-    space = space.model_copy(update={"budget": budget})
+                                             "workers": workers, "seed": seed})
+    space = space.model_copy(update={"budget": budget,
+                                     "sampler": space.sampler.model_copy(update={"seed": seed})})
     data = load(space.dataset.name)
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
@@ -87,7 +91,7 @@ def run_explore(trials: int, memory: int, workers: int, depth: int | None = None
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
-def run_baseline(trials: int, jobs: int) -> dict[str, Any]:
+def run_baseline(trials: int, jobs: int, seed: int) -> dict[str, Any]:
     import optuna
     import torch
 
@@ -122,7 +126,8 @@ def run_baseline(trials: int, jobs: int) -> dict[str, Any]:
         except (RuntimeError, TypeError, ValueError):
             opt = cls(params, lr=lr, foreach=True, **kw)
         loss_fn = torch.nn.CrossEntropyLoss()
-        rng = np.random.default_rng(trial.number)
+        torch.manual_seed(seed + trial.number)
+        rng = np.random.default_rng(seed + trial.number)
         acc = 0.0
         for rnd in range(10):
             order = torch.from_numpy(rng.permutation(len(y)))
@@ -141,7 +146,7 @@ def run_baseline(trials: int, jobs: int) -> dict[str, Any]:
         return acc
 
     study = optuna.create_study(direction="maximize",
-                                sampler=optuna.samplers.TPESampler(seed=0, multivariate=True,
+                                sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True,
                                                                    group=True),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=2,
                                                                    n_warmup_steps=2))
@@ -154,12 +159,12 @@ def run_baseline(trials: int, jobs: int) -> dict[str, Any]:
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
-def child(side: str, trials: int, memory: int, workers: int) -> dict[str, Any]:
+def child(side: str, trials: int, memory: int, workers: int, seed: int) -> dict[str, Any]:
     if side == "explore":
-        return run_explore(trials, memory, workers)
+        return run_explore(trials, memory, workers, seed)
     if side == "packed":
-        return run_explore(trials, memory, workers, depth=1_000_000)
-    return run_baseline(trials, workers)
+        return run_explore(trials, memory, workers, seed, depth=1_000_000)
+    return run_baseline(trials, workers, seed)
 
 
 def median(runs: list[dict[str, Any]], key: str) -> Any:
@@ -174,19 +179,22 @@ def main() -> None:
     ap.add_argument("--memory", default="200MB")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="repeat i runs both sides with seed SEED + i")
     ap.add_argument("--child", choices=["explore", "packed", "baseline"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     from explore.space import parse_size
 
     memory = parse_size(args.memory)
     if args.child:
-        print(json.dumps(child(args.child, args.trials, memory, args.workers)))
+        print(json.dumps(child(args.child, args.trials, memory, args.workers, args.seed)))
         return
     runs: dict[str, list[dict[str, Any]]] = {"explore": [], "packed": [], "baseline": []}
-    for _ in range(args.repeats):  # interleaved, each in a fresh process
+    for i in range(args.repeats):  # interleaved, each in a fresh process
         for side in runs:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--trials",
-                   str(args.trials), "--memory", str(memory), "--workers", str(args.workers)]
+                   str(args.trials), "--memory", str(memory), "--workers", str(args.workers),
+                   "--seed", str(args.seed + i)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             r["trials_per_min"] = args.trials / r["seconds"] * 60
@@ -216,7 +224,10 @@ def main() -> None:
         "explore_pruned": [r["pruned"] for r in e], "baseline_pruned": [r["pruned"] for r in b],
         "explore_trials_per_min_all": [rnd(r["trials_per_min"]) for r in e],
         "baseline_trials_per_min_all": [rnd(r["trials_per_min"]) for r in b],
+        "explore_best_all": [rnd(r["best"], 4) for r in e],
+        "baseline_best_all": [rnd(r["best"], 4) for r in b],
         "trials": args.trials, "workers": args.workers, "repeats": args.repeats,
+        "seeds": [args.seed + i for i in range(args.repeats)],
     }
     result["speedup"] = rnd(result["explore_trials_per_min"] /
                             result["baseline_trials_per_min"])

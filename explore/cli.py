@@ -170,11 +170,12 @@ class _Display:
         s = stats.timeline[-1] if stats.timeline else None
         used = (s.heaps + s.fixed) if s else 0
         t = Table(show_header=True, header_style="bold")
-        for col in ("done", "running", "waiting", "pruned", "failed", "best", "memory"):
+        for col in ("done", "running", "paused", "waiting", "pruned", "failed", "best",
+                    "memory"):
             t.add_column(col)
         done = self.done0 + c["complete"] + c["pruned"] + c["failed"]
-        t.add_row(f"{done}/{self.trials}", str(c["running"]), str(c["waiting"]),
-                  str(c["pruned"]), str(c["failed"]),
+        t.add_row(f"{done}/{self.trials}", str(c["running"]), str(c["paused"]),
+                  str(c["waiting"]), str(c["pruned"]), str(c["failed"]),
                   "-" if stats.best is None else f"{stats.best:.4g}",
                   f"{used / 1e6:,.1f} / {self.budget / 1e6:,.1f} MB")
         self.live.update(t)

@@ -18,7 +18,7 @@ from explore.study import PARAMS_ATTR, RECORD_ATTR
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
-           *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches",
+           *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches", "pauses",
            "placed_at", "start", "end", "wall_s", "busy_s", "fail_reason"]
 
 
@@ -26,7 +26,8 @@ def load(storage: str | Any, study: str) -> pd.DataFrame:
     """Trials of ``study`` in ``storage`` (a URL or an Optuna storage): parameters (one
     column each, prefixed ``p_``, plus the full dict in ``params``), objective
     value(s), state, planned bytes per zone, batch size, rounds run, worker, switches,
-    start and end (seconds from the run's start) and wall time."""
+    pauses at pruning rungs (:mod:`explore.rungs`), start and end (seconds from the
+    run's start) and wall time."""
     s = optuna.load_study(study_name=study, storage=storage)
     rows = []
     for t in s.get_trials(deepcopy=False):
@@ -39,7 +40,8 @@ def load(storage: str | Any, study: str) -> pd.DataFrame:
             **{f"{z}_bytes": zones.get(z) for z in ZONES},
             "rounds": ua.get("rounds"), "worker": ua.get("worker"),
             "arena_offset": ua.get("arena_offset"), "placed_at": ua.get("placed_at"),
-            "switches": ua.get("switches"), "start": ua.get("start"), "end": ua.get("end"),
+            "switches": ua.get("switches"), "pauses": ua.get("pauses"),
+            "start": ua.get("start"), "end": ua.get("end"),
             "busy_s": ua.get("busy_s"), "fail_reason": ua.get("fail_reason"),
         }
         row["wall_s"] = (row["end"] - row["start"]) if row["end"] is not None and \

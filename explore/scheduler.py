@@ -33,10 +33,11 @@ from engine import BudgetError
 from explore.builders import BuildError
 from explore.candidate import Candidate, compile_candidate
 from explore.data import Dataset
+from explore.rungs import failed_rung, frozen, pauses, promotable, rungs_done
 from explore.sampling import suggest
 from explore.shared import SharedArrays
 from explore.space import Space
-from explore.study import PARAMS_ATTR, RECORD_ATTR, persist, working_copy
+from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, finished, working_copy
 from explore.worker import main as worker_main
 from explore.worker import rss_bytes
 
@@ -76,6 +77,8 @@ class Placement:
     size: int
     placed_at: float
     requeued: bool = False
+    paused: int | None = None  # the rung it waits at (explore.rungs), if paused
+    pauses: int = 0
 
 
 @dataclass
@@ -136,7 +139,7 @@ class RunStats:
     timeline: list[Sample] = field(default_factory=list)
     rss_peak: int = 0  # measured: the scheduler's and the workers' resident memory, summed
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("complete", "pruned", "failed", "running", "waiting"), 0))
+        ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
 
     @property
@@ -185,6 +188,10 @@ class Scheduler:
         self.workers: dict[int, Worker] = {}
         self.waiting: list[tuple[optuna.trial.Trial, Candidate, bool]] = []
         self.notes: dict[int, dict[str, Any]] = {}
+        # A rung pruner's trials wait for its word after each report, so that one it
+        # would stop can be paused at the rung instead (explore.rungs).
+        self.gated = space.pruner.pause and len(self.study.directions) == 1 and \
+            pauses(self.study.pruner)
         self.remaining = 0
         self.t0 = time.time()
 
@@ -261,12 +268,13 @@ class Scheduler:
                                           len(self.waiting), self.remaining))
         rss = rss_bytes() + sum(rss_bytes(w.pid) for w in self.workers.values())
         self.stats.rss_peak = max(self.stats.rss_peak, rss)
-        self.stats.counts["running"] = sum(len(w.residents) for w in self.workers.values())
+        self.stats.counts["running"] = self._in_hand()
         self.stats.counts["waiting"] = len(self.waiting)
         self.progress(self.stats)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, n_trials: int) -> RunStats:
+        self.writer = StudyWriter(self.stored)
         try:
             self.remaining = n_trials
             self.start()
@@ -285,10 +293,20 @@ class Scheduler:
                     if asked >= n_trials:
                         break
                     continue
+                if not any(_active(w) for w in self.workers.values()):
+                    # Only paused trials are held, and nothing runs that could promote
+                    # them: a waiting trial needs the memory of the one paused longest
+                    # (passed over by every result since), or the run is over for all.
+                    paused = self._paused()
+                    for w, p in paused[:1] if self.waiting else paused:
+                        self._prune(w, p)
+                    self._place()
+                    continue
                 self._events()
                 self._place()
         finally:
             self.stop()
+            self.writer.close()
         return self.stats
 
     def _note(self, trial: optuna.trial.Trial, write: bool = False, **values: Any) -> None:
@@ -302,10 +320,15 @@ class Scheduler:
     def _tell(self, trial: optuna.trial.Trial, values: Any = None,
               state: TrialState | None = None) -> None:
         self.study.tell(trial, values, state=state)
-        persist(self.study, trial, self.stored)
+        self.writer.put(finished(self.study, trial))
 
     def _in_hand(self) -> int:
-        return sum(len(w.residents) for w in self.workers.values())
+        """Trials held and not paused: what the sampler's look-ahead is counted in."""
+        return sum(_active(w) for w in self.workers.values())
+
+    def _paused(self) -> list[tuple[Worker, Placement]]:
+        return sorted(((w, p) for w in self.workers.values() for p in w.residents.values()
+                       if p.paused is not None), key=lambda wp: wp[1].trial.number)
 
     def _ask(self, requeued: bool = False) -> None:
         trial = self.study.ask()
@@ -326,7 +349,7 @@ class Scheduler:
             size = -(-cand.heap_bytes // ALIGN) * ALIGN
             # The least busy worker that has room, then best fit within it: packing
             # by memory alone piled every trial into one worker while the other idled.
-            fits = [(len(w.residents), fit, w.index) for w in self.workers.values()
+            fits = [(_active(w), fit, w.index) for w in self.workers.values()
                     if (fit := w.best_fit(size)) is not None]
             if not fits:
                 still.append((trial, cand, requeued))
@@ -343,7 +366,7 @@ class Scheduler:
                        placed_at=time.time() - self.t0, write=True)
             seed = self.space.budget.seed + trial.number
             if not self._send(w, ("start", trial.number, prog.to_json(), offset, seed,
-                                  self.space.budget.rounds, cand.train_batch)):
+                                  self.space.budget.rounds, cand.train_batch, self.gated)):
                 still.append((trial, cand, requeued))  # its placement went with the worker
         self.waiting = still + self.waiting
         self._sample()
@@ -385,19 +408,27 @@ class Scheduler:
             _, _, step, metrics = msg
             if len(self.study.directions) == 1 and self.space.objectives[0].metric != \
                     "planned_bytes":
+                before = rungs_done(frozen(self.study, p.trial)) if self.gated else 0
                 p.trial.report(self._value(self.space.objectives[0].metric, metrics, p), step)
                 if p.trial.should_prune():
-                    self._send(w, ("stop", number))
-                    self._release(w, p)
-                    self._note(p.trial, rounds=step, end=time.time() - self.t0, write=True)
-                    self._tell(p.trial, state=TrialState.PRUNED)
-                    self.stats.counts["pruned"] += 1
+                    rung = failed_rung(frozen(self.study, p.trial), before) \
+                        if self.gated else None
+                    if rung is None:
+                        self._prune(w, p)
+                        return
+                    p.paused, p.pauses = rung, p.pauses + 1  # the worker holds it, idle
+                    self.stats.counts["paused"] += 1
+                    self._send(w, ("pause", number))
+                    self._resume_promoted()
                     self._sample()
                     return
-            self._send(w, ("continue", number))
+                self._resume_promoted()
+            if self.gated:
+                self._send(w, ("continue", number))
         elif kind == "done":
             _, _, metrics, stats = msg
             self._release(w, p)
+            self._note(p.trial, pauses=p.pauses)
             self._note(p.trial, rounds=stats["rounds"], switches=stats["switches"],
                        busy_s=stats["busy_s"], start=stats["start"] - self.t0,
                        end=stats["end"] - self.t0, accuracy=metrics["accuracy"], write=True)
@@ -412,6 +443,27 @@ class Scheduler:
         elif kind == "error":
             self._release(w, p)
             self._fail(p.trial, f"error in worker {w.index}: {msg[2]}")
+
+    def _prune(self, w: Worker, p: Placement) -> None:
+        self._send(w, ("stop", p.trial.number))
+        self._release(w, p)
+        if p.paused is not None:
+            self.stats.counts["paused"] -= 1
+        self._note(p.trial, rounds=frozen(self.study, p.trial).last_step,
+                   pauses=p.pauses, end=time.time() - self.t0, write=True)
+        self._tell(p.trial, state=TrialState.PRUNED)
+        self.stats.counts["pruned"] += 1
+        self._sample()
+
+    def _resume_promoted(self) -> None:
+        """Resume each paused trial that the results so far promote at its rung."""
+        for w, p in self._paused():
+            assert p.paused is not None
+            if promotable(self.study, frozen(self.study, p.trial), p.paused):
+                p.paused = None
+                self.stats.counts["paused"] -= 1
+                self.stats.counts["resumed"] += 1
+                self._send(w, ("continue", p.trial.number))
 
     @staticmethod
     def _value(metric: str, metrics: dict[str, float], p: Placement) -> float:
@@ -448,3 +500,8 @@ class Scheduler:
                                                              replacement.overhead) // ALIGN
                                           * ALIGN))
         self._sample()
+
+
+def _active(w: Worker) -> int:
+    """Trials of ``w`` that run or are ready to (not paused at a rung)."""
+    return sum(p.paused is None for p in w.residents.values())

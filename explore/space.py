@@ -198,6 +198,9 @@ class Sampler(_Strict):
 class Pruner(_Strict):
     name: Literal["none", "median", "successive_halving", "hyperband"] = "median"
     warmup_rounds: int = Field(1, ge=0)
+    # successive_halving and hyperband: a trial not promoted at a rung waits there and
+    # resumes if later results promote it (explore.rungs); false: it is pruned at once
+    pause: bool = True
 
 
 def _named(v: Any) -> Any:

@@ -5,15 +5,19 @@ data set (no copy on the CPU), measures its own fixed overhead and reports it, t
 allocates its arena once, of the size the scheduler sends.  From then on it hosts
 the trials the scheduler places in it, each in its own region of the arena (their
 heaps are packed side by side), and runs them a round at a time, depth first (the
-trial furthest along goes on; the others wait, ready, in their regions): after each
-round it reports the validation metrics and waits for the scheduler's word (go on,
-or stop: pruned) before giving that trial another round, running another meanwhile.
+trial furthest along goes on; the others wait, ready, in their regions).  After each
+round it reports the validation metrics and goes straight on with the same trial:
+the pruner's answer comes back within milliseconds, and a "stop" ends the round it
+interrupts within ``engine.train.STOP_EVERY`` mini-batches, so the worker never
+idles waiting for it.  A *gated* trial (one the pruner may pause at a rung) instead
+waits for "continue" after each report; "pause" tells it that the trial waits at a
+rung, so the worker starts a trial not yet begun in the meantime.
 
 Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
 
 - scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program_json,
-  offset, seed, rounds, train_batch)``, ``("continue", number)``, ``("stop", number)``,
-  ``("exit",)``;
+  offset, seed, rounds, train_batch, gated)``, ``("continue", number)``,
+  ``("pause", number)``, ``("stop", number)``, ``("exit",)``;
 - worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
   ``("report", number, round, metrics)``, ``("done", number, metrics, stats)``,
   ``("error", number, message)``.
@@ -39,6 +43,8 @@ class Resident:
     rounds: int
     rng: np.random.Generator
     batch: int  # training mini-batch (the program may be compiled for a bigger one)
+    gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
+    paused: bool = False  # at a rung: the worker may start another trial meanwhile
     round: int = 0
     runnable: bool = True
     started: float = field(default_factory=time.time)
@@ -72,17 +78,20 @@ def evaluate(vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     b = vm.program.batch_size
     has_loss = "eval_loss" in vm._names
     acc = loss = 0.0
-    rows = np.arange(len(y))
     for s in range(0, len(y), b):
-        r = rows[s:s + b]
-        vm.gather("x", x, r, check=False)
-        vm.gather("y", y, r, check=False)
+        n = len(y[s:s + b])
+        vm.set("x", x[s:s + b], check=False)  # a slice: one contiguous copy
+        vm.set("y", y[s:s + b], check=False)
         vm.forward("eval")
-        acc += float(vm.view("accuracy")) * len(r)
+        acc += float(vm.view("accuracy")) * n
         if has_loss:
-            loss += float(vm.view("eval_loss")) * len(r)
+            loss += float(vm.view("eval_loss")) * n
     n = max(len(y), 1)
     return {"accuracy": acc / n, "eval_loss": loss / n if has_loss else float("nan")}
+
+
+class _Exit(BaseException):
+    """The scheduler said exit (a BaseException: it passes the trial's error handler)."""
 
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
@@ -106,7 +115,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     conn.send(("arena_ok",))
     residents: dict[int, Resident] = {}
     order: list[int] = []
-    last = -1
+
     def pick() -> int | None:
         """Depth first: the runnable trial furthest along; a trial not yet begun waits
         while another is part way (it is ready for the moment that one ends, so the
@@ -115,65 +124,87 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         if not runnable:
             return None
         best = max(runnable, key=lambda n: (residents[n].round, -order.index(n)))
-        if residents[best].round == 0 and any(r.round > 0 for r in residents.values()):
+        if residents[best].round == 0 and any(r.round > 0 and not r.paused
+                                              for r in residents.values()):
             return None
         return best
 
-    while True:
-        block = pick() is None
-        while block or conn.poll(0):
-            msg = conn.recv()
-            kind = msg[0]
-            if kind == "exit":
+    def drop(number: int) -> None:
+        residents.pop(number, None)
+        if number in order:
+            order.remove(number)
+
+    def handle(msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "exit":
+            raise _Exit
+        if kind == "start":
+            _, number, text, offset, seed, rounds, batch, gated = msg
+            try:
+                prog = Program.from_json(text)
+                region = arena.buffer[offset:offset + prog.total_bytes]
+                vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
+                                                      buffer=region))
+                vm.check("x", arrays["x_train"])
+                vm.check("y", arrays["y_train"])
+            except Exception as e:  # a candidate that cannot run: report it, go on
+                conn.send(("error", number, f"{type(e).__name__}: {e}"))
                 return
-            if kind == "start":
-                _, number, text, offset, seed, rounds, batch = msg
-                try:
-                    prog = Program.from_json(text)
-                    region = arena.buffer[offset:offset + prog.total_bytes]
-                    vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
-                                                          buffer=region))
-                    vm.check("x", arrays["x_train"])
-                    vm.check("y", arrays["y_train"])
-                except Exception as e:  # a candidate that cannot run: report it, go on
-                    conn.send(("error", number, f"{type(e).__name__}: {e}"))
+            residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed),
+                                         batch, gated=gated)
+            order.append(number)
+        elif kind in ("continue", "pause"):
+            if msg[1] in residents:
+                r = residents[msg[1]]
+                r.paused = kind == "pause"
+                r.runnable = not r.paused
+        elif kind == "stop":
+            drop(msg[1])
+
+    def drain() -> None:
+        while conn.poll(0):
+            handle(conn.recv())
+
+    last = -1
+    try:
+        while True:
+            drain()
+            nxt = pick()
+            if nxt is None:
+                handle(conn.recv())  # nothing to run: wait for the scheduler's word
+                continue
+            res = residents[nxt]
+            if nxt != last:
+                res.switches += 1
+            last = nxt
+
+            def stopped(number: int = nxt) -> bool:
+                drain()  # a speculative round ends early when its trial is pruned
+                return number not in residents
+
+            try:
+                t0 = time.perf_counter()
+                loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng,
+                                   batch=res.batch, stop=stopped)
+                if loss is None:
                     continue
-                residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed),
-                                             batch)
-                order.append(number)
-            elif kind == "continue":
-                if msg[1] in residents:
-                    residents[msg[1]].runnable = True
-            elif kind == "stop":
-                residents.pop(msg[1], None)
-                if msg[1] in order:
-                    order.remove(msg[1])
-            block = pick() is None
-        nxt = pick()
-        assert nxt is not None
-        res = residents[nxt]
-        if nxt != last:
-            res.switches += 1
-        last = nxt
-        try:
-            t0 = time.perf_counter()
-            loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng,
-                               batch=res.batch)
-            metrics = evaluate(res.vm, arrays["x_valid"], arrays["y_valid"])
-            res.busy_s += time.perf_counter() - t0
-        except Exception:
-            conn.send(("error", nxt, traceback.format_exc(limit=3)))
-            residents.pop(nxt)
-            order.remove(nxt)
-            continue
-        res.round += 1
-        metrics["loss"] = loss
-        if res.round >= res.rounds:
-            stats = {"rounds": res.round, "switches": res.switches, "busy_s": res.busy_s,
-                     "start": res.started, "end": time.time()}
-            conn.send(("done", nxt, metrics, stats))
-            residents.pop(nxt)
-            order.remove(nxt)
-        else:
-            res.runnable = False
-            conn.send(("report", nxt, res.round, metrics))
+                metrics = evaluate(res.vm, arrays["x_valid"], arrays["y_valid"])
+                res.busy_s += time.perf_counter() - t0
+            except Exception:
+                conn.send(("error", nxt, traceback.format_exc(limit=3)))
+                drop(nxt)
+                continue
+            res.round += 1
+            metrics["loss"] = loss
+            if res.round >= res.rounds:
+                stats = {"rounds": res.round, "switches": res.switches, "busy_s": res.busy_s,
+                         "start": res.started, "end": time.time()}
+                conn.send(("done", nxt, metrics, stats))
+                drop(nxt)
+            else:
+                # Ungated, the next round starts at once, before the pruner's answer:
+                # that answer stops it within STOP_EVERY mini-batches if it is "prune".
+                res.runnable = not res.gated
+                conn.send(("report", nxt, res.round, metrics))
+    except (_Exit, EOFError):
+        return

@@ -177,3 +177,36 @@ training: {optimizer: adam, lr: 0.01, batch_size: 32}
     df = load(f"sqlite:///{tmp_path / 'cnn.db'}", "cnn")
     assert (df["state"] == "complete").all() and len(df) == 2
     assert all(len(p["channels"]) == p["blocks"] for p in df["params"])
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_a_trial_paused_at_a_rung_resumes_when_promoted(tmp_path: Path, pause: bool) -> None:
+    # Successive halving (eta 4, first rung after round 1) on one worker: trial 0 is
+    # best and goes on; trial 1 is second best, so the rung stops it while it has a
+    # single competitor; once 8 trials have reached the rung the top 2 go on, and a
+    # paused trial 1 resumes and completes.  The six poor trials stay paused until the
+    # end of the run, then are pruned; without pausing, trial 1 is lost at once.
+    f = write(tmp_path, trials=8, sampler="{name: random, seed: 0}", lr=0.01)
+    text = f.read_text().replace("pruner: none", "pruner: {name: successive_halving, "
+                                 f"warmup_rounds: 1, pause: {str(pause).lower()}}}")
+    f.write_text(text.replace("rounds: 2", "rounds: 3").replace("workers: 2", "workers: 1")
+                 .replace("lr: 0.01", "lr: {float: [1.0e-6, 3.0e-2], log: true}"))
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'tiny.db'}"
+    study = open_study(space, storage)
+    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+                      device="cpu")
+    for lr in (0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6):
+        sched.study.enqueue_trial({"width": 16, "lr": lr})  # asked in this order
+    stats = sched.run(8)
+    df = load(storage, "tiny").set_index("number")
+    assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0
+    assert (df.loc[2:, "state"] == "pruned").all() and (df.loc[2:, "rounds"] == 1).all()
+    if pause:
+        assert df.loc[1, "state"] == "complete" and df.loc[1, "rounds"] == 3
+        assert (df.loc[1:, "pauses"] == 1).all()
+        assert stats.counts["resumed"] == 1 and stats.counts["paused"] == 0
+    else:
+        assert df.loc[1, "state"] == "pruned" and df.loc[1, "rounds"] == 1
+        assert stats.counts["resumed"] == 0
+    assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)

@@ -11,7 +11,14 @@ import pytest
 from explore.results import load
 from explore.sampling import fixed, suggest
 from explore.space import parse_space
-from explore.study import make_pruner, make_sampler, open_study, working_copy
+from explore.study import (
+    StudyWriter,
+    finished,
+    make_pruner,
+    make_sampler,
+    open_study,
+    working_copy,
+)
 
 BASE = {"dataset": "digits", "budget": {"trials": 3, "rounds": 2, "memory": "300MB",
                                         "workers": 1},
@@ -90,3 +97,23 @@ training: {optimizer: adam, lr: 0.01, batch_size: 32}
     assert (df["state"] == "complete").all() and len(df) == 3
     assert (df["value_1"] == df["total_bytes"]).all()
     assert df["value_0"].between(0, 1).all()
+
+
+def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
+    work, stored = optuna.create_study(), optuna.create_study()
+    writer = StudyWriter(stored)
+    for v in (3.0, 1.0, 2.0):
+        t = work.ask()
+        work.tell(t, v)
+        writer.put(finished(work, t))
+    writer.close()
+    assert [t.value for t in stored.trials] == [3.0, 1.0, 2.0]
+
+    class Broken:
+        def add_trial(self, trial: object) -> None:
+            raise OSError("disk full")
+
+    writer = StudyWriter(Broken())  # type: ignore[arg-type]
+    writer.put(finished(work, work.trials[0]))
+    with pytest.raises(OSError, match="disk full"):
+        writer.close()

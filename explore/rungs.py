@@ -1,0 +1,96 @@
+"""Pausing at pruning rungs: a trial that is not promoted waits instead of dying.
+
+Optuna's successive halving (and Hyperband, a set of successive-halving brackets) is
+asynchronous: at each rung a trial goes on only if its value is in the top ``1/eta``
+of the values reported at that rung *so far*, and is pruned otherwise.  Early in a
+search that set is small and arbitrary, so a good trial that happens to reach a rung
+right after a better one is lost for good ("Optuna does not support suspending or
+resuming ongoing trials", says its source).  The scheduler can: its workers hold a
+trial's whole state in their arenas, so a trial that the pruner would stop at a rung
+is *paused* there (its memory kept, no compute spent) and resumed as soon as later
+results at the same rung promote it, which is the synchronous successive halving of
+the original algorithm.  A paused trial is pruned at the end of the run, or earlier
+when its memory is needed and nothing else runs.
+
+The promotion rule is Optuna's (:func:`promotable`), applied to the values recorded
+under the rung's system attribute, within the trial's bracket for Hyperband.
+
+>>> import optuna
+>>> optuna.logging.set_verbosity(optuna.logging.WARNING)
+>>> study = optuna.create_study(direction="maximize",
+...                             pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1))
+>>> first, second = study.ask(), study.ask()
+>>> first.report(0.9, 1); first.should_prune()
+False
+>>> failed = rungs_done(frozen(study, second)); second.report(0.5, 1); second.should_prune()
+True
+>>> failed_rung(frozen(study, second), failed), promotable(study, frozen(study, second), 0)
+(0, False)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.pruners import HyperbandPruner, SuccessiveHalvingPruner
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+
+
+def pauses(pruner: optuna.pruners.BasePruner) -> bool:
+    """Whether ``pruner`` decides at rungs, so that a trial it stops can be paused."""
+    return isinstance(pruner, SuccessiveHalvingPruner | HyperbandPruner)
+
+
+def frozen(study: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
+    """The trial as the (in-memory) storage holds it now: its system attributes too."""
+    return study._storage.get_trial(trial._trial_id)
+
+
+def rungs_done(trial: FrozenTrial) -> int:
+    """How many rungs the trial has been judged at."""
+    n = 0
+    while _key(n) in trial.system_attrs:
+        n += 1
+    return n
+
+
+def failed_rung(trial: FrozenTrial, before: int) -> int | None:
+    """The rung at which a just-pruned trial failed promotion (``before`` is
+    :func:`rungs_done` from before its ``should_prune``), or None when it was pruned
+    for another reason (a NaN value), which no later result can undo."""
+    after = rungs_done(trial)
+    if after == before or _is_nan(trial.system_attrs[_key(after - 1)]):
+        return None
+    return after - 1
+
+
+def promotable(study: optuna.Study, trial: FrozenTrial, rung: int) -> bool:
+    """Whether ``trial``'s value at ``rung`` is now in the top ``1/eta`` of the values
+    reported there (at least the best one), by Optuna's own rule."""
+    pruner: Any = study.pruner
+    trials = study.get_trials(deepcopy=False)
+    if isinstance(pruner, HyperbandPruner):
+        # Hyperband's brackets are successive-halving studies over a hash of trials
+        bracket = pruner._get_bracket_id(study, trial)
+        trials = pruner._create_bracket_study(study, bracket).get_trials(deepcopy=False)
+        pruner = pruner._pruners[bracket]
+    eta = int(pruner._reduction_factor)
+    key = _key(rung)
+    value = trial.system_attrs[key]
+    competing = sorted(t.system_attrs[key] for t in trials if key in t.system_attrs
+                       and t.number != trial.number)
+    competing = sorted([*competing, value])
+    top = max(len(competing) // eta, 1)
+    if study.direction == StudyDirection.MAXIMIZE:
+        return bool(value >= competing[-top])
+    return bool(value <= competing[top - 1])
+
+
+def _key(rung: int) -> str:
+    return f"completed_rung_{rung}"  # where Optuna's successive halving keeps the values
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and v != v

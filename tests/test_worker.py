@@ -1,0 +1,85 @@
+"""The worker's side of the protocol, driven in-process over a pipe: a trial goes on
+after each report without waiting (speculative rounds) and a "stop" ends it at once;
+a gated trial waits for "continue"; "exit" ends the worker mid-round."""
+
+from __future__ import annotations
+
+import threading
+from multiprocessing import Pipe
+from typing import Any
+
+import pytest
+
+from explore.candidate import compile_candidate
+from explore.data import load_digits
+from explore.sampling import fixed
+from explore.shared import SharedArrays
+from explore.space import parse_space
+from explore.worker import main
+
+ARENA = 8_000_000
+
+
+@pytest.fixture
+def worker() -> Any:
+    data = load_digits()
+    arrays = SharedArrays({"x_train": data.train.x, "y_train": data.train.y,
+                           "x_valid": data.valid.x, "y_valid": data.valid.y})
+    ours, theirs = Pipe()
+    thread = threading.Thread(target=main, args=(theirs, arrays.spec, "cpu"), daemon=True)
+    thread.start()
+    assert ours.recv()[0] == "ready"
+    ours.send(("arena", ARENA))
+    assert ours.recv() == ("arena_ok",)
+    yield ours, thread
+    ours.send(("exit",))
+    thread.join(timeout=30)
+    arrays.close()
+    assert not thread.is_alive()
+
+
+def start(conn: Any, number: int, offset: int, rounds: int, gated: bool) -> None:
+    space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": rounds,
+                                                         "memory": "64MB"},
+                         "training": {"batch_size": 8}})
+    cand = compile_candidate(space, fixed(space), ARENA // 2)
+    conn.send(("start", number, cand.program.to_json(), offset, number, rounds,
+               cand.train_batch, gated))
+
+
+def messages(conn: Any, until: Any, timeout: float = 60) -> list[tuple[Any, ...]]:
+    got = []
+    while conn.poll(timeout):
+        got.append(conn.recv())
+        if until(got[-1]):
+            return got
+    raise AssertionError(f"no closing message; got {got}")
+
+
+def test_an_ungated_trial_goes_on_without_waiting(worker: Any) -> None:
+    conn, _ = worker
+    start(conn, 0, 0, rounds=3, gated=False)
+    got = messages(conn, lambda m: m[0] == "done")
+    assert [m[:3] for m in got[:-1]] == [("report", 0, 1), ("report", 0, 2)]
+    assert got[-1][3]["rounds"] == 3
+
+
+def test_stop_ends_a_speculative_round(worker: Any) -> None:
+    conn, _ = worker
+    start(conn, 0, 0, rounds=50, gated=False)
+    assert messages(conn, lambda m: m[0] == "report")[-1][:3] == ("report", 0, 1)
+    conn.send(("stop", 0))
+    start(conn, 1, ARENA // 2, rounds=1, gated=False)
+    got = messages(conn, lambda m: m[:2] == ("done", 1))
+    # trial 0 may have sent a report or two before the stop arrived, never a "done"
+    assert all(m[1] == 0 and m[0] == "report" for m in got[:-1])
+    assert len(got) - 1 < 49
+
+
+def test_a_gated_trial_waits_for_continue(worker: Any) -> None:
+    conn, _ = worker
+    start(conn, 0, 0, rounds=2, gated=True)
+    assert messages(conn, lambda m: m[0] == "report")[-1][:3] == ("report", 0, 1)
+    assert not conn.poll(1.0)  # paused at the rung
+    conn.send(("continue", 0))
+    assert messages(conn, lambda m: m[0] == "done")[-1][:2] == ("done", 0)
