@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from explore.space import Choice, IntRange, Space
 
@@ -136,13 +136,50 @@ def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
     if done:
         work.add_trials(done)
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        work.enqueue_trial(t.params, user_attrs=t.user_attrs)
+        # Trials enqueued in the storage (study.enqueue_trial) run first, with their
+        # parameters, and are written back into the same stored trial.
+        work.enqueue_trial(t.system_attrs.get("fixed_params", t.params),
+                           user_attrs={**t.user_attrs, STORED_ID: t._trial_id})
     return work
+
+
+STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial fills
 
 
 def finished(work: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
     """A finished trial of the working copy, as the storage will hold it."""
     return work._storage.get_trial(trial._trial_id)
+
+
+def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Add a finished trial to ``study``, or fill in the stored trial it was enqueued
+    as (left WAITING, it would run again in every later run)."""
+    target = trial.user_attrs.get(STORED_ID)
+    if target is None:
+        study.add_trial(trial)
+        return
+    attrs = {k: v for k, v in trial.user_attrs.items() if k != STORED_ID}
+    storage = study._storage
+    try:
+        claimed = storage.set_trial_state_values(target, TrialState.RUNNING)
+    except (KeyError, RuntimeError):  # gone, or finished meanwhile by someone else
+        claimed = False
+    if not claimed:  # another process took it: keep this result as a trial of its own
+        study.add_trial(optuna.trial.create_trial(
+            state=trial.state, values=trial.values, params=trial.params,
+            distributions=trial.distributions, user_attrs=attrs,
+            system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values))
+        return
+    for name, value in trial.params.items():
+        dist = trial.distributions[name]
+        storage.set_trial_param(target, name, dist.to_internal_repr(value), dist)
+    for step, v in trial.intermediate_values.items():
+        storage.set_trial_intermediate_value(target, step, v)
+    for k, v in attrs.items():
+        storage.set_trial_user_attr(target, k, v)
+    for k, v in trial.system_attrs.items():
+        storage.set_trial_system_attr(target, k, v)
+    storage.set_trial_state_values(target, trial.state, trial.values)
 
 
 class StudyWriter:
@@ -176,7 +213,7 @@ class StudyWriter:
         while (trial := self.queue.get()) is not None:
             if self.error is None:  # after a failure, the rest would fail the same way
                 try:
-                    self.study.add_trial(trial)
+                    write_trial(self.study, trial)
                 except BaseException as e:  # re-raised by close()
                     self.error = e
 

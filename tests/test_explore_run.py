@@ -194,11 +194,10 @@ def test_a_trial_paused_at_a_rung_resumes_when_promoted(tmp_path: Path, pause: b
     space = load_space(f)
     storage = f"sqlite:///{tmp_path / 'tiny.db'}"
     study = open_study(space, storage)
-    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
-                      device="cpu")
     for lr in (0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6):
-        sched.study.enqueue_trial({"width": 16, "lr": lr})  # asked in this order
-    stats = sched.run(8)
+        study.enqueue_trial({"width": 16, "lr": lr})  # asked in this order
+    stats = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+                      device="cpu").run(8)
     df = load(storage, "tiny").set_index("number")
     assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0
     assert (df.loc[2:, "state"] == "pruned").all() and (df.loc[2:, "rounds"] == 1).all()

@@ -117,3 +117,25 @@ def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
     writer.put(finished(work, work.trials[0]))
     with pytest.raises(OSError, match="disk full"):
         writer.close()
+
+
+def test_trials_enqueued_in_the_storage_run_first_and_fill_their_stored_trial(
+        tmp_path: Path) -> None:
+    from explore.data import load_digits
+    from explore.scheduler import Scheduler
+
+    space = parse_space({**BASE, "name": "q", "pruner": "none"})
+    storage = f"sqlite:///{tmp_path / 'q.db'}"
+    stored = open_study(space, storage)
+    for lr in (0.1, 0.01):
+        stored.enqueue_trial({"depth": 1, "width_0": 8, "optimizer": "adam", "lr": lr})
+    Scheduler(space, stored, load_digits(), workers=1, memory=space.budget.memory,
+              device="cpu").run(3)
+    trials = optuna.load_study(study_name="q", storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3  # none left WAITING
+    assert [t.params["lr"] for t in trials[:2]] == [0.1, 0.01]
+    assert all(t.params["optimizer"] == "adam" and t.params["depth"] == 1 for t in trials[:2])
+    assert all(len(t.intermediate_values) == 1 and "explore" in t.user_attrs for t in trials)
+    assert all("explore_stored_id" not in t.user_attrs for t in trials)
+    df = load(storage, "q")
+    assert (df["rounds"] == 2).all() and df.loc[0, "params"]["widths"] == [8]
