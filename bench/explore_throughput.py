@@ -22,9 +22,11 @@ Reported (medians of ``--repeats`` interleaved runs, each side in a fresh proces
 trials per minute (wall time of the whole search, start-up included) and rounds per
 minute (trials per minute hangs on how many trials the pruner happens to stop, which
 varies from run to run), the best validation accuracy of each, the packing efficiency
-(mean fraction of the budget held by trial heaps while trials were waiting; also of
-what the budget leaves after the data and the workers' overheads), the accounted peak
-and the measured peak resident memory of both.
+of the packed runs, the accounted peak and the measured peak resident memory of both.
+The packing efficiency is the time-weighted mean fraction of memory held by trial heaps
+while trials were waiting, twice: ``packing_efficiency`` of the whole budget and
+``packed_arena_utilisation`` of what the budget leaves for trials once the data set and
+the workers' measured overheads are placed (``fixed_bytes``, which no packing can use).
 
     python bench/explore_throughput.py --json
 """

@@ -32,10 +32,17 @@ class Candidate:
     params: dict[str, Any]
     program: Program
     train_batch: int  # mini-batches of training; the program may be compiled bigger
+    # compiled at the training batch, when ``program`` is bigger (for validation in
+    # larger chunks): what the scheduler places instead where only it fits
+    smaller: Program | None = None
 
     @property
     def heap_bytes(self) -> int:
         return self.program.total_bytes
+
+    def fitting(self) -> list[Program]:
+        """The programs it can run as, preferred first."""
+        return [self.program] if self.smaller is None else [self.program, self.smaller]
 
 
 def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candidate:
@@ -73,7 +80,7 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     if want > train:
         bigger = at(want)
         if bigger.total_bytes <= share:
-            prog = bigger
+            return Candidate(params, bigger, train, smaller=prog)
     return Candidate(params, prog, train)
 
 

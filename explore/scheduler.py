@@ -346,11 +346,17 @@ class Scheduler:
         still = []
         batch, self.waiting = self.waiting, []  # a worker dying below may re-queue into it
         for trial, cand, requeued in batch:
-            size = -(-cand.heap_bytes // ALIGN) * ALIGN
             # The least busy worker that has room, then best fit within it: packing
             # by memory alone piled every trial into one worker while the other idled.
-            fits = [(_active(w), fit, w.index) for w in self.workers.values()
-                    if (fit := w.best_fit(size)) is not None]
+            # Where the preferred program fits nowhere, the one compiled at the
+            # training batch may still fit a gap (validation then runs in smaller
+            # chunks): the trial starts now instead of waiting for a bigger hole.
+            for prog in cand.fitting():
+                size = -(-prog.total_bytes // ALIGN) * ALIGN
+                fits = [(_active(w), fit, w.index) for w in self.workers.values()
+                        if (fit := w.best_fit(size)) is not None]
+                if fits:
+                    break
             if not fits:
                 still.append((trial, cand, requeued))
                 continue
@@ -359,7 +365,6 @@ class Scheduler:
             w.take(offset, size)
             w.residents[trial.number] = Placement(trial, cand, index, offset, size, time.time(),
                                                   requeued)
-            prog = cand.program
             self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
                        batch_size=cand.train_batch, compiled_batch=prog.batch_size,
                        worker=index, arena_offset=offset,
