@@ -16,6 +16,7 @@ The promotion rule is Optuna's (:func:`promotable`), applied to the values recor
 under the rung's system attribute, within the trial's bracket for Hyperband.
 
 >>> import optuna
+>>> from explore.study import frozen
 >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
 >>> study = optuna.create_study(direction="maximize",
 ...                             pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1))
@@ -41,11 +42,6 @@ from optuna.trial import FrozenTrial
 def pauses(pruner: optuna.pruners.BasePruner) -> bool:
     """Whether ``pruner`` decides at rungs, so that a trial it stops can be paused."""
     return isinstance(pruner, SuccessiveHalvingPruner | HyperbandPruner)
-
-
-def frozen(study: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
-    """The trial as the (in-memory) storage holds it now: its system attributes too."""
-    return study._storage.get_trial(trial._trial_id)
 
 
 def rungs_done(trial: FrozenTrial) -> int:

@@ -33,11 +33,11 @@ from engine import BudgetError
 from explore.builders import BuildError
 from explore.candidate import Candidate, compile_candidate
 from explore.data import Dataset
-from explore.rungs import failed_rung, frozen, pauses, promotable, rungs_done
+from explore.rungs import failed_rung, pauses, promotable, rungs_done
 from explore.sampling import suggest
 from explore.shared import SharedArrays
 from explore.space import Space
-from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, finished, working_copy
+from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, frozen, working_copy
 from explore.worker import main as worker_main
 from explore.worker import rss_bytes
 
@@ -320,7 +320,7 @@ class Scheduler:
     def _tell(self, trial: optuna.trial.Trial, values: Any = None,
               state: TrialState | None = None) -> None:
         self.study.tell(trial, values, state=state)
-        self.writer.put(finished(self.study, trial))
+        self.writer.put(frozen(self.study, trial))
 
     def _in_hand(self) -> int:
         """Trials held and not paused: what the sampler's look-ahead is counted in."""

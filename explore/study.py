@@ -146,8 +146,9 @@ def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
 STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial fills
 
 
-def finished(work: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
-    """A finished trial of the working copy, as the storage will hold it."""
+def frozen(work: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
+    """A trial of the working copy as its storage holds it now (system attributes
+    too): what the writer stores once it is finished."""
     return work._storage.get_trial(trial._trial_id)
 
 
@@ -193,7 +194,7 @@ class StudyWriter:
     >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
     >>> work, stored = optuna.create_study(), optuna.create_study()
     >>> t = work.ask(); _ = work.tell(t, 1.0)
-    >>> w = StudyWriter(stored); w.put(finished(work, t)); w.close()
+    >>> w = StudyWriter(stored); w.put(frozen(work, t)); w.close()
     >>> [x.value for x in stored.trials]
     [1.0]
     """

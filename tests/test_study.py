@@ -13,7 +13,7 @@ from explore.sampling import fixed, suggest
 from explore.space import parse_space
 from explore.study import (
     StudyWriter,
-    finished,
+    frozen,
     make_pruner,
     make_sampler,
     open_study,
@@ -105,7 +105,7 @@ def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
     for v in (3.0, 1.0, 2.0):
         t = work.ask()
         work.tell(t, v)
-        writer.put(finished(work, t))
+        writer.put(frozen(work, t))
     writer.close()
     assert [t.value for t in stored.trials] == [3.0, 1.0, 2.0]
 
@@ -114,7 +114,7 @@ def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
             raise OSError("disk full")
 
     writer = StudyWriter(Broken())  # type: ignore[arg-type]
-    writer.put(finished(work, work.trials[0]))
+    writer.put(frozen(work, work.trials[0]))
     with pytest.raises(OSError, match="disk full"):
         writer.close()
 
