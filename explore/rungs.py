@@ -75,9 +75,8 @@ def promotable(study: optuna.Study, trial: FrozenTrial, rung: int) -> bool:
     eta = int(pruner._reduction_factor)
     key = _key(rung)
     value = trial.system_attrs[key]
-    competing = sorted(t.system_attrs[key] for t in trials if key in t.system_attrs
-                       and t.number != trial.number)
-    competing = sorted([*competing, value])
+    competing = sorted([value, *(t.system_attrs[key] for t in trials
+                                 if key in t.system_attrs and t.number != trial.number)])
     top = max(len(competing) // eta, 1)
     if study.direction == StudyDirection.MAXIMIZE:
         return bool(value >= competing[-top])
