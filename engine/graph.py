@@ -43,6 +43,8 @@ class DType(str, enum.Enum):
     FLOAT64 = "float64"
     INT64 = "int64"
     INT32 = "int32"
+    INT8 = "int8"
+    UINT8 = "uint8"  # compact data: pixels, dequantized in the graph
     BOOL = "bool"
 
     @property
@@ -62,7 +64,8 @@ class DType(str, enum.Enum):
             raise ValueError(f"unknown dtype {value!r}; known: {known}") from None
 
 
-_ITEMSIZE = {DType.FLOAT32: 4, DType.FLOAT64: 8, DType.INT64: 8, DType.INT32: 4, DType.BOOL: 1}
+_ITEMSIZE = {DType.FLOAT32: 4, DType.FLOAT64: 8, DType.INT64: 8, DType.INT32: 4,
+             DType.INT8: 1, DType.UINT8: 1, DType.BOOL: 1}
 
 
 @dataclass(frozen=True)

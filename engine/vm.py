@@ -497,7 +497,7 @@ def _check_values(name: str, arr: np.ndarray, dtype: str) -> None:
     if arr.dtype.kind in "iub" and dtype.startswith("float"):
         return
     if arr.dtype.kind == "f":
-        if dtype.startswith(("int", "bool")):
+        if dtype.startswith(("int", "uint", "bool")):
             raise InputError(f"placeholder {name!r} is {dtype}; got {arr.dtype} values")
         total = float(np.add.reduce(arr, axis=None))
         if not math.isfinite(total):

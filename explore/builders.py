@@ -32,12 +32,14 @@ class BuildError(ValueError):
 
 
 def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
-                eval_loss: bool = True, image: tuple[int, int, int] | None = None
-                ) -> CalcGraph:
+                eval_loss: bool = True, image: tuple[int, int, int] | None = None,
+                pixel_scale: float | None = None) -> CalcGraph:
     """The model of ``params``: with ``blocks`` > 0 (the CNN family) the input rows are
     viewed as ``image`` (channels, height, width) and go through that many blocks of
     convolution (``kernel``, "same" padding), Relu and, with ``pool``, 2x2 max pooling,
-    before the dense layers."""
+    before the dense layers.  With ``pixel_scale`` the input ``x`` is uint8 pixels (a
+    quarter of the bytes of float32, in the shared data set and per mini-batch) that
+    the model dequantizes, ``x * pixel_scale``, as its first op."""
     depth = int(params["depth"])
     blocks = int(params.get("blocks") or 0)
     widths = [int(w) for w in params["widths"]]
@@ -47,7 +49,7 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
         raise BuildError(f"widths must be positive, got {widths}")
     init = _init(params["init"])
     g = CalcGraph(name="cnn" if blocks else "mlp")
-    x = g.placeholder("x", (0, n_in))
+    x = g.placeholder("x", (0, n_in), dtype="uint8" if pixel_scale else "float32")
     y = g.placeholder("y", (0,), dtype="int64")
     convs, shape = _conv_params(g, params, blocks, image, init)
     flat = shape[0] * shape[1] * shape[2] if blocks else n_in
@@ -61,7 +63,7 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     ev = g.path("eval", Mode.FORWARD_ONLY)
     outs: dict[bool, tuple[Any, Any]] = {}
     for path, training in ((train, True), (ev, False)):
-        h = x
+        h = path.DequantizeLinear(x, scale=pixel_scale) if pixel_scale else x
         if blocks:
             assert image is not None
             h = path.Reshape(h, shape=(0, *image))

@@ -139,6 +139,27 @@ def load_digits(seed: int = 0) -> Dataset:
 DATASETS = {"mnist": load_mnist, "digits": load_digits}
 
 
+def quantize(x: np.ndarray, scale: float) -> np.ndarray:
+    """``x`` as uint8 pixels ``q`` with ``float32(q) * float32(scale) == x`` exactly (what
+    the model's DequantizeLinear computes), or :class:`DataError` if ``x`` is not such
+    an image.
+
+    >>> quantize(np.array([[0.0, 0.5, 0.99609375]], np.float32), 1 / 256).tolist()
+    [[0, 128, 255]]
+    """
+    s = np.float32(scale)
+    q = np.rint(x / s)
+    if q.size and (q.min() < 0 or q.max() > 255):
+        raise DataError(f"values in [{x.min()}, {x.max()}] are not pixels of scale {scale}")
+    q = q.astype(np.uint8)
+    back = q.astype(np.float32) * s
+    if not np.array_equal(back, x):
+        bad = int(np.argmax(back.ravel() != x.ravel()))
+        raise DataError(f"value {x.ravel()[bad]} at flat index {bad} is not a multiple of "
+                        f"{scale}: the data cannot be kept as uint8 pixels")
+    return q
+
+
 def load(name: str) -> Dataset:
     try:
         return DATASETS[name]()

@@ -31,8 +31,8 @@ from optuna.trial import TrialState
 
 from engine import BudgetError
 from explore.builders import BuildError
-from explore.candidate import Candidate, compile_candidate
-from explore.data import Dataset
+from explore.candidate import PIXEL_SCALE, Candidate, compile_candidate
+from explore.data import Dataset, quantize
 from explore.rungs import failed_rung, pauses, promotable, rungs_done
 from explore.sampling import suggest
 from explore.shared import SharedArrays
@@ -181,8 +181,11 @@ class Scheduler:
         if space.dataset.train:
             train = train.head(space.dataset.train)
         valid = data.valid.head(space.dataset.valid) if space.dataset.valid else data.valid
-        self.arrays = SharedArrays({"x_train": train.x, "y_train": train.y,
-                                    "x_valid": valid.x, "y_valid": valid.y})
+        scale = PIXEL_SCALE.get(space.dataset.name)
+        xt, xv = (quantize(train.x, scale), quantize(valid.x, scale)) if scale else \
+            (train.x, valid.x)
+        self.arrays = SharedArrays({"x_train": xt, "y_train": train.y,
+                                    "x_valid": xv, "y_valid": valid.y})
         self.stats.data = self.arrays.nbytes if device == "cpu" else 0
         self.ctx = mp.get_context("spawn")
         self.workers: dict[int, Worker] = {}

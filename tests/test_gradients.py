@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine.ops import OP_TABLE, NonDifferentiable
+from engine.ops._base import INTEGER_INPUT
 from tests.gradcheck import Case, check, ops_in
 
 R = np.random.default_rng(42)
@@ -115,6 +116,7 @@ CASES = [
     Case("StackedSoftmaxCrossEntropyLoss", [f(4, 3, 5), labels], {"reduction": "sum"}),
     Case("Dropout", [f(5, 6)], {"ratio": 0.3, "training": 1}),
     Case("Dropout", [f(5, 6)], {"ratio": 0.3, "training": 0}),
+    Case("Cast", [f(3, 4)], {"to": "float64"}),
 ]
 
 
@@ -125,6 +127,7 @@ def test_gradient_matches_finite_differences(case: Case) -> None:
 
 METRICS = {name for name, op in OP_TABLE.items()
            if isinstance(op.grad, NonDifferentiable) and "metric" in op.grad.reason}
+INTEGER_INPUTS = {name for name, op in OP_TABLE.items() if op.grad == INTEGER_INPUT}
 
 
 def test_every_op_is_gradient_checked() -> None:
@@ -133,5 +136,5 @@ def test_every_op_is_gradient_checked() -> None:
     covered: set[str] = set()
     for case in CASES:
         covered |= ops_in(case)
-    missing = set(OP_TABLE) - covered - METRICS
+    missing = set(OP_TABLE) - covered - METRICS - INTEGER_INPUTS
     assert not missing, f"ops without a gradient check: {sorted(missing)}"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from explore.candidate import compile_candidate
-from explore.data import load_digits
+from explore.candidate import PIXEL_SCALE, compile_candidate
+from explore.data import load_digits, quantize
 from explore.sampling import fixed
 from explore.shared import SharedArrays
 from explore.space import parse_space
@@ -23,8 +23,9 @@ ARENA = 8_000_000
 @pytest.fixture
 def worker() -> Any:
     data = load_digits()
-    arrays = SharedArrays({"x_train": data.train.x, "y_train": data.train.y,
-                           "x_valid": data.valid.x, "y_valid": data.valid.y})
+    pixels = {k: quantize(getattr(data, k).x, PIXEL_SCALE["digits"]) for k in ("train", "valid")}
+    arrays = SharedArrays({"x_train": pixels["train"], "y_train": data.train.y,
+                           "x_valid": pixels["valid"], "y_valid": data.valid.y})
     ours, theirs = Pipe()
     thread = threading.Thread(target=main, args=(theirs, arrays.spec, "cpu"), daemon=True)
     thread.start()

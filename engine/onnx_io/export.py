@@ -33,7 +33,8 @@ SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "T
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
         "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat",
         "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid", "Where", "ArgMax"}
-ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9}
+ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "int8": 3, "uint8": 2,
+               "bool": 9}
 
 
 def export_onnx(graph: CalcGraph, outputs: Sequence[str] | None = None, vm: Any = None,
@@ -169,5 +170,25 @@ def _split(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
     return [helper.make_node("Split", [n.inputs[0]], list(n.outputs), axis=axis)], []
 
 
-SPECIAL = {"Split": _split, "Reshape": _reshape, "ReduceSum": _reduce_sum, "Dropout": _dropout,
+def _cast(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    from engine.ops.cast import target_dtype
+
+    to = ONNX_DTYPES[target_dtype(n.attrs["to"]).value]
+    return [helper.make_node("Cast", [n.inputs[0]], list(n.outputs), to=to)], []
+
+
+def _dequantize(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    scale = nh.from_array(np.asarray(n.attrs["scale"], dtype=np.float32), f"{n.outputs[0]}:scale")
+    extra = [scale]
+    ins = [n.inputs[0], scale.name]
+    if n.attrs.get("zero_point"):
+        zp = nh.from_array(np.asarray(n.attrs["zero_point"], dtype=n.attrs.get("zero_dtype")
+                                      or "uint8"), f"{n.outputs[0]}:zero_point")
+        extra.append(zp)
+        ins.append(zp.name)
+    return [helper.make_node("DequantizeLinear", ins, list(n.outputs))], extra
+
+
+SPECIAL = {"Cast": _cast, "DequantizeLinear": _dequantize,
+           "Split": _split, "Reshape": _reshape, "ReduceSum": _reduce_sum, "Dropout": _dropout,
            "Square": _square, "Squeeze": _axes_input, "Unsqueeze": _axes_input, "Clip": _clip}

@@ -25,9 +25,9 @@ from engine.graph import CalcGraph, Init, Mode
 from engine.onnx_io.export import SAME
 
 AXES_INPUT = ("ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze")  # axes as input 1
-DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 9: "bool"}
+DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
-                   "Clip", "Split"}
+                   "Clip", "Split", "Cast", "DequantizeLinear"}
 
 
 def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
@@ -104,6 +104,13 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             for pos, key in ((1, "min"), (2, "max")):
                 if pos < len(node.input) and node.input[pos]:
                     attrs[key] = _const(consts, node.input[pos], node).item()
+                    used_as_attr.add(node.input[pos])
+            ins = ins[:1]
+        elif node.op_type == "DequantizeLinear":
+            for pos, key in ((1, "scale"), (2, "zero_point")):
+                if pos < len(node.input) and node.input[pos]:
+                    v = _const(consts, node.input[pos], node)
+                    attrs[key] = v.item() if v.ndim == 0 else tuple(v.ravel().tolist())
                     used_as_attr.add(node.input[pos])
             ins = ins[:1]
         elif node.op_type == "Dropout":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from engine.errors import GraphError
 from engine.ops import (
     activations,
+    cast,
     conv,
     elementwise,
     fused,
@@ -34,8 +35,8 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, linalg, fused, conv, pool, reduce, select, shape, loss,
-                stacked):
+for _module in (elementwise, activations, cast, linalg, fused, conv, pool, reduce, select, shape,
+                loss, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")
