@@ -106,7 +106,7 @@ def test_quantize_is_exact_or_refuses() -> None:
     x = load_digits().train.x
     q = quantize(x, 1 / 16)
     assert q.dtype == np.uint8 and np.array_equal(q.astype(np.float32) * np.float32(1 / 16), x)
-    with pytest.raises(DataError, match="not a multiple of 0.0625"):
+    with pytest.raises(DataError, match=r"not a multiple of 0\.0625"):
         quantize(x + np.float32(0.01), 1 / 16)
     with pytest.raises(DataError, match="not pixels"):
         quantize(x * 100, 1 / 16)
