@@ -117,6 +117,15 @@ CASES = [
     Case("Dropout", [f(5, 6)], {"ratio": 0.3, "training": 1}),
     Case("Dropout", [f(5, 6)], {"ratio": 0.3, "training": 0}),
     Case("Cast", [f(3, 4)], {"to": "float64"}),
+    # Batch statistics (the running ones are placeholders here), and the running ones.
+    Case("BatchNormalization", [f(4, 3, 2, 2), f(3), f(3), f(3), f(3, low=0.5, high=2.0)],
+         {"training_mode": 1}, diff=(0, 1, 2)),
+    Case("BatchNormalization", [f(5, 2), f(2), f(2), f(2), f(2, low=0.5, high=2.0)],
+         {"training_mode": 1, "epsilon": 0.1}, diff=(0, 1, 2)),
+    Case("BatchNormalization", [f(4, 3, 2), f(3), f(3), f(3), f(3, low=0.5, high=2.0)],
+         {"training_mode": 0}, diff=(0, 1, 2)),
+    Case("LayerNormalization", [f(3, 4, 5), f(5), f(5)]),
+    Case("LayerNormalization", [f(3, 4, 5), f(4, 5)], {"axis": 1, "epsilon": 0.1}),
 ]
 
 

@@ -32,7 +32,9 @@ SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "T
         "Sigmoid", "LeakyRelu", "Elu", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
         "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat",
-        "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid", "Where", "ArgMax"}
+        "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid", "Where", "ArgMax",
+        "BatchNormalization", "LayerNormalization"}
+ENGINE_ONLY = {"running_update"}  # attributes ONNX does not have
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "int8": 3, "uint8": 2,
                "bool": 9}
 
@@ -109,6 +111,8 @@ def _needed(graph: CalcGraph, wanted: list[str]) -> list[Node]:
 def _attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in attrs.items():
+        if k in ENGINE_ONLY:
+            continue
         if v is None or (isinstance(v, tuple | list) and len(v) == 0):
             continue  # ONNX's own default
         out[k] = list(v) if isinstance(v, tuple) else v

@@ -18,6 +18,7 @@ from engine.ops import (
     fused,
     linalg,
     loss,
+    norm,
     pool,
     reduce,
     select,
@@ -36,7 +37,7 @@ from engine.ops._base import (
 
 OP_TABLE: dict[str, OpDef] = {}
 for _module in (elementwise, activations, cast, linalg, fused, conv, pool, reduce, select, shape,
-                loss, stacked):
+                loss, norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

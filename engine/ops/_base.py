@@ -12,7 +12,9 @@ An op declares
   aliased);
 - ``pure``: whether equal inputs give equal outputs (CSE and constant folding may merge
   or precompute it; a dropout draws and is not pure);
-- ``workspace``: the scratch bytes one execution needs, per device.
+- ``workspace``: the scratch bytes one execution needs, per device;
+- ``writes``: inputs the op may update in place (batch normalisation's running
+  statistics): a parameter there is state, never folded as a constant.
 
 Kernels are written once against the array module ``xp`` (numpy or cupy); a backend
 may register an override in ``backend_kernels`` where it needs to differ.
@@ -110,6 +112,7 @@ class OpDef:
     doc: str = ""
     pure: bool = True
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
+    writes: tuple[int, ...] = ()  # inputs it may update in place (running statistics)
 
     def kernel_for(self, device: str) -> KernelFactory:
         return self.backend_kernels.get(device, self.kernel)

@@ -42,6 +42,7 @@ class IRParam:
     init: Init
     regularization: Regularization | None
     trainable: bool
+    written: bool = False  # an op updates it in place (running statistics): not a constant
 
 
 @dataclass

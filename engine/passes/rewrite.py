@@ -42,7 +42,8 @@ def rename(ir: IR, mapping: Mapping[str, str]) -> None:
 def is_constant(ir: IR, name: str) -> bool:
     """A frozen parameter whose values are known before anything runs."""
     p = ir.params.get(name)
-    return p is not None and not p.trainable and p.init.method in DETERMINISTIC_INITS
+    return p is not None and not p.trainable and not p.written and \
+        p.init.method in DETERMINISTIC_INITS
 
 
 def constant_scalar(ir: IR, name: str) -> float | None:

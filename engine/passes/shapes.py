@@ -30,6 +30,8 @@ def node_descs(ir: IR, node: IRNode) -> list[TensorDesc]:
     except ShapeError as e:
         raise ShapeError(f"{node.origin or node.op}: {e} (inputs: {_fmt(ir, node.inputs)})") \
             from None
+    if op.variadic_outputs and not node.backward:  # optional outputs: the ones named (a
+        outs = outs[:len(node.outputs)]  # gradient builder names all there are)
     for o, d in zip(node.outputs, outs, strict=False):
         if BATCH in d.shape[1:] or (d.shape and min(d.shape) < 0):
             raise ShapeError(f"{node.origin or node.op}: output {o!r} would have shape "

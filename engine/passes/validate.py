@@ -78,6 +78,9 @@ def validate(graph: CalcGraph) -> IR:
                 attrs["training"] = int(path.mode is Mode.BACKWARD_ENABLED)
             ipath.forward.append(IRNode(node.op, tuple(node.inputs), tuple(outputs), attrs,
                                         pi, origin=where))
+            for k in op.writes:
+                if k < len(node.inputs) and node.inputs[k] in ir.params:
+                    ir.params[node.inputs[k]].written = True
         if path.mode is Mode.BACKWARD_ENABLED:
             if path.loss is None:
                 raise GraphError(f"path {path.name!r} is BACKWARD_ENABLED but has no loss; "

@@ -1,0 +1,409 @@
+"""Normalisation: ``BatchNormalization`` and ``LayerNormalization`` (ONNX), with gradients.
+
+Batch normalisation in training mode (``training_mode=1``) normalises with the batch's
+statistics over every axis but the channels.  ONNX returns the updated running
+statistics as outputs 1 and 2; a model trained by this engine keeps them as
+non-trainable parameters instead (``running_update=1``): the op writes the new values
+into its ``input_mean`` and ``input_var`` in place, so they live in the forward zone
+with the other parameters, are saved and restored by model switching, and are what
+the inference path (``training_mode=0``) reads.
+
+The kernels reduce the variance from the output buffer used as scratch, and batch
+normalisation's gradient reuses ``dX`` the same way, so their workspace holds a few
+per-channel (or per-row) vectors only; layer normalisation's gradient also keeps the
+normalised input (the input's size).  Gradients recompute the mean and variance from
+``X`` instead of keeping them from the forward.
+
+>>> import numpy as np
+>>> from engine import CalcGraph, Init, Mode, VM, compile_graph
+>>> g = CalcGraph()
+>>> x = g.placeholder("x", (0, 2))
+>>> s, b = (g.parameter(n, (2,), init=Init.ones() if n == "s" else Init.zeros()) for n in "sb")
+>>> m = g.parameter("m", (2,), init=Init.zeros(), trainable=False)
+>>> v = g.parameter("v", (2,), init=Init.ones(), trainable=False)
+>>> y = g.path("norm", Mode.FORWARD_ONLY).BatchNormalization(
+...     x, s, b, m, v, training_mode=1, running_update=1, epsilon=0.0)
+>>> vm = VM(compile_graph(g, batch_size=2, keep=[y.name]))
+>>> vm.set("x", np.array([[1.0, 10.0], [3.0, 30.0]], np.float32)); vm.forward("norm")
+>>> vm.get(y.name).tolist(), vm.get("m").tolist()
+([[-1.0, -1.0], [1.0, 1.0]], [0.20000000298023224, 2.0])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.graph import TensorDesc
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    align,
+    need_float,
+)
+
+# -- BatchNormalization -----------------------------------------------------------------
+
+
+def _channels(x: TensorDesc) -> int:
+    if len(x.shape) < 2:
+        raise ShapeError(f"BatchNormalization needs [N, C, ...], got {x.shape}")
+    return x.shape[1]
+
+
+def _bn_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    x = ins[0]
+    need_float(x, "BatchNormalization X")
+    c = _channels(x)
+    for d, what in zip(ins[1:], ("scale", "B", "input_mean", "input_var"), strict=True):
+        if d.shape != (c,):
+            raise ShapeError(f"BatchNormalization: {what} has shape {d.shape}; X {x.shape} "
+                             f"has {c} channels, so it must be ({c},)")
+        if d.dtype != x.dtype:
+            raise ShapeError(f"BatchNormalization: {what} is {d.dtype.value}, X "
+                             f"{x.dtype.value}")
+    stat = TensorDesc(x.dtype, (c,))
+    return [x, stat, stat]
+
+
+def _views(k: KernelArgs) -> tuple[Any, tuple[int, ...], tuple[int, ...], float]:
+    """The input, the reduction axes, the per-channel broadcast shape and 1/count."""
+    x = k.ins[0]
+    axes = (0, *range(2, x.ndim))
+    cshape = (1, x.shape[1], *(1,) * (x.ndim - 2))
+    count = x.size // max(x.shape[1], 1)
+    return x, axes, cshape, 1.0 / max(count, 1)
+
+
+def _bn_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return 4 * align(_channels(ins[0]) * ins[0].dtype.itemsize)
+
+
+def _vectors(k: KernelArgs, n: int, cshape: tuple[int, ...], dtype: Any) -> list[Any]:
+    size = align(cshape[1] * k.xp.dtype(dtype).itemsize)
+    return [k.scratch(i * size, cshape, dtype) for i in range(n)]
+
+
+def _bn(k: KernelArgs) -> Step:
+    xp = k.xp
+    x, axes, cshape, inv_n = _views(k)
+    y = k.outs[0]
+    scale, bias, r_mean, r_var = (a.reshape(cshape) for a in k.ins[1:])
+    eps, momentum = float(k.attrs["epsilon"]), float(k.attrs["momentum"])
+    mean, var, a, b = _vectors(k, 4, cshape, x.dtype)
+    extra = [o.reshape(cshape) for o in k.outs[1:]]
+    training = int(k.attrs["training_mode"])
+    update = int(k.attrs["running_update"])
+
+    def coefficients(m: Any, v: Any) -> None:
+        """y = x * a + b with a = scale / sqrt(v + eps), b = bias - m * a."""
+        xp.add(v, eps, out=a)
+        xp.sqrt(a, out=a)
+        xp.divide(scale, a, out=a)
+        xp.multiply(m, a, out=b)
+        xp.subtract(bias, b, out=b)
+
+    def step() -> None:
+        if training:
+            xp.add.reduce(x, axis=axes, keepdims=True, out=mean)
+            xp.multiply(mean, inv_n, out=mean)
+            xp.subtract(x, mean, out=y)  # y as scratch for the squared deviations
+            xp.multiply(y, y, out=y)
+            xp.add.reduce(y, axis=axes, keepdims=True, out=var)
+            xp.multiply(var, inv_n, out=var)
+            coefficients(mean, var)
+        else:
+            coefficients(r_mean, r_var)
+        xp.multiply(x, a, out=y)
+        xp.add(y, b, out=y)
+        if training:
+            _update(xp, extra, update, r_mean, r_var, mean, var, momentum, a)
+
+    return step
+
+
+def _update(xp: Any, extra: list[Any], update: int, r_mean: Any, r_var: Any, mean: Any,
+            var: Any, momentum: float, tmp: Any) -> None:
+    """The new running statistics, ``momentum * running + (1 - momentum) * batch``: into
+    the outputs ONNX names, and with ``running_update`` into the running inputs."""
+    for i, (run, batch) in enumerate(((r_mean, mean), (r_var, var))):
+        targets = ([extra[i]] if i < len(extra) else []) + ([run] if update else [])
+        if not targets:
+            continue
+        xp.multiply(batch, 1.0 - momentum, out=tmp)
+        first = targets[0]
+        xp.multiply(run, momentum, out=first)
+        xp.add(first, tmp, out=first)
+        for t in targets[1:]:
+            xp.copyto(t, first)
+
+
+def _g_bn(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if g[0] is None:
+        return [None] * 5
+    x, scale, _, mean, var = n.inputs
+    attrs = {"epsilon": n.attrs["epsilon"], "training_mode": n.attrs["training_mode"]}
+    dx = gb.op("BatchNormalizationGrad", g[0], x, scale, mean, var, **attrs)
+    return [dx, f"{dx}:1", f"{dx}:2", None, None]  # the grad op's outputs 1 and 2
+
+
+def _bn_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dy, x = ins[0], ins[1]
+    if dy.shape != x.shape:
+        raise ShapeError(f"BatchNormalizationGrad: dY {dy.shape} and X {x.shape} differ")
+    c = TensorDesc(x.dtype, (_channels(x),))
+    return [x, c, c]
+
+
+def _bn_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                ) -> int:
+    return 3 * align(_channels(ins[1]) * ins[1].dtype.itemsize)
+
+
+def _bn_grad(k: KernelArgs) -> Step:
+    xp = k.xp
+    dy = k.ins[0]
+    x = k.ins[1]
+    axes = (0, *range(2, x.ndim))
+    cshape = (1, x.shape[1], *(1,) * (x.ndim - 2))
+    inv_n = 1.0 / max(x.size // max(x.shape[1], 1), 1)
+    scale, r_mean, r_var = (a.reshape(cshape) for a in k.ins[2:])
+    dx, dscale, dbias = k.outs[0], k.outs[1].reshape(cshape), k.outs[2].reshape(cshape)
+    eps = float(k.attrs["epsilon"])
+    mean, istd, coef = _vectors(k, 3, cshape, x.dtype)
+    training = int(k.attrs["training_mode"])
+
+    def step() -> None:
+        if training:  # the batch's statistics, as the forward used them
+            xp.add.reduce(x, axis=axes, keepdims=True, out=mean)
+            xp.multiply(mean, inv_n, out=mean)
+            xp.subtract(x, mean, out=dx)
+            xp.multiply(dx, dx, out=dx)
+            xp.add.reduce(dx, axis=axes, keepdims=True, out=istd)
+            xp.multiply(istd, inv_n, out=istd)
+        else:
+            xp.copyto(mean, r_mean)
+            xp.copyto(istd, r_var)
+        xp.add(istd, eps, out=istd)
+        xp.sqrt(istd, out=istd)
+        xp.divide(1.0, istd, out=istd)
+        xp.add.reduce(dy, axis=axes, keepdims=True, out=dbias)
+        xp.subtract(x, mean, out=dx)  # x - mean; times istd is x-hat
+        xp.multiply(dx, dy, out=dx)
+        xp.add.reduce(dx, axis=axes, keepdims=True, out=dscale)
+        xp.multiply(dscale, istd, out=dscale)  # sum(dY * x-hat)
+        xp.multiply(scale, istd, out=coef)  # a = scale / std
+        if not training:  # statistics are constants: dX = a * dY
+            xp.multiply(dy, coef, out=dx)
+            return
+        # dX = a * (dY - mean(dY) - x-hat * mean(dY * x-hat))
+        xp.subtract(x, mean, out=dx)
+        xp.multiply(dx, istd, out=dx)
+        xp.multiply(dx, dscale, out=dx)
+        xp.multiply(dx, inv_n, out=dx)
+        xp.subtract(dy, dx, out=dx)
+        xp.multiply(dbias, inv_n, out=mean)  # mean is free now
+        xp.subtract(dx, mean, out=dx)
+        xp.multiply(dx, coef, out=dx)
+
+    return step
+
+
+# -- LayerNormalization -----------------------------------------------------------------
+
+
+def _ln_axis(x: TensorDesc, attrs: dict[str, Any]) -> int:
+    r = len(x.shape)
+    axis = int(attrs["axis"])
+    if not -r <= axis < r:
+        raise ShapeError(f"LayerNormalization: axis {axis} is out of range for {x.shape}")
+    return axis % r
+
+
+def _ln_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    x = ins[0]
+    need_float(x, "LayerNormalization X")
+    axis = _ln_axis(x, attrs)
+    norm = x.shape[axis:]
+    for d, what in zip(ins[1:], ("Scale", "B"), strict=False):
+        if len(d.shape) > len(norm) or any(
+                a not in (1, b) for a, b in zip(d.shape[::-1], norm[::-1], strict=False)):
+            raise ShapeError(f"LayerNormalization: {what} {d.shape} does not broadcast to the "
+                             f"normalised shape {norm}")
+    stat = TensorDesc(x.dtype, (*x.shape[:axis], *(1,) * (len(x.shape) - axis)))
+    return [x, stat, stat]
+
+
+def _rows(x: Any, axis: int) -> tuple[int, int]:
+    d = 1
+    for v in x.shape[axis:]:
+        d *= int(v)
+    return x.size // max(d, 1), d
+
+
+def _ln_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    x = ins[0]
+    axis = _ln_axis(x, attrs)
+    r = 1
+    for v in x.shape[:axis]:
+        r *= v
+    return 2 * align(r * x.dtype.itemsize)
+
+
+def _ln(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    axis = _ln_axis(TensorDesc(_dt(x), tuple(x.shape)), k.attrs)
+    r, d = _rows(x, axis)
+    x2, y2 = x.reshape(r, d), y.reshape(r, d)
+    norm = tuple(x.shape[axis:])
+    scale = xp.broadcast_to(k.ins[1], norm).reshape(1, d) if k.ins[1].shape == norm else None
+    scale_b = k.ins[1]
+    bias = k.ins[2] if len(k.ins) > 2 else None
+    y_norm = y.reshape((*x.shape[:axis], *norm))
+    eps = float(k.attrs["epsilon"])
+    mean, istd = (k.scratch(i * align(r * x.dtype.itemsize), (r, 1), x.dtype) for i in range(2))
+    outs = [o.reshape(r, 1) for o in k.outs[1:]]
+
+    def step() -> None:
+        xp.add.reduce(x2, axis=1, keepdims=True, out=mean)
+        xp.multiply(mean, 1.0 / d, out=mean)
+        xp.subtract(x2, mean, out=y2)
+        xp.multiply(y2, y2, out=y2)
+        xp.add.reduce(y2, axis=1, keepdims=True, out=istd)
+        xp.multiply(istd, 1.0 / d, out=istd)
+        xp.add(istd, eps, out=istd)
+        xp.sqrt(istd, out=istd)
+        xp.divide(1.0, istd, out=istd)
+        xp.subtract(x2, mean, out=y2)
+        xp.multiply(y2, istd, out=y2)
+        if scale is not None:
+            xp.multiply(y2, scale, out=y2)
+        else:
+            xp.multiply(y_norm, scale_b, out=y_norm)
+        if bias is not None:
+            xp.add(y_norm, bias, out=y_norm)
+        for o, v in zip(outs, (mean, istd), strict=False):
+            xp.copyto(o, v)
+
+    return step
+
+
+def _dt(a: Any) -> Any:
+    from engine.graph import DType
+
+    return DType.of(str(a.dtype))
+
+
+def _g_ln(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if g[0] is None:
+        return [None] * len(n.inputs)
+    x, scale = n.inputs[0], n.inputs[1]
+    axis = _ln_axis(gb.desc(x), n.attrs)
+    if gb.desc(scale).shape != gb.desc(x).shape[axis:]:
+        raise ShapeError(f"LayerNormalization: training needs Scale at the normalised shape "
+                         f"{gb.desc(x).shape[axis:]}, not {gb.desc(scale).shape}")
+    dx = gb.op("LayerNormalizationGrad", g[0], x, scale, axis=n.attrs["axis"],
+               epsilon=n.attrs["epsilon"])
+    dscale, dbias = f"{dx}:1", f"{dx}:2"  # the grad op's outputs 1 and 2
+    ds = _reduce_to(gb, dscale, gb.desc(scale).shape)
+    grads: list[str | None] = [dx, ds]
+    if len(n.inputs) > 2:
+        grads.append(_reduce_to(gb, dbias, gb.desc(n.inputs[2]).shape))
+    return grads
+
+
+def _reduce_to(gb: GradBuilder, g: str, shape: tuple[int, ...]) -> str:
+    """``g`` (of the normalised shape) summed down to a broadcast parameter's shape."""
+    have = gb.desc(g).shape
+    if have == shape:
+        return g
+    from engine.ops.elementwise import sum_to_axes
+
+    return gb.op("SumTo", g, axes=sum_to_axes(have, shape), shape=shape)
+
+
+def _ln_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    dy, x = ins[0], ins[1]
+    if dy.shape != x.shape:
+        raise ShapeError(f"LayerNormalizationGrad: dY {dy.shape} and X {x.shape} differ")
+    axis = _ln_axis(x, attrs)
+    norm = TensorDesc(x.dtype, x.shape[axis:])
+    return [x, norm, norm]
+
+
+def _ln_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                ) -> int:
+    x = ins[1]
+    axis = _ln_axis(x, attrs)
+    r = 1
+    for v in x.shape[:axis]:
+        r *= v
+    return 4 * align(r * x.dtype.itemsize) + align(x.numel() * x.dtype.itemsize)
+
+
+def _ln_grad(k: KernelArgs) -> Step:
+    xp = k.xp
+    dy, x = k.ins[0], k.ins[1]
+    axis = _ln_axis(TensorDesc(_dt(x), tuple(x.shape)), k.attrs)
+    r, d = _rows(x, axis)
+    dy2, x2, dx2 = dy.reshape(r, d), x.reshape(r, d), k.outs[0].reshape(r, d)
+    scale = k.ins[2].reshape(d)  # full-size (the gradient rule makes sure)
+    dscale, dbias = k.outs[1].reshape(d), k.outs[2].reshape(d)
+    eps = float(k.attrs["epsilon"])
+    size = align(r * x.dtype.itemsize)
+    mean, istd, s1, s2 = (k.scratch(i * size, (r, 1), x.dtype) for i in range(4))
+    xhat = k.scratch(4 * size, (r, d), x.dtype)
+
+    def step() -> None:
+        xp.add.reduce(x2, axis=1, keepdims=True, out=mean)
+        xp.multiply(mean, 1.0 / d, out=mean)
+        xp.subtract(x2, mean, out=xhat)
+        xp.multiply(xhat, xhat, out=dx2)
+        xp.add.reduce(dx2, axis=1, keepdims=True, out=istd)
+        xp.multiply(istd, 1.0 / d, out=istd)
+        xp.add(istd, eps, out=istd)
+        xp.sqrt(istd, out=istd)
+        xp.divide(1.0, istd, out=istd)
+        xp.multiply(xhat, istd, out=xhat)
+        xp.add.reduce(dy2, axis=0, out=dbias)
+        xp.multiply(dy2, xhat, out=dx2)
+        xp.add.reduce(dx2, axis=0, out=dscale)
+        # per row: s1 = mean(dY * scale), s2 = mean(dY * scale * x-hat)
+        xp.matmul(dy2, scale, out=s1.reshape(r))
+        xp.matmul(dx2, scale, out=s2.reshape(r))
+        xp.multiply(s1, 1.0 / d, out=s1)
+        xp.multiply(s2, 1.0 / d, out=s2)
+        # dX = istd * (dY * scale - s1 - x-hat * s2)
+        xp.multiply(xhat, s2, out=xhat)
+        xp.multiply(dy2, scale, out=dx2)
+        xp.subtract(dx2, xhat, out=dx2)
+        xp.subtract(dx2, s1, out=dx2)
+        xp.multiply(dx2, istd, out=dx2)
+
+    return step
+
+
+OPS = [
+    OpDef("BatchNormalization", _bn_shape, _bn, _g_bn, (), _bn_ws, num_inputs=(5, 5),
+          num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
+          attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "running_update": 0,
+                 "spatial": 1},
+          doc="ONNX BatchNormalization; with running_update=1 (training) the running mean "
+              "and variance inputs are updated in place"),
+    OpDef("BatchNormalizationGrad", _bn_grad_shape, _bn_grad, FIRST_ORDER_ONLY, (),
+          _bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
+          attrs={"epsilon": 1e-5, "training_mode": 0},
+          doc="internal: dX, dScale, dB of BatchNormalization"),
+    OpDef("LayerNormalization", _ln_shape, _ln, _g_ln, (), _ln_ws, num_inputs=(2, 3),
+          num_outputs=3, variadic_outputs=True,
+          attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+          doc="ONNX LayerNormalization over the axes from `axis` on"),
+    OpDef("LayerNormalizationGrad", _ln_grad_shape, _ln_grad, FIRST_ORDER_ONLY, (),
+          _ln_grad_ws, num_inputs=(3, 3), num_outputs=3, attrs={"axis": -1, "epsilon": 1e-5},
+          doc="internal: dX, dScale, dB of LayerNormalization (Scale and B at the "
+              "normalised shape)"),
+]
