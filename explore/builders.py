@@ -15,6 +15,7 @@ planner lets the two paths share their temporaries.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from engine import SGD, Adagrad, Adam, AdamW, CalcGraph, Init, Mode, Optimizer, RMSProp
@@ -67,10 +68,17 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
         if blocks:
             assert image is not None
             h = path.Reshape(h, shape=(0, *image))
-            for w, b, pooled in convs:
-                k = g.variables[w.name].desc.shape[-1]  # type: ignore[union-attr]
-                h = path.Relu(path.Conv(h, w, b, pads=(k // 2,) * 4))
-                if pooled:
+            for blk in convs:
+                k = g.variables[blk.weight.name].desc.shape[-1]  # type: ignore[union-attr]
+                bias = () if blk.bias is None else (blk.bias,)
+                z = path.Conv(h, blk.weight, *bias, pads=(k // 2,) * 4)
+                if blk.norm is not None:  # batch statistics in training, running ones else
+                    z = path.BatchNormalization(z, *blk.norm, training_mode=int(training),
+                                                running_update=int(training))
+                if blk.residual:
+                    z = path.Add(z, h)
+                h = path.Relu(z)
+                if blk.pooled:
                     h = path.MaxPool(h, kernel_shape=(2, 2), strides=(2, 2))
             h = path.Flatten(h)
         for i, (w, b) in enumerate(layers):
@@ -92,10 +100,22 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     return g
 
 
+@dataclass
+class ConvBlock:
+    """One convolution block's parameters: conv (bias only without batch norm), batch
+    norm's scale, shift and running statistics, whether it pools and adds its input."""
+
+    weight: Any
+    bias: Any | None
+    norm: tuple[Any, Any, Any, Any] | None
+    pooled: bool
+    residual: bool
+
+
 def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
                  image: tuple[int, int, int] | None, init: Any
-                 ) -> tuple[list[tuple[Any, Any, bool]], tuple[int, int, int]]:
-    """The convolution blocks' weights, whether each pools, and the output shape."""
+                 ) -> tuple[list[ConvBlock], tuple[int, int, int]]:
+    """The convolution blocks and the output shape."""
     if not blocks:
         return [], (0, 0, 0)
     if image is None:
@@ -104,15 +124,24 @@ def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
     if k < 1 or k % 2 == 0:
         raise BuildError(f"kernel must be odd (same padding), got {k}")
     channels = [int(c) for c in params["channels"]]
+    norm = bool(params.get("batch_norm", False))
     c, h, w = image
     out = []
     for i, width in enumerate(channels[:blocks]):
         if width < 1:
             raise BuildError(f"channels must be positive, got {channels}")
         wt = g.parameter(f"conv{i}", (width, c, k, k), init=Init.he_uniform())
-        bs = g.parameter(f"conv{i}_b", (width,), init=Init.zeros())
+        # batch norm's shift makes a convolution bias redundant
+        bs = None if norm else g.parameter(f"conv{i}_b", (width,), init=Init.zeros())
+        bn = None
+        if norm:
+            bn = (g.parameter(f"bn{i}_scale", (width,), init=Init.ones()),
+                  g.parameter(f"bn{i}_shift", (width,), init=Init.zeros()),
+                  g.parameter(f"bn{i}_mean", (width,), init=Init.zeros(), trainable=False),
+                  g.parameter(f"bn{i}_var", (width,), init=Init.ones(), trainable=False))
         pooled = bool(params.get("pool", True)) and h >= 2 and w >= 2
-        out.append((wt, bs, pooled))
+        out.append(ConvBlock(wt, bs, bn, pooled,
+                             bool(params.get("residual", False)) and width == c))
         c, h, w = width, (h // 2 if pooled else h), (w // 2 if pooled else w)
     return out, (c, h, w)
 

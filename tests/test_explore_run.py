@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from engine import compile_graph
 from explore.builders import build_graph, build_optimizer
+from explore.candidate import graph_of
 from explore.cli import main
 from explore.data import load_digits
 from explore.results import load
@@ -177,6 +178,28 @@ training: {optimizer: adam, lr: 0.01, batch_size: 32}
     df = load(f"sqlite:///{tmp_path / 'cnn.db'}", "cnn")
     assert (df["state"] == "complete").all() and len(df) == 2
     assert all(len(p["channels"]) == p["blocks"] for p in df["params"])
+
+
+def test_a_cnn_with_batch_norm_and_residual_blocks_runs(tmp_path: Path) -> None:
+    f = tmp_path / "bn.yaml"
+    f.write_text("""\
+dataset: digits
+budget: {trials: 1, rounds: 2, memory: 400MB, workers: 1}
+pruner: none
+model: {family: cnn, blocks: 2, channels: 4, pool: false, kernel: 3, depth: 0,
+        batch_norm: true, residual: true}
+training: {optimizer: adam, lr: 0.01, batch_size: 32}
+""")
+    run(str(f))
+    df = load(f"sqlite:///{tmp_path / 'bn.db'}", "bn")
+    assert df["state"].tolist() == ["complete"] and df["value"].iloc[0] > 0.5
+    space = load_space(f)
+    g = graph_of(space, fixed(space))
+    ops = [n.op for n in g.paths[0].nodes]
+    # block 0 goes from 1 channel to 4: no residual; block 1 keeps 4: one Add
+    assert ops.count("BatchNormalization") == 2 and ops.count("Add") == 1
+    stats = [v for v in g.variables.values() if v.name.endswith(("_mean", "_var"))]
+    assert len(stats) == 4 and not any(v.trainable for v in stats)
 
 
 @pytest.mark.parametrize("pause", [True, False])
