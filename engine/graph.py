@@ -151,6 +151,10 @@ class Init:
     values: tuple[float, ...] | None = None  # explicit contents (constants, imports)
     members: tuple[Init, ...] | None = None  # a stack's parameter: one init per model
     transposed: bool = False  # stacked: each model's slice is its [in, out] matrix transposed
+    # ``from_array``: the values as an array (a real model's weights: no Python floats),
+    # compared by ``digest``, their SHA-1, so that equal inits mean equal values
+    digest: str | None = None
+    array: Any = field(default=None, compare=False, hash=False, repr=False)
 
     METHODS = (
         "zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
@@ -200,6 +204,24 @@ class Init:
     @staticmethod
     def from_values(values: Sequence[float]) -> Init:
         return Init("values", values=tuple(float(v) for v in values))
+
+    @staticmethod
+    def from_array(values: Any) -> Init:
+        """Explicit contents from an array, kept as one (read-only) float64 copy: how
+        imported weights are held (``from_values`` would make a Python float of each).
+
+        >>> import numpy as np
+        >>> a, b = Init.from_array(np.arange(3)), Init.from_array(np.arange(3.0))
+        >>> a == b, a == Init.from_array(np.ones(3))
+        (True, False)
+        """
+        import hashlib
+
+        import numpy as np
+
+        arr = np.array(values, dtype=np.float64).ravel()
+        arr.setflags(write=False)
+        return Init("values", digest=hashlib.sha1(arr.tobytes()).hexdigest(), array=arr)
 
     @staticmethod
     def stacked(members: Sequence[Init], transposed: bool = False) -> Init:

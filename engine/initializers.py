@@ -52,8 +52,8 @@ def initial_values(init: Init, shape: tuple[int, ...], dtype: Any, rng: np.rando
     elif m == "constant":
         out = np.full(shape, init.value)
     elif m == "values":
-        assert init.values is not None
-        vals = np.asarray(init.values, dtype=np.float64)
+        assert init.values is not None or init.array is not None
+        vals = init.array if init.array is not None else np.asarray(init.values, np.float64)
         out = np.full(shape, vals[0]) if vals.size == 1 else vals.reshape(shape)
     elif m == "uniform":
         out = rng.uniform(init.low, init.high, shape)

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from engine.graph import DType, Init, Regularization, TensorDesc
 from engine.optim import Optimizer, optimizer_from_dict
 
@@ -209,6 +211,8 @@ class Program:
 def _jsonable(o: Any) -> Any:
     if isinstance(o, tuple | set):
         return list(o)
+    if isinstance(o, np.ndarray):  # an imported weight (Init.from_array)
+        return o.tolist()
     raise TypeError(f"cannot serialise {type(o).__name__}")
 
 
@@ -218,6 +222,8 @@ def _attrs(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _init(d: dict[str, Any]) -> Init:
+    if d.get("array") is not None:  # written from Init.from_array: read back as one
+        return Init.from_array(np.asarray(d["array"], dtype=np.float64))
     if d.get("values") is not None:
         d = {**d, "values": tuple(d["values"])}
     if d.get("members") is not None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.ops import OP_TABLE, NonDifferentiable
-from engine.ops._base import INTEGER_INPUT
+from engine.ops._base import INTEGER_INPUT, NO_INPUTS
 from tests.gradcheck import Case, check, ops_in
 
 R = np.random.default_rng(42)
@@ -126,6 +126,9 @@ CASES = [
          {"training_mode": 0}, diff=(0, 1, 2)),
     Case("LayerNormalization", [f(3, 4, 5), f(5), f(5)]),
     Case("LayerNormalization", [f(3, 4, 5), f(4, 5)], {"axis": 1, "epsilon": 0.1}),
+    Case("Sum", [f(3, 4), f(4), f(3, 1)]),
+    Case("LRN", [f(2, 5, 3, 2)], {"size": 3, "alpha": 0.5, "bias": 1.5}),
+    Case("LRN", [f(2, 6, 3)], {"size": 4, "alpha": 0.3, "beta": 0.6}),  # an even window
 ]
 
 
@@ -136,7 +139,7 @@ def test_gradient_matches_finite_differences(case: Case) -> None:
 
 METRICS = {name for name, op in OP_TABLE.items()
            if isinstance(op.grad, NonDifferentiable) and "metric" in op.grad.reason}
-INTEGER_INPUTS = {name for name, op in OP_TABLE.items() if op.grad == INTEGER_INPUT}
+INTEGER_INPUTS = {name for name, op in OP_TABLE.items() if op.grad in (INTEGER_INPUT, NO_INPUTS)}
 
 
 def test_every_op_is_gradient_checked() -> None:

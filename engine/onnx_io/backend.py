@@ -28,7 +28,7 @@ NOT_CLAIMED = {
 CLAIMED = IMPORTED - set(NOT_CLAIMED)
 ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "Dropout": (1, 2),
                     "Squeeze": (1,), "Unsqueeze": (1,), "Clip": (1, 2), "Split": (1,),
-                    "DequantizeLinear": (1, 2)}
+                    "DequantizeLinear": (1, 2), "ConstantOfShape": (0,)}
 
 
 @dataclass

@@ -23,21 +23,30 @@ import numpy as np
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Mode
 from engine.onnx_io.export import SAME
+from engine.ops.constant import MAX_ELEMENTS
 
 AXES_INPUT = ("ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze")  # axes as input 1
 DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
-                   "Clip", "Split", "Cast", "DequantizeLinear"}
+                   "Clip", "Split", "Cast", "DequantizeLinear", "ConstantOfShape"}
 
 
 def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
-                batch: bool = True, constants: dict[str, np.ndarray] | None = None
-                ) -> CalcGraph:
+                batch: bool = True, constants: dict[str, np.ndarray] | None = None,
+                loss: str | None = None) -> CalcGraph:
     """A CalcGraph of ``model`` (an ``onnx.ModelProto`` or a path to one).
 
     ``batch=False`` keeps every input's shape as it is (no batch dimension);
     ``constants`` gives values for graph inputs that are really constants (a Reshape's
-    shape fed as an input, as ONNX's node tests do)."""
+    shape fed as an input, as ONNX's node tests do).
+
+    Without ``loss`` the graph has one FORWARD_ONLY path, ``infer``.  With it, the path
+    is ``train`` (BACKWARD_ENABLED): Dropout draws, BatchNormalization normalises with
+    the batch's statistics and updates its running ones in place, and the loss is
+    ``"cross_entropy"`` (an int64 placeholder ``labels`` and softmax cross-entropy on
+    the model's logits: the input of a final Softmax, else its first output) or the
+    name of a scalar value the model computes.  Initializers are trainable parameters
+    unless ``freeze``; BatchNormalization's running statistics never are."""
     import onnx
     from onnx import numpy_helper
 
@@ -51,6 +60,7 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
     if domains:
         raise GraphError(f"operators of domain(s) {sorted(domains)} are not supported")
     gr = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
     unsupported = sorted({n.op_type for n in gr.node if n.op_type not in IMPORTED})
     if unsupported:
         raise GraphError(f"unsupported ONNX operator(s): {', '.join(unsupported)}; "
@@ -61,6 +71,7 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         arr = numpy_helper.to_array(init)
         consts[init.name] = arr
     init_names = {i.name for i in gr.initializer}
+    declared_batch: int | None = None  # the first input's leading dimension as written
     for vi in gr.input:
         if vi.name in consts:
             continue
@@ -69,6 +80,8 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             raise GraphError(f"input {vi.name!r}: ONNX element type {t.elem_type} is not "
                              f"supported (supported: {', '.join(DTYPES.values())})")
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim]
+        if batch and dims and declared_batch is None:
+            declared_batch = dims[0]
         if batch:
             shape = (0, *dims[1:]) if dims else ()
         elif 0 in dims:
@@ -78,6 +91,8 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             shape = tuple(dims)
         g.placeholder(vi.name, shape, dtype=DTYPES.get(t.elem_type, "float32"))
     used_as_attr: set[str] = set()
+    generated: set[str] = set()  # ConstantOfShape outputs: weights made by the model
+    stats: set[str] = set()  # BatchNormalization's running statistics: state, not weights
     nodes = []
     for node in gr.node:
         if node.op_type == "Constant":
@@ -85,8 +100,26 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             continue
         attrs = {a.name: _attr(a) for a in node.attribute}
         ins = [i for i in node.input if i]
+        if node.op_type == "ConstantOfShape":  # folded: a constant (generated weights)
+            shape = tuple(int(v) for v in _const(consts, ins[0], node)) if ins else ()
+            value = attrs.get("value")
+            arr = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+            n = int(np.prod(shape, dtype=np.float64))
+            if any(d < 0 for d in shape) or n > MAX_ELEMENTS:
+                raise GraphError(f"node {node.name or node.output[0]!r} (ConstantOfShape): "
+                                 f"shape {shape} is not a tensor this engine can hold")
+            consts[node.output[0]] = np.broadcast_to(arr.reshape(()), shape)  # no copy
+            generated.add(node.output[0])
+            used_as_attr.update(ins[:1])
+            continue
         if node.op_type == "Reshape":
-            attrs["shape"] = tuple(int(v) for v in _const(consts, ins[1], node))
+            target = [int(v) for v in _const(consts, ins[1], node)]
+            # With a batch dimension, a leading dimension written as the model's batch
+            # size (or -1) is the batch: 0 keeps it, as this engine requires.
+            if batch and target and ins[0] not in consts and \
+                    target[0] in (-1, declared_batch) and len(target) > 1:
+                target[0] = 0
+            attrs["shape"] = tuple(target)
             used_as_attr.add(ins[1])
             ins = ins[:1]
         elif node.op_type in AXES_INPUT and len(ins) > 1:
@@ -114,23 +147,103 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
                     used_as_attr.add(node.input[pos])
             ins = ins[:1]
         elif node.op_type == "Dropout":
-            ins = ins[:1]  # ratio and training_mode inputs: inference
-            attrs = {"training": 0}
+            ins = ins[:1]  # ratio and training_mode inputs: the path decides
+            attrs = {"ratio": attrs.get("ratio", 0.5)} if loss else {"training": 0}
+            if loss and len(node.input) > 1 and node.input[1]:
+                attrs["ratio"] = float(_const(consts, node.input[1], node))
+        elif node.op_type == "BatchNormalization":
+            stats.update(ins[3:5])
+            if loss:
+                attrs.update(training_mode=1, running_update=1)
         nodes.append((node, ins, attrs))
     for cname, arr in consts.items():
         if cname in used_as_attr and not any(cname in ins for _, ins, _ in nodes):
             continue
         if arr.dtype.kind not in "fiub":
             raise GraphError(f"initializer {cname!r} has dtype {arr.dtype}")
-        values = arr.astype(np.float64).ravel().tolist()
-        g.parameter(cname, arr.shape, init=Init.from_values(values),
+        if cname in generated or (arr.size > 1 and (arr == arr.flat[0]).all()):
+            init = Init.constant(float(arr.flat[0]))  # no list of a million equal values
+        else:
+            init = Init.from_array(arr)
+        weights = cname in init_names or cname in generated
+        g.parameter(cname, arr.shape, init=init,
                     dtype=str(arr.dtype) if str(arr.dtype) in DTYPES.values() else "float32",
-                    trainable=not freeze and cname in init_names and arr.dtype.kind == "f")
-    path = g.path("infer", Mode.FORWARD_ONLY)
+                    trainable=not freeze and weights and arr.dtype.kind == "f" and
+                    cname not in stats)
+    path = g.path("train", Mode.BACKWARD_ENABLED) if loss else g.path("infer",
+                                                                       Mode.FORWARD_ONLY)
+    ranks: dict[str, tuple[int, ...]] | None = None
     for node, ins, attrs in nodes:
+        if node.op_type in COERCED_2D and opset < 13:
+            if ranks is None:
+                ranks = _static_shapes(model)
+            _coerced_softmax(path, node, ins, attrs, ranks)
+            continue
         path.op(node.op_type, *ins, outputs=list(node.output), **attrs)
     g.output(*[o.name for o in gr.output])
+    if loss:
+        _add_loss(g, path, loss, [(n, i) for n, i, _ in nodes], gr.output[0].name)
     return g
+
+
+def _add_loss(g: CalcGraph, path: Any, loss: str, nodes: list[tuple[Any, list[str]]],
+              output: str) -> None:
+    """Set the training path's loss: a value of the model, or cross-entropy against an
+    added ``labels`` placeholder on the logits (before a final Softmax)."""
+    if loss != "cross_entropy":
+        if loss not in g.variables:
+            raise GraphError(f"loss {loss!r} is not a value of the model; give a value's "
+                             "name or 'cross_entropy'")
+        path.set_loss(loss)
+        return
+    logits = output
+    for node, ins in nodes:
+        if output in node.output and node.op_type == "Softmax":
+            logits = ins[0]
+    # [N, classes, 1, 1] as SqueezeNet's to [N, classes]; a no-op (removed) on 2-D logits
+    logits = path.Flatten(logits, axis=1).name
+    labels = g.placeholder("labels", (0,), dtype="int64")
+    value, _ = path.SoftmaxCrossEntropyLoss(logits, labels, outputs=["loss", "loss:log_prob"])
+    path.set_loss(value)
+    g.output(value)
+
+
+COERCED_2D = ("Softmax", "LogSoftmax")  # before opset 13: over all axes from `axis` on
+
+
+def _static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
+    """Every value's shape from ONNX's shape inference (0 for a symbolic dimension)."""
+    from onnx import shape_inference
+
+    inferred = shape_inference.infer_shapes(model)
+    out = {}
+    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            out[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else 0
+                                 for d in t.shape.dim)
+    return out
+
+
+def _coerced_softmax(path: Any, node: Any, ins: list[str], attrs: dict[str, Any],
+                     shapes: dict[str, tuple[int, ...]]) -> None:
+    """Softmax before opset 13: the input is viewed as 2-D, ``[prod(dims[:axis]),
+    prod(dims[axis:])]``, with ``axis`` 1 by default; as Flatten, Softmax, Reshape."""
+    axis = int(attrs.get("axis", 1))
+    shape = shapes.get(ins[0])
+    if shape is None:
+        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}, opset < 13): "
+                         f"the rank of {ins[0]!r} is unknown")
+    axis %= max(len(shape), 1)
+    if axis == len(shape) - 1:
+        path.op(node.op_type, *ins, outputs=list(node.output), axis=axis)
+        return
+    if 0 in shape[axis:]:
+        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}, opset < 13): "
+                         f"the dimensions after axis {axis} of {shape} must be known")
+    flat = path.Flatten(ins[0], axis=axis)
+    soft = path.op(node.op_type, flat, axis=1)
+    path.Reshape(soft, shape=(0,) * axis + tuple(shape[axis:]), outputs=list(node.output))
 
 
 def _const(consts: dict[str, np.ndarray], name: str, node: Any) -> np.ndarray:

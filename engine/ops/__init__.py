@@ -13,6 +13,7 @@ from engine.errors import GraphError
 from engine.ops import (
     activations,
     cast,
+    constant,
     conv,
     elementwise,
     fused,
@@ -36,8 +37,8 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, cast, linalg, fused, conv, pool, reduce, select, shape,
-                loss, norm, stacked):
+for _module in (elementwise, activations, cast, constant, linalg, fused, conv, pool, reduce,
+                select, shape, loss, norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

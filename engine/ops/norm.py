@@ -1,4 +1,5 @@
-"""Normalisation: ``BatchNormalization`` and ``LayerNormalization`` (ONNX), with gradients.
+"""Normalisation: ``BatchNormalization``, ``LayerNormalization`` and ``LRN`` (ONNX), with
+gradients.
 
 Batch normalisation in training mode (``training_mode=1``) normalises with the batch's
 statistics over every axis but the channels.  ONNX returns the updated running
@@ -406,4 +407,115 @@ OPS = [
           _ln_grad_ws, num_inputs=(3, 3), num_outputs=3, attrs={"axis": -1, "epsilon": 1e-5},
           doc="internal: dX, dScale, dB of LayerNormalization (Scale and B at the "
               "normalised shape)"),
+]
+
+
+# -- LRN ------------------------------------------------------------------------------------
+
+
+def _lrn_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    x = ins[0]
+    need_float(x, "LRN X")
+    if len(x.shape) < 3:
+        raise ShapeError(f"LRN needs [N, C, D1, ...], got {x.shape}")
+    if int(attrs["size"]) < 1:
+        raise ShapeError(f"LRN: size must be at least 1, got {attrs['size']}")
+    return [x]
+
+
+def _lrn_padded(x: TensorDesc, size: int) -> int:
+    """Bytes of the squares padded along the channels (size - 1 more channels)."""
+    per_channel = x.numel() // max(x.shape[1], 1)
+    return align((x.shape[1] + size - 1) * per_channel * x.dtype.itemsize)
+
+
+def _lrn_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return _lrn_padded(ins[0], int(attrs["size"]))
+
+
+def _lrn_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                 ) -> int:
+    x = ins[0]
+    return _lrn_padded(x, int(attrs["size"])) + align(x.numel() * x.dtype.itemsize)
+
+
+def _window_sum(xp: Any, padded: Any, into: Any, size: int, channels: int) -> None:
+    """``into[:, c] = sum(padded[:, c + j] for j < size)``: size strided adds."""
+    xp.copyto(into, padded[:, 0:channels])
+    for j in range(1, size):
+        xp.add(into, padded[:, j:j + channels], out=into)
+
+
+def _lrn_setup(k: KernelArgs, x: Any) -> tuple[int, int, int, Any]:
+    size = int(k.attrs["size"])
+    c = x.shape[1]
+    lo = (size - 1) // 2
+    padded = k.scratch(0, (x.shape[0], c + size - 1, *x.shape[2:]), x.dtype)
+    return size, c, lo, padded
+
+
+def _lrn(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    size, c, lo, padded = _lrn_setup(k, x)
+    alpha, beta, bias = (float(k.attrs[a]) for a in ("alpha", "beta", "bias"))
+
+    def step() -> None:
+        padded.fill(0)
+        xp.multiply(x, x, out=padded[:, lo:lo + c])
+        _window_sum(xp, padded, y, size, c)  # y as scratch: the sums of squares
+        xp.multiply(y, alpha / size, out=y)
+        xp.add(y, bias, out=y)
+        xp.power(y, -beta, out=y)
+        xp.multiply(y, x, out=y)
+
+    return step
+
+
+def _g_lrn(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [gb.op("LRNGrad", n.inputs[0], g[0], **n.attrs)] if g[0] else [None]
+
+
+def _lrn_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    if ins[0].shape != ins[1].shape:
+        raise ShapeError(f"LRNGrad: X {ins[0].shape} and dY {ins[1].shape} differ")
+    return [ins[0]]
+
+
+def _lrn_grad(k: KernelArgs) -> Step:
+    """dX_i = dY_i D_i^-b - (2ab/size) X_i sum over the channels c whose window holds i
+    of dY_c X_c D_c^(-b-1), with D = bias + a/size * (window sum of squares)."""
+    xp, (x, dy), dx = k.xp, k.ins, k.outs[0]
+    size, c, lo, padded = _lrn_setup(k, x)
+    hi = size - 1 - lo
+    alpha, beta, bias = (float(k.attrs[a]) for a in ("alpha", "beta", "bias"))
+    d = k.scratch(_lrn_padded(TensorDesc(_dt(x), tuple(x.shape)), size), x.shape, x.dtype)
+
+    def step() -> None:
+        padded.fill(0)
+        xp.multiply(x, x, out=padded[:, lo:lo + c])
+        _window_sum(xp, padded, d, size, c)
+        xp.multiply(d, alpha / size, out=d)
+        xp.add(d, bias, out=d)  # D
+        xp.power(d, -beta, out=dx)  # D^-b
+        xp.divide(dx, d, out=d)  # D^(-b-1)
+        xp.multiply(dx, dy, out=dx)  # the direct term
+        xp.multiply(d, dy, out=d)
+        xp.multiply(d, x, out=d)  # T = dY X D^(-b-1)
+        padded.fill(0)  # the reverse window: channel i gathers c in [i - hi, i + lo]
+        xp.copyto(padded[:, hi:hi + c], d)
+        _window_sum(xp, padded, d, size, c)
+        xp.multiply(d, x, out=d)
+        xp.multiply(d, -2.0 * alpha * beta / size, out=d)
+        xp.add(dx, d, out=dx)
+
+    return step
+
+
+OPS += [
+    OpDef("LRN", _lrn_shape, _lrn, _g_lrn, (), _lrn_ws,
+          attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
+          doc="ONNX LRN: local response normalisation across channels"),
+    OpDef("LRNGrad", _lrn_grad_shape, _lrn_grad, FIRST_ORDER_ONLY, (), _lrn_grad_ws,
+          num_inputs=(2, 2), attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
+          doc="internal: dX of LRN from X and dY"),
 ]

@@ -1,7 +1,8 @@
-"""Elementwise selection: ``Max`` and ``Min`` (ONNX, variadic with broadcasting), ``Clip``
-(bounds as attributes), ``Where``, ``ArgMax``, and their gradients (the gradient goes
-where the value came from: to the first of equal maxima, through Clip only inside its
-bounds, to the input the condition chose)."""
+"""Variadic elementwise ops and selection: ``Sum``, ``Max`` and ``Min`` (ONNX, any number
+of broadcast inputs), ``Clip`` (bounds as attributes), ``Where``, ``ArgMax``, and their
+gradients (a sum's goes to every input; a selection's goes where the value came from:
+to the first of equal maxima, through Clip only inside its bounds, to the input the
+condition chose)."""
 
 from __future__ import annotations
 
@@ -141,7 +142,15 @@ def _two_masks_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, de
     return 2 * align(outs[0].numel())
 
 
+def _g_sum(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None] * len(n.inputs)
+    return [unbroadcast(gb, g[0], x) for x in n.inputs]
+
+
 OPS = [
+    OpDef("Sum", _variadic_shape, _extremum("add"), _g_sum, num_inputs=(1, 64),
+          doc="elementwise sum of its inputs, broadcasting"),
     OpDef("Max", _variadic_shape, _extremum("maximum"), _g_extremum("max"), (0,),
           num_inputs=(1, 16), doc="elementwise maximum of its inputs, broadcasting"),
     OpDef("Min", _variadic_shape, _extremum("minimum"), _g_extremum("min"), (0,),

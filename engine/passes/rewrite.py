@@ -57,6 +57,9 @@ def constant_scalar(ir: IR, name: str) -> float | None:
         return 1.0
     if init.method == "constant":
         return init.value
+    if init.array is not None:
+        a = init.array
+        return float(a[0]) if a.size and bool((a == a[0]).all()) else None
     values = init.values or ()
     return values[0] if values and all(v == values[0] for v in values) else None
 

@@ -31,8 +31,9 @@ def validate(graph: CalcGraph) -> IR:
                 raise GraphError(f"parameter {name!r} has a batch dimension in its shape "
                                  f"{var.desc.shape}; parameters have fixed shapes")
             assert var.init is not None
-            if var.init.values is not None and len(var.init.values) not in (1, var.desc.numel()):
-                raise GraphError(f"parameter {name!r}: {len(var.init.values)} initial values "
+            given = var.init.values if var.init.array is None else var.init.array
+            if given is not None and len(given) not in (1, var.desc.numel()):
+                raise GraphError(f"parameter {name!r}: {len(given)} initial values "
                                  f"for shape {var.desc.shape}")
             ir.params[name] = IRParam(name, var.init, var.regularization, var.trainable)
             ir.kind[name] = "param"
