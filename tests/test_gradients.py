@@ -127,6 +127,14 @@ CASES = [
     Case("LayerNormalization", [f(3, 4, 5), f(5), f(5)]),
     Case("LayerNormalization", [f(3, 4, 5), f(4, 5)], {"axis": 1, "epsilon": 0.1}),
     Case("Sum", [f(3, 4), f(4), f(3, 1)]),
+    Case("ReduceMax", [f(3, 4, 2)], {"axes": (1,)}),
+    Case("ReduceMin", [f(3, 4, 2)], {"axes": (0, 2), "keepdims": 0}),
+    Case("ReduceProd", [away_from_zero(3, 4)], {"axes": (1,)}),
+    Case("ReduceL1", [away_from_zero(3, 4)]),
+    Case("ReduceL2", [f(3, 4, 2)], {"axes": (2,), "keepdims": 0}),
+    Case("ReduceLogSum", [f(3, 4, low=0.5, high=2.0)], {"axes": (1,)}),
+    Case("ReduceLogSumExp", [f(3, 4, 2)], {"axes": (0, 1)}),
+    Case("ReduceSumSquare", [f(3, 4)], {"axes": (0,)}),
     Case("LRN", [f(2, 5, 3, 2)], {"size": 3, "alpha": 0.5, "bias": 1.5}),
     Case("LRN", [f(2, 6, 3)], {"size": 4, "alpha": 0.3, "beta": 0.6}),  # an even window
 ]

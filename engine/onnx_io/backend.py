@@ -26,7 +26,10 @@ NOT_CLAIMED = {
                                "are not implemented",
 }
 CLAIMED = IMPORTED - set(NOT_CLAIMED)
-ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "Dropout": (1, 2),
+ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
+                    "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
+                    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+                    "Dropout": (1, 2),
                     "Squeeze": (1,), "Unsqueeze": (1,), "Clip": (1, 2), "Split": (1,),
                     "DequantizeLinear": (1, 2), "ConstantOfShape": (0,)}
 

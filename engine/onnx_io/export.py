@@ -33,7 +33,9 @@ SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "T
         "Softmax", "LogSoftmax", "Flatten", "Transpose", "Conv", "MaxPool", "AveragePool",
         "GlobalAveragePool", "ReduceMean", "SoftmaxCrossEntropyLoss", "Max", "Min", "Concat",
         "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid", "Where", "ArgMax",
-        "BatchNormalization", "LayerNormalization", "Sum", "LRN"}
+        "BatchNormalization", "LayerNormalization", "Sum", "LRN", "ReduceMax", "ReduceMin",
+        "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+        "ReduceSumSquare"}
 ENGINE_ONLY = {"running_update"}  # attributes ONNX does not have
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "int8": 3, "uint8": 2,
                "bool": 9}

@@ -25,7 +25,9 @@ from engine.graph import CalcGraph, Init, Mode
 from engine.onnx_io.export import SAME
 from engine.ops.constant import MAX_ELEMENTS
 
-AXES_INPUT = ("ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze")  # axes as input 1
+AXES_INPUT = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
+              "Unsqueeze")  # axes as input 1 (from opset 13 or 18)
 DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
                    "Clip", "Split", "Cast", "DequantizeLinear", "ConstantOfShape"}

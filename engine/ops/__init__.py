@@ -22,6 +22,7 @@ from engine.ops import (
     norm,
     pool,
     reduce,
+    reduce_family,
     select,
     shape,
     stacked,
@@ -38,7 +39,7 @@ from engine.ops._base import (
 
 OP_TABLE: dict[str, OpDef] = {}
 for _module in (elementwise, activations, cast, constant, linalg, fused, conv, pool, reduce,
-                select, shape, loss, norm, stacked):
+                reduce_family, select, shape, loss, norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")
