@@ -16,6 +16,11 @@ class ShapeError(EngineError):
     """Shapes or dtypes do not fit an operator's rule."""
 
 
+class ZeroSizeError(ShapeError):
+    """A tensor would have a dimension of size 0, which this engine cannot hold (0 marks
+    the batch dimension in shapes)."""
+
+
 class CompileError(EngineError):
     """The graph cannot be compiled as asked (optimizer without a learnable path...)."""
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.ops import OP_TABLE, NonDifferentiable
-from engine.ops._base import INTEGER_INPUT, NO_INPUTS
+from engine.ops._base import INTEGER_INPUT, NO_INPUTS, SHAPE_ONLY
 from tests.gradcheck import Case, check, ops_in
 
 R = np.random.default_rng(42)
@@ -127,6 +127,17 @@ CASES = [
     Case("LayerNormalization", [f(3, 4, 5), f(5), f(5)]),
     Case("LayerNormalization", [f(3, 4, 5), f(4, 5)], {"axis": 1, "epsilon": 0.1}),
     Case("Sum", [f(3, 4), f(4), f(3, 1)]),
+    Case("Slice", [f(4, 6, 3)], {"starts": (1, 5), "ends": (3, 0), "axes": (0, 1),
+                                 "steps": (1, -2)}),
+    Case("Pad", [f(3, 4)], {"pads": (1, 2, 0, 1), "value": 0.5}),
+    Case("Pad", [f(3, 4)], {"pads": (2, 1, 1, 2), "mode": "edge"}),
+    Case("Pad", [f(3, 4)], {"pads": (2, 1, 1, 3), "mode": "reflect"}),
+    Case("Pad", [f(3, 4)], {"pads": (1, 3, 2, 1), "mode": "wrap"}),
+    Case("Pad", [f(4, 5)], {"pads": (-1, 1, 0, -2), "mode": "edge"}),  # negative pads crop
+    Case("Gather", [f(5, 3), np.array([[4, 0], [4, -1]], dtype=np.int64)], {"axis": 0}),
+    Case("Gather", [f(2, 5, 3), np.array([1, 1, 3], dtype=np.int64)], {"axis": 1}),
+    Case("Pow", [f(3, 4, low=0.5, high=2.0), f(4, low=-1.5, high=2.5)]),
+    Case("Pow", [f(3, 4), np.array([2, 3, 1, 0], dtype=np.int64)]),
     Case("ReduceMax", [f(3, 4, 2)], {"axes": (1,)}),
     Case("ReduceMin", [f(3, 4, 2)], {"axes": (0, 2), "keepdims": 0}),
     Case("ReduceProd", [away_from_zero(3, 4)], {"axes": (1,)}),
@@ -147,7 +158,8 @@ def test_gradient_matches_finite_differences(case: Case) -> None:
 
 METRICS = {name for name, op in OP_TABLE.items()
            if isinstance(op.grad, NonDifferentiable) and "metric" in op.grad.reason}
-INTEGER_INPUTS = {name for name, op in OP_TABLE.items() if op.grad in (INTEGER_INPUT, NO_INPUTS)}
+INTEGER_INPUTS = {name for name, op in OP_TABLE.items() if op.grad in (INTEGER_INPUT, NO_INPUTS,
+                                                                      SHAPE_ONLY)}
 
 
 def test_every_op_is_gradient_checked() -> None:

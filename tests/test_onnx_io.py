@@ -124,3 +124,34 @@ def test_unsupported_operators_are_listed_together() -> None:
 def test_metrics_have_no_onnx_form() -> None:
     with pytest.raises(GraphError, match="no ONNX form for: Accuracy"):
         export_onnx(paper_mlp((4, 3, 2)), outputs=["accuracy"])
+
+
+def test_the_new_operators_export_and_match_onnxruntime() -> None:
+    """Slice, Pad, Gather, Pow, LRN, BatchNormalization (inference), LayerNormalization,
+    Sum, Cast, DequantizeLinear and a Reduce* op: export, run in onnxruntime, compare."""
+    g = CalcGraph(name="ops")
+    x = g.placeholder("x", (0, 4, 6, 5))
+    q = g.placeholder("q", (0, 7), dtype="uint8")
+    table = g.parameter("table", (6, 3), init=Init.uniform(-1, 1))
+    idx = g.constant([5, 0, 2], dtype="int64", shape=(3,))
+    s, b = (g.parameter(n, (4,), init=Init.uniform(0.5, 1.5)) for n in "sb")
+    m, v = (g.parameter(n, (4,), init=Init.uniform(0.5, 1.5), trainable=False) for n in "mv")
+    ln_s = g.parameter("ln_s", (4,), init=Init.uniform(0.5, 1.5))
+    p = g.path("infer", Mode.FORWARD_ONLY)
+    h = p.BatchNormalization(x, s, b, m, v)
+    h = p.LRN(h, size=3, alpha=0.01, beta=0.75, bias=1.0)
+    h = p.Pad(p.Slice(h, starts=(1, 5), ends=(4, 0), axes=(2, 3), steps=(1, -2)),
+              pads=(0, 0, 1, 1, 0, 0, 2, 1), mode="reflect")
+    h = p.LayerNormalization(p.Pow(p.Sum(h, h, p.Abs(h)), p.Cast(g.constant(2.0), to="int64")),
+                             ln_s)
+    red = p.ReduceLogSumExp(h, axes=(1, 3), keepdims=0, outputs=["red"])
+    gat = p.Gather(table, idx, axis=0, outputs=["gathered"])
+    deq = p.DequantizeLinear(q, scale=0.5, zero_point=3, outputs=["deq"])
+    g.output(red, gat, deq)
+    feeds = {"x": R.normal(size=(2, 4, 6, 5)).astype(np.float32),
+             "q": R.integers(0, 255, size=(2, 7)).astype(np.uint8)}
+    model = export_onnx(g, outputs=["red", "gathered", "deq"])
+    got = ort_run(model, feeds)
+    ours = engine_run(g, feeds, ["red", "gathered", "deq"])
+    for o, t in zip(ours, got, strict=True):
+        np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5)

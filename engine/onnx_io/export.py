@@ -35,7 +35,7 @@ SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "T
         "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign", "HardSigmoid", "Where", "ArgMax",
         "BatchNormalization", "LayerNormalization", "Sum", "LRN", "ReduceMax", "ReduceMin",
         "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-        "ReduceSumSquare"}
+        "ReduceSumSquare", "Pow", "Gather", "Shape"}
 ENGINE_ONLY = {"running_update"}  # attributes ONNX does not have
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "int8": 3, "uint8": 2,
                "bool": 9}
@@ -195,6 +195,26 @@ def _dequantize(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
     return [helper.make_node("DequantizeLinear", ins, list(n.outputs))], extra
 
 
-SPECIAL = {"Cast": _cast, "DequantizeLinear": _dequantize,
-           "Split": _split, "Reshape": _reshape, "ReduceSum": _reduce_sum, "Dropout": _dropout,
+def _inputs_from_attrs(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    """Slice and Pad take their index arguments as inputs in ONNX."""
+    keys = {"Slice": ("starts", "ends", "axes", "steps"), "Pad": ("pads", "value", "axes")}
+    ins, extra = [n.inputs[0]], []
+    for key in keys[n.op]:
+        v = n.attrs.get(key)
+        if v is None or (isinstance(v, tuple) and not v):
+            ins.append("")
+            continue
+        dtype = np.float32 if key == "value" else np.int64
+        t = nh.from_array(np.asarray(v, dtype=dtype), f"{n.outputs[0]}:{key}")
+        extra.append(t)
+        ins.append(t.name)
+    while ins[-1] == "":
+        ins.pop()
+    attrs = {"mode": n.attrs["mode"]} if n.op == "Pad" else {}
+    return [helper.make_node(n.op, ins, list(n.outputs), **attrs)], extra
+
+
+SPECIAL = {"Slice": _inputs_from_attrs, "Pad": _inputs_from_attrs, "Cast": _cast,
+           "DequantizeLinear": _dequantize, "Split": _split, "Reshape": _reshape,
+           "ReduceSum": _reduce_sum, "Dropout": _dropout,
            "Square": _square, "Squeeze": _axes_input, "Unsqueeze": _axes_input, "Clip": _clip}

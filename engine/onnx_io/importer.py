@@ -23,14 +23,15 @@ import numpy as np
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Mode
 from engine.onnx_io.export import SAME
-from engine.ops.constant import MAX_ELEMENTS
+from engine.onnx_io.fold import fold_model
 
 AXES_INPUT = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
               "Unsqueeze")  # axes as input 1 (from opset 13 or 18)
 DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
-                   "Clip", "Split", "Cast", "DequantizeLinear", "ConstantOfShape"}
+                   "Clip", "Split", "Cast", "DequantizeLinear", "ConstantOfShape",
+                   "Slice", "Pad"}
 
 
 def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
@@ -63,16 +64,19 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         raise GraphError(f"operators of domain(s) {sorted(domains)} are not supported")
     gr = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
-    unsupported = sorted({n.op_type for n in gr.node if n.op_type not in IMPORTED})
-    if unsupported:
-        raise GraphError(f"unsupported ONNX operator(s): {', '.join(unsupported)}; "
-                         f"supported: {', '.join(sorted(IMPORTED))}")
-    g = CalcGraph(name=name or gr.name or "onnx")
     consts: dict[str, np.ndarray] = dict(constants or {})
     for init in gr.initializer:
         arr = numpy_helper.to_array(init)
         consts[init.name] = arr
     init_names = {i.name for i in gr.initializer}
+    trainable = set() if freeze else {n for n in init_names if consts[n].dtype.kind == "f"}
+    consts, kept, generated, shapes = fold_model(model, consts, batch, trainable, not freeze,
+                                                opset)
+    unsupported = sorted({n.op_type for n in kept if n.op_type not in IMPORTED})
+    if unsupported:
+        raise GraphError(f"unsupported ONNX operator(s): {', '.join(unsupported)}; "
+                         f"supported: {', '.join(sorted(IMPORTED))}")
+    g = CalcGraph(name=name or gr.name or "onnx")
     declared_batch: int | None = None  # the first input's leading dimension as written
     for vi in gr.input:
         if vi.name in consts:
@@ -92,28 +96,11 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         else:
             shape = tuple(dims)
         g.placeholder(vi.name, shape, dtype=DTYPES.get(t.elem_type, "float32"))
-    used_as_attr: set[str] = set()
-    generated: set[str] = set()  # ConstantOfShape outputs: weights made by the model
     stats: set[str] = set()  # BatchNormalization's running statistics: state, not weights
     nodes = []
-    for node in gr.node:
-        if node.op_type == "Constant":
-            consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-            continue
+    for node in kept:
         attrs = {a.name: _attr(a) for a in node.attribute}
         ins = [i for i in node.input if i]
-        if node.op_type == "ConstantOfShape":  # folded: a constant (generated weights)
-            shape = tuple(int(v) for v in _const(consts, ins[0], node)) if ins else ()
-            value = attrs.get("value")
-            arr = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
-            n = int(np.prod(shape, dtype=np.float64))
-            if any(d < 0 for d in shape) or n > MAX_ELEMENTS:
-                raise GraphError(f"node {node.name or node.output[0]!r} (ConstantOfShape): "
-                                 f"shape {shape} is not a tensor this engine can hold")
-            consts[node.output[0]] = np.broadcast_to(arr.reshape(()), shape)  # no copy
-            generated.add(node.output[0])
-            used_as_attr.update(ins[:1])
-            continue
         if node.op_type == "Reshape":
             target = [int(v) for v in _const(consts, ins[1], node)]
             # With a batch dimension, a leading dimension written as the model's batch
@@ -122,16 +109,13 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
                     target[0] in (-1, declared_batch) and len(target) > 1:
                 target[0] = 0
             attrs["shape"] = tuple(target)
-            used_as_attr.add(ins[1])
             ins = ins[:1]
         elif node.op_type in AXES_INPUT and len(ins) > 1:
             attrs["axes"] = tuple(int(v) for v in _const(consts, ins[1], node))
-            used_as_attr.add(ins[1])
             ins = ins[:1]
         elif node.op_type == "Split":
             if len(ins) > 1:
                 attrs["split"] = tuple(int(v) for v in _const(consts, ins[1], node))
-                used_as_attr.add(ins[1])
             elif not attrs.get("num_outputs"):
                 attrs["num_outputs"] = len(node.output)
             ins = ins[:1]
@@ -139,14 +123,18 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             for pos, key in ((1, "min"), (2, "max")):
                 if pos < len(node.input) and node.input[pos]:
                     attrs[key] = _const(consts, node.input[pos], node).item()
-                    used_as_attr.add(node.input[pos])
+            ins = ins[:1]
+        elif node.op_type in INPUTS_AS_ATTRS:
+            for pos, key in enumerate(INPUTS_AS_ATTRS[node.op_type], start=1):
+                if pos < len(node.input) and node.input[pos]:
+                    v = _const(consts, node.input[pos], node)
+                    attrs[key] = v.item() if key == "value" else tuple(int(i) for i in v)
             ins = ins[:1]
         elif node.op_type == "DequantizeLinear":
             for pos, key in ((1, "scale"), (2, "zero_point")):
                 if pos < len(node.input) and node.input[pos]:
                     v = _const(consts, node.input[pos], node)
                     attrs[key] = v.item() if v.ndim == 0 else tuple(v.ravel().tolist())
-                    used_as_attr.add(node.input[pos])
             ins = ins[:1]
         elif node.op_type == "Dropout":
             ins = ins[:1]  # ratio and training_mode inputs: the path decides
@@ -158,8 +146,9 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             if loss:
                 attrs.update(training_mode=1, running_update=1)
         nodes.append((node, ins, attrs))
+    read = {i for _, ins, _ in nodes for i in ins} | {o.name for o in gr.output}
     for cname, arr in consts.items():
-        if cname in used_as_attr and not any(cname in ins for _, ins, _ in nodes):
+        if cname not in read:  # folded away, or only read into an attribute
             continue
         if arr.dtype.kind not in "fiub":
             raise GraphError(f"initializer {cname!r} has dtype {arr.dtype}")
@@ -174,12 +163,12 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
                     cname not in stats)
     path = g.path("train", Mode.BACKWARD_ENABLED) if loss else g.path("infer",
                                                                        Mode.FORWARD_ONLY)
-    ranks: dict[str, tuple[int, ...]] | None = None
     for node, ins, attrs in nodes:
         if node.op_type in COERCED_2D and opset < 13:
-            if ranks is None:
-                ranks = _static_shapes(model)
-            _coerced_softmax(path, node, ins, attrs, ranks)
+            _coerced_softmax(path, node, ins, attrs, shapes)
+            continue
+        if node.op_type == "Conv" and len(shapes.get(ins[1], ())) == 3:
+            _conv_1d(path, node, ins, attrs)
             continue
         path.op(node.op_type, *ins, outputs=list(node.output), **attrs)
     g.output(*[o.name for o in gr.output])
@@ -210,21 +199,24 @@ def _add_loss(g: CalcGraph, path: Any, loss: str, nodes: list[tuple[Any, list[st
     g.output(value)
 
 
+# Constant inputs read into attributes, by position from 1
+INPUTS_AS_ATTRS = {"Slice": ("starts", "ends", "axes", "steps"),
+                   "Pad": ("pads", "value", "axes")}
 COERCED_2D = ("Softmax", "LogSoftmax")  # before opset 13: over all axes from `axis` on
 
 
-def _static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
-    """Every value's shape from ONNX's shape inference (0 for a symbolic dimension)."""
-    from onnx import shape_inference
-
-    inferred = shape_inference.infer_shapes(model)
-    out = {}
-    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            out[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else 0
-                                 for d in t.shape.dim)
-    return out
+def _conv_1d(path: Any, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
+    """A 1-D convolution as the 2-D one of a height-1 image: Unsqueeze, Conv, Squeeze
+    (views, free in place)."""
+    x, w = (path.Unsqueeze(v, axes=(2,)) for v in ins[:2])
+    two = dict(attrs)
+    for key, lead in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        if attrs.get(key):
+            two[key] = (lead, *attrs[key])
+    if attrs.get("pads"):
+        two["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
+    y = path.Conv(x, w, *ins[2:], **two)
+    path.Squeeze(y, axes=(2,), outputs=list(node.output))
 
 
 def _coerced_softmax(path: Any, node: Any, ins: list[str], attrs: dict[str, Any],

@@ -21,10 +21,12 @@ from engine.ops import (
     loss,
     norm,
     pool,
+    power,
     reduce,
     reduce_family,
     select,
     shape,
+    slicing,
     stacked,
 )
 from engine.ops._base import (
@@ -38,8 +40,8 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, cast, constant, linalg, fused, conv, pool, reduce,
-                reduce_family, select, shape, loss, norm, stacked):
+for _module in (elementwise, activations, cast, constant, linalg, fused, conv, pool, power, reduce,
+                reduce_family, select, shape, slicing, loss, norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

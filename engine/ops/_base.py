@@ -74,6 +74,7 @@ class NonDifferentiable:
 NON_DIFFERENTIABLE_METRIC = NonDifferentiable("a metric: integer-valued or not used in training")
 INTEGER_INPUT = NonDifferentiable("its input is integer data: no gradient flows back")
 NO_INPUTS = NonDifferentiable("it has no inputs")
+SHAPE_ONLY = NonDifferentiable("its output depends on shapes only: no gradient flows back")
 FIRST_ORDER_ONLY = NonDifferentiable("a gradient op; second derivatives are not supported")
 
 ShapeRule = Callable[[list[TensorDesc], dict[str, Any]], list[TensorDesc]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ShapeError
+from engine.errors import ShapeError, ZeroSizeError
 from engine.graph import BATCH, TensorDesc
 from engine.ops._base import (
     GradBuilder,
@@ -32,6 +32,8 @@ def _prod(dims: tuple[int, ...] | list[int]) -> int:
 def _reshape_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     src = ins[0].shape
     target = [int(d) for d in attrs["shape"]]
+    if attrs.get("allowzero") and 0 in target:
+        raise ZeroSizeError(f"Reshape to {tuple(target)} with allowzero: a zero-size dimension")
     batched = ins[0].batched
     if target.count(-1) > 1:
         raise ShapeError(f"Reshape: at most one -1 in the target shape {tuple(target)}")
@@ -186,7 +188,7 @@ def _split_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDes
         raise ShapeError("Split along the batch axis would change the batch")
     sizes = split_sizes(attrs, src[axis])
     if min(sizes) < 1:
-        raise ShapeError(f"Split into empty parts {sizes} is not supported")
+        raise ZeroSizeError(f"Split into empty parts {sizes} is not supported")
     return [TensorDesc(ins[0].dtype, (*src[:axis], s, *src[axis + 1:])) for s in sizes]
 
 
@@ -247,7 +249,8 @@ OPS = [
           doc="ONNX Unsqueeze with axes as an attribute"),
     OpDef("Transpose", _transpose_shape, _transpose, _g_transpose, attrs={"perm": ()},
           doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
-    OpDef("Reshape", _reshape_shape, _copy_reshaped, _g_reshape, (0,), attrs={"shape": ()},
+    OpDef("Reshape", _reshape_shape, _copy_reshaped, _g_reshape, (0,),
+          attrs={"shape": (), "allowzero": 0},
           doc="ONNX Reshape with the target shape as an attribute (0 copies, -1 infers)"),
     OpDef("Flatten", _flatten_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axis": 1},
           doc="ONNX Flatten: 2-D [prod(shape[:axis]), prod(shape[axis:])]"),

@@ -28,8 +28,8 @@ def node_descs(ir: IR, node: IRNode) -> list[TensorDesc]:
     try:
         outs = op.shape(ins, node.attrs)
     except ShapeError as e:
-        raise ShapeError(f"{node.origin or node.op}: {e} (inputs: {_fmt(ir, node.inputs)})") \
-            from None
+        raise type(e)(f"{node.origin or node.op}: {e} (inputs: {_fmt(ir, node.inputs)})") \
+            from None  # the same class: ZeroSizeError stays one
     if op.variadic_outputs and not node.backward:  # optional outputs: the ones named (a
         outs = outs[:len(node.outputs)]  # gradient builder names all there are)
     for o, d in zip(node.outputs, outs, strict=False):
