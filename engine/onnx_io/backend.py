@@ -21,8 +21,6 @@ from engine.onnx_io.importer import DTYPES, IMPORTED
 
 # Operators whose every node test must pass.  Not yet claimed, with the reason:
 NOT_CLAIMED = {
-    "MaxPool": "1-D and 3-D pooling, ceil_mode and the Indices output are not implemented",
-    "AveragePool": "1-D and 3-D pooling and ceil_mode are not implemented",
     "SoftmaxCrossEntropyLoss": "class weights, ignore_index, reduction 'none' and N-D scores "
                                "are not implemented",
 }

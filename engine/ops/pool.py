@@ -1,22 +1,40 @@
-"""2-D pooling: ``MaxPool``, ``AveragePool`` (ONNX, ``ceil_mode`` 0) and
-``GlobalAveragePool``, with their gradients.
+"""Pooling over 1, 2 or 3 spatial axes: ``MaxPool`` (with its optional ``Indices``
+output), ``AveragePool`` and ``GlobalAveragePool`` (ONNX), with their gradients.
 
-A window position ``(i, j)`` of the kernel is one strided view of the (padded) input,
-of the output's shape, so pooling is ``kH·kW`` elementwise calls — ``maximum`` or
-``add`` into the output — with no copy of the windows (copying them and reducing the
-last, tiny axis took five times as long).  The gradients scatter back through the same
-views of a padded ``dX``: max pooling only where that position held the window's first
-maximum (compared with the output, so nothing more is kept from the forward).
+A kernel position is one strided view of the (padded) input, of the output's shape, so
+a pooling is ``prod(kernel)`` elementwise ``maximum``/``add`` calls into the output,
+with no copy of the windows (copying them and reducing the last, tiny axis took five
+times as long).  The gradients scatter back through the same views of a padded ``dX``:
+max pooling only where that position held the window's first maximum, found by
+comparing with the output, so nothing more is kept from the forward.
+
+Geometry follows ONNX: explicit ``pads`` or ``auto_pad``, ``dilations``, and
+``ceil_mode``, where the last window may run past the padding (never starting in it);
+the overhang is filled with -inf (max) or 0 (average) and is never counted.  An
+average divides by the window's cells inside the input, or inside input and explicit
+padding with ``count_include_pad``: a per-position table, made once.
+
+>>> import numpy as np
+>>> from engine import CalcGraph, Mode, VM, compile_graph
+>>> g = CalcGraph(); x = g.placeholder("x", (1, 1, 5))
+>>> y, i = g.path("p", Mode.FORWARD_ONLY).MaxPool(x, kernel_shape=(2,), strides=(2,),
+...                                               ceil_mode=1, outputs=2)
+>>> vm = VM(compile_graph(g, batch_size=1, keep=[y.name, i.name]))
+>>> vm.set("x", np.array([[[1, 3, 2, 0, 5]]], np.float32)); vm.forward("p")
+>>> vm.get(y.name).tolist(), vm.get(i.name).tolist()
+([[[3.0, 2.0, 5.0]]], [[[1, 2, 4]]])
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.graph import TensorDesc
+from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     GradBuilder,
@@ -28,62 +46,182 @@ from engine.ops._base import (
     masked_add,
     need_float,
 )
-from engine.ops.conv import conv_geometry, padded_copy
 
 POOL_ATTRS = {"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": (), "kernel_shape": (),
               "pads": (), "strides": (), "storage_order": 0, "count_include_pad": 0}
 
 
 def pool_geometry(x: tuple[int, ...], attrs: dict[str, Any]) -> dict[str, Any]:
-    if int(attrs.get("ceil_mode", 0)):
-        raise ShapeError("pooling with ceil_mode=1 is not supported")
-    if int(attrs.get("storage_order", 0)):
-        raise ShapeError("pooling with storage_order=1 is not supported")
-    k = tuple(attrs.get("kernel_shape") or ())
-    if len(k) != 2:
-        raise ShapeError(f"2-D pooling needs kernel_shape of two values, got {k}")
-    if len(x) != 4:
-        raise ShapeError(f"2-D pooling needs [N, C, H, W], got {x}")
-    # The window arithmetic is a convolution's with one channel per group.
-    return conv_geometry(x, (x[1], 1, *k), {**attrs, "group": x[1]})
+    """Per spatial axis: kernel, stride, dilation, pads (begin, end), the padded extent
+    the windows read (ceil mode may need more than the pads) and the output size."""
+    k = tuple(int(v) for v in attrs.get("kernel_shape") or ())
+    r = len(x) - 2
+    if not 1 <= r <= 3 or len(k) != r:
+        raise ShapeError(f"pooling needs [N, C, D1 (, D2, D3)] and a kernel of that many "
+                         f"axes; got input {x} and kernel_shape {k}")
+    s = tuple(int(v) for v in attrs.get("strides") or (1,) * r)
+    d = tuple(int(v) for v in attrs.get("dilations") or (1,) * r)
+    if len(s) != r or len(d) != r or min(*s, *d, *k) < 1:
+        raise ShapeError(f"pooling: strides {s}, dilations {d}, kernel {k} must be positive, "
+                         f"one per spatial axis")
+    size = x[2:]
+    ext = tuple((kk - 1) * dd + 1 for kk, dd in zip(k, d, strict=True))
+    auto = attrs.get("auto_pad", "NOTSET")
+    ceil = bool(int(attrs.get("ceil_mode", 0)))
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = tuple(-(-n // ss) for n, ss in zip(size, s, strict=True))
+        total = [max(0, (o - 1) * ss + e - n) for o, ss, e, n in zip(out, s, ext, size,
+                                                                    strict=True)]
+        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        pads = tuple((b, t - b) for b, t in zip(begin, total, strict=True))
+    elif auto in ("VALID", "NOTSET"):
+        p = [int(v) for v in attrs.get("pads") or (0,) * (2 * r)] if auto == "NOTSET" \
+            else [0] * (2 * r)
+        if len(p) != 2 * r or min(p) < 0:
+            raise ShapeError(f"pooling pads {tuple(p)}: {2 * r} non-negative values expected")
+        pads = tuple((p[i], p[i + r]) for i in range(r))
+        sizes = []
+        for n, (b, e), ee, ss in zip(size, pads, ext, s, strict=True):
+            span = n + b + e - ee
+            o = (-(-span // ss) if ceil else span // ss) + 1
+            if ceil and (o - 1) * ss >= n + b:  # the last window would start in the padding
+                o -= 1
+            sizes.append(o)
+        out = tuple(sizes)
+    else:
+        raise ShapeError(f"pooling auto_pad {auto!r}: NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    if min(out) < 1:
+        raise ShapeError(f"pooling {x} by kernel {k} (strides {s}, dilations {d}, pads "
+                         f"{pads}) leaves no output")
+    padded = tuple(max(n + b + e, (o - 1) * ss + ee) for n, (b, e), o, ss, ee
+                   in zip(size, pads, out, s, ext, strict=True))
+    return {"k": k, "s": s, "d": d, "pads": pads, "padded": padded, "out": out}
 
 
 def _pool_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    x = ins[0]
+    if x.dtype not in (DType.FLOAT32, DType.FLOAT64, DType.UINT8, DType.INT8):
+        raise ShapeError(f"pooling takes float or 8-bit input, got {x.dtype.value}")
+    geo = pool_geometry(x.shape, attrs)
+    y = TensorDesc(x.dtype, (*x.shape[:2], *geo["out"]))
+    return [y, TensorDesc(DType.INT64, y.shape)]
+
+
+def _avg_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     need_float(ins[0])
-    x = ins[0].shape
-    geo = pool_geometry(x, attrs)
-    return [TensorDesc(ins[0].dtype, (x[0], x[1], *geo["out"]))]
+    return _pool_shape(ins, attrs)[:1]
+
+
+def _is_padded(x: tuple[int, ...], geo: dict[str, Any]) -> bool:
+    return tuple(x[2:]) != geo["padded"]
+
+
+def _nbytes(shape: tuple[int, ...], item: int) -> int:
+    return align(math.prod(shape) * item)
 
 
 def _padded_bytes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
-    """The padded copy of an ``[N, C, H, W]`` tensor (none without padding)."""
-    if not any(geo["pads"]):
-        return 0
-    return align(x[0] * x[1] * geo["padded"][0] * geo["padded"][1] * item)
+    return _nbytes((*x[:2], *geo["padded"]), item) if _is_padded(x, geo) else 0
 
 
-def _out_bytes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
-    return align(x[0] * x[1] * geo["out"][0] * geo["out"][1] * item)
+def _inner(geo: dict[str, Any], size: tuple[int, ...]) -> tuple[slice, ...]:
+    return (slice(None), slice(None), *(slice(b, b + n) for (b, _), n
+                                        in zip(geo["pads"], size, strict=True)))
+
+
+def _padded(xp: Any, x: Any, k: KernelArgs, geo: dict[str, Any], at: int, fill: float
+            ) -> tuple[Step | None, Any, int]:
+    """A step copying ``x`` into a padded workspace buffer whose border holds ``fill``
+    (None, and ``x`` itself, without padding); the buffer; the offset after it."""
+    if not _is_padded(tuple(x.shape), geo):
+        return None, x, at
+    shape = (*x.shape[:2], *geo["padded"])
+    buf = k.scratch(at, shape, x.dtype)
+    inner = buf[_inner(geo, tuple(x.shape[2:]))]
+
+    def pad() -> None:
+        buf.fill(fill)
+        xp.copyto(inner, x)
+
+    return pad, buf, at + _nbytes(shape, x.dtype.itemsize)
+
+
+def _positions(geo: dict[str, Any]) -> list[tuple[int, ...]]:
+    return list(itertools.product(*(range(kk) for kk in geo["k"])))
+
+
+def _views(buf: Any, geo: dict[str, Any]) -> list[Any]:
+    """For each kernel position, the strided view of ``buf`` it reads (or writes)."""
+    out = []
+    for pos in _positions(geo):
+        idx = [slice(None), slice(None)]
+        for i, ss, dd, o in zip(pos, geo["s"], geo["d"], geo["out"], strict=True):
+            idx.append(slice(i * dd, i * dd + ss * (o - 1) + 1, ss))
+        out.append(buf[tuple(idx)])
+    return out
+
+
+def _fill_value(dtype: Any) -> float:
+    return float("-inf") if np.dtype(dtype).kind == "f" else float(np.iinfo(dtype).min)
 
 
 def _pool_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
-    return _padded_bytes(x, geo, item) + align(geo["out"][0] * geo["out"][1] * item)
+    n = _padded_bytes(x, geo, item) + _nbytes(geo["out"], item)  # + the count table
+    if len(outs) > 1:  # Indices: a mask and each kernel position's flat offsets
+        n += _nbytes(outs[0].shape, 1) + len(_positions(geo)) * _nbytes(geo["out"], 8)
+    return n
 
 
-def _views(buf: Any, geo: dict[str, Any]) -> list[Any]:
-    """For each kernel position, the strided view of ``buf`` it reads (or writes)."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = geo["k"], geo["s"], geo["d"], geo["out"]
-    return [buf[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-            for i in range(kh) for j in range(kw)]
+def _offsets(geo: dict[str, Any], size: tuple[int, ...], column_major: bool) -> np.ndarray:
+    """[positions, *out]: the flat index within one image of the cell each kernel
+    position reads at each output position (ONNX's Indices, row- or column-major)."""
+    grids = np.meshgrid(*(np.arange(o) for o in geo["out"]), indexing="ij")
+    strides = [math.prod(size[i + 1:]) for i in range(len(size))]
+    if column_major:
+        strides = [math.prod(size[:i]) for i in range(len(size))]
+    out = []
+    for pos in _positions(geo):
+        flat = np.zeros(geo["out"], np.int64)
+        for ax, (i, g) in enumerate(zip(pos, grids, strict=True)):
+            coord = g * geo["s"][ax] + i * geo["d"][ax] - geo["pads"][ax][0]
+            flat += coord * strides[ax]
+        out.append(flat)
+    return np.stack(out)
 
 
 def _max_pool(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    pad, buf, _ = padded_copy(xp, x, k.ws, geo, 0, float("-inf"))
-    return _fold(xp.maximum, xp, y, pad, _views(buf, geo))
+    pad, buf, at = _padded(xp, x, k, geo, 0, _fill_value(x.dtype))
+    views = _views(buf, geo)
+    if len(k.outs) == 1:
+        return _fold(xp.maximum, xp, y, pad, views)
+    indices = k.outs[1]
+    at += _nbytes(geo["out"], x.dtype.itemsize)
+    mask = k.scratch(at, y.shape, "bool")
+    at += _nbytes(y.shape, 1)
+    host = _offsets(geo, tuple(x.shape[2:]), bool(int(k.attrs["storage_order"])))
+    table = k.scratch(at, host.shape, "int64")
+    per_image = math.prod(x.shape[2:])
+    base = xp.asarray((np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * per_image)
+                      .reshape(x.shape[0], x.shape[1], *(1,) * len(geo["out"])))
+    on_host = xp.__name__ == "numpy"
+
+    def step() -> None:
+        if pad is not None:
+            pad()
+        table[...] = host if on_host else xp.asarray(host)  # the workspace is shared
+        xp.copyto(y, views[0])
+        xp.copyto(indices, table[0])
+        for j, v in enumerate(views[1:], start=1):
+            xp.greater(v, y, out=mask)  # strictly: the first maximum keeps its index
+            xp.copyto(y, v, where=mask)
+            xp.copyto(indices, table[j], where=mask)
+        xp.add(indices, base, out=indices)
+
+    return step
 
 
 def _fold(ufunc: Any, xp: Any, y: Any, pad: Step | None, views: list[Any]) -> Step:
@@ -100,26 +238,28 @@ def _fold(ufunc: Any, xp: Any, y: Any, pad: Step | None, views: list[Any]) -> St
     return step
 
 
-def _inverse_counts(geo: dict[str, Any], shape: tuple[int, ...], include_pad: bool
-                    ) -> float | np.ndarray:
-    """1 / the number of input cells each output window averages (a constant)."""
-    (oh, ow), (kh, kw), (sh, sw), (dh, dw) = geo["out"], geo["k"], geo["s"], geo["d"]
-    pads = geo["pads"]
-    if include_pad or not any(pads):
-        return 1.0 / (kh * kw)
-    rows = np.array([sum(0 <= r * sh + i * dh - pads[0] < shape[2] for i in range(kh))
-                     for r in range(oh)])
-    cols = np.array([sum(0 <= q * sw + j * dw - pads[1] < shape[3] for j in range(kw))
-                     for q in range(ow)])
-    return 1.0 / (rows[:, None] * cols[None, :])
+def _inverse_counts(geo: dict[str, Any], size: tuple[int, ...], include_pad: bool
+                    ) -> np.ndarray:
+    """1 / the number of cells each output window averages: inside the input, or inside
+    input and explicit pads (never the overhang of ceil mode)."""
+    per_axis = []
+    for n, (b, e), kk, ss, dd, o in zip(size, geo["pads"], geo["k"], geo["s"], geo["d"],
+                                        geo["out"], strict=True):
+        lo, hi = (0, n + b + e) if include_pad else (b, b + n)
+        per_axis.append(np.array([sum(lo <= q * ss + i * dd < hi for i in range(kk))
+                                  for q in range(o)]))
+    counts = per_axis[0]
+    for c in per_axis[1:]:
+        counts = np.multiply.outer(counts, c)
+    return 1.0 / counts
 
 
-def _scale_step(xp: Any, k: KernelArgs, inv: float | np.ndarray, at: int, target: Any
-                ) -> Step:
-    """``target *= inv`` (a scalar, or an [oH, oW] table kept in the workspace: it is
-    written each step, as the workspace is shared)."""
-    if isinstance(inv, float):
-        return lambda: xp.multiply(target, inv, out=target)
+def _scale_step(xp: Any, k: KernelArgs, inv: np.ndarray, at: int, target: Any) -> Step:
+    """``target *= inv``: a scalar when every window counts alike, else a table of the
+    output's spatial shape kept in the workspace (written each step: it is shared)."""
+    if np.all(inv == inv.flat[0]):
+        value = float(inv.flat[0])
+        return lambda: xp.multiply(target, value, out=target)
     table = k.scratch(at, inv.shape, target.dtype)
     host = inv.astype(table.dtype)
     on_host = xp.__name__ == "numpy"
@@ -134,11 +274,10 @@ def _scale_step(xp: Any, k: KernelArgs, inv: float | np.ndarray, at: int, target
 def _avg_pool(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    pad, buf, at = padded_copy(xp, x, k.ws, geo, 0, 0.0)
+    pad, buf, at = _padded(xp, x, k, geo, 0, 0.0)
     total = _fold(xp.add, xp, y, pad, _views(buf, geo))
-    scale = _scale_step(xp, k, _inverse_counts(geo, tuple(x.shape),
-                                               bool(k.attrs.get("count_include_pad", 0))),
-                        at, y)
+    inv = _inverse_counts(geo, tuple(x.shape[2:]), bool(int(k.attrs["count_include_pad"])))
+    scale = _scale_step(xp, k, inv, at, y)
 
     def step() -> None:
         total()
@@ -154,33 +293,33 @@ def _pool_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tenso
     return [x]
 
 
-def _dx_parts(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
+def _dx_bytes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
     """A padded dX is always needed (views of it are written)."""
-    return align(x[0] * x[1] * geo["padded"][0] * geo["padded"][1] * item)
+    return _nbytes((*x[:2], *geo["padded"]), item)
 
 
 def _max_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
                       device: str) -> int:
     x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
-    return (_padded_bytes(x, geo, item) + _dx_parts(x, geo, item)
-            + 2 * _out_bytes(x, geo, 1) + _out_bytes(x, geo, item))
+    y = (*x[:2], *geo["out"])
+    return (_padded_bytes(x, geo, item) + _dx_bytes(x, geo, item) + 2 * _nbytes(y, 1)
+            + _nbytes(y, item))
 
 
 def _max_pool_grad(k: KernelArgs) -> Step:
     xp, (x, y, dy), dx = k.xp, k.ins, k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    n, c, pads, (hp, wp) = x.shape[0], x.shape[1], geo["pads"], geo["padded"]
-    pad, buf, at = padded_copy(xp, x, k.ws, geo, 0, float("-inf"))
-    dxp = k.scratch(at, (n, c, hp, wp), dx.dtype)
-    at += _dx_parts(tuple(x.shape), geo, dx.dtype.itemsize)
+    pad, buf, at = _padded(xp, x, k, geo, 0, _fill_value(x.dtype))
+    dxp = k.scratch(at, (*x.shape[:2], *geo["padded"]), dx.dtype)
+    at += _dx_bytes(tuple(x.shape), geo, dx.dtype.itemsize)
     mask = k.scratch(at, y.shape, "bool")
-    at += _out_bytes(tuple(x.shape), geo, 1)
+    at += _nbytes(tuple(y.shape), 1)
     free = k.scratch(at, y.shape, "bool")
-    at += _out_bytes(tuple(x.shape), geo, 1)
+    at += _nbytes(tuple(y.shape), 1)
     add_where = masked_add(xp, k.scratch(at, y.shape, dy.dtype))
     pairs = list(zip(_views(buf, geo), _views(dxp, geo), strict=True))
-    inner = dxp[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
+    inner = dxp[_inner(geo, tuple(x.shape[2:]))]
 
     def step() -> None:
         if pad is not None:
@@ -201,23 +340,21 @@ def _avg_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict
                       device: str) -> int:
     x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
-    return (_dx_parts(x, geo, item) + _out_bytes(x, geo, item)
-            + align(geo["out"][0] * geo["out"][1] * item))
+    return (_dx_bytes(x, geo, item) + _nbytes((*x[:2], *geo["out"]), item)
+            + _nbytes(geo["out"], item))
 
 
 def _avg_pool_grad(k: KernelArgs) -> Step:
     xp, (x, dy), dx = k.xp, k.ins, k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
-    n, c, pads, (hp, wp) = x.shape[0], x.shape[1], geo["pads"], geo["padded"]
-    dxp = k.scratch(0, (n, c, hp, wp), dx.dtype)
-    at = _dx_parts(tuple(x.shape), geo, dx.dtype.itemsize)
+    dxp = k.scratch(0, (*x.shape[:2], *geo["padded"]), dx.dtype)
+    at = _dx_bytes(tuple(x.shape), geo, dx.dtype.itemsize)
     share = k.scratch(at, dy.shape, dx.dtype)  # dY / count
-    at += _out_bytes(tuple(x.shape), geo, dx.dtype.itemsize)
-    scale = _scale_step(xp, k, _inverse_counts(geo, tuple(x.shape),
-                                               bool(k.attrs.get("count_include_pad", 0))),
-                        at, share)
+    at += _nbytes(tuple(dy.shape), dx.dtype.itemsize)
+    inv = _inverse_counts(geo, tuple(x.shape[2:]), bool(int(k.attrs["count_include_pad"])))
+    scale = _scale_step(xp, k, inv, at, share)
     targets = _views(dxp, geo)
-    inner = dxp[:, :, pads[0]:pads[0] + x.shape[2], pads[1]:pads[1] + x.shape[3]]
+    inner = dxp[_inner(geo, tuple(x.shape[2:]))]
 
     def step() -> None:
         xp.copyto(share, dy)
@@ -262,10 +399,11 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef("MaxPool", _pool_shape, _max_pool, _g_max_pool, (), _pool_ws,
-          attrs=dict(POOL_ATTRS), doc="ONNX MaxPool, 2-D (ceil_mode 0; no Indices output)"),
-    OpDef("AveragePool", _pool_shape, _avg_pool, _g_avg_pool, (), _pool_ws,
-          attrs=dict(POOL_ATTRS), doc="ONNX AveragePool, 2-D (ceil_mode 0)"),
+    OpDef("MaxPool", _pool_shape, _max_pool, _g_max_pool, (), _pool_ws, num_outputs=2,
+          variadic_outputs=True, attrs=dict(POOL_ATTRS),
+          doc="ONNX MaxPool over 1-3 spatial axes, with the optional Indices output"),
+    OpDef("AveragePool", _avg_shape, _avg_pool, _g_avg_pool, (), _pool_ws,
+          attrs=dict(POOL_ATTRS), doc="ONNX AveragePool over 1-3 spatial axes"),
     OpDef("GlobalAveragePool", _gap_shape, _gap, _g_gap,
           doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
     OpDef("MaxPoolGrad", _pool_grad_shape, _max_pool_grad, FIRST_ORDER_ONLY, (),
