@@ -19,6 +19,7 @@ from engine.ops import (
     fused,
     linalg,
     loss,
+    nll,
     norm,
     pool,
     power,
@@ -41,7 +42,8 @@ from engine.ops._base import (
 
 OP_TABLE: dict[str, OpDef] = {}
 for _module in (elementwise, activations, cast, constant, linalg, fused, conv, pool, power, reduce,
-                reduce_family, select, shape, slicing, loss, norm, stacked):
+                reduce_family, select, shape, slicing, loss, nll, norm,
+                stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

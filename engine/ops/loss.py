@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.errors import InputError, ShapeError
 from engine.graph import DType, TensorDesc
+from engine.ops import nll
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     NON_DIFFERENTIABLE_METRIC,
@@ -49,11 +50,18 @@ def _check_scores_labels(scores: TensorDesc, labels: TensorDesc, op: str) -> Non
     check_labels(labels, scores.shape[:1], scores.shape, op)
 
 
+def fast(rank: int, n_inputs: int, attrs: dict[str, Any]) -> bool:
+    """The common case, with kernels of its own: 2-D scores, no class weights, nothing
+    ignored, a reduced loss (the general ones are in :mod:`engine.ops.nll`)."""
+    return rank == 2 and n_inputs == 2 and attrs.get("ignore_index") is None and \
+        attrs["reduction"] in ("mean", "sum")
+
+
 def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
-    _check_scores_labels(ins[0], ins[1], "SoftmaxCrossEntropyLoss")
-    if attrs["reduction"] not in ("mean", "sum"):
-        raise ShapeError(f"reduction {attrs['reduction']!r} is not supported (mean, sum)")
-    return [TensorDesc(ins[0].dtype, ()), ins[0]]
+    if fast(len(ins[0].shape), len(ins), attrs):
+        _check_scores_labels(ins[0], ins[1], "SoftmaxCrossEntropyLoss")
+        return [TensorDesc(ins[0].dtype, ()), ins[0]]
+    return [nll.check(ins, attrs, "SoftmaxCrossEntropyLoss"), ins[0]]
 
 
 def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
@@ -90,12 +98,16 @@ def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = T
 
 
 def _sce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    if not fast(len(ins[0].shape), len(ins), attrs):
+        return nll.sce_ws(ins[0])
     rows = ins[0].shape[0]
     return (align(rows * ins[1].dtype.itemsize) + align(rows * ins[0].dtype.itemsize) * 2
             + ins[0].nbytes())  # index, picked values, row stats, exp scratch
 
 
 def _sce(k: KernelArgs) -> Step:
+    if not fast(k.ins[0].ndim, len(k.ins), k.attrs):
+        return nll.sce_kernel(k)
     xp, (x, labels), (loss, logp) = k.xp, k.ins, k.outs
     b, c = x.shape
     idx = k.scratch(0, (b,), labels.dtype)
@@ -122,12 +134,12 @@ def _sce(k: KernelArgs) -> Step:
 def _g_sce(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     d = None
     if g[0]:
-        d = gb.op("SoftmaxCrossEntropyLossGrad", g[0], n.outputs[1], n.inputs[1],
-                  reduction=n.attrs["reduction"])
+        d = gb.op("SoftmaxCrossEntropyLossGrad", g[0], n.outputs[1], *n.inputs[1:],
+                  reduction=n.attrs["reduction"], ignore_index=n.attrs["ignore_index"])
     if g[1]:  # log_prob is used downstream too
         d2 = gb.op("LogSoftmaxGrad", n.outputs[1], g[1], axis=1)
         d = gb.op("Add", d, d2) if d else d2
-    return [d, None]
+    return [d, *([None] * (len(n.inputs) - 1))]
 
 
 def _sce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -135,11 +147,15 @@ def _sce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tensor
 
 
 def _sce_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    if not fast(len(ins[1].shape), len(ins) - 1, attrs):
+        return nll.ws_bytes(ins[1])
     rows = ins[1].shape[0]
     return align(rows * ins[2].dtype.itemsize) + align(rows * ins[1].dtype.itemsize)
 
 
 def _sce_grad(k: KernelArgs) -> Step:
+    if not fast(k.ins[1].ndim, len(k.ins) - 1, k.attrs):
+        return nll.sce_grad_kernel(k)
     xp, (dloss, logp, labels), dx = k.xp, k.ins, k.outs[0]
     b, c = logp.shape
     idx = k.scratch(0, (b,), labels.dtype)
@@ -316,12 +332,14 @@ def _dropout_grad(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("SoftmaxCrossEntropyLoss", _sce_shape, _sce, _g_sce, (), _sce_ws, num_inputs=(2, 2),
-          num_outputs=2, attrs={"reduction": "mean"},
-          doc="cross-entropy of softmax(scores) against integer labels; outputs loss, log_prob"),
+    OpDef("SoftmaxCrossEntropyLoss", _sce_shape, _sce, _g_sce, (), _sce_ws, num_inputs=(2, 3),
+          num_outputs=2, attrs={"reduction": "mean", "ignore_index": None},
+          doc="ONNX SoftmaxCrossEntropyLoss: cross-entropy of softmax(scores) (over axis 1) "
+              "against integer labels, with optional class weights and ignore_index; "
+              "outputs loss, log_prob"),
     OpDef("SoftmaxCrossEntropyLossGrad", _sce_grad_shape, _sce_grad, FIRST_ORDER_ONLY, (),
-          _sce_grad_ws, num_inputs=(3, 3), attrs={"reduction": "mean"},
-          doc="internal: (exp(log_prob) - onehot(labels)) * dloss [/ batch]"),
+          _sce_grad_ws, num_inputs=(3, 4), attrs={"reduction": "mean", "ignore_index": None},
+          doc="internal: (exp(log_prob) - onehot(labels)) * weighted dloss"),
     OpDef("MSELoss", _pair_shape, _mse, _g_mse, (), _pair_ws, num_inputs=(2, 2),
           doc="mean((prediction - target)^2)"),
     OpDef("MSELossGrad", _mse_grad_shape, _mse_grad, FIRST_ORDER_ONLY, (), num_inputs=(3, 3),
