@@ -127,6 +127,7 @@ CASES = [
     Case("LayerNormalization", [f(3, 4, 5), f(5), f(5)]),
     Case("LayerNormalization", [f(3, 4, 5), f(4, 5)], {"axis": 1, "epsilon": 0.1}),
     Case("Sum", [f(3, 4), f(4), f(3, 1)]),
+    Case("Hardmax", [f(3, 4, 5)], {"axis": 1}),  # zero gradient: a forward check
     # the general losses: N-D scores, class weights, ignore_index, every reduction
     Case("NegativeLogLikelihoodLoss", [f(4, 5), labels]),
     Case("NegativeLogLikelihoodLoss", [f(3, 5, 2), labels[:3, None].repeat(2, 1),

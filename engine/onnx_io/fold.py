@@ -31,7 +31,8 @@ import numpy as np
 from engine.errors import GraphError
 from engine.ops.constant import MAX_ELEMENTS
 
-NEEDS_SHAPES = {"Shape", "Conv", "Softmax", "LogSoftmax"}  # Conv may be 1-D; old softmax 2-D
+# Conv may be 1-D; a softmax before opset 13 is 2-D
+NEEDS_SHAPES = {"Shape", "Conv", "Softmax", "LogSoftmax", "Hardmax"}
 RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
           "Bernoulli", "Multinomial", "Dropout"}
 

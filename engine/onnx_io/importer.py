@@ -202,7 +202,7 @@ def _add_loss(g: CalcGraph, path: Any, loss: str, nodes: list[tuple[Any, list[st
 # Constant inputs read into attributes, by position from 1
 INPUTS_AS_ATTRS = {"Slice": ("starts", "ends", "axes", "steps"),
                    "Pad": ("pads", "value", "axes")}
-COERCED_2D = ("Softmax", "LogSoftmax")  # before opset 13: over all axes from `axis` on
+COERCED_2D = ("Softmax", "LogSoftmax", "Hardmax")  # before opset 13: over all axes from `axis` on
 
 
 def _conv_1d(path: Any, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
 """Reductions and normalisations over an axis: ``ReduceSum``, ``ReduceMean``,
-``Softmax``, ``LogSoftmax`` and their gradient ops.
+``Softmax``, ``LogSoftmax``, ``Hardmax`` and their gradient ops.
 
 ``axes`` is an attribute here (ONNX opset 13+ passes it as a constant input; the ONNX
 importer folds it into the attribute).  Factors that depend on the batch size (the
@@ -19,6 +19,7 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
+    align,
     need_float,
     norm_axis,
 )
@@ -208,7 +209,41 @@ def _g_softmax(grad_op: str) -> Any:
 
 _REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 
+def _hardmax_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+                ) -> int:
+    return align(_row_ws(ins, outs, attrs, device)) + 2 * align(ins[0].numel())
+
+
+def _hardmax(k: KernelArgs) -> Step:
+    """1 at the first maximum along ``axis``, 0 elsewhere: the cells equal to the
+    maximum, of which a running count keeps the first (no index arrays)."""
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    axis = norm_axis(int(k.attrs["axis"]), x.ndim)
+    row = _row_shape(x.shape, axis)
+    m = k.scratch(0, row, x.dtype)
+    at = align(_row_ws_bytes(row, x))
+    top = k.scratch(at, x.shape, "bool")
+    first = k.scratch(at + align(x.size), x.shape, "bool")
+
+    def step() -> None:
+        xp.max(x, axis=axis, keepdims=True, out=m)
+        xp.equal(x, m, out=top)
+        xp.copyto(y, top)
+        xp.cumsum(y, axis=axis, out=y)  # how many maxima so far along the axis
+        xp.equal(y, 1, out=first)
+        xp.logical_and(first, top, out=first)
+        xp.copyto(y, first)
+
+    return step
+
+
+def _g_hardmax(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    return [None]  # piecewise constant: the derivative is zero almost everywhere
+
+
 OPS = [
+    OpDef("Hardmax", _softmax_shape, _hardmax, _g_hardmax, (), _hardmax_ws,
+          attrs={"axis": -1}, doc="ONNX Hardmax: 1 at the first maximum along axis, else 0"),
     OpDef("ReduceSum", _reduce_shape, _reduce_kernel(False), _g_reduce(False),
           attrs=dict(_REDUCE_ATTRS), doc="sum over axes (all by default)"),
     OpDef("ReduceMean", _reduce_shape, _reduce_kernel(True), _g_reduce(True),
