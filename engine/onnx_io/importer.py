@@ -24,6 +24,7 @@ from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Mode
 from engine.onnx_io.export import SAME
 from engine.onnx_io.fold import fold_model
+from engine.onnx_io.safety import load_model
 
 AXES_INPUT = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
@@ -53,8 +54,7 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
     import onnx
     from onnx import numpy_helper
 
-    if not isinstance(model, onnx.ModelProto):
-        model = onnx.load(str(model), load_external_data=False)
+    model = load_model(model)  # external data read safely, sizes checked
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
