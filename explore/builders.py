@@ -71,7 +71,8 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
             for blk in convs:
                 k = g.variables[blk.weight.name].desc.shape[-1]  # type: ignore[union-attr]
                 bias = () if blk.bias is None else (blk.bias,)
-                z = path.Conv(h, blk.weight, *bias, pads=(k // 2,) * 4)
+                z = path.Conv(h, blk.weight, *bias, pads=(k // 2,) * 4,
+                              strides=(blk.stride,) * 2)
                 if blk.norm is not None:  # batch statistics in training, running ones else
                     z = path.BatchNormalization(z, *blk.norm, training_mode=int(training),
                                                 running_update=int(training))
@@ -110,6 +111,7 @@ class ConvBlock:
     norm: tuple[Any, Any, Any, Any] | None
     pooled: bool
     residual: bool
+    stride: int = 1
 
 
 def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
@@ -125,6 +127,9 @@ def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
         raise BuildError(f"kernel must be odd (same padding), got {k}")
     channels = [int(c) for c in params["channels"]]
     norm = bool(params.get("batch_norm", False))
+    stride = int(params.get("stride", 1))
+    if stride < 1:
+        raise BuildError(f"stride must be positive, got {stride}")
     c, h, w = image
     out = []
     for i, width in enumerate(channels[:blocks]):
@@ -139,9 +144,10 @@ def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
                   g.parameter(f"bn{i}_shift", (width,), init=Init.zeros()),
                   g.parameter(f"bn{i}_mean", (width,), init=Init.zeros(), trainable=False),
                   g.parameter(f"bn{i}_var", (width,), init=Init.ones(), trainable=False))
+        h, w = -(-h // stride), -(-w // stride)  # "same" padding: ceil(size / stride)
         pooled = bool(params.get("pool", True)) and h >= 2 and w >= 2
-        out.append(ConvBlock(wt, bs, bn, pooled,
-                             bool(params.get("residual", False)) and width == c))
+        out.append(ConvBlock(wt, bs, bn, pooled, bool(params.get("residual", False)) and
+                             width == c and stride == 1, stride))
         c, h, w = width, (h // 2 if pooled else h), (w // 2 if pooled else w)
     return out, (c, h, w)
 

@@ -217,6 +217,7 @@ class Model(_Strict):
     blocks: Param = 0  # cnn: convolution blocks (conv, relu, optional 2x2 max pooling)
     channels: Param = 16  # cnn: filters per block
     kernel: Param = 3  # cnn: square kernel size (odd: "same" padding)
+    stride: Param = 1  # cnn: convolution stride (2 halves the image, as pooling does)
     pool: Param = True  # cnn: 2x2 max pooling after each block
     batch_norm: Param = False  # cnn: batch normalisation between convolution and relu
     residual: Param = False  # cnn: add a block's input to its output where shapes agree
@@ -260,7 +261,8 @@ class Space(_Strict):
         """Every parameter by its name (model ones first: depth before the layers)."""
         out = {k: getattr(self.model, k) for k in ("depth", "blocks", "width", "activation",
                                                    "dropout", "init", "channels", "kernel",
-                                                   "pool", "batch_norm", "residual")}
+                                                   "stride", "pool", "batch_norm",
+                                                   "residual")}
         out.update({k: getattr(self.training, k) for k in ("optimizer", "lr", "momentum",
                                                            "weight_decay", "batch_size")})
         return out

@@ -21,7 +21,7 @@ from explore.data import load_digits
 from explore.results import load
 from explore.sampling import fixed
 from explore.scheduler import Scheduler
-from explore.space import load_space
+from explore.space import load_space, parse_space
 from explore.study import open_study
 
 SPACE = """\
@@ -200,6 +200,17 @@ training: {optimizer: adam, lr: 0.01, batch_size: 32}
     assert ops.count("BatchNormalization") == 2 and ops.count("Add") == 1
     stats = [v for v in g.variables.values() if v.name.endswith(("_mean", "_var"))]
     assert len(stats) == 4 and not any(v.trainable for v in stats)
+
+
+def test_a_strided_cnn_halves_the_image_and_skips_the_residual() -> None:
+    space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+                                                         "memory": "64MB"},
+                         "model": {"family": "cnn", "blocks": 2, "channels": 4, "pool": False,
+                                   "stride": 2, "residual": True, "depth": 0}})
+    prog = compile_graph(graph_of(space, fixed(space)), batch_size=2)
+    # 8x8 digits -> 4x4 -> 2x2, four channels: the dense layer reads 16 values
+    assert prog.buffers[prog.params[-2].buffer].shape == (16, 10)
+    assert "Add" not in [ins.op for ins in prog.instrs]
 
 
 @pytest.mark.parametrize("pause", [True, False])
