@@ -127,6 +127,11 @@ CASES = [
     Case("LayerNormalization", [f(3, 4, 5), f(5), f(5)]),
     Case("LayerNormalization", [f(3, 4, 5), f(4, 5)], {"axis": 1, "epsilon": 0.1}),
     Case("Sum", [f(3, 4), f(4), f(3, 1)]),
+    Case("ConvTranspose", [f(2, 4, 3, 3), f(4, 3, 2, 3), f(6)],
+         {"strides": (2, 1), "pads": (1, 0, 0, 1), "group": 2}),
+    Case("ConvTranspose", [f(1, 2, 4), f(2, 3, 3)], {"strides": (3,), "dilations": (2,),
+                                                     "output_padding": (2,)}),
+    Case("ConvTranspose", [f(1, 2, 2, 3, 2), f(2, 1, 2, 2, 2)], {"strides": (1, 2, 1)}),
     Case("Hardmax", [f(3, 4, 5)], {"axis": 1}),  # zero gradient: a forward check
     # the general losses: N-D scores, class weights, ignore_index, every reduction
     Case("NegativeLogLikelihoodLoss", [f(4, 5), labels]),

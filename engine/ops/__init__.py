@@ -15,6 +15,7 @@ from engine.ops import (
     cast,
     constant,
     conv,
+    conv_transpose,
     elementwise,
     fused,
     linalg,
@@ -41,8 +42,8 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, cast, constant, linalg, fused, conv, pool, power, reduce,
-                reduce_family, select, shape, slicing, loss, nll, norm,
+for _module in (elementwise, activations, cast, constant, linalg, fused, conv, conv_transpose,
+                pool, power, reduce, reduce_family, select, shape, slicing, loss, nll, norm,
                 stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
