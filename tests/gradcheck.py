@@ -32,7 +32,8 @@ class Case:
             self.id = f"{self.op}-{shapes}{('-' + extra) if extra else ''}"
 
 
-def build(case: Case, seed: int = 0, sharing: str = "auto") -> tuple[VM, list[str]]:
+def build(case: Case, seed: int = 0, sharing: str = "auto", device: str = "cpu"
+          ) -> tuple[VM, list[str]]:
     rng = np.random.default_rng(seed + 1)
     g = CalcGraph(name=case.id)
     diff = case.diff if case.diff is not None else tuple(
@@ -63,7 +64,7 @@ def build(case: Case, seed: int = 0, sharing: str = "auto") -> tuple[VM, list[st
     p.set_loss(total)
     # The op as written: no graph optimisation may rewrite the op under test.
     prog = compile_graph(g, batch_size=1, optimizer=SGD(lr=0.0), debug=True, passes=(),
-                         sharing=sharing)
+                         sharing=sharing, device=device)
     vm = VM(prog, seed=seed)
     for i, a in enumerate(case.inputs):
         if i not in diff:

@@ -9,6 +9,8 @@ import pytest
 from engine import VM, Adam, compile_graph
 from engine.backends import gpu_available
 from engine.models import paper_mlp
+from tests.gradcheck import Case, build
+from tests.test_gradients import CASES as GRADIENT_CASES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -87,3 +89,24 @@ def test_gpu_pause_and_resume_are_exact(dropout: float) -> None:
         pool.activate((a, b)[i % 2])
     cupy.cuda.Device().synchronize()
     assert cupy.get_default_memory_pool().used_bytes() == used
+
+
+# Every gradient-check case but dropout's (the devices' generators differ by design).
+OP_CASES = [c for c in GRADIENT_CASES if c.op != "Dropout"]
+
+
+@pytest.mark.parametrize("case", OP_CASES, ids=[c.id for c in OP_CASES])
+def test_every_op_gives_the_same_gradients_on_the_gpu(case: Case) -> None:
+    """Each gradient-check case run on both devices: every gradient agrees (the cases
+    are float64, so to rounding)."""
+    results = []
+    for device in ("cpu", "gpu"):
+        vm, params = build(case, device=device)
+        vm.forward(0)
+        vm.apply_loss(0)
+        vm.backward(0)
+        learned = {vm.program.buffers[ps.buffer].name for ps in vm.program.params
+                   if ps.grad is not None}
+        results.append([vm.grad(p) for p in params if p in learned])
+    for cpu, gpu in zip(*results, strict=True):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-9, atol=1e-12)

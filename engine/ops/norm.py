@@ -110,11 +110,11 @@ def _bn(k: KernelArgs) -> Step:
 
     def step() -> None:
         if training:
-            xp.add.reduce(x, axis=axes, keepdims=True, out=mean)
+            xp.sum(x, axis=axes, keepdims=True, out=mean)
             xp.multiply(mean, inv_n, out=mean)
             xp.subtract(x, mean, out=y)  # y as scratch for the squared deviations
             xp.multiply(y, y, out=y)
-            xp.add.reduce(y, axis=axes, keepdims=True, out=var)
+            xp.sum(y, axis=axes, keepdims=True, out=var)
             xp.multiply(var, inv_n, out=var)
             coefficients(mean, var)
         else:
@@ -180,11 +180,11 @@ def _bn_grad(k: KernelArgs) -> Step:
 
     def step() -> None:
         if training:  # the batch's statistics, as the forward used them
-            xp.add.reduce(x, axis=axes, keepdims=True, out=mean)
+            xp.sum(x, axis=axes, keepdims=True, out=mean)
             xp.multiply(mean, inv_n, out=mean)
             xp.subtract(x, mean, out=dx)
             xp.multiply(dx, dx, out=dx)
-            xp.add.reduce(dx, axis=axes, keepdims=True, out=istd)
+            xp.sum(dx, axis=axes, keepdims=True, out=istd)
             xp.multiply(istd, inv_n, out=istd)
         else:
             xp.copyto(mean, r_mean)
@@ -192,10 +192,10 @@ def _bn_grad(k: KernelArgs) -> Step:
         xp.add(istd, eps, out=istd)
         xp.sqrt(istd, out=istd)
         xp.divide(1.0, istd, out=istd)
-        xp.add.reduce(dy, axis=axes, keepdims=True, out=dbias)
+        xp.sum(dy, axis=axes, keepdims=True, out=dbias)
         xp.subtract(x, mean, out=dx)  # x - mean; times istd is x-hat
         xp.multiply(dx, dy, out=dx)
-        xp.add.reduce(dx, axis=axes, keepdims=True, out=dscale)
+        xp.sum(dx, axis=axes, keepdims=True, out=dscale)
         xp.multiply(dscale, istd, out=dscale)  # sum(dY * x-hat)
         xp.multiply(scale, istd, out=coef)  # a = scale / std
         if not training:  # statistics are constants: dX = a * dY
@@ -270,11 +270,11 @@ def _ln(k: KernelArgs) -> Step:
     outs = [o.reshape(r, 1) for o in k.outs[1:]]
 
     def step() -> None:
-        xp.add.reduce(x2, axis=1, keepdims=True, out=mean)
+        xp.sum(x2, axis=1, keepdims=True, out=mean)
         xp.multiply(mean, 1.0 / d, out=mean)
         xp.subtract(x2, mean, out=y2)
         xp.multiply(y2, y2, out=y2)
-        xp.add.reduce(y2, axis=1, keepdims=True, out=istd)
+        xp.sum(y2, axis=1, keepdims=True, out=istd)
         xp.multiply(istd, 1.0 / d, out=istd)
         xp.add(istd, eps, out=istd)
         xp.sqrt(istd, out=istd)
@@ -360,19 +360,19 @@ def _ln_grad(k: KernelArgs) -> Step:
     xhat = k.scratch(4 * size, (r, d), x.dtype)
 
     def step() -> None:
-        xp.add.reduce(x2, axis=1, keepdims=True, out=mean)
+        xp.sum(x2, axis=1, keepdims=True, out=mean)
         xp.multiply(mean, 1.0 / d, out=mean)
         xp.subtract(x2, mean, out=xhat)
         xp.multiply(xhat, xhat, out=dx2)
-        xp.add.reduce(dx2, axis=1, keepdims=True, out=istd)
+        xp.sum(dx2, axis=1, keepdims=True, out=istd)
         xp.multiply(istd, 1.0 / d, out=istd)
         xp.add(istd, eps, out=istd)
         xp.sqrt(istd, out=istd)
         xp.divide(1.0, istd, out=istd)
         xp.multiply(xhat, istd, out=xhat)
-        xp.add.reduce(dy2, axis=0, out=dbias)
+        xp.sum(dy2, axis=0, out=dbias)
         xp.multiply(dy2, xhat, out=dx2)
-        xp.add.reduce(dx2, axis=0, out=dscale)
+        xp.sum(dx2, axis=0, out=dscale)
         # per row: s1 = mean(dY * scale), s2 = mean(dY * scale * x-hat)
         xp.matmul(dy2, scale, out=s1.reshape(r))
         xp.matmul(dx2, scale, out=s2.reshape(r))

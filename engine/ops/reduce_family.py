@@ -76,7 +76,8 @@ def _kernel(kind: str) -> Any:
         yk = y.reshape(_kept(x, axes))
         t = k.scratch(0, x.shape, x.dtype) if kind in NEEDS_COPY else None
         m = k.scratch(align(x.nbytes), yk.shape, x.dtype) if kind in NEEDS_COPY else None
-        reduce = {"max": xp.maximum, "min": xp.minimum, "prod": xp.multiply}.get(kind, xp.add)
+        # the array functions (cupy has them; ufunc.reduce is numpy's)
+        reduce = {"max": xp.max, "min": xp.min, "prod": xp.prod}.get(kind, xp.sum)
 
         def step() -> None:
             if kind == "l1":
@@ -84,12 +85,12 @@ def _kernel(kind: str) -> Any:
             elif kind in ("l2", "sum_square"):
                 xp.multiply(x, x, out=t)
             elif kind == "log_sum_exp":
-                xp.maximum.reduce(x, axis=axes, keepdims=True, out=m)
+                xp.max(x, axis=axes, keepdims=True, out=m)
                 xp.subtract(x, m, out=t)
                 xp.exp(t, out=t)
             src = t if t is not None else x
             if axes:
-                reduce.reduce(src, axis=axes, keepdims=True, out=yk)
+                reduce(src, axis=axes, keepdims=True, out=yk)
             else:
                 xp.copyto(yk, src)
             if kind == "l2":

@@ -288,8 +288,10 @@ def _gather_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
 def _gather(k: KernelArgs) -> Step:
     xp, (data, idx), y = k.xp, k.ins, k.outs[0]
     axis = norm_axis(int(k.attrs["axis"]), data.ndim)
-    # mode="wrap" maps ONNX's negative indices (-1 is the last) without a copy of them
-    return lambda: xp.take(data, idx, axis=axis, out=y, mode="wrap")
+    if xp.__name__ == "numpy":
+        # mode="wrap" maps ONNX's negative indices (-1 is the last) without a copy of them
+        return lambda: xp.take(data, idx, axis=axis, out=y, mode="wrap")
+    return lambda: xp.take(data, idx, axis=axis, out=y)  # cupy's take wraps already
 
 
 def _g_gather(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
