@@ -37,7 +37,7 @@ SAME = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Sin", "Cos", "Sign", "Identity", "T
         "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
         "ReduceSumSquare", "Pow", "Gather", "Shape", "NegativeLogLikelihoodLoss",
         "Hardmax", "ConvTranspose"}
-ENGINE_ONLY = {"running_update"}  # attributes ONNX does not have
+ENGINE_ONLY = {"running_update", "algorithm"}  # attributes ONNX does not have
 ONNX_DTYPES = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "int8": 3, "uint8": 2,
                "bool": 9}
 

@@ -10,6 +10,9 @@ the workspace, whose size the compiler gets from :func:`_conv_ws` at the planned
   group, ``columns^T @ W_g^T``;
 - the product ``[N·oH·oW, M]`` (plus the bias), copied into ``Y``'s layout.
 
+Other forward algorithms (``algorithm="direct"`` or ``"winograd"``) are in
+:mod:`engine.ops.conv_algorithms`; each has its own workspace rule.
+
 The weight gradient is the same GEMM the other way round (columns recomputed, not
 stored), and the input gradient is ``W^T @ dY`` scattered back by kH·kW strided adds
 (col2im).
@@ -21,6 +24,7 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
+from engine.ops import conv_algorithms as algorithms
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     GradBuilder,
@@ -34,7 +38,7 @@ from engine.ops._base import (
 )
 
 CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": (), "group": 1, "kernel_shape": (),
-              "pads": (), "strides": ()}
+              "pads": (), "strides": (), "algorithm": "im2col"}
 
 
 def conv_geometry(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any]
@@ -83,6 +87,7 @@ def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     need_float(ins[0])
     x, w = ins[0].shape, ins[1].shape
     geo = conv_geometry(x, w, attrs)
+    algorithms.check(attrs.get("algorithm", "im2col"), geo)
     if len(ins) == 3 and ins[2].shape != (geo["m"],):
         raise ShapeError(f"Conv bias must be [{geo['m']}], got {ins[2].shape}")
     return [TensorDesc(dt, (x[0], geo["m"], *geo["out"]))]
@@ -101,7 +106,12 @@ def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], ite
 
 
 def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
+    a, b, c, geo = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
+    algorithm, item = attrs.get("algorithm", "im2col"), ins[0].dtype.itemsize
+    if algorithm == "direct":
+        return algorithms.direct_ws(ins[0].shape, geo, item)
+    if algorithm == "winograd":
+        return algorithms.winograd_ws(ins[0].shape, geo, item)
     return a + b + c
 
 
@@ -153,6 +163,11 @@ def _conv(k: KernelArgs) -> Step:
     b = k.ins[2] if len(k.ins) == 3 else None
     y = k.outs[0]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
+    algorithm = k.attrs.get("algorithm", "im2col")
+    if algorithm == "winograd":
+        return algorithms.winograd(k, geo)
+    if algorithm == "direct":
+        return algorithms.direct(k, geo, *padded_copy(xp, x, k.ws, geo, 0, 0.0))
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
     fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
