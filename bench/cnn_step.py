@@ -1,7 +1,8 @@
 """One training step of ``engine.models.mnist_cnn`` at batch 64 (Adam), this engine
 against PyTorch eager on the CPU with the same thread count, interleaved, median of
 ``--repeats`` samples of 20 steps each; with the time of each kind of instruction of
-the engine's step (where it is slower, the breakdown says where the time goes).
+the engine's step (where it is slower, the breakdown says where the time goes), and
+the step and workspace with each of Conv's forward algorithms (im2col is the default).
 
     python bench/cnn_step.py --json
 """
@@ -26,8 +27,9 @@ from engine.models import mnist_cnn
 BATCH = 64
 
 
-def engine_vm() -> VM:
-    return VM(compile_graph(mnist_cnn(), batch_size=BATCH, optimizer=Adam(lr=1e-3)))
+def engine_vm(algorithm: str = "im2col") -> VM:
+    return VM(compile_graph(mnist_cnn(algorithm=algorithm), batch_size=BATCH,
+                            optimizer=Adam(lr=1e-3)))
 
 
 def engine_step(vm: VM, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
@@ -98,6 +100,8 @@ def main() -> None:
     y = rng.integers(0, 10, BATCH)
     vm = engine_vm()
     steps = {"engine": engine_step(vm, x, y), "torch": torch_step(x, y)}
+    others = {a: engine_vm(a) for a in ("direct", "winograd")}
+    steps.update({a: engine_step(v, x, y) for a, v in others.items()})
     for s in steps.values():  # warm up
         timed(s, 5)
     samples: dict[str, list[float]] = {k: [] for k in steps}
@@ -108,6 +112,12 @@ def main() -> None:
            "torch_ms_step": round(statistics.median(samples["torch"]), 3),
            "threads": threads, "batch": BATCH, "repeats": args.repeats}
     out["engine_over_torch"] = round(out["engine_ms_step"] / out["torch_ms_step"], 2)
+    out["engine_ms_step_by_conv_algorithm"] = {
+        "im2col": out["engine_ms_step"],
+        **{a: round(statistics.median(samples[a]), 3) for a in others}}
+    out["workspace_bytes_by_conv_algorithm"] = {
+        "im2col": vm.program.zone_bytes["workspace"],
+        **{a: v.program.zone_bytes["workspace"] for a, v in others.items()}}
     out["engine_ms_by_op"] = op_breakdown(vm)
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
 
