@@ -90,3 +90,17 @@ def test_winograd_refuses_what_it_cannot_do() -> None:
     g.path("c", Mode.FORWARD_ONLY).Conv(x, w, strides=(2, 2), algorithm="winograd")
     with pytest.raises(ShapeError, match="needs a 3x3 kernel, stride"):
         compile_graph(g, batch_size=1)
+
+
+def test_max_pool_gradient_goes_to_the_first_of_tied_maxima() -> None:
+    g = CalcGraph()
+    w = g.parameter("w", (1, 1, 2, 4), init=Init.from_values([1, 1, 0, 2, 1, 0, 2, 2]))
+    p = g.path("train", Mode.BACKWARD_ENABLED)
+    m = p.MaxPool(w, kernel_shape=(2, 2), strides=(2, 2))
+    p.set_loss(p.ReduceSum(m, keepdims=0))
+    vm = VM(compile_graph(g, batch_size=1, optimizer=SGD(lr=1.0)))
+    vm.forward("train")
+    vm.apply_loss("train")
+    vm.backward("train")
+    # windows [[1, 1], [1, 0]] and [[0, 2], [2, 2]]: their first maxima in row order
+    assert vm.grad("w").reshape(2, 4).tolist() == [[1, 0, 0, 1], [0, 0, 0, 0]]

@@ -43,7 +43,6 @@ from engine.ops._base import (
     OpDef,
     Step,
     align,
-    masked_add,
     need_float,
 )
 
@@ -303,21 +302,20 @@ def _max_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict
     x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
     y = (*x[:2], *geo["out"])
-    return (_padded_bytes(x, geo, item) + _dx_bytes(x, geo, item) + 2 * _nbytes(y, 1)
-            + _nbytes(y, item))
+    return _padded_bytes(x, geo, item) + _dx_bytes(x, geo, item) + 3 * _nbytes(y, item)
 
 
 def _max_pool_grad(k: KernelArgs) -> Step:
+    """dY to each window's first maximum.  The masks are floats (1 or 0), not booleans:
+    numpy's ``where=`` on a strided view ran eight times slower than a comparison
+    written as floats, two products and a plain strided add."""
     xp, (x, y, dy), dx = k.xp, k.ins, k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
     pad, buf, at = _padded(xp, x, k, geo, 0, _fill_value(x.dtype))
     dxp = k.scratch(at, (*x.shape[:2], *geo["padded"]), dx.dtype)
     at += _dx_bytes(tuple(x.shape), geo, dx.dtype.itemsize)
-    mask = k.scratch(at, y.shape, "bool")
-    at += _nbytes(tuple(y.shape), 1)
-    free = k.scratch(at, y.shape, "bool")
-    at += _nbytes(tuple(y.shape), 1)
-    add_where = masked_add(xp, k.scratch(at, y.shape, dy.dtype))
+    size = _nbytes(tuple(y.shape), dx.dtype.itemsize)
+    hit, free, share = (k.scratch(at + i * size, y.shape, dx.dtype) for i in range(3))
     pairs = list(zip(_views(buf, geo), _views(dxp, geo), strict=True))
     inner = dxp[_inner(geo, tuple(x.shape[2:]))]
 
@@ -325,12 +323,13 @@ def _max_pool_grad(k: KernelArgs) -> Step:
         if pad is not None:
             pad()
         dxp.fill(0)
-        free.fill(True)  # windows whose maximum is not yet found
+        free.fill(1)  # 1 where the window's maximum is not yet found
         for window, target in pairs:
-            xp.equal(window, y, out=mask)
-            xp.logical_and(mask, free, out=mask)
-            add_where(target, dy, mask)
-            xp.logical_xor(free, mask, out=free)
+            xp.equal(window, y, out=hit, casting="unsafe")
+            xp.multiply(hit, free, out=hit)  # only the first maximum
+            xp.subtract(free, hit, out=free)
+            xp.multiply(hit, dy, out=share)
+            xp.add(target, share, out=target)
         xp.copyto(dx, inner)
 
     return step
