@@ -47,6 +47,22 @@ from engine.ops._base import (
     need_float,
 )
 
+
+def moments(xp: Any, x: Any, axes: Any, mean: Any, istd: Any, scratch: Any, inv_n: float,
+            eps: float) -> None:
+    """``mean`` and ``1 / sqrt(var + eps)`` of ``x`` over ``axes`` (kept dims), with
+    ``scratch`` (x's shape) for the squared deviations."""
+    xp.sum(x, axis=axes, keepdims=True, out=mean)
+    xp.multiply(mean, inv_n, out=mean)
+    xp.subtract(x, mean, out=scratch)
+    xp.multiply(scratch, scratch, out=scratch)
+    xp.sum(scratch, axis=axes, keepdims=True, out=istd)
+    xp.multiply(istd, inv_n, out=istd)
+    xp.add(istd, eps, out=istd)
+    xp.sqrt(istd, out=istd)
+    xp.divide(1.0, istd, out=istd)
+
+
 # -- BatchNormalization -----------------------------------------------------------------
 
 
@@ -180,18 +196,12 @@ def _bn_grad(k: KernelArgs) -> Step:
 
     def step() -> None:
         if training:  # the batch's statistics, as the forward used them
-            xp.sum(x, axis=axes, keepdims=True, out=mean)
-            xp.multiply(mean, inv_n, out=mean)
-            xp.subtract(x, mean, out=dx)
-            xp.multiply(dx, dx, out=dx)
-            xp.sum(dx, axis=axes, keepdims=True, out=istd)
-            xp.multiply(istd, inv_n, out=istd)
+            moments(xp, x, axes, mean, istd, dx, inv_n, eps)
         else:
             xp.copyto(mean, r_mean)
-            xp.copyto(istd, r_var)
-        xp.add(istd, eps, out=istd)
-        xp.sqrt(istd, out=istd)
-        xp.divide(1.0, istd, out=istd)
+            xp.add(r_var, eps, out=istd)
+            xp.sqrt(istd, out=istd)
+            xp.divide(1.0, istd, out=istd)
         xp.sum(dy, axis=axes, keepdims=True, out=dbias)
         xp.subtract(x, mean, out=dx)  # x - mean; times istd is x-hat
         xp.multiply(dx, dy, out=dx)
@@ -270,15 +280,7 @@ def _ln(k: KernelArgs) -> Step:
     outs = [o.reshape(r, 1) for o in k.outs[1:]]
 
     def step() -> None:
-        xp.sum(x2, axis=1, keepdims=True, out=mean)
-        xp.multiply(mean, 1.0 / d, out=mean)
-        xp.subtract(x2, mean, out=y2)
-        xp.multiply(y2, y2, out=y2)
-        xp.sum(y2, axis=1, keepdims=True, out=istd)
-        xp.multiply(istd, 1.0 / d, out=istd)
-        xp.add(istd, eps, out=istd)
-        xp.sqrt(istd, out=istd)
-        xp.divide(1.0, istd, out=istd)
+        moments(xp, x2, 1, mean, istd, y2, 1.0 / d, eps)
         xp.subtract(x2, mean, out=y2)
         xp.multiply(y2, istd, out=y2)
         if scale is not None:
@@ -360,15 +362,8 @@ def _ln_grad(k: KernelArgs) -> Step:
     xhat = k.scratch(4 * size, (r, d), x.dtype)
 
     def step() -> None:
-        xp.sum(x2, axis=1, keepdims=True, out=mean)
-        xp.multiply(mean, 1.0 / d, out=mean)
+        moments(xp, x2, 1, mean, istd, dx2, 1.0 / d, eps)
         xp.subtract(x2, mean, out=xhat)
-        xp.multiply(xhat, xhat, out=dx2)
-        xp.sum(dx2, axis=1, keepdims=True, out=istd)
-        xp.multiply(istd, 1.0 / d, out=istd)
-        xp.add(istd, eps, out=istd)
-        xp.sqrt(istd, out=istd)
-        xp.divide(1.0, istd, out=istd)
         xp.multiply(xhat, istd, out=xhat)
         xp.sum(dy2, axis=0, out=dbias)
         xp.multiply(dy2, xhat, out=dx2)
