@@ -9,8 +9,10 @@ shuffling): how many trials the median pruner stops, and so trials per minute, h
 on the first trials' luck (one seed gave one side 32 pruned trials of 60 and another
 52), so the repeats sample that luck alike for both sides instead of fixing one draw.
 
-- explore: ``Scheduler`` over the space with the given memory budget (default 200MB),
-  one trial in hand per worker (the default);
+- explore: ``Scheduler`` over the space with the given memory budget (default the
+  space's own, 1GB) and validation in one chunk of the whole validation set (as the
+  baseline validates; ``--eval-batch 0`` keeps the space's chunks of 512), one trial in
+  hand per worker (the default);
 - explore, packed: the same with as many trials per worker as the arenas hold (what
   the packing efficiency is measured on);
 - baseline: what a user writes: ``study.optimize(objective, n_trials=60, n_jobs=2)``,
@@ -59,8 +61,8 @@ def vmhwm() -> int:
     return 0
 
 
-def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | None = None
-                ) -> dict[str, Any]:
+def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | None = None,
+                eval_batch: int | None = None) -> dict[str, Any]:
     import optuna
 
     from explore.data import load
@@ -72,8 +74,11 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
     space = load_space(SPACE)
     budget = space.budget.model_copy(update={"trials": trials, "memory": memory,
                                              "workers": workers, "seed": seed})
-    space = space.model_copy(update={"budget": budget,
-                                     "sampler": space.sampler.model_copy(update={"seed": seed})})
+    update: dict[str, Any] = {"budget": budget,
+                              "sampler": space.sampler.model_copy(update={"seed": seed})}
+    if eval_batch:
+        update["training"] = space.training.model_copy(update={"eval_batch_size": eval_batch})
+    space = space.model_copy(update=update)
     data = load(space.dataset.name)
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
@@ -161,11 +166,13 @@ def run_baseline(trials: int, jobs: int, seed: int) -> dict[str, Any]:
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
-def child(side: str, trials: int, memory: int, workers: int, seed: int) -> dict[str, Any]:
+def child(side: str, trials: int, memory: int, workers: int, seed: int,
+          eval_batch: int | None) -> dict[str, Any]:
     if side == "explore":
-        return run_explore(trials, memory, workers, seed)
+        return run_explore(trials, memory, workers, seed, eval_batch=eval_batch)
     if side == "packed":
-        return run_explore(trials, memory, workers, seed, depth=1_000_000)
+        return run_explore(trials, memory, workers, seed, depth=1_000_000,
+                           eval_batch=eval_batch)
     return run_baseline(trials, workers, seed)
 
 
@@ -178,25 +185,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--trials", type=int, default=60)
-    ap.add_argument("--memory", default="200MB")
+    ap.add_argument("--memory", default="1GB", help="the budget (default: the space's own)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0,
                     help="repeat i runs both sides with seed SEED + i")
+    ap.add_argument("--eval-batch", type=int, default=10_000,
+                    help="explore's validation chunk (default: the whole validation set, "
+                         "as the baseline validates; 0: the space's 512)")
     ap.add_argument("--child", choices=["explore", "packed", "baseline"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     from explore.space import parse_size
 
     memory = parse_size(args.memory)
     if args.child:
-        print(json.dumps(child(args.child, args.trials, memory, args.workers, args.seed)))
+        print(json.dumps(child(args.child, args.trials, memory, args.workers, args.seed,
+                               args.eval_batch or None)))
         return
     runs: dict[str, list[dict[str, Any]]] = {"explore": [], "packed": [], "baseline": []}
     for i in range(args.repeats):  # interleaved, each in a fresh process
         for side in runs:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--trials",
                    str(args.trials), "--memory", str(memory), "--workers", str(args.workers),
-                   "--seed", str(args.seed + i)]
+                   "--seed", str(args.seed + i), "--eval-batch", str(args.eval_batch)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             r["trials_per_min"] = args.trials / r["seconds"] * 60
@@ -229,6 +240,7 @@ def main() -> None:
         "explore_best_all": [rnd(r["best"], 4) for r in e],
         "baseline_best_all": [rnd(r["best"], 4) for r in b],
         "trials": args.trials, "workers": args.workers, "repeats": args.repeats,
+        "eval_batch": args.eval_batch or None,
         "seeds": [args.seed + i for i in range(args.repeats)],
     }
     result["speedup"] = rnd(result["explore_trials_per_min"] /
