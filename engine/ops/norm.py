@@ -32,6 +32,7 @@ normalised input (the input's size).  Gradients recompute the mean and variance 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from engine.errors import ShapeError
@@ -227,12 +228,15 @@ def _bn_grad(k: KernelArgs) -> Step:
 # -- LayerNormalization -----------------------------------------------------------------
 
 
-def _ln_axis(x: TensorDesc, attrs: dict[str, Any]) -> int:
-    r = len(x.shape)
+def _axis(rank: int, attrs: dict[str, Any]) -> int:
     axis = int(attrs["axis"])
-    if not -r <= axis < r:
-        raise ShapeError(f"LayerNormalization: axis {axis} is out of range for {x.shape}")
-    return axis % r
+    if not -rank <= axis < rank:
+        raise ShapeError(f"LayerNormalization: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _ln_axis(x: TensorDesc, attrs: dict[str, Any]) -> int:
+    return _axis(len(x.shape), attrs)
 
 
 def _ln_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -267,7 +271,7 @@ def _ln_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: s
 
 def _ln(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
-    axis = _ln_axis(TensorDesc(_dt(x), tuple(x.shape)), k.attrs)
+    axis = _axis(x.ndim, k.attrs)
     r, d = _rows(x, axis)
     x2, y2 = x.reshape(r, d), y.reshape(r, d)
     norm = tuple(x.shape[axis:])
@@ -293,12 +297,6 @@ def _ln(k: KernelArgs) -> Step:
             xp.copyto(o, v)
 
     return step
-
-
-def _dt(a: Any) -> Any:
-    from engine.graph import DType
-
-    return DType.of(str(a.dtype))
 
 
 def _g_ln(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -351,7 +349,7 @@ def _ln_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, devi
 def _ln_grad(k: KernelArgs) -> Step:
     xp = k.xp
     dy, x = k.ins[0], k.ins[1]
-    axis = _ln_axis(TensorDesc(_dt(x), tuple(x.shape)), k.attrs)
+    axis = _axis(x.ndim, k.attrs)
     r, d = _rows(x, axis)
     dy2, x2, dx2 = dy.reshape(r, d), x.reshape(r, d), k.outs[0].reshape(r, d)
     scale = k.ins[2].reshape(d)  # full-size (the gradient rule makes sure)
@@ -418,20 +416,21 @@ def _lrn_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
     return [x]
 
 
-def _lrn_padded(x: TensorDesc, size: int) -> int:
+def _lrn_padded(shape: tuple[int, ...], size: int, item: int) -> int:
     """Bytes of the squares padded along the channels (size - 1 more channels)."""
-    per_channel = x.numel() // max(x.shape[1], 1)
-    return align((x.shape[1] + size - 1) * per_channel * x.dtype.itemsize)
+    per_channel = math.prod(shape) // max(shape[1], 1)
+    return align((shape[1] + size - 1) * per_channel * item)
 
 
 def _lrn_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    return _lrn_padded(ins[0], int(attrs["size"]))
+    return _lrn_padded(ins[0].shape, int(attrs["size"]), ins[0].dtype.itemsize)
 
 
 def _lrn_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                  ) -> int:
     x = ins[0]
-    return _lrn_padded(x, int(attrs["size"])) + align(x.numel() * x.dtype.itemsize)
+    return _lrn_padded(x.shape, int(attrs["size"]), x.dtype.itemsize) + \
+        align(x.numel() * x.dtype.itemsize)
 
 
 def _window_sum(xp: Any, padded: Any, into: Any, size: int, channels: int) -> None:
@@ -483,7 +482,7 @@ def _lrn_grad(k: KernelArgs) -> Step:
     size, c, lo, padded = _lrn_setup(k, x)
     hi = size - 1 - lo
     alpha, beta, bias = (float(k.attrs[a]) for a in ("alpha", "beta", "bias"))
-    d = k.scratch(_lrn_padded(TensorDesc(_dt(x), tuple(x.shape)), size), x.shape, x.dtype)
+    d = k.scratch(_lrn_padded(tuple(x.shape), size, x.dtype.itemsize), x.shape, x.dtype)
 
     def step() -> None:
         padded.fill(0)
