@@ -79,6 +79,7 @@ class Placement:
     requeued: bool = False
     paused: int | None = None  # the rung it waits at (explore.rungs), if paused
     pauses: int = 0
+    started: float | None = None  # when its worker took it (from its first report)
 
 
 @dataclass
@@ -413,7 +414,7 @@ class Scheduler:
         if p is None:
             return
         if kind == "report":
-            _, _, step, metrics = msg
+            _, _, step, metrics, p.started = msg
             if len(self.study.directions) == 1 and self.space.objectives[0].metric != \
                     "planned_bytes":
                 before = rungs_done(frozen(self.study, p.trial)) if self.gated else 0
@@ -457,8 +458,9 @@ class Scheduler:
         self._release(w, p)
         if p.paused is not None:
             self.stats.counts["paused"] -= 1
+        start = None if p.started is None else p.started - self.t0
         self._note(p.trial, rounds=frozen(self.study, p.trial).last_step,
-                   pauses=p.pauses, end=time.time() - self.t0, write=True)
+                   pauses=p.pauses, start=start, end=time.time() - self.t0, write=True)
         self._tell(p.trial, state=TrialState.PRUNED)
         self.stats.counts["pruned"] += 1
         self._sample()

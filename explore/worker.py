@@ -19,7 +19,7 @@ Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
   offset, seed, rounds, train_batch, gated)``, ``("continue", number)``,
   ``("pause", number)``, ``("stop", number)``, ``("exit",)``;
 - worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
-  ``("report", number, round, metrics)``, ``("done", number, metrics, stats)``,
+  ``("report", number, round, metrics, started)``, ``("done", number, metrics, stats)``,
   ``("error", number, message)``.
 """
 
@@ -223,6 +223,6 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 # Ungated, the next round starts at once, before the pruner's answer:
                 # that answer stops it within STOP_EVERY mini-batches if it is "prune".
                 res.runnable = not res.gated
-                conn.send(("report", nxt, res.round, metrics))
+                conn.send(("report", nxt, res.round, metrics, res.started))
     except (_Exit, EOFError):
         return

@@ -235,6 +235,7 @@ def test_a_trial_paused_at_a_rung_resumes_when_promoted(tmp_path: Path, pause: b
     df = load(storage, "tiny").set_index("number")
     assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0
     assert (df.loc[2:, "state"] == "pruned").all() and (df.loc[2:, "rounds"] == 1).all()
+    assert (df["wall_s"] > 0).all()  # pruned trials too: their start comes with a report
     if pause:
         assert df.loc[1, "state"] == "complete" and df.loc[1, "rounds"] == 3
         assert (df.loc[1:, "pauses"] == 1).all()
