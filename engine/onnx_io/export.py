@@ -153,21 +153,6 @@ def _axes_input(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
     return [helper.make_node(n.op, [n.inputs[0], axes.name], list(n.outputs))], [axes]
 
 
-def _clip(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
-    ins, extra = [n.inputs[0]], []
-    for key in ("min", "max"):
-        v = n.attrs.get(key)
-        if v is None:
-            ins.append("")
-            continue
-        t = nh.from_array(np.asarray(v, dtype=np.float32), f"{n.outputs[0]}:{key}")
-        extra.append(t)
-        ins.append(t.name)
-    while ins[-1] == "":
-        ins.pop()
-    return [helper.make_node("Clip", ins, list(n.outputs))], extra
-
-
 def _split(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
     axis = int(n.attrs.get("axis", 0))
     if n.attrs.get("split"):
@@ -197,15 +182,16 @@ def _dequantize(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
 
 
 def _inputs_from_attrs(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
-    """Slice and Pad take their index arguments as inputs in ONNX."""
-    keys = {"Slice": ("starts", "ends", "axes", "steps"), "Pad": ("pads", "value", "axes")}
+    """Slice, Pad and Clip take these attributes as (optional) inputs in ONNX."""
+    keys = {"Slice": ("starts", "ends", "axes", "steps"), "Pad": ("pads", "value", "axes"),
+            "Clip": ("min", "max")}
     ins, extra = [n.inputs[0]], []
     for key in keys[n.op]:
         v = n.attrs.get(key)
         if v is None or (isinstance(v, tuple) and not v):
             ins.append("")
             continue
-        dtype = np.float32 if key == "value" else np.int64
+        dtype = np.float32 if key in ("value", "min", "max") else np.int64
         t = nh.from_array(np.asarray(v, dtype=dtype), f"{n.outputs[0]}:{key}")
         extra.append(t)
         ins.append(t.name)
@@ -218,4 +204,5 @@ def _inputs_from_attrs(n: Node, helper: Any, nh: Any) -> tuple[list[Any], list[A
 SPECIAL = {"Slice": _inputs_from_attrs, "Pad": _inputs_from_attrs, "Cast": _cast,
            "DequantizeLinear": _dequantize, "Split": _split, "Reshape": _reshape,
            "ReduceSum": _reduce_sum, "Dropout": _dropout,
-           "Square": _square, "Squeeze": _axes_input, "Unsqueeze": _axes_input, "Clip": _clip}
+           "Square": _square, "Squeeze": _axes_input, "Unsqueeze": _axes_input,
+           "Clip": _inputs_from_attrs}

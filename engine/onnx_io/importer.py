@@ -119,21 +119,10 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             elif not attrs.get("num_outputs"):
                 attrs["num_outputs"] = len(node.output)
             ins = ins[:1]
-        elif node.op_type == "Clip":
-            for pos, key in ((1, "min"), (2, "max")):
-                if pos < len(node.input) and node.input[pos]:
-                    attrs[key] = _const(consts, node.input[pos], node).item()
-            ins = ins[:1]
         elif node.op_type in INPUTS_AS_ATTRS:
             for pos, key in enumerate(INPUTS_AS_ATTRS[node.op_type], start=1):
                 if pos < len(node.input) and node.input[pos]:
-                    v = _const(consts, node.input[pos], node)
-                    attrs[key] = v.item() if key == "value" else tuple(int(i) for i in v)
-            ins = ins[:1]
-        elif node.op_type == "DequantizeLinear":
-            for pos, key in ((1, "scale"), (2, "zero_point")):
-                if pos < len(node.input) and node.input[pos]:
-                    v = _const(consts, node.input[pos], node)
+                    v = _const(consts, node.input[pos], node)  # a scalar, or a tuple
                     attrs[key] = v.item() if v.ndim == 0 else tuple(v.ravel().tolist())
             ins = ins[:1]
         elif node.op_type == "Dropout":
@@ -201,7 +190,8 @@ def _add_loss(g: CalcGraph, path: Any, loss: str, nodes: list[tuple[Any, list[st
 
 # Constant inputs read into attributes, by position from 1
 INPUTS_AS_ATTRS = {"Slice": ("starts", "ends", "axes", "steps"),
-                   "Pad": ("pads", "value", "axes")}
+                   "Pad": ("pads", "value", "axes"), "Clip": ("min", "max"),
+                   "DequantizeLinear": ("scale", "zero_point")}
 COERCED_2D = ("Softmax", "LogSoftmax", "Hardmax")  # before opset 13: over all axes from `axis` on
 
 
