@@ -23,6 +23,11 @@ def away_from_zero(*shape: int) -> np.ndarray:
 
 labels = np.array([0, 2, 1, 4], dtype=np.int64)
 
+
+def q(*shape: int, dtype: str = "uint8", low: int = 0, high: int = 16) -> np.ndarray:
+    """Integer data in [low, high): small enough that a Sigmoid after it is not flat."""
+    return R.integers(low, high, size=shape).astype(dtype)
+
 CASES = [
     Case("Neg", [f(3, 4)]),
     Case("Abs", [away_from_zero(3, 4)]),
@@ -105,6 +110,13 @@ CASES = [
     Case("FusedGemm", [f(4, 3), f(4, 5)], {"activation": "Sigmoid", "transA": 1, "alpha": 0.5}),
     Case("FusedGemm", [f(3, 4), f(5, 4), f(3, 5)], {"activation": "Tanh", "transB": 1,
                                                     "beta": 2.0}),
+    # Integer rows in blocks: several blocks (block_rows=2 over 5 rows), one block.
+    Case("DequantizeGemm", [q(5, 4), f(4, 3), f(3)], {"scale": 0.25, "zero_point": 3,
+                                                      "activation": "Sigmoid", "block_rows": 2}),
+    Case("DequantizeGemm", [q(4, 3, dtype="int8", low=-20, high=20), f(5, 3), f(4, 5)],
+         {"scale": 0.1, "transB": 1, "beta": 2.0, "alpha": 0.5}),
+    Case("DequantizeGemm", [q(6, 3), f(3, 2)], {"scale": 1 / 64, "activation": "Tanh",
+                                                "transB": 0, "block_rows": 4}),
     Case("SoftmaxCrossEntropyLoss", [f(4, 5), labels]),
     Case("SoftmaxCrossEntropyLoss", [f(4, 5), labels], {"reduction": "sum"}, outputs=(0, 1)),
     Case("MSELoss", [f(3, 4), f(3, 4)]),

@@ -16,6 +16,7 @@ from engine.ops import (
     constant,
     conv,
     conv_transpose,
+    dequantize_gemm,
     elementwise,
     fused,
     linalg,
@@ -42,9 +43,9 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, cast, constant, linalg, fused, conv, conv_transpose,
-                pool, power, reduce, reduce_family, select, shape, slicing, loss, nll, norm,
-                stacked):
+for _module in (elementwise, activations, cast, constant, linalg, fused, dequantize_gemm, conv,
+                conv_transpose, pool, power, reduce, reduce_family, select, shape, slicing, loss,
+                nll, norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

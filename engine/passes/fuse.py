@@ -1,6 +1,7 @@
-"""Fusion: ``MatMul`` + ``Add`` of a bias into ``Gemm`` (a Linear layer), and a Gemm
-followed by Relu, Sigmoid or Tanh into ``FusedGemm``.  Only when the intermediate has
-no other reader and is not read back by the user.
+"""Fusion: ``MatMul`` + ``Add`` of a bias into ``Gemm`` (a Linear layer), a Gemm
+followed by Relu, Sigmoid or Tanh into ``FusedGemm``, and a per-tensor
+``DequantizeLinear`` feeding a Gemm's rows into ``DequantizeGemm``.  Only when the
+intermediate has no other reader and is not read back by the user.
 
 >>> from engine import CalcGraph, compile_graph
 >>> g = CalcGraph(); x = g.placeholder("x", (0, 3)); p = g.path("f")
@@ -36,6 +37,12 @@ def fuse_activation(ir: IR) -> IR:
     return _fuse(ir, FUSABLE_ACTIVATIONS, "Gemm", _activation_rule)
 
 
+def fuse_dequantize(ir: IR) -> IR:
+    """(Fused)Gemm(DequantizeLinear(X), B, C) -> DequantizeGemm(X, B, C): the float copy
+    of integer data is never stored (:mod:`engine.ops.dequantize_gemm`)."""
+    return _fuse(ir, ("Gemm", "FusedGemm"), "DequantizeLinear", _dequantize_rule)
+
+
 def _gemm_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
     c = node.inputs[1] if node.inputs[0] == via else node.inputs[0]
     fused = IRNode("Gemm", (*inner.inputs, c), node.outputs, get_op("Gemm").with_defaults({}),
@@ -51,6 +58,22 @@ def _activation_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | 
     # Same shapes as the Gemm's (the activation is elementwise): nothing to check.
     attrs = {**gemm_attrs(inner.attrs), "activation": node.op}
     return IRNode("FusedGemm", inner.inputs, node.outputs, attrs, node.path,
+                  origin=f"{inner.origin} fused with {node.origin}")
+
+
+def _dequantize_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
+    q, g = inner.attrs, node.attrs
+    per_tensor = not isinstance(q["scale"], tuple | list) and \
+        not isinstance(q["zero_point"], tuple | list)
+    # The blocks are rows of A, so A must be the untransposed first operand (and only
+    # that: B or C reading the same value would need the float copy anyway).
+    if via != node.inputs[0] or via in node.inputs[1:] or g["transA"] or not per_tensor:
+        return None
+    attrs = {"transB": g["transB"], "alpha": g["alpha"], "beta": g["beta"],
+             "activation": g.get("activation"), "scale": float(q["scale"]),
+             "zero_point": int(q["zero_point"])}
+    return IRNode("DequantizeGemm", (inner.inputs[0], *node.inputs[1:]), node.outputs,
+                  get_op("DequantizeGemm").with_defaults(attrs), node.path,
                   origin=f"{inner.origin} fused with {node.origin}")
 
 

@@ -6,8 +6,9 @@ order: ``passes=()`` compiles the graph as written, ``DEFAULT_PASSES`` is the
 default.  With ``debug=True`` the verifier runs after every pass and names the
 pass that broke the graph.
 
->>> [p for p in DEFAULT_PASSES]
-['dce', 'fold_constants', 'simplify', 'cse', 'fuse_gemm', 'fuse_activation', 'dce']
+>>> DEFAULT_PASSES  # doctest: +NORMALIZE_WHITESPACE
+['dce', 'fold_constants', 'simplify', 'cse', 'fuse_gemm', 'fuse_activation',
+ 'fuse_dequantize', 'dce']
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from engine.errors import CompileError
 from engine.passes.cse import eliminate_common_subexpressions
 from engine.passes.dce import eliminate_dead_code
 from engine.passes.fold import fold_constants
-from engine.passes.fuse import fuse_activation, fuse_gemm
+from engine.passes.fuse import fuse_activation, fuse_dequantize, fuse_gemm
 from engine.passes.ir import IR
 from engine.passes.shapes import typecheck
 from engine.passes.simplify import simplify
@@ -41,10 +42,12 @@ PASSES: dict[str, Pass] = {p.name: p for p in (
     Pass("cse", eliminate_common_subexpressions, "reuse identical pure nodes in a path"),
     Pass("fuse_gemm", fuse_gemm, "MatMul + bias Add -> Gemm"),
     Pass("fuse_activation", fuse_activation, "Gemm + Relu/Sigmoid/Tanh -> FusedGemm"),
+    Pass("fuse_dequantize", fuse_dequantize,
+         "DequantizeLinear into the rows of a Gemm -> DequantizeGemm"),
 )}
 
 DEFAULT_PASSES: list[str] = ["dce", "fold_constants", "simplify", "cse", "fuse_gemm",
-                             "fuse_activation", "dce"]
+                             "fuse_activation", "fuse_dequantize", "dce"]
 
 PassList = Sequence["str | Pass"] | None
 
