@@ -18,8 +18,10 @@ reason, enqueued once more, and a new worker takes its place.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import multiprocessing as mp
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,6 +64,29 @@ def _thread_share(workers: int) -> Any:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
+
+
+@contextlib.contextmanager
+def _main_left_behind() -> Any:
+    """Start spawned workers without re-importing the parent's ``__main__``.
+
+    By default a spawned child runs the parent's main script (as ``__mp_main__``) so
+    that objects defined there unpickle; a worker needs none of it (its target is
+    :func:`explore.worker.main`), yet would hold everything that script imports: for
+    a script importing optuna it measured 42 MB of PSS per worker instead of 25 MB, all
+    of it charged to the budget as fixed overhead.  ``multiprocessing`` skips a main
+    module whose spec is named ``__main__`` (as it does for ``python -m pkg``), so the
+    spec says so while the worker starts."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
 
 
 class SchedulerError(Exception):
@@ -205,7 +230,7 @@ class Scheduler:
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=worker_main, args=(child, self.arrays.spec, self.device),
                                 name=f"explore-worker-{index}", daemon=True)
-        with _thread_share(self.n_workers):
+        with _thread_share(self.n_workers), _main_left_behind():
             proc.start()
         child.close()
         return Worker(index, proc, parent)
