@@ -4,6 +4,9 @@ a gated trial waits for "continue"; "exit" ends the worker mid-round."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from multiprocessing import Pipe
 from typing import Any
@@ -84,3 +87,35 @@ def test_a_gated_trial_waits_for_continue(worker: Any) -> None:
     assert not conn.poll(1.0)  # paused at the rung
     conn.send(("continue", 0))
     assert messages(conn, lambda m: m[0] == "done")[-1][:2] == ("done", 0)
+
+
+SPAWNER = '''
+import os, sys
+if __name__ == "__mp_main__":  # this script re-run in the child, as spawn does by default
+    open(os.environ["MARKER"], "w").close()
+
+def main():
+    import contextlib
+    import multiprocessing as mp
+    from explore.scheduler import _main_left_behind
+    ctx = mp.get_context("spawn")
+    with _main_left_behind() if sys.argv[1] == "left" else contextlib.nullcontext():
+        p = ctx.Process(target=os.getpid)
+        p.start()
+    p.join()
+    assert p.exitcode == 0
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("how", ["left", "default"])
+def test_workers_start_without_the_parents_main_script(tmp_path: Any, how: str) -> None:
+    """A worker needs nothing from the script that started the run; re-running it in
+    each worker (spawn's default) charged its imports to every worker's overhead."""
+    script, marker = tmp_path / "spawner.py", tmp_path / "imported"
+    script.write_text(SPAWNER)
+    subprocess.run([sys.executable, str(script), how], check=True, timeout=60,
+                   env={**os.environ, "MARKER": str(marker)})
+    assert marker.exists() == (how == "default")
