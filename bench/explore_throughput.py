@@ -9,9 +9,10 @@ shuffling): how many trials the median pruner stops, and so trials per minute, h
 on the first trials' luck (one seed gave one side 32 pruned trials of 60 and another
 52), so the repeats sample that luck alike for both sides instead of fixing one draw.
 
-- explore: ``Scheduler`` over the space with the given memory budget (default 200MB),
-  validating in the space's chunks of 512 rows (``--eval-batch``), one trial in hand
-  per worker (the default);
+- explore: ``Scheduler`` over the space with its memory budget (1GB; ``--memory``),
+  validating in one chunk of 10,000 rows as the space says (``--eval-batch`` changes
+  it; the baseline validates the same 10,000 rows in one call), one trial in hand per
+  worker plus one ready (the default);
 - explore, packed: the same with as many trials per worker as the arenas hold (what
   the packing efficiency is measured on);
 - baseline: what a user writes: ``study.optimize(objective, n_trials=60, n_jobs=2)``,
@@ -27,11 +28,10 @@ of the packed runs, the accounted peak and the measured peak resident memory of 
 The packing efficiency is the time-weighted mean fraction of memory held by trial heaps
 while trials were waiting, twice: ``packing_efficiency`` of the whole budget and
 ``packed_arena_utilisation`` of what the budget leaves for trials once the data set and
-the workers' measured overheads are placed (``fixed_bytes``, which no packing can use).
-The two pull apart on this space: at 200MB the fixed bytes bound the first to 0.67;
-``--memory 1GB --eval-batch 10000`` makes trials big enough to queue in a budget where
-the fixed bytes are small, but validating 10,000 rows at once leaves the cache and
-runs about 12% slower than in chunks of 512.
+the workers' measured overheads are placed (``fixed_bytes``, which no packing can use:
+at 200MB they alone take a third of the budget).  A trial's heap at a 10,000-row
+validation chunk is about 21 MB, so the 60 trials need more than the budget and queue;
+a gap too small for one is filled with the same trial compiled for smaller chunks.
 
     python bench/explore_throughput.py --json
 """
@@ -188,19 +188,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--trials", type=int, default=60)
-    ap.add_argument("--memory", default="200MB")
+    ap.add_argument("--memory", default="",
+                    help="the memory budget (default: the space's, 1GB)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0,
                     help="repeat i runs both sides with seed SEED + i")
     ap.add_argument("--eval-batch", type=int, default=0,
-                    help="explore's validation chunk (default 0: the space's, 512; 10000: "
-                         "the whole validation set at once, as the baseline validates)")
+                    help="explore's validation chunk (default 0: the space's, 10,000: the "
+                         "whole validation set at once, as the baseline validates)")
     ap.add_argument("--child", choices=["explore", "packed", "baseline"], help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from explore.space import parse_size
+    from explore.space import load_space, parse_size
 
-    memory = parse_size(args.memory)
+    memory = parse_size(args.memory) if args.memory else load_space(SPACE).budget.memory
     if args.child:
         print(json.dumps(child(args.child, args.trials, memory, args.workers, args.seed,
                                args.eval_batch or None)))
@@ -229,6 +230,7 @@ def main() -> None:
         "budget_bytes": memory,
         "explore_best": rnd(median(e, "best"), 4),
         "baseline_best": rnd(median(b, "best"), 4),
+        "packed_best": rnd(median(p, "best"), 4),
         "explore_rounds_per_min": rnd(median(e, "rounds_per_min"), 1),
         "baseline_rounds_per_min": rnd(median(b, "rounds_per_min"), 1),
         "packed_trials_per_min": rnd(median(p, "trials_per_min")),
@@ -238,6 +240,7 @@ def main() -> None:
         "explore_rss_peak_bytes": max(r["rss_peak_bytes"] for r in e),
         "baseline_rss_peak_bytes": max(r["rss_peak_bytes"] for r in b),
         "explore_pruned": [r["pruned"] for r in e], "baseline_pruned": [r["pruned"] for r in b],
+        "packed_pruned": [r["pruned"] for r in p],
         "explore_trials_per_min_all": [rnd(r["trials_per_min"]) for r in e],
         "baseline_trials_per_min_all": [rnd(r["trials_per_min"]) for r in b],
         "explore_best_all": [rnd(r["best"], 4) for r in e],

@@ -14,7 +14,8 @@ compiles every candidate before deciding where — or whether — it runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine import BudgetError, Program, compile_graph
@@ -43,17 +44,39 @@ class Candidate:
     params: dict[str, Any]
     program: Program
     train_batch: int  # mini-batches of training; the program may be compiled bigger
-    # compiled at the training batch, when ``program`` is bigger (for validation in
-    # larger chunks): what the scheduler places instead where only it fits
-    smaller: Program | None = None
+    # When ``program`` is compiled bigger than the training batch (to validate in larger
+    # chunks), the same model compiled for smaller chunks, halving down to the training
+    # batch: where the preferred program fits no gap, the scheduler places the largest
+    # of these that does.  Compiled when first asked for.
+    fallback_batches: tuple[int, ...] = ()
+    compile_at: Callable[[int], Program] | None = field(default=None, repr=False)
+    _fallbacks: dict[int, Program] = field(default_factory=dict, repr=False)
 
     @property
     def heap_bytes(self) -> int:
         return self.program.total_bytes
 
-    def fitting(self) -> list[Program]:
-        """The programs it can run as, preferred first."""
-        return [self.program] if self.smaller is None else [self.program, self.smaller]
+    def fitting(self) -> Iterator[Program]:
+        """The programs it can run as, preferred (largest) first, each compiled once."""
+        yield self.program
+        for b in self.fallback_batches:
+            if b not in self._fallbacks:
+                assert self.compile_at is not None
+                self._fallbacks[b] = self.compile_at(b)
+            yield self._fallbacks[b]
+
+
+def halvings(top: int, bottom: int) -> tuple[int, ...]:
+    """Batches from ``top`` halving while above ``bottom``, then ``bottom``.
+
+    >>> halvings(10_000, 64)
+    (5000, 2500, 1250, 625, 312, 156, 78, 64)
+    """
+    out, b = [], top // 2
+    while b > bottom:
+        out.append(b)
+        b //= 2
+    return (*out, bottom) if top > bottom else ()
 
 
 def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candidate:
@@ -88,7 +111,10 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     if want > train:
         bigger = at(want)
         if bigger.total_bytes <= share:
-            return Candidate(params, bigger, train, smaller=prog)
+            fallbacks = halvings(want, train)
+            cand = Candidate(params, bigger, train, fallbacks, at)
+            cand._fallbacks[train] = prog
+            return cand
     return Candidate(params, prog, train)
 
 

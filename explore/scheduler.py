@@ -44,6 +44,10 @@ from explore.worker import main as worker_main
 from explore.worker import rss_bytes
 
 ALIGN = 64
+# Resident sizes are read from /proc at most this often (seconds): a read is ~0.1 ms
+# per process, and the accounting is sampled after every event (5 a second per
+# worker on the paper's space); resident memory changes slowly.
+RSS_EVERY = 0.2
 
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -222,6 +226,7 @@ class Scheduler:
         self.gated = space.pruner.pause and len(self.study.directions) == 1 and \
             pauses(self.study.pruner)
         self.remaining = 0
+        self._rss_at = -RSS_EVERY
         self.t0 = time.time()
 
     # -- workers -------------------------------------------------------------------------
@@ -295,11 +300,17 @@ class Scheduler:
                                  f"{self.stats.budget:,}")
         self.stats.timeline.append(Sample(time.time() - self.t0, heaps, fixed,
                                           len(self.waiting), self.remaining))
-        rss = rss_bytes() + sum(rss_bytes(w.pid) for w in self.workers.values())
-        self.stats.rss_peak = max(self.stats.rss_peak, rss)
+        self._measure_rss()
         self.stats.counts["running"] = self._in_hand()
         self.stats.counts["waiting"] = len(self.waiting)
         self.progress(self.stats)
+
+    def _measure_rss(self, now: bool = False) -> None:
+        t = time.monotonic()
+        if now or t - self._rss_at >= RSS_EVERY:
+            self._rss_at = t
+            rss = rss_bytes() + sum(rss_bytes(w.pid) for w in self.workers.values())
+            self.stats.rss_peak = max(self.stats.rss_peak, rss)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, n_trials: int) -> RunStats:
@@ -320,6 +331,7 @@ class Scheduler:
                     self._place()
                 if not self.waiting and not any(w.residents for w in self.workers.values()):
                     if asked >= n_trials:
+                        self._measure_rss(now=True)  # the arenas at their fullest
                         break
                     continue
                 if not any(_active(w) for w in self.workers.values()):

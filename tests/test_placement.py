@@ -1,6 +1,6 @@
 """The scheduler's placement, without processes: best fit into the workers' free
-segments, and a candidate's smaller program (compiled at its training batch) placed
-where only it fits."""
+segments, and the largest of a candidate's smaller programs (compiled for smaller
+validation chunks) placed where only it fits."""
 
 from __future__ import annotations
 
@@ -27,13 +27,15 @@ class Pipe:
         self.sent.append(msg)
 
 
-def test_a_gap_too_small_for_the_preferred_program_takes_the_smaller_one() -> None:
+def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits() -> None:
     space = parse_space(SPACE)
     cand = compile_candidate(space, fixed(space), 10_000_000)
-    assert cand.smaller is not None and cand.program.batch_size == 359
-    big, small = cand.program.total_bytes, cand.smaller.total_bytes
-    assert small < big
-    arena = -(-big // 64) * 64 + -(-small // 64) * 64 + 64  # one of each, not two big
+    assert cand.program.batch_size == 359 and cand.fallback_batches == (179, 89, 44, 22, 11, 8)
+    sizes = {p.batch_size: p.total_bytes for p in cand.fitting()}
+    assert [sizes[b] for b in (359, 179, 89, 44, 22, 11, 8)] == sorted(sizes.values())[::-1]
+    big, small = sizes[359], sizes[44]
+    # One of each, not two big: a gap of 44 rows' program (and less than 89 rows').
+    arena = -(-big // 64) * 64 + -(-small // 64) * 64 + 64
     sched = Scheduler(space, optuna.create_study(direction="maximize"), load_digits(),
                       workers=1, memory=space.budget.memory, device="cpu")
     try:
@@ -47,7 +49,7 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_smaller_one() -> No
         starts = [m for m in pipe.sent if m[0] == "start"]
         assert len(starts) == 2 and len(sched.waiting) == 1  # the third waits for room
         compiled = [sched.notes[m[1]]["compiled_batch"] for m in starts]
-        assert compiled == [359, 8]
+        assert compiled == [359, 44]
         assert [sched.notes[m[1]]["total_bytes"] for m in starts] == [big, small]
         placed = sum(p.size for p in sched.workers[0].residents.values())
         assert placed <= arena and sched.workers[0].free == [[arena - 64, 64]]
