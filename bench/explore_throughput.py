@@ -2,12 +2,15 @@
 
 The paper's MNIST MLP space (``search_spaces/paper_mnist.yaml``: the fixed 784-64-64-10
 sigmoid MLP; optimizer, learning rate and init searched; 10,000 training images,
-mini-batches of 64), 60 trials of 10 rounds, the same TPE sampler (seed 0) and median
-pruner on both sides, 2 workers / 2 jobs, each side in a fresh process, one after the
-other, in one run.  Repeat i runs both sides with seed ``--seed + i`` (sampler, inits,
-shuffling): how many trials the median pruner stops, and so trials per minute, hangs
-on the first trials' luck (one seed gave one side 32 pruned trials of 60 and another
-52), so the repeats sample that luck alike for both sides instead of fixing one draw.
+mini-batches of 64), 60 trials of 10 rounds, the same TPE sampler and the space's
+pruner (none: every trial runs its 10 rounds, as in the paper) on both sides, 2
+workers / 2 jobs, each side in a fresh process, one after the other, in one run.
+Repeat i runs both sides with seed ``--seed + i`` (sampler, inits, shuffling).
+
+``--pruner median`` (warm-up 2 rounds) prunes on both sides.  Trials per minute then
+hangs on how many trials the pruner lets finish, which hangs on how good the first
+few happened to be: one seed let 30 of 60 finish on one side and 9 on the other.
+Rounds per minute is the steadier figure there.
 
 - explore: ``Scheduler`` over the space with its memory budget (1GB; ``--memory``),
   validating in one chunk of 10,000 rows as the space says (``--eval-batch`` changes
@@ -22,8 +25,7 @@ on the first trials' luck (one seed gave one side 32 pruned trials of 60 and ano
 
 Reported (medians of ``--repeats`` interleaved runs, each side in a fresh process):
 trials per minute (wall time of the whole search, start-up included) and rounds per
-minute (trials per minute hangs on how many trials the pruner happens to stop, which
-varies from run to run), the best validation accuracy of each, the packing efficiency
+minute (the same ratio without a pruner; with one, the steadier figure), the best validation accuracy of each, the packing efficiency
 of the packed runs, the accounted peak and the measured peak resident memory of both.
 The packing efficiency is the time-weighted mean fraction of memory held by trial heaps
 while trials were waiting, twice: ``packing_efficiency`` of the whole budget and
@@ -64,8 +66,15 @@ def vmhwm() -> int:
     return 0
 
 
+def pruner_of(name: str | None) -> str:
+    """The pruner both sides use: ``name``, or the space's."""
+    from explore.space import load_space
+
+    return name or load_space(SPACE).pruner.name
+
+
 def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | None = None,
-                eval_batch: int | None = None) -> dict[str, Any]:
+                eval_batch: int | None = None, pruner: str | None = None) -> dict[str, Any]:
     import optuna
 
     from explore.data import load
@@ -78,7 +87,9 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
     budget = space.budget.model_copy(update={"trials": trials, "memory": memory,
                                              "workers": workers, "seed": seed})
     update: dict[str, Any] = {"budget": budget,
-                              "sampler": space.sampler.model_copy(update={"seed": seed})}
+                              "sampler": space.sampler.model_copy(update={"seed": seed}),
+                              "pruner": space.pruner.model_copy(update={
+                                  "name": pruner_of(pruner), "warmup_rounds": 2})}
     if eval_batch:
         update["training"] = space.training.model_copy(update={"eval_batch_size": eval_batch})
     space = space.model_copy(update=update)
@@ -101,7 +112,8 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
-def run_baseline(trials: int, jobs: int, seed: int) -> dict[str, Any]:
+def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
+                 ) -> dict[str, Any]:
     import optuna
     import torch
 
@@ -159,7 +171,9 @@ def run_baseline(trials: int, jobs: int, seed: int) -> dict[str, Any]:
                                 sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True,
                                                                    group=True),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=2,
-                                                                   n_warmup_steps=2))
+                                                                   n_warmup_steps=2)
+                                if pruner_of(pruner) == "median" else
+                                optuna.pruners.NopPruner())
     t0 = time.perf_counter()
     study.optimize(objective, n_trials=trials, n_jobs=jobs)
     wall = time.perf_counter() - t0
@@ -170,13 +184,13 @@ def run_baseline(trials: int, jobs: int, seed: int) -> dict[str, Any]:
 
 
 def child(side: str, trials: int, memory: int, workers: int, seed: int,
-          eval_batch: int | None) -> dict[str, Any]:
+          eval_batch: int | None, pruner: str | None) -> dict[str, Any]:
     if side == "explore":
-        return run_explore(trials, memory, workers, seed, eval_batch=eval_batch)
+        return run_explore(trials, memory, workers, seed, eval_batch=eval_batch, pruner=pruner)
     if side == "packed":
         return run_explore(trials, memory, workers, seed, depth=1_000_000,
-                           eval_batch=eval_batch)
-    return run_baseline(trials, workers, seed)
+                           eval_batch=eval_batch, pruner=pruner)
+    return run_baseline(trials, workers, seed, pruner)
 
 
 def median(runs: list[dict[str, Any]], key: str) -> Any:
@@ -197,6 +211,8 @@ def main() -> None:
     ap.add_argument("--eval-batch", type=int, default=0,
                     help="explore's validation chunk (default 0: the space's, 10,000: the "
                          "whole validation set at once, as the baseline validates)")
+    ap.add_argument("--pruner", choices=["none", "median"], default=None,
+                    help="both sides' pruner (default: the space's, none)")
     ap.add_argument("--child", choices=["explore", "packed", "baseline"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     from explore.space import load_space, parse_size
@@ -204,7 +220,7 @@ def main() -> None:
     memory = parse_size(args.memory) if args.memory else load_space(SPACE).budget.memory
     if args.child:
         print(json.dumps(child(args.child, args.trials, memory, args.workers, args.seed,
-                               args.eval_batch or None)))
+                               args.eval_batch or None, args.pruner)))
         return
     runs: dict[str, list[dict[str, Any]]] = {"explore": [], "packed": [], "baseline": []}
     for i in range(args.repeats):  # interleaved, each in a fresh process
@@ -212,6 +228,8 @@ def main() -> None:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--trials",
                    str(args.trials), "--memory", str(memory), "--workers", str(args.workers),
                    "--seed", str(args.seed + i), "--eval-batch", str(args.eval_batch)]
+            if args.pruner:
+                cmd += ["--pruner", args.pruner]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             r["trials_per_min"] = args.trials / r["seconds"] * 60
@@ -246,7 +264,7 @@ def main() -> None:
         "explore_best_all": [rnd(r["best"], 4) for r in e],
         "baseline_best_all": [rnd(r["best"], 4) for r in b],
         "trials": args.trials, "workers": args.workers, "repeats": args.repeats,
-        "eval_batch": args.eval_batch or None,
+        "eval_batch": args.eval_batch or None, "pruner": pruner_of(args.pruner),
         "seeds": [args.seed + i for i in range(args.repeats)],
     }
     result["speedup"] = rnd(result["explore_trials_per_min"] /
