@@ -25,8 +25,9 @@ Rounds per minute is the steadier figure there.
 
 Reported (medians of ``--repeats`` interleaved runs, each side in a fresh process):
 trials per minute (wall time of the whole search, start-up included) and rounds per
-minute (the same ratio without a pruner; with one, the steadier figure), the best validation accuracy of each, the packing efficiency
-of the packed runs, the accounted peak and the measured peak resident memory of both.
+minute (the same ratio without a pruner; with one, the steadier figure), the best
+validation accuracy of each, the packing efficiency of the packed runs, the accounted
+peak and the measured peak resident memory of both.
 The packing efficiency is the time-weighted mean fraction of memory held by trial heaps
 while trials were waiting, twice: ``packing_efficiency`` of the whole budget and
 ``packed_arena_utilisation`` of what the budget leaves for trials once the data set and
