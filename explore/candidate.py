@@ -100,10 +100,6 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     else:
         train = int(bs)
         fit = None
-    prog = at(train)
-    if prog.total_bytes > share:
-        raise BudgetError(f"the model needs {prog.total_bytes:,} bytes at batch {train}; a "
-                          f"worker's arena holds {share:,}")
     n_valid = space.dataset.valid or VALID[space.dataset.name]
     want = max(train, min(space.training.eval_batch_size, n_valid))
     if fit is not None:
@@ -111,10 +107,14 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     if want > train:
         bigger = at(want)
         if bigger.total_bytes <= share:
-            fallbacks = halvings(want, train)
-            cand = Candidate(params, bigger, train, fallbacks, at)
-            cand._fallbacks[train] = prog
-            return cand
+            # Smaller batches need fewer bytes, so the fallbacks fit too; each is
+            # compiled only if a gap calls for it (the scheduler asks and places
+            # trials one at a time, and filling the arenas waits on it).
+            return Candidate(params, bigger, train, halvings(want, train), at)
+    prog = at(train)
+    if prog.total_bytes > share:
+        raise BudgetError(f"the model needs {prog.total_bytes:,} bytes at batch {train}; a "
+                          f"worker's arena holds {share:,}")
     return Candidate(params, prog, train)
 
 

@@ -411,7 +411,9 @@ class Scheduler:
                        worker=index, arena_offset=offset,
                        placed_at=time.time() - self.t0, write=True)
             seed = self.space.budget.seed + trial.number
-            if not self._send(w, ("start", trial.number, prog.to_json(), offset, seed,
+            # The Program itself: pickled by the pipe in 0.05 ms, where its JSON took
+            # 0.7 ms, on the scheduler's thread, while it fills the arenas.
+            if not self._send(w, ("start", trial.number, prog, offset, seed,
                                   self.space.budget.rounds, cand.train_batch, self.gated)):
                 still.append((trial, cand, requeued))  # its placement went with the worker
         self.waiting = still + self.waiting

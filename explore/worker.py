@@ -15,7 +15,7 @@ rung, so the worker starts a trial not yet begun in the meantime.
 
 Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
 
-- scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program_json,
+- scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program,
   offset, seed, rounds, train_batch, gated)``, ``("continue", number)``,
   ``("pause", number)``, ``("stop", number)``, ``("exit",)``;
 - worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
@@ -116,7 +116,6 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
     from engine.arena import Arena  # after spawn: imported in the worker
     from engine.heap import CalcHeap
-    from engine.program import Program
     from engine.train import train_epoch
     from engine.vm import VM
 
@@ -157,9 +156,8 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         if kind == "exit":
             raise _Exit
         if kind == "start":
-            _, number, text, offset, seed, rounds, batch, gated = msg
+            _, number, prog, offset, seed, rounds, batch, gated = msg
             try:
-                prog = Program.from_json(text)
                 region = arena.buffer[offset:offset + prog.total_bytes]
                 vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
                                                       buffer=region))

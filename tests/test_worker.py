@@ -47,7 +47,7 @@ def start(conn: Any, number: int, offset: int, rounds: int, gated: bool) -> None
                                                          "memory": "64MB"},
                          "training": {"batch_size": 8}})
     cand = compile_candidate(space, fixed(space), ARENA // 2)
-    conn.send(("start", number, cand.program.to_json(), offset, number, rounds,
+    conn.send(("start", number, cand.program, offset, number, rounds,
                cand.train_batch, gated))
 
 
