@@ -35,6 +35,10 @@ the workers' measured overheads are placed (``fixed_bytes``, which no packing ca
 at 200MB they alone take a third of the budget).  A trial's heap at a 10,000-row
 validation chunk is about 21 MB, so the 60 trials need more than the budget and queue;
 a gap too small for one is filled with the same trial compiled for smaller chunks.
+The default run's own figure (``explore_packing_efficiency``) is low by design: it holds
+two trials per worker so that the sampler learns from each result before sampling much
+further ahead, and its trials wait for the sampler, not for memory; on two cores holding
+more would not run more at once.
 
     python bench/explore_throughput.py --json
 """
