@@ -47,7 +47,8 @@ from engine.ops._base import (
     broadcast_shapes,
     need_float,
 )
-from engine.ops.elementwise import ACTIVATION_KERNELS, unbroadcast
+from engine.ops.elementwise import ACTIVATION_KERNELS
+from engine.ops.linalg import gemm_bias_grad
 
 BLOCK_BYTES = 1 << 20
 """Bytes of converted rows per block: a block and its GEMM's panels stay in a core's
@@ -164,9 +165,7 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
     out: list[str | None] = [None, gb.op("DequantizeGemmGradB", n.inputs[0], dz,
                                          transB=n.attrs["transB"], **quant)]
     if len(n.inputs) == 3:
-        beta = float(n.attrs["beta"])
-        dc = dz if beta == 1.0 else gb.op("Mul", dz, gb.const(beta, like=dz))
-        out.append(unbroadcast(gb, dc, n.inputs[2]))
+        out.append(gemm_bias_grad(gb, dz, float(n.attrs["beta"]), n.inputs[2]))
     return out
 
 
@@ -207,10 +206,7 @@ def _grad_b_kernel(k: KernelArgs) -> Step:
         lhs, rhs = (gy.T, sb) if trans else (sb.T, gy)
         blocks.append((a[s:s + n], sb, lhs, rhs, db if i == 0 else partial))
 
-    def step() -> None:
-        if not blocks:
-            db.fill(0)
-            return
+    def step() -> None:  # rows >= 1: a batch is never empty
         for ab, sb, lhs, rhs, target in blocks:
             convert(sb, ab)
             xp.matmul(lhs, rhs, out=target)

@@ -155,9 +155,14 @@ def _g_gemm(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
         db = gb.op("Gemm", a, dy, transA=1 - ta, alpha=alpha)
     out: list[str | None] = [da, db]
     if len(n.inputs) == 3:
-        dc = dy if beta == 1.0 else gb.op("Mul", dy, gb.const(beta, like=dy))
-        out.append(unbroadcast(gb, dc, n.inputs[2]))
+        out.append(gemm_bias_grad(gb, dy, beta, n.inputs[2]))
     return out
+
+
+def gemm_bias_grad(gb: GradBuilder, dy: str, beta: float, c: str) -> str:
+    """The gradient of a Gemm's ``beta * C`` term: ``beta * dY`` summed to C's shape."""
+    dc = dy if beta == 1.0 else gb.op("Mul", dy, gb.const(beta, like=dy))
+    return unbroadcast(gb, dc, c)
 
 
 GEMM_ATTRS = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}
