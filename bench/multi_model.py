@@ -4,9 +4,9 @@ R rounds each, a round being one epoch of mini-batches of 64 over 10,000 MNIST
 samples.
 
 - engine: the trials grouped into stacks of up to ``--stack`` models that share
-  their optimizer but for the learning rate (:mod:`engine.stack`: one program trains
+  their optimizer but for the learning rate (:mod:`engine.compile.stack`: one program trains
   them side by side, each with its own init and learning rate), every stack
-  compiled, added to one :class:`~engine.pool.ModelPool` over one arena, and trained
+  compiled, added to one :class:`~engine.runtime.pool.ModelPool` over one arena, and trained
   round-robin (each round, each stack is switched in, trains one epoch and is
   switched out) — or ``--schedule completion``.  ``--stack 1`` trains each model
   alone; ``--unstacked`` times that too, in the same run;
@@ -42,12 +42,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import SGD, Adagrad, Adam, Init, Optimizer, RMSProp, compile_graph
-from engine.arena import Arena
+from engine.compile.stack import stack_graphs, stack_key, stack_optimizers
 from engine.models import paper_mlp
-from engine.pool import ModelPool
-from engine.program import Program
-from engine.stack import stack_graphs, stack_key, stack_optimizers
-from engine.train import train_epoch
+from engine.runtime.arena import Arena
+from engine.runtime.pool import ModelPool
+from engine.runtime.program import Program
+from engine.runtime.train import train_epoch
 from explore.data import load_mnist
 
 SIZES = (784, 64, 64, 10)

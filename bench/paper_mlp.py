@@ -65,7 +65,7 @@ class EngineRunner:
             vm.optimize()
 
     def accuracy(self, x: np.ndarray, y: np.ndarray) -> float:
-        from engine.train import evaluate
+        from engine.runtime.train import evaluate
 
         return evaluate(self.vm, x, y)
 

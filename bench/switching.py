@@ -34,9 +34,9 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import Adam, Program, compile_graph
-from engine.arena import Arena
 from engine.models import paper_mlp
-from engine.pool import ModelPool
+from engine.runtime.arena import Arena
+from engine.runtime.pool import ModelPool
 
 TARGETS = (1 << 20, 16 << 20, 128 << 20)
 BATCH = 64

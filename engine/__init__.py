@@ -1,13 +1,25 @@
 """engine: describe a model as a CalcGraph, compile it into a program of exactly known
 memory size, and run it over one preallocated heap.
 
+Three layers, imports going one way: describe (``engine.graph``, the op table
+``engine.ops``), compile (``engine.compile``) and execute (``engine.runtime``);
+``engine.onnx_io`` sits beside them and uses all three.
+
 >>> import engine
 >>> sorted(engine.OPTIMIZERS)
 ['Adagrad', 'Adam', 'AdamW', 'RMSProp', 'SGD']
 """
 
-from engine.compiler import compile_graph, lower, max_batch, size
-from engine.dot import to_dot
+from engine.compile import (
+    DEFAULT_PASSES,
+    PASSES,
+    Pass,
+    compile_graph,
+    lower,
+    max_batch,
+    size,
+    to_dot,
+)
 from engine.errors import (
     BudgetError,
     CompileError,
@@ -29,11 +41,18 @@ from engine.graph import (
     TensorDesc,
     Var,
 )
-from engine.heap import CalcHeap
-from engine.optim import OPTIMIZERS, SGD, Adagrad, Adam, AdamW, Optimizer, RMSProp
-from engine.passes.pipeline import DEFAULT_PASSES, PASSES, Pass
-from engine.program import Program
-from engine.vm import VM
+from engine.runtime import (
+    OPTIMIZERS,
+    SGD,
+    VM,
+    Adagrad,
+    Adam,
+    AdamW,
+    CalcHeap,
+    Optimizer,
+    Program,
+    RMSProp,
+)
 
 __all__ = [
     "BATCH",

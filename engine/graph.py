@@ -225,7 +225,7 @@ class Init:
 
     @staticmethod
     def stacked(members: Sequence[Init], transposed: bool = False) -> Init:
-        """A parameter ``[K, *shape]`` of a stack of K models (:mod:`engine.stack`):
+        """A parameter ``[K, *shape]`` of a stack of K models (:mod:`engine.compile.stack`):
         slice ``k`` is drawn by ``members[k]`` with the fans of ``shape``, or, when
         ``transposed``, drawn as the transposed matrix and stored transposed."""
         return Init("stacked", members=tuple(members), transposed=transposed)

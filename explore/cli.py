@@ -91,7 +91,7 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         "device": device}.items() if v is not None})
     space = space.model_copy(update={"budget": budget})
     if budget.device == "gpu":
-        from engine.backends import gpu_available
+        from engine.runtime.backends import gpu_available
 
         if not gpu_available():
             _fail("--device gpu: no CUDA device with cupy on this machine")

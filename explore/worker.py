@@ -8,7 +8,7 @@ heaps are packed side by side), and runs them a round at a time, depth first (th
 trial furthest along goes on; the others wait, ready, in their regions).  After each
 round it reports the validation metrics and goes straight on with the same trial:
 the pruner's answer comes back within milliseconds, and a "stop" ends the round it
-interrupts within ``engine.train.STOP_EVERY`` mini-batches, so the worker never
+interrupts within ``engine.runtime.train.STOP_EVERY`` mini-batches, so the worker never
 idles waiting for it.  A *gated* trial (one the pruner may pause at a rung) instead
 waits for "continue" after each report; "pause" tells it that the trial waits at a
 rung, so the worker starts a trial not yet begun in the meantime.
@@ -114,10 +114,10 @@ class _Exit(BaseException):
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
-    from engine.arena import Arena  # after spawn: imported in the worker
-    from engine.heap import CalcHeap
-    from engine.train import train_epoch
-    from engine.vm import VM
+    from engine.runtime.arena import Arena  # after spawn: imported in the worker
+    from engine.runtime.heap import CalcHeap
+    from engine.runtime.train import train_epoch
+    from engine.runtime.vm import VM
 
     arrays = attach(data)
     if device == "gpu":

@@ -80,7 +80,7 @@ def _probe_shape(case: Case, k: int) -> tuple[int, ...]:
         names.append(f"x{i}")
     p = g.path("probe")
     p.op(case.op, *names, outputs=max(case.outputs) + 1, **case.attrs)
-    from engine.compiler import lower
+    from engine.compile.compiler import lower
 
     ir = lower(g, passes=())
     node = ir.paths[0].forward[0]

@@ -5,7 +5,7 @@ over an input that dies at that instruction)."""
 
 from __future__ import annotations
 
-from engine.program import Program
+from engine.runtime.program import Program
 
 
 def schedule(prog: Program) -> list[int]:

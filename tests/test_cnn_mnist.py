@@ -9,7 +9,7 @@ import onnxruntime as ort
 from engine import VM, Adam, compile_graph
 from engine.models import mnist_cnn
 from engine.onnx_io import export_onnx
-from engine.train import evaluate, train_epoch
+from engine.runtime.train import evaluate, train_epoch
 from explore.data import load_mnist
 
 

@@ -20,9 +20,9 @@ from engine import (
     lower,
     size,
 )
-from engine.compiler import max_batch
+from engine.compile.compiler import max_batch
+from engine.compile.planner import plan_memory
 from engine.models import paper_mlp
-from engine.planner import plan_memory
 
 
 def test_batch_size_gives_exact_bytes_per_zone() -> None:

@@ -61,7 +61,7 @@ def test_a_cnn_step_is_exact_and_allocates_nothing_that_grows() -> None:
 
 
 def test_a_cnn_learns_the_digits() -> None:
-    from engine.train import train_epoch
+    from engine.runtime.train import train_epoch
 
     x, y = digits()
     vm = VM(compile_graph(tiny_cnn(8), batch_size=64, optimizer=Adam(lr=0.01)), seed=0)

@@ -42,8 +42,8 @@ def _mnist_cnn() -> tuple[CalcGraph, Any, int, dict[str, np.ndarray]]:
 
 
 def _stack_of_4() -> tuple[CalcGraph, Any, int, dict[str, np.ndarray]]:
+    from engine.compile.stack import stack_graphs, stack_optimizers
     from engine.models import paper_mlp as mlp
-    from engine.stack import stack_graphs, stack_optimizers
 
     graphs = [mlp((20, 16, 8, 4), activation="Tanh") for _ in range(4)]
     opt = stack_optimizers([SGD(lr=0.01 * (k + 1), momentum=0.9) for k in range(4)])

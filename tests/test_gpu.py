@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from engine import VM, Adam, compile_graph
-from engine.backends import gpu_available
 from engine.models import paper_mlp
+from engine.runtime.backends import gpu_available
 from tests.gradcheck import Case, build
 from tests.test_gradients import CASES as GRADIENT_CASES
 
@@ -60,8 +60,8 @@ def test_gpu_heap_is_exact_and_steps_allocate_nothing() -> None:
 def test_gpu_pause_and_resume_are_exact(dropout: float) -> None:
     import cupy
 
-    from engine.arena import Arena
-    from engine.pool import ModelPool
+    from engine.runtime.arena import Arena
+    from engine.runtime.pool import ModelPool
 
     prog = compile_graph(paper_mlp((784, 32, 10), dropout=dropout), batch_size=64,
                          optimizer=Adam(), device="gpu")

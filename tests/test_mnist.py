@@ -6,7 +6,7 @@ import numpy as np
 
 from engine import VM, Adam, compile_graph
 from engine.models import paper_mlp
-from engine.train import evaluate, train_epoch
+from engine.runtime.train import evaluate, train_epoch
 from explore.data import load_mnist
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import SGD, VM, CalcGraph, Init, Mode, compile_graph
-from engine.train import evaluate, train_epoch
+from engine.runtime.train import evaluate, train_epoch
 from tests.allocations import step_allocations
 
 R = np.random.default_rng(3)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from engine.packing import STRATEGIES, Item, best_fit, greedy_by_size, lower_bound
+from engine.compile.packing import STRATEGIES, Item, best_fit, greedy_by_size, lower_bound
 
 
 def assert_valid(items: list[Item], offsets: list[int], total: int) -> None:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from engine import VM, CalcGraph, CompileError, Init, ShapeError, compile_graph, lower
-from engine.dot import to_dot
+from engine.compile.dot import to_dot
+from engine.compile.passes.fold import FOLD_LIMIT
+from engine.compile.passes.ir import IR
+from engine.compile.passes.pipeline import DEFAULT_PASSES, PASSES, Pass
 from engine.models import paper_mlp
-from engine.passes.fold import FOLD_LIMIT
-from engine.passes.ir import IR
-from engine.passes.pipeline import DEFAULT_PASSES, PASSES, Pass
 
 R = np.random.default_rng(5)
 
@@ -247,7 +247,7 @@ def test_to_dot_before_and_after() -> None:
     assert before.startswith('digraph "paper_mlp"') and before.rstrip().endswith("}")
     assert "#0 Gemm" in before and "#1 Sigmoid" in before and "FusedGemm" not in before
     prog = compile_graph(g, batch_size=4)
-    after = prog.to_dot()
+    after = to_dot(prog)
     assert "#0 FusedGemm" in after and "Sigmoid" not in after.split("#1")[0]
     for i, ins in enumerate(prog.instrs):
         assert f"#{i} {ins.op}" in after

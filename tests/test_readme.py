@@ -35,7 +35,7 @@ def test_readme_gives_exactly_two_setup_commands() -> None:
 
 
 def test_demo_runs() -> None:
-    out = subprocess.run([sys.executable, "-m", "engine.demo", "--epochs", "1"],
+    out = subprocess.run([sys.executable, "-m", "explore.demo", "--epochs", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert "allocated =" in out and "test accuracy" in out
 

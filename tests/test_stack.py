@@ -1,4 +1,4 @@
-"""Stacks of models (engine.stack): K models trained as one program behave like the
+"""Stacks of models (engine.compile.stack): K models trained as one program behave like the
 K models trained one by one, use exactly their planned memory, and refuse what
 does not stack with an error naming it."""
 
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from engine import SGD, VM, Adagrad, Adam, AdamW, RMSProp, compile_graph
+from engine.compile.stack import StackError, member_params, stack_graphs, stack_optimizers
 from engine.graph import CalcGraph, Init, Mode
 from engine.models import deep_mlp, paper_mlp
-from engine.optim import PerModelLR, optimizer_from_dict
-from engine.program import Program
-from engine.stack import StackError, member_params, stack_graphs, stack_optimizers
-from engine.train import evaluate, train_epoch
+from engine.runtime.optim import PerModelLR, optimizer_from_dict
+from engine.runtime.program import Program
+from engine.runtime.train import evaluate, train_epoch
 from tests.allocations import step_allocations
 
 RNG = np.random.default_rng(0)

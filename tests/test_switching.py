@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from engine import SGD, Adagrad, Adam, AdamW, EngineError, Optimizer, RMSProp, compile_graph
-from engine.arena import Arena
 from engine.models import paper_mlp
-from engine.pool import ModelPool, PoolFullError
-from engine.program import Program
-from engine.state import ModelState
-from engine.train import train_epoch
+from engine.runtime.arena import Arena
+from engine.runtime.pool import ModelPool, PoolFullError
+from engine.runtime.program import Program
+from engine.runtime.state import ModelState
+from engine.runtime.train import train_epoch
 
 OPTIMIZERS: list[Optimizer] = [
     SGD(lr=0.1), SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
@@ -136,7 +136,7 @@ def test_the_pool_bound_is_a_clear_error() -> None:
 
 
 def pool_state(prog: Program) -> ModelState:
-    from engine.state import empty_state
+    from engine.runtime.state import empty_state
 
     return empty_state(prog)
 

@@ -165,7 +165,7 @@ def test_end_round_counts_rounds_and_initialize_restarts() -> None:
 
 
 def test_evaluation_never_applies_dropout() -> None:
-    from engine.train import evaluate
+    from engine.runtime.train import evaluate
 
     vm = VM(compile_graph(paper_mlp((784, 32, 10), dropout=0.5), batch_size=64,
                           optimizer=SGD(lr=0.1)), seed=3)

@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Kind, Node
-from engine.initializers import initial_values
+from engine.runtime.initializers import initial_values
 
 OPSET = 17
 # Ops whose ONNX form is the same node with the same attributes.
@@ -56,7 +56,7 @@ def export_onnx(graph: CalcGraph, outputs: Sequence[str] | None = None, vm: Any 
     if unsupported:
         raise GraphError(f"no ONNX form for: {', '.join(unsupported)} (needed for "
                          f"{', '.join(wanted)})")
-    from engine.compiler import lower
+    from engine.compile.compiler import lower
 
     ir = lower(graph, passes=())  # the descriptors of every value
     reads = {x for n in nodes for x in n.inputs}

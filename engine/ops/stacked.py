@@ -1,5 +1,5 @@
 """Ops over a *stack* of K models trained side by side (horizontal fusion; see
-:mod:`engine.stack`).  A stacked activation is laid out ``[batch, K, ...]`` (the
+:mod:`engine.compile.stack`).  A stacked activation is laid out ``[batch, K, ...]`` (the
 batch stays the leading, generic dimension); a stacked parameter ``[K, ...]``.
 
 - ``StackedGemm(A, W[, b])``: ``Y[:, k] = A_k @ W[k] (+ b[k])`` with ``A`` either

@@ -1,0 +1,214 @@
+"""The compiler: CalcGraph -> Program, sized exactly before anything runs.
+
+Passes, in order: ``validate`` (and lower to the IR) -> ``infer_shapes`` ->
+``mark_outputs`` -> the graph optimisations (``passes=``, a list of names: see
+:mod:`engine.compile.passes.pipeline`) -> ``differentiate`` -> lifetime analysis ->
+``plan_memory`` (``sharing=``: ``"auto"``, ``"best_fit"``, ``"greedy_by_size"`` or
+``"none"``)
+-> ``emit``.  Two entry points:
+
+- ``compile_graph(g, batch_size=B)``: the program for batch ``B``; its
+  ``zone_bytes`` are exactly what the heap will allocate.
+- ``compile_graph(g, memory=M)``: the program for the largest batch ``b`` with
+  ``bytes(b) <= M < bytes(b + 1)``, found with O(log b) sizings
+  (:func:`max_batch`); a :class:`~engine.errors.BudgetError` when batch 1 does not fit.
+
+>>> from engine import CalcGraph, Init, Mode, compile_graph, size
+>>> g = CalcGraph()
+>>> x = g.placeholder("x", (0, 100)); w = g.parameter("w", (100, 10), init=Init.zeros())
+>>> p = g.path("f", Mode.FORWARD_ONLY); y = p.MatMul(x, w)
+>>> size(g, 32)["forward"]
+18112
+>>> print(compile_graph(g, batch_size=32).plan_report())  # doctest: +NORMALIZE_WHITESPACE
+zone         no sharing        planned    lower bound  planned/bound
+forward          18,112         18,112         18,112          1.000
+gradient              0              0              0          1.000
+optimizer             0              0              0          1.000
+workspace             0              0              0          1.000
+total            18,112         18,112         18,112          1.000
+>>> compile_graph(g, memory=100_000).batch_size
+217
+
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from engine.compile.autodiff import differentiate
+from engine.compile.passes.ir import IR, IRNode
+from engine.compile.passes.liveness import analyze
+from engine.compile.passes.outputs import Keep, mark_outputs
+from engine.compile.passes.pipeline import PassList, run_passes
+from engine.compile.passes.shapes import infer_shapes, typecheck
+from engine.compile.passes.validate import validate
+from engine.compile.planner import MemoryPlan, plan_memory
+from engine.errors import BudgetError, CompileError
+from engine.graph import CalcGraph, Device, DType
+from engine.runtime.optim import Optimizer
+from engine.runtime.program import BufferSpec, Instr, ParamSpec, PathCode, Program
+
+MAX_BATCH = 1 << 40
+_DTYPE_NAME = {d: d.value for d in DType}  # Enum.value is slow in a 30,000-buffer loop
+
+
+def lower(graph: CalcGraph, optimizer: Optimizer | None = None, debug: bool = False,
+          passes: PassList = None, keep: Keep = None) -> IR:
+    """Run the graph-level passes (everything but planning and emission)."""
+    ir = validate(graph)
+    ir = infer_shapes(ir)
+    if debug:
+        typecheck(ir, "infer_shapes")
+    ir = mark_outputs(ir, graph, keep)
+    ir.counts["nodes_before"] = ir.forward_nodes()
+    ir = run_passes(ir, passes, debug)
+    ir.counts["nodes_after"] = ir.forward_nodes()
+    if optimizer is not None and not any(p.loss for p in ir.paths):
+        raise CompileError(
+            f"an optimizer ({optimizer.name}) was given but graph {graph.name!r} has no "
+            "BACKWARD_ENABLED path: there is nothing to update"
+        )
+    ir = differentiate(ir)
+    if debug:
+        typecheck(ir, "differentiate")
+    return ir
+
+
+def size(graph: CalcGraph, batch_size: int, optimizer: Optimizer | None = None,
+         device: Device | str | None = None, passes: PassList = None, keep: Keep = None,
+         sharing: str = "auto") -> dict[str, int]:
+    """Exact bytes per zone for ``batch_size``, without emitting a program."""
+    ir = lower(graph, optimizer, passes=passes, keep=keep)
+    dev = Device(device or graph.device).value
+    return plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing).zone_bytes
+
+
+def max_batch(sizing: Callable[[int], int], memory: int, what: str = "the program") -> int:
+    """Largest ``b`` with ``sizing(b) <= memory`` (``sizing`` non-decreasing), by
+    galloping then bisection: O(log b) calls."""
+    need1 = sizing(1)
+    if need1 > memory:
+        raise BudgetError(f"{what} needs {need1:,} bytes at batch 1, more than the budget of "
+                          f"{memory:,} bytes")
+    lo = 1  # fits
+    hi = 2
+    while sizing(hi) <= memory:
+        lo = hi
+        if hi >= MAX_BATCH:
+            return hi
+        hi *= 2
+    while hi - lo > 1:  # sizing(lo) fits, sizing(hi) does not
+        mid = (lo + hi) // 2
+        if sizing(mid) <= memory:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def compile_graph(
+    graph: CalcGraph,
+    *,
+    batch_size: int | None = None,
+    memory: int | None = None,
+    optimizer: Optimizer | None = None,
+    device: Device | str | None = None,
+    debug: bool = False,
+    passes: PassList = None,
+    keep: Keep = None,
+    sharing: str = "auto",
+) -> Program:
+    """Compile ``graph`` for a batch size, or for the largest batch that fits ``memory``.
+
+    ``passes``: the graph optimisations to run, by name (default
+    :data:`~engine.compile.passes.pipeline.DEFAULT_PASSES`; ``()`` for none).  ``keep``:
+    variables to keep readable besides the graph's outputs and losses (``"all"``:
+    every one).  ``sharing``: how buffers with disjoint lifetimes share memory
+    (``"auto"``, ``"best_fit"``, ``"greedy_by_size"``, or ``"none"``: no sharing and no
+    in-place; see :mod:`engine.compile.packing`).
+    ``debug``: verify the IR after every pass.
+    """
+    if (batch_size is None) == (memory is None):
+        raise CompileError("give exactly one of batch_size= and memory=")
+    with _no_gc():
+        return _compile(graph, batch_size, memory, optimizer, device, debug, passes, keep,
+                        sharing)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cycle collector: compiling builds tens of thousands of small objects
+    and none of them is garbage until the end, so its scans are pure overhead (a
+    quarter of the compile time of a 10,000-node graph)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _compile(graph: CalcGraph, batch_size: int | None, memory: int | None,
+             optimizer: Optimizer | None, device: Device | str | None, debug: bool,
+             passes: PassList, keep: Keep, sharing: str) -> Program:
+    dev = Device(device or graph.device).value
+    ir = lower(graph, optimizer, debug, passes, keep)
+    lifetimes = analyze(ir, inplace=sharing != "none")
+    if memory is not None:
+        batch_size = max_batch(
+            lambda b: plan_memory(ir, b, optimizer, dev, sharing, lifetimes).total_bytes,
+            int(memory), f"graph {graph.name!r}",
+        )
+    plan = plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing, lifetimes)
+    return emit(ir, plan, optimizer, dev)
+
+
+def _check_batch(batch_size: int | None) -> int:
+    if batch_size is None or int(batch_size) < 1:
+        raise CompileError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+def emit(ir: IR, plan: MemoryPlan, optimizer: Optimizer | None, device: str) -> Program:
+    """Turn the planned IR into bytecode: buffers by index, instructions by index."""
+    names = sorted(plan.offsets, key=lambda n: (ir.zone[n], plan.offsets[n]))
+    index = {n: i for i, n in enumerate(names)}
+    buffers = tuple(
+        BufferSpec(n, ir.zone[n], plan.offsets[n], _DTYPE_NAME[ir.descs[n].dtype],
+                   ir.descs[n].shape, ir.kind[n], n in plan.shared)
+        for n in names
+    )
+    param_names = list(ir.params)
+    pindex = {n: i for i, n in enumerate(param_names)}
+    instrs: list[Instr] = []
+
+    def put(node: IRNode) -> int:
+        sink = pindex[node.param_sink] if node.param_sink is not None else None
+        instrs.append(Instr(node.op, tuple(index[x] for x in node.inputs),
+                            tuple(index[x] for x in node.outputs), dict(node.attrs),
+                            plan.workspace[id(node)], sink))
+        return len(instrs) - 1
+
+    forward, backward = [], []
+    for p in ir.paths:  # the order lifetimes were measured in
+        forward.append([put(n) for n in p.forward])
+        backward.append([put(n) for n in p.backward])
+    paths = tuple(
+        PathCode(p.name, p.mode.value, tuple(forward[i]), tuple(backward[i]),
+                 index[p.loss] if p.loss else None, index[p.seed] if p.seed else None,
+                 tuple(pindex[n] for n in p.params))
+        for i, p in enumerate(ir.paths)
+    )
+    params = tuple(
+        ParamSpec(index[n], index[ir.grad_of[n]] if n in ir.grad_of else None,
+                  ir.params[n].init, ir.params[n].regularization, ir.params[n].trainable)
+        for n in param_names
+    )
+    memory = {z: {"no_sharing": st.no_sharing, "planned": st.planned,
+                  "lower_bound": st.lower_bound} for z, st in plan.stats.items()}
+    return Program(ir.graph.name, device, plan.batch, plan.zone_bytes, buffers, tuple(instrs),
+                   paths, params, optimizer, plan.param_region, plan.state_offsets, memory,
+                   dict(ir.counts))

@@ -1,0 +1,313 @@
+"""Optimizers: pure-data specs (part of a compiled :class:`~engine.runtime.program.Program`,
+since their state is sized into the optimizer zone) and the kernels that apply them.
+
+The update follows PyTorch's formulas (Adam's and RMSProp's running averages are
+stored scaled by a constant, which saves passes; the parameters come out the same to
+rounding).  Trainable parameters are laid out
+contiguously in the forward zone, their gradients identically in the gradient zone,
+and each state slot identically in the optimizer zone, so one update touches every
+parameter with a handful of vectorised calls over one flat region.
+
+>>> from engine.runtime.optim import Adam, optimizer_from_dict
+>>> Adam(lr=0.01).state_slots
+2
+>>> optimizer_from_dict({"name": "SGD", "lr": 0.1, "momentum": 0.9}).state_slots
+1
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Step = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """Base of the optimizer specs."""
+
+    lr: float = 1e-3
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def state_slots(self) -> int:
+        """Copies of the parameter region it keeps in the optimizer zone."""
+        return 0
+
+    def state_init(self) -> tuple[float, ...]:
+        """The value each state slot starts from."""
+        return (0.0,) * self.state_slots
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **asdict(self)}
+
+    def slot_values(self, region: Any) -> tuple[Any, ...]:
+        """What each state slot starts from: a float, or an array of the parameter
+        region's length.  ``region`` lists the region's parameters as
+        ``(offset in elements, element count)``, in order."""
+        return self.state_init()
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        """A step updating ``p`` from ``g``; ``state`` are its slots, ``s`` a scratch of the
+        same shape, ``t`` a one-element step counter shared by the program.  ``lr``, an
+        array like ``p``, replaces the scalar learning rate (a stack of models, each
+        with its own)."""
+        raise NotImplementedError
+
+
+def _times_lr(xp: Any, src: Any, coef: float, lr: Any, out: Any) -> None:
+    """out = coef * lr * src, with ``lr`` a float or an elementwise array."""
+    if isinstance(lr, int | float):
+        xp.multiply(src, coef * lr, out=out)
+        return
+    xp.multiply(src, lr, out=out)
+    if coef != 1.0:
+        xp.multiply(out, coef, out=out)
+
+
+def _add_scaled(xp: Any, dst: Any, src: Any, coef: float, s: Any) -> None:
+    """dst += coef * src, through the scratch ``s``."""
+    xp.multiply(src, coef, out=s)
+    xp.add(dst, s, out=dst)
+
+
+def _heavy_ball(xp: Any, buf: Any, direction: Any, mu: float) -> None:
+    """buf = mu * buf + direction: the momentum shared by SGD and RMSProp."""
+    xp.multiply(buf, mu, out=buf)
+    xp.add(buf, direction, out=buf)
+
+
+@dataclass(frozen=True)
+class SGD(Optimizer):
+    lr: float = 0.01
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+
+    @property
+    def state_slots(self) -> int:
+        return 1 if self.momentum else 0
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        mu, wd, nesterov = self.momentum, self.weight_decay, self.nesterov
+        lr = self.lr if lr is None else lr
+        buf = state[0] if mu else None
+
+        def step() -> None:
+            # The gradient has been consumed once the update is done, so weight decay
+            # folds into it in place: g += wd * p.
+            if wd:
+                _add_scaled(xp, g, p, wd, s)
+            if buf is None:
+                _times_lr(xp, g, 1.0, lr, s)
+            else:
+                _heavy_ball(xp, buf, g, mu)
+                if nesterov:  # p -= lr * (g + mu * buf)
+                    _times_lr(xp, g, 1.0, lr, s)
+                    xp.subtract(p, s, out=p)
+                    _times_lr(xp, buf, mu, lr, s)
+                else:
+                    _times_lr(xp, buf, 1.0, lr, s)
+            xp.subtract(p, s, out=p)
+
+        return step
+
+
+@dataclass(frozen=True)
+class Adam(Optimizer):
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0  # L2 added to the gradient (Adam); decoupled in AdamW
+
+    decoupled: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def state_slots(self) -> int:
+        return 2
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        # The slots hold PyTorch's m and v divided by (1 - beta1) and (1 - beta2):
+        # m' = beta1 m' + g and v' = beta2 v' + g^2 take one pass fewer each, and the
+        # constants fold into the update (10 passes over the region instead of 13).
+        m, v = state
+        b1, b2, eps, wd = self.beta1, self.beta2, self.eps, self.weight_decay
+        lr = self.lr if lr is None else lr
+        decoupled = self.decoupled
+
+        def step() -> None:
+            n = t[0]
+            if wd and decoupled and isinstance(lr, int | float):
+                xp.multiply(p, 1.0 - lr * wd, out=p)
+            elif wd and decoupled:  # p -= lr * wd * p
+                _times_lr(xp, p, wd, lr, s)
+                xp.subtract(p, s, out=p)
+            elif wd:
+                _add_scaled(xp, g, p, wd, s)
+            xp.multiply(m, b1, out=m)
+            xp.add(m, g, out=m)
+            xp.multiply(v, b2, out=v)
+            xp.multiply(g, g, out=s)
+            xp.add(v, s, out=v)
+            # p -= lr/bc1 * m / (sqrt(v/bc2) + eps), with m = (1-b1) m', v = (1-b2) v'
+            k = math.sqrt((1.0 - b2) / (1.0 - b2**n))
+            xp.sqrt(v, out=s)
+            xp.add(s, eps / k, out=s)
+            xp.divide(m, s, out=s)
+            _times_lr(xp, s, (1.0 - b1) / ((1.0 - b1**n) * k), lr, s)
+            xp.subtract(p, s, out=p)
+
+        return step
+
+
+@dataclass(frozen=True)
+class AdamW(Adam):
+    weight_decay: float = 0.01
+    decoupled: bool = field(default=True, init=False, repr=False)
+
+
+@dataclass(frozen=True)
+class RMSProp(Optimizer):
+    lr: float = 0.01
+    alpha: float = 0.99
+    eps: float = 1e-8
+    momentum: float = 0.0
+
+    @property
+    def state_slots(self) -> int:
+        return 2 if self.momentum else 1
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        # The square average is kept divided by (1 - alpha): one pass fewer (see Adam).
+        sq = state[0]
+        buf = state[1] if self.momentum else None
+        alpha, eps, mu = self.alpha, self.eps, self.momentum
+        lr = self.lr if lr is None else lr
+        k = math.sqrt(1.0 - alpha)
+
+        def step() -> None:
+            xp.multiply(sq, alpha, out=sq)
+            xp.multiply(g, g, out=s)
+            xp.add(sq, s, out=sq)
+            # g / (sqrt(sq) + eps) with sq = (1 - alpha) sq' is g / (k (sqrt(sq') + eps / k))
+            xp.sqrt(sq, out=s)
+            xp.add(s, eps / k, out=s)
+            xp.divide(g, s, out=s)
+            if buf is not None:
+                _heavy_ball(xp, buf, s, mu)
+                _times_lr(xp, buf, 1.0 / k, lr, s)
+            else:
+                _times_lr(xp, s, 1.0 / k, lr, s)
+            xp.subtract(p, s, out=p)
+
+        return step
+
+
+@dataclass(frozen=True)
+class Adagrad(Optimizer):
+    lr: float = 0.01
+    eps: float = 1e-10
+    initial_accumulator_value: float = 0.0
+
+    @property
+    def state_slots(self) -> int:
+        return 1
+
+    def state_init(self) -> tuple[float, ...]:
+        return (self.initial_accumulator_value,)
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        acc = state[0]
+        eps = self.eps
+        lr = self.lr if lr is None else lr
+
+        def step() -> None:
+            xp.multiply(g, g, out=s)
+            xp.add(acc, s, out=acc)
+            xp.sqrt(acc, out=s)
+            xp.add(s, eps, out=s)
+            xp.divide(g, s, out=s)
+            _times_lr(xp, s, 1.0, lr, s)
+            xp.subtract(p, s, out=p)
+
+        return step
+
+
+@dataclass(frozen=True)
+class PerModelLR(Optimizer):
+    """``base``'s update for a stack of models (:mod:`engine.compile.stack`), each with its
+    own learning rate ``lrs[k]``.  The rates live in one more optimizer slot, an
+    array as long as the parameter region, so the update stays one pass per term
+    over the whole region (a stacked parameter ``[K, ...]`` holds model k's values
+    in slice k).
+
+    >>> opt = PerModelLR(base=Adam(), lrs=(1e-3, 1e-2))
+    >>> opt.state_slots, opt.lrs
+    (3, (0.001, 0.01))
+    """
+
+    base: Optimizer = field(default_factory=lambda: SGD())
+    lrs: tuple[float, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return "PerModelLR"
+
+    @property
+    def state_slots(self) -> int:
+        return self.base.state_slots + 1
+
+    def state_init(self) -> tuple[float, ...]:
+        return (*self.base.state_init(), 0.0)
+
+    def slot_values(self, region: Any) -> tuple[Any, ...]:
+        import numpy as np
+
+        k = len(self.lrs)
+        end = max((o + n for o, n in region), default=0)
+        rates = np.zeros(end, dtype=np.float64)
+        for offset, count in region:
+            if count % k:
+                raise ValueError(f"a parameter of {count} elements is not a stack of {k}")
+            rates[offset : offset + count] = np.repeat(self.lrs, count // k)
+        return (*self.base.slot_values(region), rates)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "base": self.base.to_dict(), "lrs": list(self.lrs)}
+
+    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+             lr: Any = None) -> Step:
+        return self.base.bind(xp, p, g, state[:-1], s, t, lr=state[-1])
+
+
+# The optimizers a user names (search spaces, dicts); PerModelLR is made by engine.compile.stack.
+OPTIMIZERS: dict[str, type[Optimizer]] = {
+    c.__name__: c for c in (SGD, Adam, AdamW, RMSProp, Adagrad)
+}
+
+
+def optimizer_from_dict(d: dict[str, Any]) -> Optimizer:
+    """Rebuild a spec from :meth:`Optimizer.to_dict` (or a search-space entry)."""
+    d = dict(d)
+    name = d.pop("name")
+    d.pop("decoupled", None)
+    if name == "PerModelLR":
+        return PerModelLR(base=optimizer_from_dict(d["base"]), lrs=tuple(d["lrs"]))
+    try:
+        cls = OPTIMIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown optimizer {name!r}; available: {', '.join(OPTIMIZERS)}") \
+            from None
+    return cls(**d)

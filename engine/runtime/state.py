@@ -1,0 +1,146 @@
+"""A paused model: everything it needs to resume exactly, in host memory.
+
+That is the forward zone's parameter prefix (:attr:`Program.state_bytes`), the whole
+optimizer zone, the gradients when the optimizer has not consumed them yet, the
+step counter (Adam's bias correction), the rounds done and the random generator's
+state (dropout masks).  Activations, placeholders and the workspace are not kept:
+they are rewritten before they are read (set a model's inputs again after resuming).
+
+A state can be written to disk and read back: one ``.npz`` file (numpy's own format,
+read with ``allow_pickle=False``) holding the bytes and a JSON header with the
+program, so a worker that dies does not lose a paused trial.
+
+>>> from engine import Adam, compile_graph
+>>> from engine.models import paper_mlp
+>>> prog = compile_graph(paper_mlp((4, 3, 2)), batch_size=8, optimizer=Adam())
+>>> s = initial_state(prog, seed=0)
+>>> s.forward.nbytes == prog.state_bytes, s.optimizer.nbytes == prog.zone_bytes["optimizer"]
+(True, True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.runtime.backends import Backend, get_backend
+from engine.runtime.initializers import initial_values
+from engine.runtime.program import Program
+from engine.runtime.zones import OPTIMIZER
+
+FORMAT = "calcgraph-model-state/1"
+
+
+@dataclass
+class ModelState:
+    program: Program
+    forward: np.ndarray  # uint8, the parameter prefix of the forward zone
+    optimizer: np.ndarray  # uint8, the optimizer zone
+    gradient: np.ndarray  # uint8, the gradient region; meaningful when ``dirty``
+    t: int = 0  # optimize() calls
+    dirty: int = 0  # parameters holding gradients optimize() has not consumed (bit mask)
+    round: int = 0
+    rng: Any = None  # the backend's snapshot of the random generator
+
+    @property
+    def nbytes(self) -> int:
+        """Host bytes this state holds."""
+        return int(self.forward.nbytes + self.optimizer.nbytes + self.gradient.nbytes)
+
+    def meta(self) -> dict[str, Any]:
+        return {"format": FORMAT, "t": self.t, "dirty": self.dirty, "round": self.round,
+                "rng": self.rng, "program": self.program.to_dict()}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this state to ``path`` (atomically: a crash leaves no partial file)."""
+        target = Path(path)
+        header = np.array(json.dumps(self.meta(), default=_jsonable))
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, forward=self.forward, optimizer=self.optimizer,
+                         gradient=self.gradient, header=header)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    @staticmethod
+    def load(path: str | os.PathLike[str], backend: Backend | None = None) -> ModelState:
+        """Read a state written by :meth:`save` (into host memory of ``backend``)."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["header"]))
+                arrays = {k: z[k] for k in ("forward", "optimizer", "gradient")}
+        except (OSError, ValueError, KeyError) as e:
+            raise EngineError(f"{path}: not a saved model state ({e})") from None
+        if meta.get("format") != FORMAT:
+            raise EngineError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        program = Program.from_json(json.dumps(meta["program"]))
+        be = backend or get_backend(program.device)
+        host = {k: be.host_alloc(v.nbytes) for k, v in arrays.items()}
+        for k, v in arrays.items():
+            np.copyto(host[k], v.view(np.uint8).reshape(-1))
+        return ModelState(program, host["forward"], host["optimizer"], host["gradient"],
+                          meta["t"], meta["dirty"], meta["round"], meta["rng"])
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, tuple | set):
+        return list(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+def empty_state(program: Program, backend: Backend | None = None) -> ModelState:
+    """Host buffers for a paused model of ``program`` (contents undefined)."""
+    be = backend or get_backend(program.device)
+    return ModelState(program, be.host_alloc(program.state_bytes),
+                      be.host_alloc(program.zone_bytes[OPTIMIZER]),
+                      be.host_alloc(program.param_region))
+
+
+def region_dtype(program: Program) -> Any:
+    """The element type of the learned parameters, if they all share one."""
+    dts = {program.buffers[ps.buffer].dtype for ps in program.params if ps.grad is not None}
+    return np.dtype(dts.pop()) if len(dts) == 1 else None
+
+
+def initial_state(program: Program, seed: int = 0, backend: Backend | None = None
+                  ) -> ModelState:
+    """The state of a fresh model: parameters drawn from their inits (seeded), the
+    optimizer's initial state, no gradients, the random generator seeded."""
+    be = backend or get_backend(program.device)
+    st = empty_state(program, be)
+    st.forward.fill(0)
+    st.optimizer.fill(0)
+    st.gradient.fill(0)
+    host_rng = np.random.default_rng(seed)
+    for ps in program.params:
+        spec = program.buffers[ps.buffer]
+        dt = np.dtype(spec.dtype)
+        values = initial_values(ps.init, spec.shape, dt, host_rng)
+        st.forward[spec.offset : spec.offset + values.nbytes] = values.reshape(-1).view(np.uint8)
+    opt, region = program.optimizer, program.param_region
+    if opt is not None and region:
+        dt = region_dtype(program) or np.dtype(np.float32)
+        layout = [(program.buffers[ps.buffer].offset // dt.itemsize,
+                   program.buffers[ps.buffer].desc.numel()) for ps in program.params
+                  if ps.grad is not None]
+        for off, value in zip(program.state_offsets, opt.slot_values(layout), strict=True):
+            slot = st.optimizer[off : off + region].view(dt)
+            if isinstance(value, np.ndarray):
+                slot[: len(value)] = value
+            elif value:
+                slot.fill(value)
+    st.rng = be.rng_state(be.rng(seed))
+    return st

@@ -1,0 +1,110 @@
+"""Small training helpers over a VM: epochs of shuffled mini-batches, evaluation.
+
+>>> import numpy as np
+>>> from engine import VM, Adam, compile_graph
+>>> from engine.models import paper_mlp
+>>> vm = VM(compile_graph(paper_mlp((4, 8, 3)), batch_size=16, optimizer=Adam(lr=0.05)))
+>>> x = np.random.default_rng(0).random((64, 4), dtype=np.float32); y = (x[:, 0] * 3).astype(int)
+>>> for _ in range(30): _ = train_epoch(vm, x, y, np.random.default_rng(1))
+>>> evaluate(vm, x, y) > 0.8
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine.runtime.vm import VM
+
+STOP_EVERY = 16  # mini-batches between two calls of train_epoch's ``stop``
+
+
+def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator | None = None,
+                path: str = "train", batch: int | None = None, loss: str | None = None,
+                stop: Callable[[], bool] | None = None) -> Any:
+    """One pass over (x, y) in mini-batches of ``batch`` (default: the compiled batch),
+    shuffled when ``rng`` is given; returns the sample-weighted mean of ``loss``
+    (default: the path's loss): a float, or an array for a non-scalar variable such as
+    the per-model losses of a stack (:mod:`engine.compile.stack`).  The data is checked for
+    non-finite values once, and each mini-batch's rows are gathered straight into
+    the heap.  ``stop`` is called every ``STOP_EVERY`` mini-batches; when it returns
+    True the pass ends there (the round is abandoned: ``end_round`` is not called)
+    and the result is None."""
+    b = batch or vm.program.batch_size
+    n = len(y)
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    pc = vm.program.paths[vm.program.path_index(path)]
+    if loss is None and pc.loss is not None:
+        loss = vm.program.buffers[pc.loss].name
+    if vm.check_inputs:
+        vm.check("x", x)
+        vm.check("y", y)
+    total = _Mean()
+    for i, start in enumerate(range(0, n, b)):
+        if stop is not None and i % STOP_EVERY == 0 and i and stop():
+            return None
+        rows = order[start:start + b]
+        vm.gather("x", x, rows, check=False)
+        vm.gather("y", y, rows, check=False)
+        vm.train_step(path)
+        if loss is not None:
+            total.add(vm, loss, len(rows))
+    vm.end_round()
+    return total.value()
+
+
+class _Mean:
+    """A sample-weighted mean of a variable read after each mini-batch: a float for
+    a scalar (the common case, kept cheap), an array otherwise."""
+
+    def __init__(self) -> None:
+        self.scalar = 0.0
+        self.array: np.ndarray | None = None
+        self.n = 0
+
+    def add(self, vm: VM, name: str, rows: int) -> None:
+        v = vm.view(name)
+        self.n += rows
+        if v.ndim == 0:
+            self.scalar += float(v) * rows
+            return
+        host = vm.backend.to_host(v).astype(np.float64) * rows
+        self.array = host if self.array is None else self.array + host
+
+    def value(self) -> Any:
+        n = max(self.n, 1)
+        return self.scalar / n if self.array is None else self.array / n
+
+
+def evaluate(vm: VM, x: np.ndarray, y: np.ndarray, path: str = "eval",
+             metric: str = "accuracy") -> Any:
+    """Sample-weighted mean of a metric over (x, y) (per model for a stack).  The
+    forward programs of the paths whose results ``path`` reads run first (the paper's
+    post path reads the learning path's output); a path with its own forward runs
+    alone."""
+    b = vm.program.batch_size
+    first = _feeding_paths(vm, path)
+    total = _Mean()
+    for start in range(0, len(y), b):
+        vm.set("x", x[start:start + b])
+        vm.set("y", y[start:start + b])
+        for p in first:
+            vm.forward(p)
+        vm.forward(path)
+        total.add(vm, metric, len(y[start:start + b]))
+    return total.value()
+
+
+def _feeding_paths(vm: VM, path: str) -> list[str]:
+    """The other paths whose forward programs write what ``path``'s forward reads."""
+    prog = vm.program
+    target = prog.paths[prog.path_index(path)]
+    reads = {j for k in target.forward for j in prog.instrs[k].ins}
+    out = []
+    for pc in prog.paths:
+        if pc is not target and any(j in reads for k in pc.forward for j in prog.instrs[k].outs):
+            out.append(pc.name)
+    return out
