@@ -12,9 +12,9 @@ from explore.data import load_digits
 from explore.scheduler import Scheduler
 from explore.space import load_space
 from explore.study import open_study
-from tests.test_explore_run import write
+from tests.explore.test_explore_run import write
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "analysis.ipynb"
+NOTEBOOK = Path(__file__).resolve().parent.parent.parent / "notebooks" / "analysis.ipynb"
 
 
 def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> None:

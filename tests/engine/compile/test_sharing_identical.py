@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from engine import SGD, VM, Adam, compile_graph
+from tests.engine.compile.test_planner import MODELS
+from tests.engine.ops.test_gradients import CASES
 from tests.gradcheck import Case, build
-from tests.test_gradients import CASES
-from tests.test_planner import MODELS
 
 
 def _step(case: Case, sharing: str) -> dict[str, np.ndarray]:

@@ -9,8 +9,8 @@ import pytest
 from engine import VM, Adam, compile_graph
 from engine.models import paper_mlp
 from engine.runtime.backends import gpu_available
+from tests.engine.ops.test_gradients import CASES as GRADIENT_CASES
 from tests.gradcheck import Case, build
-from tests.test_gradients import CASES as GRADIENT_CASES
 
 pytestmark = [
     pytest.mark.gpu,

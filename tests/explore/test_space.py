@@ -12,7 +12,7 @@ from explore.cli import main
 from explore.space import load_space, parse_size
 from explore.yamlio import SpaceError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 GOOD = """\
 dataset: digits
 budget: {trials: 2, rounds: 1, memory: 64MB}

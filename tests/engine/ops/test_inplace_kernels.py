@@ -10,7 +10,7 @@ import pytest
 
 from engine.graph import DType, TensorDesc
 from engine.ops import OP_TABLE, KernelArgs, get_op
-from tests.test_gradients import CASES
+from tests.engine.ops.test_gradients import CASES
 
 R = np.random.default_rng(3)
 

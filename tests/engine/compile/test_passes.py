@@ -206,7 +206,7 @@ def test_fusion_can_be_switched_off() -> None:
 
 
 def test_fused_training_matches_unfused() -> None:
-    from tests.test_sharing_identical import _train
+    from tests.engine.compile.test_sharing_identical import _train
 
     fused, plain = _train("deep_mlp", "auto"), _train("deep_mlp", "auto", passes=[])
     for k in fused.keys() & plain.keys():
