@@ -62,9 +62,9 @@ def lower(graph: CalcGraph, optimizer: Optimizer | None = None, debug: bool = Fa
     if debug:
         typecheck(ir, "infer_shapes")
     ir = mark_outputs(ir, graph, keep)
-    ir.counts["nodes_before"] = ir.forward_nodes()
+    ir.counts["nodes_before"] = ir.count_forward_nodes()
     ir = run_passes(ir, passes, debug)
-    ir.counts["nodes_after"] = ir.forward_nodes()
+    ir.counts["nodes_after"] = ir.count_forward_nodes()
     if optimizer is not None and not any(p.loss for p in ir.paths):
         raise CompileError(
             f"an optimizer ({optimizer.name}) was given but graph {graph.name!r} has no "

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.alignment import align_up
 from engine.compile.packing import STRATEGIES, lower_bound
 from engine.compile.passes.ir import IR, IRNode
 from engine.compile.passes.liveness import Lifetimes, analyze
 from engine.errors import CompileError
 from engine.graph import TensorDesc
 from engine.ops import get_op
-from engine.ops._base import align, no_workspace
+from engine.ops._base import no_workspace
 from engine.runtime.optim import Optimizer
 from engine.runtime.zones import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
 
-ALIGN = 64
 SHARING = ("none", *STRATEGIES)
 
 
@@ -39,9 +39,6 @@ class ZoneStats:
     planned: int  # what the plan allocates
     lower_bound: int  # the most bytes live at one instruction
 
-    @property
-    def ratio(self) -> float:
-        return self.planned / self.lower_bound if self.lower_bound else 1.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ class MemoryPlan:
 
 
 def buffer_bytes(desc: TensorDesc, batch: int) -> int:
-    return align(desc.nbytes(batch), ALIGN)
+    return align_up(desc.nbytes(batch))
 
 
 def node_workspace(ir: IR, node: IRNode, batch: int, device: str) -> int:
@@ -72,7 +69,7 @@ def node_workspace(ir: IR, node: IRNode, batch: int, device: str) -> int:
     if op.workspace is not no_workspace:
         ins = [ir.descs[x].at_batch(batch) for x in node.inputs]
         outs = [ir.descs[x].at_batch(batch) for x in node.outputs]
-        need = align(op.workspace(ins, outs, node.attrs, device), ALIGN)
+        need = align_up(op.workspace(ins, outs, node.attrs, device))
     if node.param_sink is not None:
         need += buffer_bytes(ir.descs[node.param_sink], batch)
     return need

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.runtime.backends import Backend
 from engine.runtime.zones import ZONES
 
@@ -39,7 +40,7 @@ class CalcHeap:
         for z in ZONES:
             n = int(zone_bytes.get(z, 0))
             self.zones[z] = buffer[at : at + n]
-            at += -(-n // 64) * 64
+            at += align_up(n)
 
     @property
     def allocated_bytes(self) -> int:
@@ -48,18 +49,8 @@ class CalcHeap:
             return 0
         return self.backend.allocated_bytes(list(self.zones.values()))
 
-    @property
-    def zone_total(self) -> int:
-        """Bytes of the zones, however they were obtained."""
-        return int(sum(self.zones[z].nbytes for z in ZONES))
-
     def capacity(self, zone: str) -> int:
         return int(self.zones[zone].nbytes)
-
-    def memset(self) -> None:
-        """Zero every zone: one memset each."""
-        for buf in self.zones.values():
-            self.backend.memset(buf, 0)
 
     def view(self, zone: str, offset: int, nbytes: int, dtype: Any, shape: tuple[int, ...]) -> Any:
         raw = self.zones[zone][offset : offset + nbytes]
@@ -68,4 +59,4 @@ class CalcHeap:
 
 def carved_bytes(zone_bytes: dict[str, int]) -> int:
     """Bytes the four zones take carved one after the other, 64-byte aligned."""
-    return sum(-(-int(zone_bytes.get(z, 0)) // 64) * 64 for z in ZONES)
+    return sum(align_up(zone_bytes.get(z, 0)) for z in ZONES)

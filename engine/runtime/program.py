@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.alignment import align_up
 from engine.graph import DType, Init, Regularization, TensorDesc
 from engine.runtime.optim import Optimizer, optimizer_from_dict
 
@@ -112,15 +113,9 @@ class Program:
     def state_bytes(self) -> int:
         """Bytes of the forward zone's prefix that holds every parameter: with the
         optimizer zone (and unconsumed gradients), what a paused model keeps."""
-        ends = [b.offset + -(-b.desc.nbytes() // 64) * 64 for b in self.buffers
+        ends = [b.offset + align_up(b.desc.nbytes()) for b in self.buffers
                 if b.kind == "param"]
         return max(ends, default=0)
-
-    def buffer_index(self, name: str) -> int:
-        for i, b in enumerate(self.buffers):
-            if b.name == name:
-                return i
-        raise KeyError(name)
 
     def path_index(self, path: int | str) -> int:
         if isinstance(path, int):
@@ -131,17 +126,6 @@ class Program:
             if p.name == path:
                 return i
         raise KeyError(f"no path named {path!r}; paths: {[p.name for p in self.paths]}")
-
-    def summary(self) -> str:
-        """A few lines: zones and their bytes, instruction counts per path."""
-        lines = [f"program {self.name!r} on {self.device}, batch {self.batch_size}, "
-                 f"{self.total_bytes:,} bytes"]
-        for z, n in self.zone_bytes.items():
-            lines.append(f"  {z:<10} {n:>14,} B")
-        for p in self.paths:
-            lines.append(f"  path {p.name!r} ({p.mode}): {len(p.forward)} forward, "
-                         f"{len(p.backward)} backward instructions")
-        return "\n".join(lines)
 
     def plan_report(self) -> str:
         """Per zone: bytes without sharing, planned, the lower bound (the most bytes live

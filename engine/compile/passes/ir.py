@@ -63,7 +63,8 @@ class IR:
             out.extend(p.backward)
         return out
 
-    def forward_nodes(self) -> int:
+    def count_forward_nodes(self) -> int:
+        """How many nodes the forward programs of all paths hold."""
         return sum(len(p.forward) for p in self.paths)
 
     def drop(self, name: str) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine import SGD, VM, Adam, CalcGraph, EngineError, Init, InputError, Mode, compile_graph
-from engine.compile.planner import ALIGN
+from engine.alignment import ALIGN
 from engine.models import branching_graph, chain_graph, deep_mlp, paper_mlp
 from tests.planverify import assert_no_clobber, lifetimes
 
