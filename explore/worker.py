@@ -43,6 +43,7 @@ class Resident:
     rounds: int
     rng: np.random.Generator
     batch: int  # training mini-batch (the program may be compiled for a bigger one)
+    metrics: tuple[str, ...]  # what validation reads: accuracy, and eval_loss if any
     gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
     paused: bool = False  # at a rung: the worker may start another trial meanwhile
     round: int = 0
@@ -91,21 +92,7 @@ def device_overhead(device: str) -> int:
     return pss_bytes()
 
 
-def evaluate(vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Accuracy and loss of the ``eval`` path (no dropout) over (x, y)."""
-    b = vm.program.batch_size
-    has_loss = "eval_loss" in vm._names
-    acc = loss = 0.0
-    for s in range(0, len(y), b):
-        n = len(y[s:s + b])
-        vm.set("x", x[s:s + b], check=False)  # a slice: one contiguous copy
-        vm.set("y", y[s:s + b], check=False)
-        vm.forward("eval")
-        acc += float(vm.view("accuracy")) * n
-        if has_loss:
-            loss += float(vm.view("eval_loss")) * n
-    n = max(len(y), 1)
-    return {"accuracy": acc / n, "eval_loss": loss / n if has_loss else float("nan")}
+VALIDATION = ("accuracy", "eval_loss")  # what a report carries (eval_loss: NaN if none)
 
 
 class _Exit(BaseException):
@@ -116,7 +103,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
     from engine.runtime.heap import CalcHeap
-    from engine.runtime.train import train_epoch
+    from engine.runtime.train import evaluate_metrics, train_epoch
     from engine.runtime.vm import VM
 
     arrays = attach(data)
@@ -166,8 +153,10 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             except Exception as e:  # a candidate that cannot run: report it, go on
                 conn.send(("error", number, f"{type(e).__name__}: {e}"))
                 return
+            names = {b.name for b in prog.buffers}
             residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed),
-                                         batch, gated=gated)
+                                         batch, tuple(m for m in VALIDATION if m in names),
+                                         gated=gated)
             order.append(number)
         elif kind in ("continue", "pause"):
             if msg[1] in residents:
@@ -204,7 +193,9 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                                    batch=res.batch, stop=stopped)
                 if loss is None:
                     continue
-                metrics = evaluate(res.vm, arrays["x_valid"], arrays["y_valid"])
+                metrics = evaluate_metrics(res.vm, arrays["x_valid"], arrays["y_valid"],
+                                           res.metrics, check=False)
+                metrics.setdefault("eval_loss", float("nan"))  # no loss on its eval path
                 res.busy_s += time.perf_counter() - t0
             except Exception:
                 conn.send(("error", nxt, traceback.format_exc(limit=3)))
