@@ -35,6 +35,20 @@ from engine import BudgetError
 from explore.builders import BuildError
 from explore.candidate import PIXEL_SCALE, Candidate, compile_candidate
 from explore.data import Dataset, quantize
+from explore.protocol import (
+    Continue,
+    Done,
+    Exit,
+    FromWorker,
+    OpenArena,
+    Pause,
+    Ready,
+    Report,
+    Start,
+    Stop,
+    ToWorker,
+    TrialFailed,
+)
 from explore.rungs import failed_rung, pauses, promotable, rungs_done
 from explore.sampling import suggest
 from explore.shared import SharedArrays
@@ -242,10 +256,11 @@ class Scheduler:
 
     def _ready(self, w: Worker) -> Worker:
         msg = self._recv(w, timeout=120)
-        w.overhead, w.pid = int(msg[1]), int(msg[2])
+        assert isinstance(msg, Ready), msg
+        w.overhead, w.pid = msg.overhead, msg.pid
         return w
 
-    def _recv(self, w: Worker, timeout: float) -> Any:
+    def _recv(self, w: Worker, timeout: float) -> FromWorker:
         try:
             if w.conn.poll(timeout):
                 return w.conn.recv()
@@ -275,7 +290,7 @@ class Scheduler:
         self._sample()
 
     def _open_arena(self, w: Worker, nbytes: int) -> None:
-        w.conn.send(("arena", nbytes))
+        w.conn.send(OpenArena(nbytes))
         self._recv(w, timeout=120)
         w.arena = nbytes
         w.free = [[0, nbytes]]
@@ -284,7 +299,7 @@ class Scheduler:
     def stop(self) -> None:
         for w in self.workers.values():
             with contextlib.suppress(BrokenPipeError, OSError):
-                w.conn.send(("exit",))
+                w.conn.send(Exit())
         for w in self.workers.values():
             w.process.join(timeout=10)
             if w.process.is_alive():
@@ -413,21 +428,21 @@ class Scheduler:
             seed = self.space.budget.seed + trial.number
             # The Program itself: pickled by the pipe in 0.05 ms, where its JSON took
             # 0.7 ms, on the scheduler's thread, while it fills the arenas.
-            if not self._send(w, ("start", trial.number, prog, offset, seed,
-                                  self.space.budget.rounds, cand.train_batch, self.gated)):
+            if not self._send(w, Start(trial.number, prog, offset, seed,
+                                       self.space.budget.rounds, cand.train_batch, self.gated)):
                 still.append((trial, cand, requeued))  # its placement went with the worker
         self.waiting = still + self.waiting
         self._sample()
 
-    def _send(self, w: Worker, msg: tuple[Any, ...]) -> bool:
+    def _send(self, w: Worker, msg: ToWorker) -> bool:
         """Send, or handle the worker's death (its residents fail and are re-queued)."""
         try:
             w.conn.send(msg)
             return True
         except (BrokenPipeError, EOFError, OSError):
             w.process.join(timeout=5)
-            if msg[0] == "start":
-                p = w.residents.pop(msg[1])
+            if isinstance(msg, Start):
+                p = w.residents.pop(msg.number)
                 w.give(p.offset, p.size)
             self._crashed(w)
             return False
@@ -447,17 +462,19 @@ class Scheduler:
             if not w.process.is_alive():
                 self._crashed(w)
 
-    def _handle(self, w: Worker, msg: tuple[Any, ...]) -> None:
-        kind, number = msg[0], msg[1]
-        p = w.residents.get(number)
+    def _handle(self, w: Worker, msg: FromWorker) -> None:
+        if not isinstance(msg, Report | Done | TrialFailed):
+            return  # Ready and ArenaOpened come only while a worker starts
+        p = w.residents.get(msg.number)
         if p is None:
             return
-        if kind == "report":
-            _, _, step, metrics, p.started = msg
+        if isinstance(msg, Report):
+            p.started = msg.started
             if len(self.study.directions) == 1 and self.space.objectives[0].metric != \
                     "planned_bytes":
                 before = rungs_done(frozen(self.study, p.trial)) if self.gated else 0
-                p.trial.report(self._value(self.space.objectives[0].metric, metrics, p), step)
+                p.trial.report(self._value(self.space.objectives[0].metric, msg.metrics, p),
+                               msg.round)
                 if p.trial.should_prune():
                     rung = failed_rung(frozen(self.study, p.trial), before) \
                         if self.gated else None
@@ -466,21 +483,20 @@ class Scheduler:
                         return
                     p.paused, p.pauses = rung, p.pauses + 1  # the worker holds it, idle
                     self.stats.counts["paused"] += 1
-                    self._send(w, ("pause", number))
+                    self._send(w, Pause(msg.number))
                     self._resume_promoted()
                     self._sample()
                     return
                 self._resume_promoted()
             if self.gated:
-                self._send(w, ("continue", number))
-        elif kind == "done":
-            _, _, metrics, stats = msg
+                self._send(w, Continue(msg.number))
+        elif isinstance(msg, Done):
             self._release(w, p)
             self._note(p.trial, pauses=p.pauses)
-            self._note(p.trial, rounds=stats["rounds"], switches=stats["switches"],
-                       busy_s=stats["busy_s"], start=stats["start"] - self.t0,
-                       end=stats["end"] - self.t0, accuracy=metrics["accuracy"], write=True)
-            values = [self._value(o.metric, metrics, p) for o in self.space.objectives]
+            self._note(p.trial, rounds=msg.rounds, switches=msg.switches, busy_s=msg.busy_s,
+                       start=msg.started - self.t0, end=msg.ended - self.t0,
+                       accuracy=msg.metrics["accuracy"], write=True)
+            values = [self._value(o.metric, msg.metrics, p) for o in self.space.objectives]
             self._tell(p.trial, values if len(values) > 1 else values[0])
             self.stats.counts["complete"] += 1
             if len(values) == 1:
@@ -488,12 +504,12 @@ class Scheduler:
                 self.stats.best = values[0] if self.stats.best is None else \
                     better(self.stats.best, values[0])
             self._sample()
-        elif kind == "error":
+        else:
             self._release(w, p)
-            self._fail(p.trial, f"error in worker {w.index}: {msg[2]}")
+            self._fail(p.trial, f"error in worker {w.index}: {msg.reason}")
 
     def _prune(self, w: Worker, p: Placement) -> None:
-        self._send(w, ("stop", p.trial.number))
+        self._send(w, Stop(p.trial.number))
         self._release(w, p)
         if p.paused is not None:
             self.stats.counts["paused"] -= 1
@@ -512,7 +528,7 @@ class Scheduler:
                 p.paused = None
                 self.stats.counts["paused"] -= 1
                 self.stats.counts["resumed"] += 1
-                self._send(w, ("continue", p.trial.number))
+                self._send(w, Continue(p.trial.number))
 
     @staticmethod
     def _value(metric: str, metrics: dict[str, float], p: Placement) -> float:

@@ -13,14 +13,8 @@ idles waiting for it.  A *gated* trial (one the pruner may pause at a rung) inst
 waits for "continue" after each report; "pause" tells it that the trial waits at a
 rung, so the worker starts a trial not yet begun in the meantime.
 
-Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
-
-- scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program,
-  offset, seed, rounds, train_batch, gated)``, ``("continue", number)``,
-  ``("pause", number)``, ``("stop", number)``, ``("exit",)``;
-- worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
-  ``("report", number, round, metrics, started)``, ``("done", number, metrics, stats)``,
-  ``("error", number, message)``.
+Messages are the classes of :mod:`explore.protocol` (which says what crosses the
+process boundary and how); the scheduler's side is :mod:`explore.scheduler`.
 """
 
 from __future__ import annotations
@@ -33,6 +27,20 @@ from typing import Any
 
 import numpy as np
 
+from explore.protocol import (
+    ArenaOpened,
+    Continue,
+    Done,
+    Exit,
+    OpenArena,
+    Pause,
+    Ready,
+    Report,
+    Start,
+    Stop,
+    ToWorker,
+    TrialFailed,
+)
 from explore.shared import ArraySpec, attach
 
 
@@ -111,12 +119,12 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         import cupy
 
         cupy.cuda.runtime.getDeviceCount()
-    conn.send(("ready", device_overhead(device), os.getpid()))
+    conn.send(Ready(device_overhead(device), os.getpid()))
     msg = conn.recv()
-    if msg[0] == "exit":
-        return
-    arena = Arena(int(msg[1]), device)
-    conn.send(("arena_ok",))
+    if not isinstance(msg, OpenArena):
+        return  # Exit before any arena
+    arena = Arena(msg.nbytes, device)
+    conn.send(ArenaOpened())
     residents: dict[int, Resident] = {}
     order: list[int] = []
 
@@ -138,33 +146,34 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         if number in order:
             order.remove(number)
 
-    def handle(msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "exit":
-            raise _Exit
-        if kind == "start":
-            _, number, prog, offset, seed, rounds, batch, gated = msg
-            try:
-                region = arena.buffer[offset:offset + prog.total_bytes]
-                vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
-                                                      buffer=region))
-                vm.check("x", arrays["x_train"])
-                vm.check("y", arrays["y_train"])
-            except Exception as e:  # a candidate that cannot run: report it, go on
-                conn.send(("error", number, f"{type(e).__name__}: {e}"))
-                return
-            names = {b.name for b in prog.buffers}
-            residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed),
-                                         batch, tuple(m for m in VALIDATION if m in names),
-                                         gated=gated)
-            order.append(number)
-        elif kind in ("continue", "pause"):
-            if msg[1] in residents:
-                r = residents[msg[1]]
-                r.paused = kind == "pause"
-                r.runnable = not r.paused
-        elif kind == "stop":
-            drop(msg[1])
+    def handle(msg: ToWorker) -> None:
+        match msg:
+            case Exit():
+                raise _Exit
+            case Start():
+                prog = msg.program
+                try:
+                    region = arena.buffer[msg.offset:msg.offset + prog.total_bytes]
+                    vm = VM(prog, seed=msg.seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
+                                                              buffer=region))
+                    vm.check("x", arrays["x_train"])
+                    vm.check("y", arrays["y_train"])
+                except Exception as e:  # a candidate that cannot run: report it, go on
+                    conn.send(TrialFailed(msg.number, f"{type(e).__name__}: {e}"))
+                    return
+                names = {b.name for b in prog.buffers}
+                residents[msg.number] = Resident(
+                    msg.number, vm, msg.rounds, np.random.default_rng(msg.seed),
+                    msg.train_batch, tuple(m for m in VALIDATION if m in names),
+                    gated=msg.gated)
+                order.append(msg.number)
+            case Continue(number) | Pause(number):
+                if number in residents:
+                    r = residents[number]
+                    r.paused = isinstance(msg, Pause)
+                    r.runnable = not r.paused
+            case Stop(number):
+                drop(number)
 
     def drain() -> None:
         while conn.poll(0):
@@ -198,20 +207,19 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 metrics.setdefault("eval_loss", float("nan"))  # no loss on its eval path
                 res.busy_s += time.perf_counter() - t0
             except Exception:
-                conn.send(("error", nxt, traceback.format_exc(limit=3)))
+                conn.send(TrialFailed(nxt, traceback.format_exc(limit=3)))
                 drop(nxt)
                 continue
             res.round += 1
             metrics["loss"] = loss
             if res.round >= res.rounds:
-                stats = {"rounds": res.round, "switches": res.switches, "busy_s": res.busy_s,
-                         "start": res.started, "end": time.time()}
-                conn.send(("done", nxt, metrics, stats))
+                conn.send(Done(nxt, metrics, res.round, res.switches, res.busy_s, res.started,
+                               time.time()))
                 drop(nxt)
             else:
                 # Ungated, the next round starts at once, before the pruner's answer:
                 # that answer stops it within STOP_EVERY mini-batches if it is "prune".
                 res.runnable = not res.gated
-                conn.send(("report", nxt, res.round, metrics, res.started))
+                conn.send(Report(nxt, res.round, metrics, res.started))
     except (_Exit, EOFError):
         return

@@ -4,12 +4,11 @@ validation chunks) placed where only it fits."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
 
 from explore.candidate import compile_candidate
 from explore.data import load_digits
+from explore.protocol import Start, ToWorker
 from explore.sampling import fixed
 from explore.scheduler import Scheduler, Worker
 from explore.space import parse_space
@@ -21,9 +20,9 @@ SPACE = {"name": "p", "dataset": "digits", "budget": {"trials": 3, "rounds": 1,
 
 class Pipe:
     def __init__(self) -> None:
-        self.sent: list[tuple[Any, ...]] = []
+        self.sent: list[ToWorker] = []
 
-    def send(self, msg: tuple[Any, ...]) -> None:
+    def send(self, msg: ToWorker) -> None:
         self.sent.append(msg)
 
 
@@ -46,11 +45,11 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
         for _ in range(3):
             sched.waiting.append((sched.study.ask(), cand, False))
         sched._place()
-        starts = [m for m in pipe.sent if m[0] == "start"]
+        starts = [m for m in pipe.sent if isinstance(m, Start)]
         assert len(starts) == 2 and len(sched.waiting) == 1  # the third waits for room
-        compiled = [sched.notes[m[1]]["compiled_batch"] for m in starts]
-        assert compiled == [359, 44]
-        assert [sched.notes[m[1]]["total_bytes"] for m in starts] == [big, small]
+        compiled = [sched.notes[m.number]["compiled_batch"] for m in starts]
+        assert compiled == [359, 44] == [m.program.batch_size for m in starts]
+        assert [sched.notes[m.number]["total_bytes"] for m in starts] == [big, small]
         placed = sum(p.size for p in sched.workers[0].residents.values())
         assert placed <= arena and sched.workers[0].free == [[arena - 64, 64]]
     finally:
