@@ -32,6 +32,7 @@ import optuna
 from optuna.trial import TrialState
 
 from engine import BudgetError
+from engine.alignment import align_down, align_up
 from explore.builders import BuildError
 from explore.candidate import PIXEL_SCALE, Candidate, compile_candidate
 from explore.data import Dataset, quantize
@@ -57,7 +58,6 @@ from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, frozen, working
 from explore.worker import main as worker_main
 from explore.worker import rss_bytes
 
-ALIGN = 64
 # Resident sizes are read from /proc at most this often (seconds): a read is ~0.1 ms
 # per process, and the accounting is sampled after every event (5 a second per
 # worker on the paper's space); resident memory changes slowly.
@@ -277,7 +277,7 @@ class Scheduler:
         for w in ws:
             self._ready(w)
         fixed = self.stats.data + sum(w.overhead for w in ws)
-        arena = (self.stats.budget - fixed) // len(ws) // ALIGN * ALIGN
+        arena = align_down((self.stats.budget - fixed) // len(ws))
         if arena <= 0:
             raise SchedulerError(
                 f"a budget of {self.stats.budget:,} bytes leaves nothing for trials: the data "
@@ -408,7 +408,7 @@ class Scheduler:
             # training batch may still fit a gap (validation then runs in smaller
             # chunks): the trial starts now instead of waiting for a bigger hole.
             for prog in cand.fitting():
-                size = -(-prog.total_bytes // ALIGN) * ALIGN
+                size = align_up(prog.total_bytes)
                 fits = [(_active(w), fit, w.index) for w in self.workers.values()
                         if (fit := w.best_fit(size)) is not None]
                 if fits:
@@ -561,9 +561,8 @@ class Scheduler:
                 self._ask(requeued=True)
         replacement = self._ready(self._spawn(w.index))
         others = self.stats.data + sum(x.overhead + x.arena for x in self.workers.values())
-        self._open_arena(replacement, min(self.stats.arena, (self.stats.budget - others -
-                                                             replacement.overhead) // ALIGN
-                                          * ALIGN))
+        self._open_arena(replacement, min(self.stats.arena, align_down(
+            self.stats.budget - others - replacement.overhead)))
         self._sample()
 
 
