@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 
 from engine import BudgetError
 from engine.alignment import align_down, align_up
+from engine.free_list import FreeList
 from explore.builders import BuildError
 from explore.candidate import PIXEL_SCALE, Candidate, compile_candidate
 from explore.data import Dataset, quantize
@@ -133,34 +134,8 @@ class Worker:
     overhead: int = 0
     arena: int = 0
     pid: int = 0
-    free: list[list[int]] = field(default_factory=list)  # [offset, size], by offset
+    free: FreeList = field(default_factory=FreeList)  # the arena's free segments, mirrored
     residents: dict[int, Placement] = field(default_factory=dict)
-
-    def best_fit(self, size: int) -> tuple[int, int] | None:
-        """(leftover, offset) of the tightest free segment that holds ``size``."""
-        fits = [(s - size, o) for o, s in self.free if s >= size]
-        return min(fits) if fits else None
-
-    def take(self, offset: int, size: int) -> None:
-        for seg in self.free:
-            if seg[0] == offset:
-                seg[0] += size
-                seg[1] -= size
-                break
-        else:
-            raise AssertionError(f"no free segment at {offset}")
-        self.free = [s for s in self.free if s[1] > 0]
-
-    def give(self, offset: int, size: int) -> None:
-        self.free.append([offset, size])
-        self.free.sort()
-        merged: list[list[int]] = []
-        for o, s in self.free:
-            if merged and merged[-1][0] + merged[-1][1] == o:
-                merged[-1][1] += s
-            else:
-                merged.append([o, s])
-        self.free = merged
 
 
 @dataclass
@@ -293,7 +268,7 @@ class Scheduler:
         w.conn.send(OpenArena(nbytes))
         self._recv(w, timeout=120)
         w.arena = nbytes
-        w.free = [[0, nbytes]]
+        w.free = FreeList([(0, nbytes)])
         self.workers[w.index] = w
 
     def stop(self) -> None:
@@ -409,16 +384,18 @@ class Scheduler:
             # chunks): the trial starts now instead of waiting for a bigger hole.
             for prog in cand.fitting():
                 size = align_up(prog.total_bytes)
-                fits = [(_active(w), fit, w.index) for w in self.workers.values()
-                        if (fit := w.best_fit(size)) is not None]
+                fits = [(_active(w), seg - size, offset, w.index)
+                        for w in self.workers.values()
+                        if (fit := w.free.best_fit(size)) is not None
+                        for offset, seg in [fit]]
                 if fits:
                     break
             if not fits:
                 still.append((trial, cand, requeued))
                 continue
-            _, (_, offset), index = min(fits)
+            _, _, offset, index = min(fits)
             w = self.workers[index]
-            w.take(offset, size)
+            w.free.take(offset, size)
             w.residents[trial.number] = Placement(trial, cand, index, offset, size, time.time(),
                                                   requeued)
             self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
@@ -443,7 +420,7 @@ class Scheduler:
             w.process.join(timeout=5)
             if isinstance(msg, Start):
                 p = w.residents.pop(msg.number)
-                w.give(p.offset, p.size)
+                w.free.release(p.offset, p.size)
             self._crashed(w)
             return False
 
@@ -540,7 +517,7 @@ class Scheduler:
 
     def _release(self, w: Worker, p: Placement) -> None:
         w.residents.pop(p.trial.number, None)
-        w.give(p.offset, p.size)
+        w.free.release(p.offset, p.size)
 
     def _fail(self, trial: optuna.trial.Trial, reason: str, never_started: bool = False
               ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import optuna
 
+from engine.free_list import FreeList
 from explore.candidate import compile_candidate
 from explore.data import load_digits
 from explore.protocol import Start, ToWorker
@@ -40,7 +41,7 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
     try:
         pipe = Pipe()
         sched.workers = {0: Worker(0, None, pipe, arena=arena,  # type: ignore[arg-type]
-                                   free=[[0, arena]])}
+                                   free=FreeList([(0, arena)]))}
         sched.stats.arena = arena
         for _ in range(3):
             sched.waiting.append((sched.study.ask(), cand, False))
@@ -51,6 +52,6 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
         assert compiled == [359, 44] == [m.program.batch_size for m in starts]
         assert [sched.notes[m.number]["total_bytes"] for m in starts] == [big, small]
         placed = sum(p.size for p in sched.workers[0].residents.values())
-        assert placed <= arena and sched.workers[0].free == [[arena - 64, 64]]
+        assert placed <= arena and list(sched.workers[0].free) == [(arena - 64, 64)]
     finally:
         sched.arrays.close()
