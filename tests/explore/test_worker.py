@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from multiprocessing import Pipe
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,9 @@ from explore.space import parse_space
 from explore.worker import main
 
 ARENA = 8_000_000
+# The checkout under test: the spawner script runs outside it, where `explore` could
+# otherwise resolve to whatever checkout is installed.
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -111,9 +115,9 @@ if __name__ == "__mp_main__":  # this script re-run in the child, as spawn does 
 def main():
     import contextlib
     import multiprocessing as mp
-    from explore.scheduler import _main_left_behind
+    from explore.scheduler.processes import main_left_behind
     ctx = mp.get_context("spawn")
-    with _main_left_behind() if sys.argv[1] == "left" else contextlib.nullcontext():
+    with main_left_behind() if sys.argv[1] == "left" else contextlib.nullcontext():
         p = ctx.Process(target=os.getpid)
         p.start()
     p.join()
@@ -131,5 +135,5 @@ def test_workers_start_without_the_parents_main_script(tmp_path: Any, how: str) 
     script, marker = tmp_path / "spawner.py", tmp_path / "imported"
     script.write_text(SPAWNER)
     subprocess.run([sys.executable, str(script), how], check=True, timeout=60,
-                   env={**os.environ, "MARKER": str(marker)})
+                   env={**os.environ, "MARKER": str(marker), "PYTHONPATH": str(ROOT)})
     assert marker.exists() == (how == "default")
