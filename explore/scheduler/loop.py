@@ -47,11 +47,13 @@ from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, frozen, working
 
 
 class Scheduler:
-    """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes."""
+    """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
+    holding at most ``trials_per_worker`` trials that are not paused (default: the
+    space's ``budget.trials_per_worker``)."""
 
     def __init__(self, space: Space, study: optuna.Study, data: Dataset, *, workers: int,
                  memory: int, device: str, progress: Progress | None = None,
-                 depth: int | None = None) -> None:
+                 trials_per_worker: int | None = None) -> None:
         self.space, self.device = space, device
         self.stored = study  # where finished trials go, one write each
         self.study = working_copy(study, space)  # what the sampler and pruner consult
@@ -59,7 +61,8 @@ class Scheduler:
         # Trials a worker holds at once: by default one running and one ready (the
         # worker starts it only when the other ends), which keeps the sampler and the
         # pruner about as well informed as a sequential search; more packs memory.
-        self.depth = max(1, depth if depth is not None else space.budget.trials_per_worker)
+        self.trials_per_worker = max(1, trials_per_worker if trials_per_worker is not None
+                                     else space.budget.trials_per_worker)
         self.stats = RunStats(memory)
         self.progress = progress or (lambda s: None)
         self.arrays = share_dataset(space, data)
@@ -123,10 +126,10 @@ class Scheduler:
             asked = 0
             while True:
                 # Ask while what was asked last found room and each worker has at most
-                # `depth` trials in hand: candidates wait only when memory is full, and
+                # `trials_per_worker` trials in hand: candidates wait only when memory is full, and
                 # the sampler is not asked far ahead of the results it learns from.
                 while asked < n_trials and not self.waiting and self._in_hand() < \
-                        self.depth * len(self.workers):
+                        self.trials_per_worker * len(self.workers):
                     asked += 1
                     self.remaining = n_trials - asked
                     self._ask()
