@@ -103,7 +103,7 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
         t0 = time.perf_counter()
         stats = Scheduler(space, study, data, workers=workers, memory=memory,
-                          device="cpu", depth=depth).run(trials)
+                          device="cpu", trials_per_worker=depth).run(trials)
         wall = time.perf_counter() - t0
         best = study.best_value
         states = [t.state.name for t in study.trials]

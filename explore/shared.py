@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.alignment import align_up
+
 
 @dataclass(frozen=True)
 class ArraySpec:
@@ -32,7 +34,7 @@ class SharedArrays:
     where each one is.  Close (or use as a context manager) to free the block."""
 
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
-        sizes = {k: -(-np.ascontiguousarray(a).nbytes // 64) * 64 for k, a in arrays.items()}
+        sizes = {k: align_up(np.ascontiguousarray(a).nbytes) for k, a in arrays.items()}
         self.block = shared_memory.SharedMemory(create=True, size=max(1, sum(sizes.values())))
         self.spec: dict[str, ArraySpec] = {}
         at = 0

@@ -13,14 +13,8 @@ idles waiting for it.  A *gated* trial (one the pruner may pause at a rung) inst
 waits for "continue" after each report; "pause" tells it that the trial waits at a
 rung, so the worker starts a trial not yet begun in the meantime.
 
-Messages (tuples over a pipe; the scheduler's side is :mod:`explore.scheduler`):
-
-- scheduler -> worker: ``("arena", nbytes)``, ``("start", number, program,
-  offset, seed, rounds, train_batch, gated)``, ``("continue", number)``,
-  ``("pause", number)``, ``("stop", number)``, ``("exit",)``;
-- worker -> scheduler: ``("ready", overhead_bytes, pid)``, ``("arena_ok",)``,
-  ``("report", number, round, metrics, started)``, ``("done", number, metrics, stats)``,
-  ``("error", number, message)``.
+Messages are the classes of :mod:`explore.protocol` (which says what crosses the
+process boundary and how); the scheduler's side is :mod:`explore.scheduler`.
 """
 
 from __future__ import annotations
@@ -33,6 +27,20 @@ from typing import Any
 
 import numpy as np
 
+from explore.protocol import (
+    ArenaOpened,
+    Continue,
+    Done,
+    Exit,
+    OpenArena,
+    Pause,
+    Ready,
+    Report,
+    Start,
+    Stop,
+    ToWorker,
+    TrialFailed,
+)
 from explore.shared import ArraySpec, attach
 
 
@@ -43,6 +51,7 @@ class Resident:
     rounds: int
     rng: np.random.Generator
     batch: int  # training mini-batch (the program may be compiled for a bigger one)
+    metrics: tuple[str, ...]  # what validation reads: accuracy, and eval_loss if any
     gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
     paused: bool = False  # at a rung: the worker may start another trial meanwhile
     round: int = 0
@@ -91,21 +100,7 @@ def device_overhead(device: str) -> int:
     return pss_bytes()
 
 
-def evaluate(vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Accuracy and loss of the ``eval`` path (no dropout) over (x, y)."""
-    b = vm.program.batch_size
-    has_loss = "eval_loss" in vm._names
-    acc = loss = 0.0
-    for s in range(0, len(y), b):
-        n = len(y[s:s + b])
-        vm.set("x", x[s:s + b], check=False)  # a slice: one contiguous copy
-        vm.set("y", y[s:s + b], check=False)
-        vm.forward("eval")
-        acc += float(vm.view("accuracy")) * n
-        if has_loss:
-            loss += float(vm.view("eval_loss")) * n
-    n = max(len(y), 1)
-    return {"accuracy": acc / n, "eval_loss": loss / n if has_loss else float("nan")}
+VALIDATION = ("accuracy", "eval_loss")  # what a report carries (eval_loss: NaN if none)
 
 
 class _Exit(BaseException):
@@ -116,7 +111,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
     from engine.runtime.heap import CalcHeap
-    from engine.runtime.train import train_epoch
+    from engine.runtime.train import evaluate_metrics, train_epoch
     from engine.runtime.vm import VM
 
     arrays = attach(data)
@@ -124,12 +119,12 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         import cupy
 
         cupy.cuda.runtime.getDeviceCount()
-    conn.send(("ready", device_overhead(device), os.getpid()))
+    conn.send(Ready(device_overhead(device), os.getpid()))
     msg = conn.recv()
-    if msg[0] == "exit":
-        return
-    arena = Arena(int(msg[1]), device)
-    conn.send(("arena_ok",))
+    if not isinstance(msg, OpenArena):
+        return  # Exit before any arena
+    arena = Arena(msg.nbytes, device)
+    conn.send(ArenaOpened())
     residents: dict[int, Resident] = {}
     order: list[int] = []
 
@@ -151,31 +146,34 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         if number in order:
             order.remove(number)
 
-    def handle(msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "exit":
-            raise _Exit
-        if kind == "start":
-            _, number, prog, offset, seed, rounds, batch, gated = msg
-            try:
-                region = arena.buffer[offset:offset + prog.total_bytes]
-                vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
-                                                      buffer=region))
-                vm.check("x", arrays["x_train"])
-                vm.check("y", arrays["y_train"])
-            except Exception as e:  # a candidate that cannot run: report it, go on
-                conn.send(("error", number, f"{type(e).__name__}: {e}"))
-                return
-            residents[number] = Resident(number, vm, rounds, np.random.default_rng(seed),
-                                         batch, gated=gated)
-            order.append(number)
-        elif kind in ("continue", "pause"):
-            if msg[1] in residents:
-                r = residents[msg[1]]
-                r.paused = kind == "pause"
-                r.runnable = not r.paused
-        elif kind == "stop":
-            drop(msg[1])
+    def handle(msg: ToWorker) -> None:
+        match msg:
+            case Exit():
+                raise _Exit
+            case Start():
+                prog = msg.program
+                try:
+                    region = arena.buffer[msg.offset:msg.offset + prog.total_bytes]
+                    vm = VM(prog, seed=msg.seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
+                                                              buffer=region))
+                    vm.check("x", arrays["x_train"])
+                    vm.check("y", arrays["y_train"])
+                except Exception as e:  # a candidate that cannot run: report it, go on
+                    conn.send(TrialFailed(msg.number, f"{type(e).__name__}: {e}"))
+                    return
+                names = {b.name for b in prog.buffers}
+                residents[msg.number] = Resident(
+                    msg.number, vm, msg.rounds, np.random.default_rng(msg.seed),
+                    msg.train_batch, tuple(m for m in VALIDATION if m in names),
+                    gated=msg.gated)
+                order.append(msg.number)
+            case Continue(number) | Pause(number):
+                if number in residents:
+                    r = residents[number]
+                    r.paused = isinstance(msg, Pause)
+                    r.runnable = not r.paused
+            case Stop(number):
+                drop(number)
 
     def drain() -> None:
         while conn.poll(0):
@@ -204,23 +202,24 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                                    batch=res.batch, stop=stopped)
                 if loss is None:
                     continue
-                metrics = evaluate(res.vm, arrays["x_valid"], arrays["y_valid"])
+                metrics = evaluate_metrics(res.vm, arrays["x_valid"], arrays["y_valid"],
+                                           res.metrics, check=False)
+                metrics.setdefault("eval_loss", float("nan"))  # no loss on its eval path
                 res.busy_s += time.perf_counter() - t0
             except Exception:
-                conn.send(("error", nxt, traceback.format_exc(limit=3)))
+                conn.send(TrialFailed(nxt, traceback.format_exc(limit=3)))
                 drop(nxt)
                 continue
             res.round += 1
             metrics["loss"] = loss
             if res.round >= res.rounds:
-                stats = {"rounds": res.round, "switches": res.switches, "busy_s": res.busy_s,
-                         "start": res.started, "end": time.time()}
-                conn.send(("done", nxt, metrics, stats))
+                conn.send(Done(nxt, metrics, res.round, res.switches, res.busy_s, res.started,
+                               time.time()))
                 drop(nxt)
             else:
                 # Ungated, the next round starts at once, before the pruner's answer:
                 # that answer stops it within STOP_EVERY mini-batches if it is "prune".
                 res.runnable = not res.gated
-                conn.send(("report", nxt, res.round, metrics, res.started))
+                conn.send(Report(nxt, res.round, metrics, res.started))
     except (_Exit, EOFError):
         return

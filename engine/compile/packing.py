@@ -9,8 +9,10 @@ cost is the highest address used.  Two strategies, both measured by
 - :func:`best_fit`: walk the instructions in order, like an allocator
   that knows the future frees: a buffer takes the smallest free block that holds it
   (or extends the block at the top), and is freed after its last reader, with
-  neighbouring free blocks merged.  O(n log n) plus the scan of the free list, which
-  stays short because lifetimes nest (forward activations die in reverse order).
+  neighbouring free blocks merged (:class:`engine.free_list.FreeList`, which the
+  explore scheduler uses for its workers' arenas too).  O(n log n) plus the scan of
+  the free list, which stays short because lifetimes nest (forward activations die in
+  reverse order).
 - :func:`greedy_by_size` (TFLite's "greedy by size"): largest buffer first, each into
   the smallest gap between the already-placed buffers that overlap it in time.
 
@@ -27,10 +29,11 @@ these items can use less.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from engine.free_list import FreeList
 
 Item = tuple[int, int, int]  # (start, end, size)
 Packing = tuple[list[int], int]  # offsets, bytes used
@@ -57,8 +60,7 @@ def best_fit(items: Sequence[Item]) -> Packing:
     offsets = [0] * n
     born = sorted(range(n), key=lambda i: (items[i][0], -items[i][2], i))
     dies = sorted(range(n), key=lambda i: items[i][1])
-    free_at: list[int] = []  # offsets of free blocks, ascending
-    free_size: dict[int, int] = {}
+    free = FreeList()
     top = 0
     b = d = 0
     while d < n:
@@ -67,44 +69,23 @@ def best_fit(items: Sequence[Item]) -> Packing:
             i = born[b]
             b += 1
             need = items[i][2]
-            best, best_size = -1, 0
-            for o in free_at:
-                s = free_size[o]
-                if s >= need and (best < 0 or s < best_size):
-                    best, best_size = o, s
-                    if s == need:
-                        break
-            if best >= 0:
-                free_at.remove(best)
-                del free_size[best]
-                if best_size > need:
-                    bisect.insort(free_at, best + need)
-                    free_size[best + need] = best_size - need
-                offsets[i] = best
-            elif free_at and free_at[-1] + free_size[free_at[-1]] == top:
-                offsets[i] = free_at.pop()  # grow the free block at the top
-                del free_size[offsets[i]]
-                top = offsets[i] + need
+            fit = free.best_fit(need)
+            last = free.last() if fit is None else None
+            if fit is not None:
+                free.take(fit[0], need)
+                offsets[i] = fit[0]
+            elif last is not None and last[0] + last[1] == top:
+                free.take(*last)  # grow the free block at the top
+                offsets[i] = last[0]
+                top = last[0] + need
             else:
                 offsets[i] = top
                 top += need
         else:
             i = dies[d]
             d += 1
-            _release(free_at, free_size, offsets[i], items[i][2])
+            free.release(offsets[i], items[i][2])
     return offsets, top
-
-
-def _release(free_at: list[int], free_size: dict[int, int], o: int, s: int) -> None:
-    """Return block [o, o + s) to the free list, merging it with its neighbours."""
-    k = bisect.bisect_left(free_at, o)
-    if k < len(free_at) and free_at[k] == o + s:
-        s += free_size.pop(free_at.pop(k))
-    if k > 0 and free_at[k - 1] + free_size[free_at[k - 1]] == o:
-        free_size[free_at[k - 1]] += s
-    else:
-        free_at.insert(k, o)
-        free_size[o] = s
 
 
 def greedy_by_size(items: Sequence[Item]) -> Packing:

@@ -12,7 +12,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,17 +85,27 @@ def evaluate(vm: VM, x: np.ndarray, y: np.ndarray, path: str = "eval",
     forward programs of the paths whose results ``path`` reads run first (the paper's
     post path reads the learning path's output); a path with its own forward runs
     alone."""
+    return evaluate_metrics(vm, x, y, (metric,), path)[metric]
+
+
+def evaluate_metrics(vm: VM, x: np.ndarray, y: np.ndarray, metrics: Sequence[str],
+                     path: str = "eval", check: bool | None = None) -> dict[str, Any]:
+    """:func:`evaluate` of several metrics in one pass over (x, y): ``{name: mean}``.
+    ``check`` is :meth:`VM.set`'s (default: the VM's ``check_inputs``); a caller that
+    checked the data once passes False."""
     b = vm.program.batch_size
     first = _feeding_paths(vm, path)
-    total = _Mean()
+    totals = {m: _Mean() for m in metrics}
     for start in range(0, len(y), b):
-        vm.set("x", x[start:start + b])
-        vm.set("y", y[start:start + b])
+        vm.set("x", x[start:start + b], check=check)  # a slice: one contiguous copy
+        vm.set("y", y[start:start + b], check=check)
         for p in first:
             vm.forward(p)
         vm.forward(path)
-        total.add(vm, metric, len(y[start:start + b]))
-    return total.value()
+        rows = len(y[start:start + b])
+        for m, total in totals.items():
+            total.add(vm, m, rows)
+    return {m: total.value() for m, total in totals.items()}
 
 
 def _feeding_paths(vm: VM, path: str) -> list[str]:

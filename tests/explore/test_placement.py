@@ -8,10 +8,13 @@ from typing import Any
 
 import optuna
 
+from engine.free_list import FreeList
 from explore.candidate import compile_candidate
 from explore.data import load_digits
+from explore.protocol import Start, ToWorker
 from explore.sampling import fixed
-from explore.scheduler import Scheduler, Worker
+from explore.scheduler import Placement, Scheduler, Worker
+from explore.scheduler.placement import find_spot
 from explore.space import parse_space
 
 SPACE = {"name": "p", "dataset": "digits", "budget": {"trials": 3, "rounds": 1,
@@ -21,9 +24,9 @@ SPACE = {"name": "p", "dataset": "digits", "budget": {"trials": 3, "rounds": 1,
 
 class Pipe:
     def __init__(self) -> None:
-        self.sent: list[tuple[Any, ...]] = []
+        self.sent: list[ToWorker] = []
 
-    def send(self, msg: tuple[Any, ...]) -> None:
+    def send(self, msg: ToWorker) -> None:
         self.sent.append(msg)
 
 
@@ -41,17 +44,43 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
     try:
         pipe = Pipe()
         sched.workers = {0: Worker(0, None, pipe, arena=arena,  # type: ignore[arg-type]
-                                   free=[[0, arena]])}
+                                   free=FreeList([(0, arena)]))}
         sched.stats.arena = arena
         for _ in range(3):
             sched.waiting.append((sched.study.ask(), cand, False))
         sched._place()
-        starts = [m for m in pipe.sent if m[0] == "start"]
+        starts = [m for m in pipe.sent if isinstance(m, Start)]
         assert len(starts) == 2 and len(sched.waiting) == 1  # the third waits for room
-        compiled = [sched.notes[m[1]]["compiled_batch"] for m in starts]
-        assert compiled == [359, 44]
-        assert [sched.notes[m[1]]["total_bytes"] for m in starts] == [big, small]
+        compiled = [sched.notes[m.number]["compiled_batch"] for m in starts]
+        assert compiled == [359, 44] == [m.program.batch_size for m in starts]
+        assert [sched.notes[m.number]["total_bytes"] for m in starts] == [big, small]
         placed = sum(p.size for p in sched.workers[0].residents.values())
-        assert placed <= arena and sched.workers[0].free == [[arena - 64, 64]]
+        assert placed <= arena and list(sched.workers[0].free) == [(arena - 64, 64)]
     finally:
         sched.arrays.close()
+
+
+class _Program:
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+
+
+class _Candidate:
+    def __init__(self, *sizes: int) -> None:
+        self.sizes = sizes
+
+    def fitting(self) -> Any:
+        return (_Program(s) for s in self.sizes)
+
+
+def test_the_least_busy_worker_with_room_then_the_tightest_segment() -> None:
+    busy = Worker(0, None, None, free=FreeList([(0, 1024)]))  # type: ignore[arg-type]
+    busy.residents[7] = Placement(None, None, 0, 1024, 64, 0.0)  # type: ignore[arg-type]
+    idle = Worker(1, None, None, free=FreeList([(0, 512), (640, 128)]))  # type: ignore[arg-type]
+    spot = find_spot({0: busy, 1: idle}, _Candidate(100))  # type: ignore[arg-type]
+    assert spot is not None and (spot.worker.index, spot.offset, spot.size) == (1, 640, 128)
+    # No room for the preferred program anywhere: the largest smaller one that fits.
+    spot = find_spot({0: busy, 1: idle}, _Candidate(2048, 1000, 64))  # type: ignore[arg-type]
+    assert spot is not None and (spot.worker.index, spot.offset, spot.size) == (0, 0, 1024)
+    assert spot.program.total_bytes == 1000
+    assert find_spot({1: idle}, _Candidate(4096)) is None  # type: ignore[arg-type]

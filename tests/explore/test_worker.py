@@ -9,18 +9,34 @@ import subprocess
 import sys
 import threading
 from multiprocessing import Pipe
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from explore.candidate import PIXEL_SCALE, compile_candidate
 from explore.data import load_digits, quantize
+from explore.protocol import (
+    ArenaOpened,
+    Continue,
+    Done,
+    Exit,
+    FromWorker,
+    OpenArena,
+    Ready,
+    Report,
+    Start,
+    Stop,
+)
 from explore.sampling import fixed
 from explore.shared import SharedArrays
 from explore.space import parse_space
 from explore.worker import main
 
 ARENA = 8_000_000
+# The checkout under test: the spawner script runs outside it, where `explore` could
+# otherwise resolve to whatever checkout is installed.
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -32,11 +48,11 @@ def worker() -> Any:
     ours, theirs = Pipe()
     thread = threading.Thread(target=main, args=(theirs, arrays.spec, "cpu"), daemon=True)
     thread.start()
-    assert ours.recv()[0] == "ready"
-    ours.send(("arena", ARENA))
-    assert ours.recv() == ("arena_ok",)
+    assert isinstance(ours.recv(), Ready)
+    ours.send(OpenArena(ARENA))
+    assert ours.recv() == ArenaOpened()
     yield ours, thread
-    ours.send(("exit",))
+    ours.send(Exit())
     thread.join(timeout=30)
     arrays.close()
     assert not thread.is_alive()
@@ -47,11 +63,10 @@ def start(conn: Any, number: int, offset: int, rounds: int, gated: bool) -> None
                                                          "memory": "64MB"},
                          "training": {"batch_size": 8}})
     cand = compile_candidate(space, fixed(space), ARENA // 2)
-    conn.send(("start", number, cand.program, offset, number, rounds,
-               cand.train_batch, gated))
+    conn.send(Start(number, cand.program, offset, number, rounds, cand.train_batch, gated))
 
 
-def messages(conn: Any, until: Any, timeout: float = 60) -> list[tuple[Any, ...]]:
+def messages(conn: Any, until: Any, timeout: float = 60) -> list[FromWorker]:
     got = []
     while conn.poll(timeout):
         got.append(conn.recv())
@@ -63,30 +78,33 @@ def messages(conn: Any, until: Any, timeout: float = 60) -> list[tuple[Any, ...]
 def test_an_ungated_trial_goes_on_without_waiting(worker: Any) -> None:
     conn, _ = worker
     start(conn, 0, 0, rounds=3, gated=False)
-    got = messages(conn, lambda m: m[0] == "done")
-    assert [m[:3] for m in got[:-1]] == [("report", 0, 1), ("report", 0, 2)]
-    assert got[-1][3]["rounds"] == 3
+    got = messages(conn, lambda m: isinstance(m, Done))
+    assert [(type(m), m.number, m.round) for m in got[:-1]] == [(Report, 0, 1), (Report, 0, 2)]
+    assert isinstance(got[-1], Done) and got[-1].rounds == 3
 
 
 def test_stop_ends_a_speculative_round(worker: Any) -> None:
     conn, _ = worker
     start(conn, 0, 0, rounds=50, gated=False)
-    assert messages(conn, lambda m: m[0] == "report")[-1][:3] == ("report", 0, 1)
-    conn.send(("stop", 0))
+    first = messages(conn, lambda m: isinstance(m, Report))[-1]
+    assert isinstance(first, Report) and (first.number, first.round) == (0, 1)
+    conn.send(Stop(0))
     start(conn, 1, ARENA // 2, rounds=1, gated=False)
-    got = messages(conn, lambda m: m[:2] == ("done", 1))
-    # trial 0 may have sent a report or two before the stop arrived, never a "done"
-    assert all(m[1] == 0 and m[0] == "report" for m in got[:-1])
+    got = messages(conn, lambda m: isinstance(m, Done) and m.number == 1)
+    # trial 0 may have sent a report or two before the stop arrived, never a Done
+    assert all(isinstance(m, Report) and m.number == 0 for m in got[:-1])
     assert len(got) - 1 < 49
 
 
 def test_a_gated_trial_waits_for_continue(worker: Any) -> None:
     conn, _ = worker
     start(conn, 0, 0, rounds=2, gated=True)
-    assert messages(conn, lambda m: m[0] == "report")[-1][:3] == ("report", 0, 1)
+    first = messages(conn, lambda m: isinstance(m, Report))[-1]
+    assert isinstance(first, Report) and (first.number, first.round) == (0, 1)
     assert not conn.poll(1.0)  # paused at the rung
-    conn.send(("continue", 0))
-    assert messages(conn, lambda m: m[0] == "done")[-1][:2] == ("done", 0)
+    conn.send(Continue(0))
+    last = messages(conn, lambda m: isinstance(m, Done))[-1]
+    assert isinstance(last, Done) and last.number == 0
 
 
 SPAWNER = '''
@@ -97,9 +115,9 @@ if __name__ == "__mp_main__":  # this script re-run in the child, as spawn does 
 def main():
     import contextlib
     import multiprocessing as mp
-    from explore.scheduler import _main_left_behind
+    from explore.scheduler.processes import main_left_behind
     ctx = mp.get_context("spawn")
-    with _main_left_behind() if sys.argv[1] == "left" else contextlib.nullcontext():
+    with main_left_behind() if sys.argv[1] == "left" else contextlib.nullcontext():
         p = ctx.Process(target=os.getpid)
         p.start()
     p.join()
@@ -117,5 +135,5 @@ def test_workers_start_without_the_parents_main_script(tmp_path: Any, how: str) 
     script, marker = tmp_path / "spawner.py", tmp_path / "imported"
     script.write_text(SPAWNER)
     subprocess.run([sys.executable, str(script), how], check=True, timeout=60,
-                   env={**os.environ, "MARKER": str(marker)})
+                   env={**os.environ, "MARKER": str(marker), "PYTHONPATH": str(ROOT)})
     assert marker.exists() == (how == "default")

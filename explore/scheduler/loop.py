@@ -1,0 +1,345 @@
+"""The run: ask Optuna for trials, size and place them, and tell it what the workers
+report, until ``n_trials`` more trials have ended.
+
+Everything here runs on the scheduler's one thread; the workers' messages
+(:mod:`explore.protocol`) are read as they come.  A report is passed to the trial's
+pruner at once: "prune" stops the trial, a rung pruner's "prune" may pause it at the
+rung instead (:mod:`explore.rungs`), and every report may promote a paused trial.
+Finished trials are written to the stored study by a writer thread
+(:class:`explore.study.StudyWriter`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from multiprocessing.connection import wait
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from engine import BudgetError
+from engine.alignment import align_down
+from explore.builders import BuildError
+from explore.candidate import Candidate, compile_candidate
+from explore.data import Dataset
+from explore.protocol import (
+    Continue,
+    Done,
+    FromWorker,
+    Pause,
+    Report,
+    Start,
+    Stop,
+    ToWorker,
+    TrialFailed,
+)
+from explore.rungs import failed_rung, pauses, promotable, rungs_done
+from explore.sampling import suggest
+from explore.scheduler.errors import SchedulerError
+from explore.scheduler.placement import Placement, Worker, find_spot
+from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
+from explore.scheduler.shared_data import share_dataset
+from explore.scheduler.telemetry import Progress, RssSampler, RunStats, Sample
+from explore.space import Space
+from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, frozen, working_copy
+
+
+class Scheduler:
+    """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
+    holding at most ``trials_per_worker`` trials that are not paused (default: the
+    space's ``budget.trials_per_worker``)."""
+
+    def __init__(self, space: Space, study: optuna.Study, data: Dataset, *, workers: int,
+                 memory: int, device: str, progress: Progress | None = None,
+                 trials_per_worker: int | None = None) -> None:
+        self.space, self.device = space, device
+        self.stored = study  # where finished trials go, one write each
+        self.study = working_copy(study, space)  # what the sampler and pruner consult
+        self.n_workers = workers
+        # Trials a worker holds at once: by default one running and one ready (the
+        # worker starts it only when the other ends), which keeps the sampler and the
+        # pruner about as well informed as a sequential search; more packs memory.
+        self.trials_per_worker = max(1, trials_per_worker if trials_per_worker is not None
+                                     else space.budget.trials_per_worker)
+        self.stats = RunStats(memory)
+        self.progress = progress or (lambda s: None)
+        self.arrays = share_dataset(space, data)
+        self.stats.data = self.arrays.nbytes if device == "cpu" else 0
+        self.ctx = mp.get_context("spawn")
+        self.workers: dict[int, Worker] = {}
+        self.waiting: list[tuple[optuna.trial.Trial, Candidate, bool]] = []
+        self.notes: dict[int, dict[str, Any]] = {}
+        # A rung pruner's trials wait for its word after each report, so that one it
+        # would stop can be paused at the rung instead (explore.rungs).
+        self.gated = space.pruner.pause and len(self.study.directions) == 1 and \
+            pauses(self.study.pruner)
+        self.remaining = 0
+        self.rss = RssSampler(self.stats)
+        self.t0 = time.time()
+
+    # -- workers -------------------------------------------------------------------------
+    def _spawn(self, index: int) -> Worker:
+        return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_workers)
+
+    def start(self) -> None:
+        ws = [self._spawn(i) for i in range(self.n_workers)]  # they start up in parallel
+        for w in ws:
+            self.workers[w.index] = w  # known to stop() from now on
+        for w in ws:
+            await_ready(w)
+        fixed = self.stats.data + sum(w.overhead for w in ws)
+        arena = align_down((self.stats.budget - fixed) // len(ws))
+        if arena <= 0:
+            raise SchedulerError(
+                f"a budget of {self.stats.budget:,} bytes leaves nothing for trials: the data "
+                f"takes {self.stats.data:,} and {len(ws)} worker(s) {fixed - self.stats.data:,}"
+                " bytes of fixed overhead; raise budget.memory or lower budget.workers")
+        for w in ws:
+            open_arena(w, arena)
+        self.stats.arena = arena
+        self.stats.overheads = [w.overhead for w in ws]
+        self._sample()
+
+    def stop(self) -> None:
+        stop_all(self.workers.values())
+        self.arrays.close()
+
+    # -- accounting ----------------------------------------------------------------------
+    def _sample(self) -> None:
+        heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
+        fixed = self.stats.data + sum(w.overhead for w in self.workers.values())
+        self.stats.record(Sample(time.time() - self.t0, heaps, fixed, len(self.waiting),
+                                 self.remaining))
+        self.rss.measure(w.pid for w in self.workers.values())
+        self.stats.counts["running"] = self._in_hand()
+        self.stats.counts["waiting"] = len(self.waiting)
+        self.progress(self.stats)
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self, n_trials: int) -> RunStats:
+        self.writer = StudyWriter(self.stored)
+        try:
+            self.remaining = n_trials
+            self.start()
+            asked = 0
+            while True:
+                # Ask while what was asked last found room and each worker has at most
+                # `trials_per_worker` trials in hand: candidates wait only when memory is full, and
+                # the sampler is not asked far ahead of the results it learns from.
+                while asked < n_trials and not self.waiting and self._in_hand() < \
+                        self.trials_per_worker * len(self.workers):
+                    asked += 1
+                    self.remaining = n_trials - asked
+                    self._ask()
+                    self._place()
+                if not self.waiting and not any(w.residents for w in self.workers.values()):
+                    if asked >= n_trials:
+                        # the arenas at their fullest
+                        self.rss.measure((w.pid for w in self.workers.values()), now=True)
+                        break
+                    continue
+                if not any(w.active() for w in self.workers.values()):
+                    # Only paused trials are held, and nothing runs that could promote
+                    # them: a waiting trial needs the memory of the one paused longest
+                    # (passed over by every result since), or the run is over for all.
+                    paused = self._paused()
+                    for w, p in paused[:1] if self.waiting else paused:
+                        self._prune(w, p)
+                    self._place()
+                    continue
+                self._events()
+                self._place()
+        finally:
+            self.stop()
+            self.writer.close()
+        return self.stats
+
+    def _note(self, trial: optuna.trial.Trial, write: bool = False, **values: Any) -> None:
+        """Collect what a trial records; write it as one user attribute (``explore``) when
+        asked: one storage transaction rather than one per value."""
+        record = self.notes.setdefault(trial.number, {})
+        record.update(values)
+        if write:
+            trial.set_user_attr(RECORD_ATTR, record)
+
+    def _tell(self, trial: optuna.trial.Trial, values: Any = None,
+              state: TrialState | None = None) -> None:
+        self.study.tell(trial, values, state=state)
+        self.writer.put(frozen(self.study, trial))
+
+    def _in_hand(self) -> int:
+        """Trials held and not paused: what the sampler's look-ahead is counted in."""
+        return sum(w.active() for w in self.workers.values())
+
+    def _paused(self) -> list[tuple[Worker, Placement]]:
+        return sorted(((w, p) for w in self.workers.values() for p in w.residents.values()
+                       if p.paused is not None), key=lambda wp: wp[1].trial.number)
+
+    def _ask(self, requeued: bool = False) -> None:
+        trial = self.study.ask()
+        params = suggest(trial, self.space)
+        self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
+        try:
+            cand = compile_candidate(self.space, params, self.stats.arena)
+        except (BudgetError, BuildError) as e:
+            self._fail(trial, f"does not fit: {e}" if isinstance(e, BudgetError) else str(e),
+                       never_started=True)
+            return
+        self.waiting.append((trial, cand, requeued))
+
+    def _place(self) -> None:
+        still = []
+        batch, self.waiting = self.waiting, []  # a worker dying below may re-queue into it
+        for trial, cand, requeued in batch:
+            spot = find_spot(self.workers, cand)
+            if spot is None:
+                still.append((trial, cand, requeued))
+                continue
+            w, prog = spot.worker, spot.program
+            w.free.take(spot.offset, spot.size)
+            w.residents[trial.number] = Placement(trial, cand, w.index, spot.offset, spot.size,
+                                                  time.time(), requeued)
+            self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
+                       batch_size=cand.train_batch, compiled_batch=prog.batch_size,
+                       worker=w.index, arena_offset=spot.offset,
+                       placed_at=time.time() - self.t0, write=True)
+            seed = self.space.budget.seed + trial.number
+            if not self._send(w, Start(trial.number, prog, spot.offset, seed,
+                                       self.space.budget.rounds, cand.train_batch, self.gated)):
+                still.append((trial, cand, requeued))  # its placement went with the worker
+        self.waiting = still + self.waiting
+        self._sample()
+
+    def _send(self, w: Worker, msg: ToWorker) -> bool:
+        """Send, or handle the worker's death (its residents fail and are re-queued)."""
+        try:
+            w.conn.send(msg)
+            return True
+        except (BrokenPipeError, EOFError, OSError):
+            w.process.join(timeout=5)
+            if isinstance(msg, Start):
+                p = w.residents.pop(msg.number)
+                w.free.release(p.offset, p.size)
+            self._crashed(w)
+            return False
+
+    def _events(self) -> None:
+        conns = {w.conn: w for w in self.workers.values()}
+        sentinels = {w.process.sentinel: w for w in self.workers.values()}
+        for ready in wait([*conns, *sentinels], timeout=5.0):
+            w = conns.get(ready) or sentinels.get(ready)  # type: ignore[call-overload]
+            if w is None or w.index not in self.workers:
+                continue
+            try:
+                while w.conn.poll(0):
+                    self._handle(w, w.conn.recv())
+            except (EOFError, OSError):
+                pass
+            if not w.process.is_alive():
+                self._crashed(w)
+
+    def _handle(self, w: Worker, msg: FromWorker) -> None:
+        if not isinstance(msg, Report | Done | TrialFailed):
+            return  # Ready and ArenaOpened come only while a worker starts
+        p = w.residents.get(msg.number)
+        if p is None:
+            return
+        if isinstance(msg, Report):
+            p.started = msg.started
+            if len(self.study.directions) == 1 and self.space.objectives[0].metric != \
+                    "planned_bytes":
+                before = rungs_done(frozen(self.study, p.trial)) if self.gated else 0
+                p.trial.report(self._value(self.space.objectives[0].metric, msg.metrics, p),
+                               msg.round)
+                if p.trial.should_prune():
+                    rung = failed_rung(frozen(self.study, p.trial), before) \
+                        if self.gated else None
+                    if rung is None:
+                        self._prune(w, p)
+                        return
+                    p.paused, p.pauses = rung, p.pauses + 1  # the worker holds it, idle
+                    self.stats.counts["paused"] += 1
+                    self._send(w, Pause(msg.number))
+                    self._resume_promoted()
+                    self._sample()
+                    return
+                self._resume_promoted()
+            if self.gated:
+                self._send(w, Continue(msg.number))
+        elif isinstance(msg, Done):
+            self._release(w, p)
+            self._note(p.trial, pauses=p.pauses)
+            self._note(p.trial, rounds=msg.rounds, switches=msg.switches, busy_s=msg.busy_s,
+                       start=msg.started - self.t0, end=msg.ended - self.t0,
+                       accuracy=msg.metrics["accuracy"], write=True)
+            values = [self._value(o.metric, msg.metrics, p) for o in self.space.objectives]
+            self._tell(p.trial, values if len(values) > 1 else values[0])
+            self.stats.counts["complete"] += 1
+            if len(values) == 1:
+                better = max if self.study.direction.name == "MAXIMIZE" else min
+                self.stats.best = values[0] if self.stats.best is None else \
+                    better(self.stats.best, values[0])
+            self._sample()
+        else:
+            self._release(w, p)
+            self._fail(p.trial, f"error in worker {w.index}: {msg.reason}")
+
+    def _prune(self, w: Worker, p: Placement) -> None:
+        self._send(w, Stop(p.trial.number))
+        self._release(w, p)
+        if p.paused is not None:
+            self.stats.counts["paused"] -= 1
+        start = None if p.started is None else p.started - self.t0
+        self._note(p.trial, rounds=frozen(self.study, p.trial).last_step,
+                   pauses=p.pauses, start=start, end=time.time() - self.t0, write=True)
+        self._tell(p.trial, state=TrialState.PRUNED)
+        self.stats.counts["pruned"] += 1
+        self._sample()
+
+    def _resume_promoted(self) -> None:
+        """Resume each paused trial that the results so far promote at its rung."""
+        for w, p in self._paused():
+            assert p.paused is not None
+            if promotable(self.study, frozen(self.study, p.trial), p.paused):
+                p.paused = None
+                self.stats.counts["paused"] -= 1
+                self.stats.counts["resumed"] += 1
+                self._send(w, Continue(p.trial.number))
+
+    @staticmethod
+    def _value(metric: str, metrics: dict[str, float], p: Placement) -> float:
+        if metric == "accuracy":
+            return metrics["accuracy"]
+        if metric == "loss":
+            return metrics["eval_loss"]
+        return float(p.candidate.heap_bytes)
+
+    def _release(self, w: Worker, p: Placement) -> None:
+        w.residents.pop(p.trial.number, None)
+        w.free.release(p.offset, p.size)
+
+    def _fail(self, trial: optuna.trial.Trial, reason: str, never_started: bool = False
+              ) -> None:
+        self._note(trial, fail_reason=reason, started=not never_started, write=True)
+        self._tell(trial, state=TrialState.FAIL)
+        self.stats.counts["failed"] += 1
+
+    def _crashed(self, w: Worker) -> None:
+        if self.workers.get(w.index) is not w:
+            return  # already handled
+        code = w.process.exitcode
+        del self.workers[w.index]
+        for p in list(w.residents.values()):
+            self._fail(p.trial, f"worker {w.index} (pid {w.pid}) died with exit code {code}")
+            if not p.requeued:  # once more, as a new trial with the same parameters
+                self.study.enqueue_trial(p.trial.params, user_attrs={"requeued_from":
+                                                                     p.trial.number})
+                self._ask(requeued=True)
+        replacement = await_ready(self._spawn(w.index))
+        others = self.stats.data + sum(x.overhead + x.arena for x in self.workers.values())
+        open_arena(replacement, min(self.stats.arena, align_down(
+            self.stats.budget - others - replacement.overhead)))
+        self.workers[replacement.index] = replacement
+        self._sample()
