@@ -128,8 +128,10 @@ def _close_interrupted(study: Any) -> None:
     """Trials left RUNNING by an interrupted run are failed, with the reason."""
     from optuna.trial import TrialState
 
+    from explore.optuna_adapter import storage_of, trial_id
+
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "interrupted run")
+        storage_of(study).set_trial_user_attr(trial_id(t), "fail_reason", "interrupted run")
         study.tell(t.number, state=TrialState.FAIL)
 
 
@@ -182,9 +184,9 @@ class _Display:
 
 
 def _summary(study: Any, stats: Any) -> None:
-    from explore.results import load as load_results
+    from explore.results import frame
 
-    df = load_results(study._storage, study.study_name)
+    df = frame(study)
     t = Table(title=f"study {study.study_name!r}", header_style="bold")
     for col in ("trials", "complete", "pruned", "failed", "best value", "best trial",
                 "peak memory", "packing"):
@@ -284,11 +286,11 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
 @click.option("--study", "study_name")
 def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
     """Summarise a study: counts, best trial, the best few trials."""
-    from explore.results import load as load_results
+    from explore.results import frame
 
     study = _open(space_file, storage, study_name)
     _summary(study, None)
-    df = load_results(study._storage, study.study_name)
+    df = frame(study)
     done = df[df["state"] == "complete"]
     if len(done) and "value" in done and done["value"].notna().any():
         asc = study.directions[0].name == "MINIMIZE"
@@ -311,10 +313,10 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
 def export(space_file: str | None, storage: str | None, study_name: str | None, fmt: str,
            output: str) -> None:
     """Write the study's trials as a table (one row per trial)."""
-    from explore.results import load as load_results
+    from explore.results import frame
 
     study = _open(space_file, storage, study_name)
-    df = load_results(study._storage, study.study_name)
+    df = frame(study)
     df["params"] = df["params"].map(json.dumps)
     target = Path(output)
     tmp = target.with_name(f".{target.name}.tmp")

@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from explore.optuna_adapter import frozen_trial, storage_of, trial_id
 from explore.space import Choice, IntRange, Space
 
 PARAMS_ATTR = "params"  # the full parameters (per-layer lists) of a trial
@@ -139,7 +140,7 @@ def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
         # Trials enqueued in the storage (study.enqueue_trial) run first, with their
         # parameters, and are written back into the same stored trial.
         work.enqueue_trial(t.system_attrs.get("fixed_params", t.params),
-                           user_attrs={**t.user_attrs, STORED_ID: t._trial_id})
+                           user_attrs={**t.user_attrs, STORED_ID: trial_id(t)})
     return work
 
 
@@ -149,7 +150,7 @@ STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial
 def frozen(work: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
     """A trial of the working copy as its storage holds it now (system attributes
     too): what the writer stores once it is finished."""
-    return work._storage.get_trial(trial._trial_id)
+    return frozen_trial(work, trial)
 
 
 def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -160,7 +161,7 @@ def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         study.add_trial(trial)
         return
     attrs = {k: v for k, v in trial.user_attrs.items() if k != STORED_ID}
-    storage = study._storage
+    storage = storage_of(study)
     try:
         claimed = storage.set_trial_state_values(target, TrialState.RUNNING)
     except (KeyError, RuntimeError):  # gone, or finished meanwhile by someone else
