@@ -1,0 +1,23 @@
+"""Optimizers by name: ``build_optimizer(params)``.
+
+Add one with a module that subclasses :class:`BaseOptimizer` and registers it
+(``@register("name")``); ``training.optimizer: name`` builds it as soon as the module
+is imported (the built-in ones are imported here).
+
+>>> type(build_optimizer({"optimizer": "SGD", "lr": 0.1, "momentum": 0.9})).__name__
+'SGD'
+"""
+
+# Registration order is the order error messages list the names in.
+# isort: off
+from explore.optimizers import _sgd  # noqa: F401
+from explore.optimizers import _adam  # noqa: F401
+from explore.optimizers import _adamw  # noqa: F401
+from explore.optimizers import _rmsprop  # noqa: F401
+from explore.optimizers import _adagrad  # noqa: F401
+# isort: on
+from explore.optimizers._base import OPTIMIZERS, BaseOptimizer, build_optimizer, get, register
+
+names = OPTIMIZERS.names
+
+__all__ = ["OPTIMIZERS", "BaseOptimizer", "build_optimizer", "get", "names", "register"]
