@@ -132,10 +132,3 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
                           f"worker's arena holds {share:,}")
     return Candidate(params, prog, train)
 
-
-
-def max_batch(space: Space, params: dict[str, Any], memory: int) -> int:
-    """The largest batch whose heap fits ``memory`` bytes."""
-    return compile_graph(graph_of(space, params), memory=memory,
-                         optimizer=build_optimizer(params), device=space.budget.device
-                         ).batch_size

@@ -214,9 +214,10 @@ def _summary(study: Any, stats: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: bool) -> None:
     """Print the exact plan of one candidate of SPACE_FILE."""
-    from engine import BudgetError
+    from engine import BudgetError, compile_graph
     from explore.builders import BuildError
-    from explore.candidate import compile_candidate, max_batch
+    from explore.candidate import compile_candidate, graph_of
+    from explore.optimizers import build_optimizer
     from explore.sampling import fixed
 
     space = _space(space_file)
@@ -232,7 +233,10 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
         if p["batch_size"] == "auto" and budget is None:
             p["batch_size"] = space.training.auto_max_batch
         cand = compile_candidate(space, p, budget or 1 << 62)
-        biggest = max_batch(space, p, budget) if budget else None
+        # the engine's search for the largest batch that fits (engine.max_batch)
+        biggest = compile_graph(graph_of(space, p), memory=budget,
+                                optimizer=build_optimizer(p),
+                                device=space.budget.device).batch_size if budget else None
     except KeyError as e:
         _fail(f"--params: {e.args[0]}")
     except (BuildError, BudgetError, ValueError) as e:
