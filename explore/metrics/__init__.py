@@ -2,7 +2,8 @@
 
 Add one with a module that subclasses :class:`BaseMetric` and registers it
 (``@register("name")``); ``objectives: [{metric: name}]`` is accepted as soon as the
-module is imported (the built-in ones are imported here).
+module is imported (the built-in ones are imported here).  The scheduler scores a trial with
+``value`` and reports it to the pruner after each round when ``per_round``.
 
 >>> get("loss").direction, get("planned_bytes").value({}, 1024)
 ('minimize', 1024.0)

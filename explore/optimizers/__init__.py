@@ -16,8 +16,14 @@ from explore.optimizers import _adamw  # noqa: F401
 from explore.optimizers import _rmsprop  # noqa: F401
 from explore.optimizers import _adagrad  # noqa: F401
 # isort: on
+from explore.optimizers._adagrad import AdagradOptimizer
+from explore.optimizers._adam import AdamOptimizer
+from explore.optimizers._adamw import AdamWOptimizer
 from explore.optimizers._base import OPTIMIZERS, BaseOptimizer, build_optimizer, get, register
+from explore.optimizers._rmsprop import RmsPropOptimizer
+from explore.optimizers._sgd import SgdOptimizer
 
 names = OPTIMIZERS.names
 
-__all__ = ["OPTIMIZERS", "BaseOptimizer", "build_optimizer", "get", "names", "register"]
+__all__ = ["OPTIMIZERS", "AdagradOptimizer", "AdamOptimizer", "AdamWOptimizer", "BaseOptimizer",
+           "RmsPropOptimizer", "SgdOptimizer", "build_optimizer", "get", "names", "register"]
