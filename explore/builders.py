@@ -1,4 +1,5 @@
-"""Builders: sampled parameters -> a CalcGraph, an optimizer and a batch size.
+"""Layers: sampled parameters -> a CalcGraph, shared by the model families
+(:mod:`explore.families`; the optimizers are :mod:`explore.optimizers`).
 
 The MLP family: ``depth`` hidden dense layers of ``widths[i]`` units with
 ``activations[i]`` and ``dropouts[i]``, a linear classifier and softmax
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine import SGD, Adagrad, Adam, AdamW, CalcGraph, Init, Mode, Optimizer, RMSProp
+from engine import CalcGraph, Init, Mode
 
 ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "leaky_relu": "LeakyRelu",
                "elu": "Elu"}
@@ -150,25 +151,6 @@ def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
                              width == c and stride == 1, stride))
         c, h, w = width, (h // 2 if pooled else h), (w // 2 if pooled else w)
     return out, (c, h, w)
-
-
-def build_optimizer(params: dict[str, Any]) -> Optimizer:
-    name = str(params["optimizer"]).lower()
-    lr = float(params["lr"])
-    wd = float(params.get("weight_decay") or 0.0)
-    mom = float(params.get("momentum") or 0.0)
-    if name == "sgd":
-        return SGD(lr=lr, momentum=mom, weight_decay=wd)
-    if name == "adam":
-        return Adam(lr=lr, weight_decay=wd)
-    if name == "adamw":
-        return AdamW(lr=lr, weight_decay=wd)
-    if name == "rmsprop":
-        return RMSProp(lr=lr, momentum=mom)
-    if name == "adagrad":
-        return Adagrad(lr=lr)
-    raise BuildError(f"unknown optimizer {params['optimizer']!r}; known: sgd, adam, adamw, "
-                     "rmsprop, adagrad")
 
 
 def _activation(name: Any) -> str:

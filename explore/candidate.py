@@ -14,29 +14,43 @@ compiles every candidate before deciding where — or whether — it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import BudgetError, Program, compile_graph
-from explore.builders import build_graph, build_optimizer
+from engine import BudgetError, CalcGraph, Program, compile_graph
+from explore import datasets, families, metrics
+from explore.optimizers import build_optimizer
 from explore.space import Space
 
-# (features, classes) of each dataset and its validation size: known without loading it
-DIMS = {"mnist": (784, 10), "digits": (64, 10)}
-IMAGE = {"mnist": (1, 28, 28), "digits": (1, 8, 8)}  # (channels, height, width)
-VALID = {"mnist": 10_000, "digits": 359}
-# Both data sets are 8-bit images scaled by a power of two (MNIST's pickle holds k/256,
-# digits k/16), so they are kept as uint8 and exactly dequantized by the model.
-PIXEL_SCALE = {"mnist": 1 / 256, "digits": 1 / 16}
+
+class _PixelScales(Mapping[str, float]):
+    """Dataset name -> the scale of its uint8 pixels, for datasets kept as uint8 (the
+    scheduler quantizes those).  Read from the dataset registry when asked, so that a
+    dataset registered later is included."""
+
+    def __getitem__(self, name: str) -> float:
+        scale = datasets.get(name).pixel_scale if name in datasets.DATASETS else None
+        if scale is None:
+            raise KeyError(name)
+        return scale
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n, d in datasets.DATASETS.items() if d.pixel_scale is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True) -> Any:
-    """The CalcGraph of ``params`` for the space's data set."""
-    n_in, n_classes = DIMS[space.dataset.name]
-    return build_graph(params, n_in, n_classes, eval_loss=eval_loss,
-                       image=IMAGE[space.dataset.name],
-                       pixel_scale=PIXEL_SCALE.get(space.dataset.name))
+# Kept for explore.scheduler, which quantizes the data with it (explore.datasets holds
+# the scale as BaseDataset.pixel_scale).
+PIXEL_SCALE: Mapping[str, float] = _PixelScales()
+
+
+def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True) -> CalcGraph:
+    """The CalcGraph of ``params`` for the space's data set, by the space's family."""
+    return families.get(space.model.family).build(params, datasets.get(space.dataset.name),
+                                                  eval_loss=eval_loss)
 
 
 @dataclass
@@ -86,7 +100,8 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     prefix of each buffer (the engine's smaller last batch), and validation in chunks
     of the full size (twice as fast at 512 as at 64).  Raises
     :class:`~engine.BudgetError` when even batch 1 does not fit."""
-    graph = graph_of(space, params, eval_loss=any(o.metric == "loss" for o in space.objectives))
+    graph = graph_of(space, params,
+                     eval_loss=any(metrics.get(o.metric).eval_loss for o in space.objectives))
     opt = build_optimizer(params)
     device = space.budget.device
     bs = params["batch_size"]
@@ -100,7 +115,7 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     else:
         train = int(bs)
         fit = None
-    n_valid = space.dataset.valid or VALID[space.dataset.name]
+    n_valid = space.dataset.valid or datasets.get(space.dataset.name).valid
     want = max(train, min(space.training.eval_batch_size, n_valid))
     if fit is not None:
         want = min(want, fit)
@@ -117,9 +132,3 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
                           f"worker's arena holds {share:,}")
     return Candidate(params, prog, train)
 
-
-def max_batch(space: Space, params: dict[str, Any], memory: int) -> int:
-    """The largest batch whose heap fits ``memory`` bytes."""
-    return compile_graph(graph_of(space, params), memory=memory,
-                         optimizer=build_optimizer(params), device=space.budget.device
-                         ).batch_size

@@ -128,8 +128,10 @@ def _close_interrupted(study: Any) -> None:
     """Trials left RUNNING by an interrupted run are failed, with the reason."""
     from optuna.trial import TrialState
 
+    from explore.optuna_adapter import storage_of, trial_id
+
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "interrupted run")
+        storage_of(study).set_trial_user_attr(trial_id(t), "fail_reason", "interrupted run")
         study.tell(t.number, state=TrialState.FAIL)
 
 
@@ -182,9 +184,9 @@ class _Display:
 
 
 def _summary(study: Any, stats: Any) -> None:
-    from explore.results import load as load_results
+    from explore.results import frame
 
-    df = load_results(study._storage, study.study_name)
+    df = frame(study)
     t = Table(title=f"study {study.study_name!r}", header_style="bold")
     for col in ("trials", "complete", "pruned", "failed", "best value", "best trial",
                 "peak memory", "packing"):
@@ -212,9 +214,10 @@ def _summary(study: Any, stats: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: bool) -> None:
     """Print the exact plan of one candidate of SPACE_FILE."""
-    from engine import BudgetError
+    from engine import BudgetError, compile_graph
     from explore.builders import BuildError
-    from explore.candidate import compile_candidate, max_batch
+    from explore.candidate import compile_candidate, graph_of
+    from explore.optimizers import build_optimizer
     from explore.sampling import fixed
 
     space = _space(space_file)
@@ -230,7 +233,10 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
         if p["batch_size"] == "auto" and budget is None:
             p["batch_size"] = space.training.auto_max_batch
         cand = compile_candidate(space, p, budget or 1 << 62)
-        biggest = max_batch(space, p, budget) if budget else None
+        # the engine's search for the largest batch that fits (engine.max_batch)
+        biggest = compile_graph(graph_of(space, p), memory=budget,
+                                optimizer=build_optimizer(p),
+                                device=space.budget.device).batch_size if budget else None
     except KeyError as e:
         _fail(f"--params: {e.args[0]}")
     except (BuildError, BudgetError, ValueError) as e:
@@ -284,11 +290,11 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
 @click.option("--study", "study_name")
 def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
     """Summarise a study: counts, best trial, the best few trials."""
-    from explore.results import load as load_results
+    from explore.results import frame
 
     study = _open(space_file, storage, study_name)
     _summary(study, None)
-    df = load_results(study._storage, study.study_name)
+    df = frame(study)
     done = df[df["state"] == "complete"]
     if len(done) and "value" in done and done["value"].notna().any():
         asc = study.directions[0].name == "MINIMIZE"
@@ -311,10 +317,10 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
 def export(space_file: str | None, storage: str | None, study_name: str | None, fmt: str,
            output: str) -> None:
     """Write the study's trials as a table (one row per trial)."""
-    from explore.results import load as load_results
+    from explore.results import frame
 
     study = _open(space_file, storage, study_name)
-    df = load_results(study._storage, study.study_name)
+    df = frame(study)
     df["params"] = df["params"].map(json.dumps)
     target = Path(output)
     tmp = target.with_name(f".{target.name}.tmp")

@@ -2,7 +2,7 @@
 
 >>> import optuna
 >>> study = optuna.create_study(study_name="s", storage="sqlite:///:memory:")
->>> df = load(study._storage, "s")
+>>> df = frame(study)
 >>> list(df.columns)[:4]
 ['number', 'state', 'value', 'params']
 """
@@ -28,7 +28,11 @@ def load(storage: str | Any, study: str) -> pd.DataFrame:
     value(s), state, planned bytes per zone, batch size, rounds run, worker, switches,
     pauses at pruning rungs (:mod:`explore.rungs`), start and end (seconds from the
     run's start) and wall time."""
-    s = optuna.load_study(study_name=study, storage=storage)
+    return frame(optuna.load_study(study_name=study, storage=storage))
+
+
+def frame(s: optuna.Study) -> pd.DataFrame:
+    """The trials of an open study, as :func:`load` reads them."""
     rows = []
     for t in s.get_trials(deepcopy=False):
         ua = {**t.user_attrs, **t.user_attrs.get(RECORD_ATTR, {})}

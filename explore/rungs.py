@@ -38,6 +38,8 @@ from optuna.pruners import HyperbandPruner, SuccessiveHalvingPruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from explore.optuna_adapter import bracket, reduction_factor
+
 
 def pauses(pruner: optuna.pruners.BasePruner) -> bool:
     """Whether ``pruner`` decides at rungs, so that a trial it stops can be paused."""
@@ -69,10 +71,8 @@ def promotable(study: optuna.Study, trial: FrozenTrial, rung: int) -> bool:
     trials = study.get_trials(deepcopy=False)
     if isinstance(pruner, HyperbandPruner):
         # Hyperband's brackets are successive-halving studies over a hash of trials
-        bracket = pruner._get_bracket_id(study, trial)
-        trials = pruner._create_bracket_study(study, bracket).get_trials(deepcopy=False)
-        pruner = pruner._pruners[bracket]
-    eta = int(pruner._reduction_factor)
+        trials, pruner = bracket(pruner, study, trial)
+    eta = reduction_factor(pruner)
     key = _key(rung)
     value = trial.system_attrs[key]
     competing = sorted([value, *(t.system_attrs[key] for t in trials

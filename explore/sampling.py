@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from explore.space import Choice, FloatRange, IntRange, Range, Space
+from explore.ranges import Choice, FloatRange, IntRange, Range
+from explore.space import Space
 
 PER_LAYER = {"width": "widths", "activation": "activations", "dropout": "dropouts",
              "channels": "channels"}

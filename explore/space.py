@@ -27,16 +27,23 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
+from explore import datasets, families, metrics, pruners, samplers
+from explore.ranges import (  # the parameter types are part of the schema's vocabulary
+    Choice,
+    FloatRange,
+    IntRange,
+    Param,
+    Range,
+    Scalar,
+    Strict,
+)
 from explore.yamlio import Document, SourceError, SpaceError, load_file
+
+__all__ = ["Budget", "ByteSize", "Choice", "Dataset", "FloatRange", "IntRange", "Model",
+           "Objective", "Param", "Pruner", "Range", "Sampler", "Scalar", "Space", "Training",
+           "load_space", "parse_size", "parse_space"]
 
 # -- sizes -------------------------------------------------------------------------------
 
@@ -71,97 +78,20 @@ def parse_size(value: Any) -> int:
 
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
 
-# -- parameters ----------------------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-Scalar = int | float | str | bool
-
-
-class Range(_Strict):
-    """Common to every searched parameter."""
-
-    when: dict[str, Scalar | list[Scalar]] | None = None  # asked only when these match
-    per_layer: bool = False  # one value per layer (model parameters only)
-
-    def values(self) -> list[Any] | None:
-        """The finite list of values, if the parameter has one (grid search)."""
-        return None
-
-
-def _check_bounds(lo: float, hi: float, log: bool, stepped: bool) -> None:
-    if lo > hi:
-        raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
-    if log and lo <= 0:
-        raise ValueError(f"a log scale needs a positive low bound, got {lo}")
-    if log and stepped:
-        raise ValueError("log and step cannot be combined")
-
-
-class IntRange(Range):
-    bounds: tuple[int, int] = Field(alias="int")
-    log: bool = False
-    step: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> IntRange:
-        _check_bounds(*self.bounds, self.log, self.step != 1)
-        return self
-
-    def values(self) -> list[Any] | None:
-        return list(range(self.bounds[0], self.bounds[1] + 1, self.step))
-
-
-class FloatRange(Range):
-    bounds: tuple[float, float] = Field(alias="float")
-    log: bool = False
-    step: float | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> FloatRange:
-        _check_bounds(*self.bounds, self.log, self.step is not None)
-        return self
-
-
-class Choice(Range):
-    options: list[Scalar] = Field(alias="choice", min_length=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> Choice:
-        if len(set(map(repr, self.options))) != len(self.options):
-            raise ValueError(f"choices repeat a value: {self.options}")
-        return self
-
-    def values(self) -> list[Any] | None:
-        return list(self.options)
-
-
-def _param(v: Any) -> Any:
-    if isinstance(v, dict):
-        kinds = [k for k in ("int", "float", "choice") if k in v]
-        if len(kinds) != 1:
-            raise ValueError("a searched parameter has exactly one of int: [low, high], "
-                             f"float: [low, high] or choice: [...]; got keys {sorted(v)}")
-        kinds_: dict[str, type[Range]] = {"int": IntRange, "float": FloatRange,
-                                          "choice": Choice}
-        return kinds_[kinds[0]].model_validate(v)
-    if isinstance(v, int | float | str | bool):
-        return v
-    raise ValueError(f"a parameter is a value or a range, not {type(v).__name__}")
-
-
-Param = Annotated[IntRange | FloatRange | Choice | Scalar, BeforeValidator(_param)]
-
 # -- sections ------------------------------------------------------------------------------
 
-METRICS = {"accuracy": "maximize", "loss": "minimize", "planned_bytes": "minimize"}
+
+# Names of plugins: the schema accepts what is registered when a file is read (a
+# Literal would freeze the list when this module is imported), with a Literal's message.
+DatasetName = Annotated[str, BeforeValidator(datasets.DATASETS.check)]
+MetricName = Annotated[str, BeforeValidator(metrics.METRICS.check)]
+SamplerName = Annotated[str, BeforeValidator(samplers.SAMPLERS.check)]
+PrunerName = Annotated[str, BeforeValidator(pruners.PRUNERS.check)]
+FamilyName = Annotated[str, BeforeValidator(families.FAMILIES.check)]
 
 
-class Dataset(_Strict):
-    name: Literal["mnist", "digits"]
+class Dataset(Strict):
+    name: DatasetName
     train: int | None = Field(None, ge=1)  # use only the first n training samples
     valid: int | None = Field(None, ge=1)
 
@@ -170,16 +100,16 @@ def _dataset(v: Any) -> Any:
     return {"name": v} if isinstance(v, str) else v
 
 
-class Objective(_Strict):
-    metric: Literal["accuracy", "loss", "planned_bytes"]
+class Objective(Strict):
+    metric: MetricName
     direction: Literal["maximize", "minimize"] | None = None
 
     @property
     def dir(self) -> str:
-        return self.direction or METRICS[self.metric]
+        return self.direction or metrics.get(self.metric).direction
 
 
-class Budget(_Strict):
+class Budget(Strict):
     trials: int = Field(ge=1)
     rounds: int = Field(ge=1)  # rounds (epochs) per trial
     device: Literal["cpu", "gpu"] = "cpu"
@@ -189,14 +119,14 @@ class Budget(_Strict):
     seed: int = 0
 
 
-class Sampler(_Strict):
-    name: Literal["tpe", "random", "grid", "cmaes", "nsga2"] = "tpe"
+class Sampler(Strict):
+    name: SamplerName = "tpe"
     seed: int | None = None
     startup_trials: int | None = Field(None, ge=0)
 
 
-class Pruner(_Strict):
-    name: Literal["none", "median", "successive_halving", "hyperband"] = "median"
+class Pruner(Strict):
+    name: PrunerName = "median"
     warmup_rounds: int = Field(1, ge=0)
     # successive_halving and hyperband: a trial not promoted at a rung waits there and
     # resumes if later results promote it (explore.rungs); false: it is pruned at once
@@ -207,8 +137,8 @@ def _named(v: Any) -> Any:
     return {"name": v} if isinstance(v, str) else v
 
 
-class Model(_Strict):
-    family: Literal["mlp", "cnn"] = "mlp"
+class Model(Strict):
+    family: FamilyName = "mlp"
     depth: Param = 2  # hidden dense layers (after the convolution blocks of a cnn)
     width: Param = 64
     activation: Param = "relu"
@@ -224,19 +154,11 @@ class Model(_Strict):
 
     @model_validator(mode="after")
     def _family(self) -> Model:
-        blocks = self.blocks
-        lowest = blocks.bounds[0] if isinstance(blocks, IntRange) else (
-            min(blocks.options) if isinstance(blocks, Choice) else blocks)
-        highest = blocks.bounds[1] if isinstance(blocks, IntRange) else (
-            max(blocks.options) if isinstance(blocks, Choice) else blocks)
-        if self.family == "cnn" and not (isinstance(lowest, int) and lowest >= 1):
-            raise ValueError("family cnn needs blocks of at least 1")
-        if self.family == "mlp" and highest != 0:
-            raise ValueError("blocks are for family cnn; an mlp has none")
+        families.get(self.family).check({k: getattr(self, k) for k in type(self).model_fields})
         return self
 
 
-class Training(_Strict):
+class Training(Strict):
     optimizer: Param = "adam"
     lr: Param = 1e-3
     momentum: Param = 0.0
@@ -246,7 +168,7 @@ class Training(_Strict):
     eval_batch_size: int = Field(512, ge=1)  # validation runs in chunks this big
 
 
-class Space(_Strict):
+class Space(Strict):
     name: str | None = None
     dataset: Annotated[Dataset, BeforeValidator(_dataset)]
     objectives: list[Objective] = Field(
@@ -283,16 +205,7 @@ class Space(_Strict):
         bs = params["batch_size"]
         if isinstance(bs, str) and bs != "auto":
             raise ValueError(f"training.batch_size is a number, a range or 'auto', not {bs!r}")
-        if len(self.objectives) > 1 and self.sampler.name == "cmaes":
-            raise ValueError("cmaes optimises one objective; use nsga2 (or tpe, random) for "
-                             "several")
-        if len(self.objectives) == 1 and self.sampler.name == "nsga2":
-            raise ValueError("nsga2 is for several objectives; add one or pick tpe")
-        if self.sampler.name == "grid":
-            bad = [n for n, p in params.items() if isinstance(p, Range) and p.values() is None]
-            if bad:
-                raise ValueError(f"a grid needs finite parameters: {', '.join(bad)} "
-                                 "are continuous (give them a choice: list)")
+        samplers.get(self.sampler.name).check(len(self.objectives), params)
         return self
 
 

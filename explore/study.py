@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import queue
 import threading
-import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from explore.space import Choice, IntRange, Space
+from explore import pruners, samplers
+from explore.optuna_adapter import frozen_trial, storage_of, trial_id
+from explore.pruners import PrunerArgs
+from explore.samplers import SamplerArgs
+from explore.space import Space
+from explore.storages import open_storage
 
 PARAMS_ATTR = "params"  # the full parameters (per-layer lists) of a trial
 RECORD_ATTR = "explore"  # everything a trial records: sizes, placement, times, reasons
@@ -35,80 +39,31 @@ def default_storage(space_path: str | Path) -> str:
 
 
 def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
+    """A new Optuna sampler for the space (:mod:`explore.samplers`)."""
     s = space.sampler
     seed = s.seed if s.seed is not None else space.budget.seed
-    if s.name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if s.name == "grid":
-        return _Grid(grid_space(space), seed=seed)
-    if s.name == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=s.startup_trials or 1)
-    if s.name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    with warnings.catch_warnings():  # multivariate TPE is "experimental" in name only
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=s.startup_trials or 10,
-                                          multivariate=True, group=True)
-
-
-class _Grid(optuna.samplers.GridSampler):
-    """Optuna's grid, for ask/tell: its ``after_trial`` stops the study when the grid
-    is exhausted, which only an objective function may do; the scheduler counts the
-    trials itself (and Optuna's grid starts over once exhausted)."""
-
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-        pass
+    return samplers.get(s.name).create(SamplerArgs(seed, s.startup_trials,
+                                                   len(space.objectives), space.params()))
 
 
 def grid_space(space: Space) -> dict[str, list[Any]]:
     """Optuna's grid: each searched parameter's finite values (per layer too)."""
-    out: dict[str, list[Any]] = {}
-    params = space.params()
-    depth = params["depth"]
-    depths = depth.values() if isinstance(depth, IntRange | Choice) else [depth]
-    for name, p in params.items():
-        values = p.values() if hasattr(p, "values") else None
-        if values is None:
-            continue
-        if getattr(p, "per_layer", False):
-            for i in range(max(int(d) for d in depths or [1])):
-                out[f"{name}_{i}"] = values
-        else:
-            out[name] = values
-    return out
+    return samplers.grid_space(space.params())
 
 
 def make_pruner(space: Space) -> optuna.pruners.BasePruner:
+    """A new Optuna pruner for the space (:mod:`explore.pruners`); none for several
+    objectives, which Optuna cannot prune by."""
     p = space.pruner
-    if p.name == "none" or len(space.objectives) > 1:
+    if len(space.objectives) > 1:
         return optuna.pruners.NopPruner()
-    if p.name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=p.warmup_rounds)
-    if p.name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, p.warmup_rounds))
-    return optuna.pruners.HyperbandPruner(min_resource=max(1, p.warmup_rounds),
-                                          max_resource=space.budget.rounds)
+    return pruners.get(p.name).create(PrunerArgs(p.warmup_rounds, space.budget.rounds))
 
 
 def make_storage(url: str) -> Any:
-    """An Optuna storage for ``url``.  SQLite gets write-ahead logging with normal
-    sync: a trial's report is a transaction, and a full fsync for each cost seconds over
-    a search of tiny models (a power cut may lose the last few; a crash loses none)."""
-    if not url.startswith("sqlite"):
-        return url
-    from sqlalchemy import event
-
-    storage = optuna.storages.RDBStorage(url)
-
-    def pragmas(conn: Any, record: Any) -> None:
-        cur = conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.close()
-
-    event.listen(storage.engine, "connect", pragmas)
-    storage.engine.dispose()  # connections made from now on get the pragmas
-    return storage
+    """An Optuna storage for ``url`` (:mod:`explore.storages`: SQLite gets write-ahead
+    logging with normal sync; other URLs go to Optuna as they are)."""
+    return open_storage(url)
 
 
 def open_study(space: Space, storage: str, name: str | None = None) -> optuna.Study:
@@ -139,7 +94,7 @@ def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
         # Trials enqueued in the storage (study.enqueue_trial) run first, with their
         # parameters, and are written back into the same stored trial.
         work.enqueue_trial(t.system_attrs.get("fixed_params", t.params),
-                           user_attrs={**t.user_attrs, STORED_ID: t._trial_id})
+                           user_attrs={**t.user_attrs, STORED_ID: trial_id(t)})
     return work
 
 
@@ -149,7 +104,7 @@ STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial
 def frozen(work: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
     """A trial of the working copy as its storage holds it now (system attributes
     too): what the writer stores once it is finished."""
-    return work._storage.get_trial(trial._trial_id)
+    return frozen_trial(work, trial)
 
 
 def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -160,7 +115,7 @@ def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         study.add_trial(trial)
         return
     attrs = {k: v for k, v in trial.user_attrs.items() if k != STORED_ID}
-    storage = study._storage
+    storage = storage_of(study)
     try:
         claimed = storage.set_trial_state_values(target, TrialState.RUNNING)
     except (KeyError, RuntimeError):  # gone, or finished meanwhile by someone else

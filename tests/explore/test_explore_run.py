@@ -14,10 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from engine import compile_graph
-from explore.builders import build_graph, build_optimizer
+from explore.builders import build_graph
 from explore.candidate import graph_of
 from explore.cli import main
 from explore.data import load_digits
+from explore.optimizers import build_optimizer
 from explore.results import load
 from explore.sampling import fixed
 from explore.scheduler import Scheduler

@@ -1,0 +1,32 @@
+"""Datasets by name: ``get("mnist").load()``.
+
+Add one with a module that subclasses :class:`BaseDataset` and registers it
+(``@register("name")``); the search-space schema accepts the name as soon as the module
+is imported (the built-in ones are imported here).
+
+>>> get("digits").features, names()
+(64, ('mnist', 'digits'))
+"""
+
+# Registration order is the order the schema's messages list the names in.
+# isort: off
+from explore.datasets import _mnist  # noqa: F401
+from explore.datasets import _digits  # noqa: F401
+# isort: on
+from explore.datasets._base import (
+    DATASETS,
+    BaseDataset,
+    DataError,
+    Dataset,
+    Split,
+    get,
+    register,
+)
+from explore.datasets._digits import Digits, load_digits
+from explore.datasets._mnist import Mnist, load_mnist, mnist_path, read_mnist_pickle
+
+names = DATASETS.names
+
+__all__ = ["DATASETS", "BaseDataset", "DataError", "Dataset", "Digits", "Mnist", "Split",
+           "get", "load_digits", "load_mnist", "mnist_path", "names", "read_mnist_pickle",
+           "register"]

@@ -1,0 +1,73 @@
+"""What a dataset is, and the registry of datasets by name.
+
+A dataset plugin subclasses :class:`BaseDataset`, states what is known without
+loading it (features, classes, image shape, validation size, pixel scale) and loads
+the arrays.  Loaded data sets cross process boundaries only as the scheduler's shared
+arrays (:mod:`explore.shared`), never pickled whole; ``load`` is called once per run,
+in the scheduler's process, and may cache per process.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from explore.registry import Registry
+
+
+class DataError(Exception):
+    """A dataset is missing, corrupt or malformed."""
+
+
+@dataclass(frozen=True)
+class Split:
+    x: np.ndarray  # float32 [n, features] in [0, 1]
+    y: np.ndarray  # int64 [n]
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def head(self, n: int) -> Split:
+        return Split(self.x[:n], self.y[:n])
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    train: Split
+    valid: Split
+    test: Split
+    classes: int
+
+    @property
+    def features(self) -> int:
+        return int(self.train.x.shape[1])
+
+
+class BaseDataset(ABC):
+    """A data set by name.  The class attributes are known without loading it: the
+    scheduler and ``explore size`` compile candidates from them alone."""
+
+    features: ClassVar[int]  # input values per sample
+    classes: ClassVar[int]
+    image: ClassVar[tuple[int, int, int]]  # (channels, height, width) of the features
+    valid: ClassVar[int]  # samples in the validation split
+    # Images of k * pixel_scale (k in 0..255) are kept as uint8 and dequantized exactly
+    # by the model's first op; None keeps float32 features.
+    pixel_scale: ClassVar[float | None] = None
+
+    @abstractmethod
+    def load(self) -> Dataset:
+        """The arrays (raises :class:`DataError` when they cannot be had)."""
+
+
+DATASETS: Registry[BaseDataset] = Registry("dataset", error=DataError)
+register = DATASETS.register
+
+
+def get(name: str) -> BaseDataset:
+    """The dataset ``name`` (:class:`DataError` listing the available ones if none)."""
+    return DATASETS.get(name)

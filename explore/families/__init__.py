@@ -1,0 +1,19 @@
+"""Model families by name: ``get("mlp").build(params, dataset)``.
+
+Add one with a module that subclasses :class:`BaseFamily` and registers it
+(``@register("name")``); ``model.family: name`` is accepted as soon as it is imported
+(the built-in ones are imported here).
+"""
+
+# Registration order is the order the schema's messages list the names in.
+# isort: off
+from explore.families import _mlp  # noqa: F401
+from explore.families import _cnn  # noqa: F401
+# isort: on
+from explore.families._base import FAMILIES, BaseFamily, get, register
+from explore.families._cnn import Cnn
+from explore.families._mlp import Mlp
+
+names = FAMILIES.names
+
+__all__ = ["FAMILIES", "BaseFamily", "Cnn", "Mlp", "get", "names", "register"]

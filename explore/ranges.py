@@ -1,0 +1,109 @@
+"""Parameters of a search space: a fixed value or a range to search.
+
+    lr: {float: [1.0e-4, 1.0e-1], log: true}
+    depth: {int: [1, 4]}
+    optimizer: {choice: [sgd, adam]}
+
+These types are the schema's vocabulary (:mod:`explore.space`); they live apart from
+it so that plugins (a model family checking its section, a sampler checking that a
+grid is finite) can read them without importing the schema, which imports the plugins.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors; parsed values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+Scalar = int | float | str | bool
+
+
+class Range(Strict):
+    """Common to every searched parameter."""
+
+    when: dict[str, Scalar | list[Scalar]] | None = None  # asked only when these match
+    per_layer: bool = False  # one value per layer (model parameters only)
+
+    def values(self) -> list[Any] | None:
+        """The finite list of values, if the parameter has one (grid search)."""
+        return None
+
+
+def _check_bounds(lo: float, hi: float, log: bool, stepped: bool) -> None:
+    if lo > hi:
+        raise ValueError(f"empty range [{lo}, {hi}]: the low bound is above the high one")
+    if log and lo <= 0:
+        raise ValueError(f"a log scale needs a positive low bound, got {lo}")
+    if log and stepped:
+        raise ValueError("log and step cannot be combined")
+
+
+class IntRange(Range):
+    bounds: tuple[int, int] = Field(alias="int")
+    log: bool = False
+    step: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> IntRange:
+        _check_bounds(*self.bounds, self.log, self.step != 1)
+        return self
+
+    def values(self) -> list[Any] | None:
+        return list(range(self.bounds[0], self.bounds[1] + 1, self.step))
+
+
+class FloatRange(Range):
+    bounds: tuple[float, float] = Field(alias="float")
+    log: bool = False
+    step: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> FloatRange:
+        _check_bounds(*self.bounds, self.log, self.step is not None)
+        return self
+
+
+class Choice(Range):
+    options: list[Scalar] = Field(alias="choice", min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Choice:
+        if len(set(map(repr, self.options))) != len(self.options):
+            raise ValueError(f"choices repeat a value: {self.options}")
+        return self
+
+    def values(self) -> list[Any] | None:
+        return list(self.options)
+
+
+def _param(v: Any) -> Any:
+    if isinstance(v, dict):
+        kinds = [k for k in ("int", "float", "choice") if k in v]
+        if len(kinds) != 1:
+            raise ValueError("a searched parameter has exactly one of int: [low, high], "
+                             f"float: [low, high] or choice: [...]; got keys {sorted(v)}")
+        kinds_: dict[str, type[Range]] = {"int": IntRange, "float": FloatRange,
+                                          "choice": Choice}
+        return kinds_[kinds[0]].model_validate(v)
+    if isinstance(v, int | float | str | bool):
+        return v
+    raise ValueError(f"a parameter is a value or a range, not {type(v).__name__}")
+
+
+Param = Annotated[IntRange | FloatRange | Choice | Scalar, BeforeValidator(_param)]
+
+
+def bounds(p: Any) -> tuple[Any, Any]:
+    """The lowest and highest value ``p`` (a range or a fixed value) can take."""
+    if isinstance(p, IntRange):
+        return p.bounds
+    if isinstance(p, Choice):
+        return min(p.options), max(p.options)
+    return p, p

@@ -1,0 +1,26 @@
+"""Storages by URL scheme: ``open_storage("sqlite:///x.db")``.
+
+Add one with a module that subclasses :class:`BaseStorage` and registers it under its
+URL scheme (``@register("scheme")``); ``--storage scheme://...`` opens through it as
+soon as the module is imported (the built-in ones are imported here).  A scheme no
+plugin claims (``postgresql``, ``mysql``) goes to Optuna unchanged.
+
+>>> open_storage("postgresql://host/db"), scheme("sqlite+pysqlite:///x.db")
+('postgresql://host/db', 'sqlite')
+"""
+
+from explore.storages import _sqlite  # noqa: F401  (registers it)
+from explore.storages._base import (
+    STORAGES,
+    BaseStorage,
+    get,
+    open_storage,
+    register,
+    scheme,
+)
+from explore.storages._sqlite import Sqlite
+
+names = STORAGES.names
+
+__all__ = ["STORAGES", "BaseStorage", "Sqlite", "get", "names", "open_storage", "register",
+           "scheme"]

@@ -1,0 +1,30 @@
+"""SQLite with write-ahead logging and normal sync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from explore.storages._base import BaseStorage, register
+
+
+@register("sqlite")
+class Sqlite(BaseStorage):
+    """A trial's report is a transaction, and a full fsync for each cost seconds over a
+    search of tiny models (a power cut may lose the last few; a crash loses none)."""
+
+    def create(self, url: str) -> optuna.storages.BaseStorage | str:
+        from sqlalchemy import event
+
+        storage = optuna.storages.RDBStorage(url)
+
+        def pragmas(conn: Any, record: Any) -> None:
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        event.listen(storage.engine, "connect", pragmas)
+        storage.engine.dispose()  # connections made from now on get the pragmas
+        return storage
