@@ -82,7 +82,7 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
                 eval_batch: int | None = None, pruner: str | None = None) -> dict[str, Any]:
     import optuna
 
-    from explore.data import load
+    from explore.datasets import load
     from explore.scheduler import Scheduler
     from explore.space import load_space
     from explore.study import open_study
@@ -122,7 +122,7 @@ def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
     import optuna
     import torch
 
-    from explore.data import load_mnist
+    from explore.datasets import load_mnist
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))

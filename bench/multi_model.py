@@ -48,7 +48,7 @@ from engine.runtime.arena import Arena
 from engine.runtime.pool import ModelPool
 from engine.runtime.program import Program
 from engine.runtime.train import train_epoch
-from explore.data import load_mnist
+from explore.datasets import load_mnist
 
 SIZES = (784, 64, 64, 10)
 N_SAMPLES = 10_000

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import VM, Adam, compile_graph
 from engine.models import paper_mlp
-from explore.data import load_mnist
+from explore.datasets import load_mnist
 
 N = 10_000
 SIZES = (784, 64, 64, 10)

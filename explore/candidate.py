@@ -14,7 +14,7 @@ compiles every candidate before deciding where — or whether — it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,29 +22,6 @@ from engine import BudgetError, CalcGraph, Program, compile_graph
 from explore import datasets, families, metrics
 from explore.optimizers import build_optimizer
 from explore.space import Space
-
-
-class _PixelScales(Mapping[str, float]):
-    """Dataset name -> the scale of its uint8 pixels, for datasets kept as uint8 (the
-    scheduler quantizes those).  Read from the dataset registry when asked, so that a
-    dataset registered later is included."""
-
-    def __getitem__(self, name: str) -> float:
-        scale = datasets.get(name).pixel_scale if name in datasets.DATASETS else None
-        if scale is None:
-            raise KeyError(name)
-        return scale
-
-    def __iter__(self) -> Iterator[str]:
-        return (n for n, d in datasets.DATASETS.items() if d.pixel_scale is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-# Kept for explore.scheduler, which quantizes the data with it (explore.datasets holds
-# the scale as BaseDataset.pixel_scale).
-PIXEL_SCALE: Mapping[str, float] = _PixelScales()
 
 
 def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True) -> CalcGraph:

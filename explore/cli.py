@@ -81,7 +81,7 @@ def main() -> None:
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
-    from explore.data import DataError, load
+    from explore.datasets import DataError, load
     from explore.scheduler import Scheduler, SchedulerError
     from explore.study import default_storage, open_study
 

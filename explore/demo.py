@@ -14,7 +14,7 @@ import numpy as np
 from engine import VM, Adam, EngineError, compile_graph, size
 from engine.models import paper_mlp
 from engine.runtime.train import evaluate, train_epoch
-from explore.data import DataError, load_mnist
+from explore.datasets import DataError, load_mnist
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ The promotion rule is Optuna's (:func:`promotable`), applied to the values recor
 under the rung's system attribute, within the trial's bracket for Hyperband.
 
 >>> import optuna
->>> from explore.study import frozen
+>>> from explore.optuna_adapter import frozen_trial as frozen
 >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
 >>> study = optuna.create_study(direction="maximize",
 ...                             pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1))

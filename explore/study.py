@@ -23,7 +23,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from explore import pruners, samplers
-from explore.optuna_adapter import frozen_trial, storage_of, trial_id
+from explore.optuna_adapter import storage_of, trial_id
 from explore.pruners import PrunerArgs
 from explore.samplers import SamplerArgs
 from explore.space import Space
@@ -46,11 +46,6 @@ def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
                                                    len(space.objectives), space.params()))
 
 
-def grid_space(space: Space) -> dict[str, list[Any]]:
-    """Optuna's grid: each searched parameter's finite values (per layer too)."""
-    return samplers.grid_space(space.params())
-
-
 def make_pruner(space: Space) -> optuna.pruners.BasePruner:
     """A new Optuna pruner for the space (:mod:`explore.pruners`); none for several
     objectives, which Optuna cannot prune by."""
@@ -60,16 +55,10 @@ def make_pruner(space: Space) -> optuna.pruners.BasePruner:
     return pruners.get(p.name).create(PrunerArgs(p.warmup_rounds, space.budget.rounds))
 
 
-def make_storage(url: str) -> Any:
-    """An Optuna storage for ``url`` (:mod:`explore.storages`: SQLite gets write-ahead
-    logging with normal sync; other URLs go to Optuna as they are)."""
-    return open_storage(url)
-
-
 def open_study(space: Space, storage: str, name: str | None = None) -> optuna.Study:
     """Create the study, or load it to resume (same name, same directions)."""
     directions: list[Any] = [o.dir for o in space.objectives]
-    study = optuna.create_study(storage=make_storage(storage), study_name=name or space.name,
+    study = optuna.create_study(storage=open_storage(storage), study_name=name or space.name,
                                 directions=directions, sampler=make_sampler(space),
                                 pruner=make_pruner(space), load_if_exists=True)
     if [d.name.lower() for d in study.directions] != directions:
@@ -99,12 +88,6 @@ def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
 
 
 STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial fills
-
-
-def frozen(work: optuna.Study, trial: optuna.trial.Trial) -> FrozenTrial:
-    """A trial of the working copy as its storage holds it now (system attributes
-    too): what the writer stores once it is finished."""
-    return frozen_trial(work, trial)
 
 
 def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -149,7 +132,7 @@ class StudyWriter:
     >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
     >>> work, stored = optuna.create_study(), optuna.create_study()
     >>> t = work.ask(); _ = work.tell(t, 1.0)
-    >>> w = StudyWriter(stored); w.put(frozen(work, t)); w.close()
+    >>> w = StudyWriter(stored); w.put(frozen_trial(work, t)); w.close()
     >>> [x.value for x in stored.trials]
     [1.0]
     """

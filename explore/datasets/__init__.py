@@ -24,9 +24,16 @@ from explore.datasets._base import (
 )
 from explore.datasets._digits import Digits, load_digits
 from explore.datasets._mnist import Mnist, load_mnist, mnist_path, read_mnist_pickle
+from explore.datasets.quantize import quantize
 
 names = DATASETS.names
 
+
+def load(name: str) -> Dataset:
+    """The dataset ``name`` (:class:`DataError` listing the available ones if none)."""
+    return get(name).load()
+
+
 __all__ = ["DATASETS", "BaseDataset", "DataError", "Dataset", "Digits", "Mnist", "Split",
-           "get", "load_digits", "load_mnist", "mnist_path", "names", "read_mnist_pickle",
-           "register"]
+           "get", "load", "load_digits", "load_mnist", "mnist_path", "names", "quantize",
+           "read_mnist_pickle", "register"]

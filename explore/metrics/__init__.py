@@ -2,9 +2,8 @@
 
 Add one with a module that subclasses :class:`BaseMetric` and registers it
 (``@register("name")``); ``objectives: [{metric: name}]`` is accepted as soon as the
-module is imported (the built-in ones are imported here).  ``value`` and ``per_round`` are what the
-scheduler needs to score a trial and report it to the pruner; explore.scheduler does not
-call them yet (its ``Scheduler._value`` still names accuracy, loss and planned_bytes).
+module is imported (the built-in ones are imported here).  The scheduler scores each
+trial with ``value`` and reports it to the pruner after every round when ``per_round``.
 
 >>> get("loss").direction, get("planned_bytes").value({}, 1024)
 ('minimize', 1024.0)

@@ -21,9 +21,11 @@ from optuna.trial import TrialState
 
 from engine import BudgetError
 from engine.alignment import align_down
+from explore import metrics
 from explore.builders import BuildError
 from explore.candidate import Candidate, compile_candidate
-from explore.data import Dataset
+from explore.datasets import Dataset
+from explore.optuna_adapter import frozen_trial as frozen
 from explore.protocol import (
     Continue,
     Done,
@@ -43,7 +45,7 @@ from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
 from explore.scheduler.shared_data import share_dataset
 from explore.scheduler.telemetry import Progress, RssSampler, RunStats, Sample
 from explore.space import Space
-from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, frozen, working_copy
+from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
 
 
 class Scheduler:
@@ -248,8 +250,8 @@ class Scheduler:
             return
         if isinstance(msg, Report):
             p.started = msg.started
-            if len(self.study.directions) == 1 and self.space.objectives[0].metric != \
-                    "planned_bytes":
+            if len(self.study.directions) == 1 and \
+                    metrics.get(self.space.objectives[0].metric).per_round:
                 before = rungs_done(frozen(self.study, p.trial)) if self.gated else 0
                 p.trial.report(self._value(self.space.objectives[0].metric, msg.metrics, p),
                                msg.round)
@@ -309,12 +311,8 @@ class Scheduler:
                 self._send(w, Continue(p.trial.number))
 
     @staticmethod
-    def _value(metric: str, metrics: dict[str, float], p: Placement) -> float:
-        if metric == "accuracy":
-            return metrics["accuracy"]
-        if metric == "loss":
-            return metrics["eval_loss"]
-        return float(p.candidate.heap_bytes)
+    def _value(metric: str, measured: dict[str, float], p: Placement) -> float:
+        return metrics.get(metric).value(measured, p.candidate.heap_bytes)
 
     def _release(self, w: Worker, p: Placement) -> None:
         w.residents.pop(p.trial.number, None)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from explore.candidate import PIXEL_SCALE
-from explore.data import Dataset, quantize
+from explore import datasets
+from explore.datasets import Dataset, quantize
 from explore.shared import SharedArrays
 from explore.space import Space
 
@@ -11,14 +11,14 @@ from explore.space import Space
 def share_dataset(space: Space, data: Dataset) -> SharedArrays:
     """The space's share of ``data`` (its ``dataset.train``/``valid`` heads) in one
     shared-memory block, as ``x_train``, ``y_train``, ``x_valid``, ``y_valid``.
-    Images of a known pixel scale are kept as uint8 (``explore.data.quantize``): a
+    Images of a known pixel scale are kept as uint8 (``explore.datasets.quantize``): a
     quarter of the float32 bytes, the same values once the model dequantizes them.
     The caller closes the block."""
     train = data.train
     if space.dataset.train:
         train = train.head(space.dataset.train)
     valid = data.valid.head(space.dataset.valid) if space.dataset.valid else data.valid
-    scale = PIXEL_SCALE.get(space.dataset.name)
+    scale = datasets.get(space.dataset.name).pixel_scale
     xt, xv = (quantize(train.x, scale), quantize(valid.x, scale)) if scale else \
         (train.x, valid.x)
     return SharedArrays({"x_train": xt, "y_train": train.y, "x_valid": xv, "y_valid": valid.y})

@@ -10,7 +10,7 @@ from engine import VM, Adam, compile_graph
 from engine.models import mnist_cnn
 from engine.onnx_io import export_onnx
 from engine.runtime.train import evaluate, train_epoch
-from explore.data import load_mnist
+from explore.datasets import load_mnist
 
 
 def test_a_cnn_learns_mnist_and_exports_to_onnx() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 from engine import VM, Adam, compile_graph
 from engine.models import paper_mlp
 from engine.runtime.train import evaluate, train_epoch
-from explore.data import load_mnist
+from explore.datasets import load_mnist
 
 
 def test_paper_mlp_reaches_95_percent_on_mnist() -> None:

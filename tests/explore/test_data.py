@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explore.data import DataError, load_digits, load_mnist, mnist_path, read_mnist_pickle
+from explore.datasets import DataError, load_digits, load_mnist, mnist_path, read_mnist_pickle
 
 
 def test_mnist_has_the_documented_splits() -> None:

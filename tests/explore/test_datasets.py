@@ -10,10 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from explore import datasets
-from explore.candidate import PIXEL_SCALE, compile_candidate
+from explore.candidate import compile_candidate
 from explore.cli import main
-from explore.data import DataError, load, quantize
-from explore.datasets import BaseDataset, Dataset, Split
+from explore.datasets import BaseDataset, DataError, Dataset, Split, load, quantize
 from explore.results import load as load_results
 from explore.sampling import fixed
 from explore.space import parse_space
@@ -51,7 +50,8 @@ def test_a_registered_dataset_is_used_by_name(stripes: None, tmp_path: Path) -> 
     assert prog.buffers[prog.params[0].buffer].shape == (16, 64)  # 16 features in
     assert prog.buffers[prog.params[-2].buffer].shape == (64, 2)  # 2 classes out
     data = load("stripes")
-    assert PIXEL_SCALE["stripes"] == 1 / 16 and quantize(data.train.x, 1 / 16).max() == 15
+    assert datasets.get("stripes").pixel_scale == 1 / 16
+    assert quantize(data.train.x, 1 / 16).max() == 15
     # and a whole run: the scheduler quantizes it and the workers train on it
     f = tmp_path / "s.yaml"
     f.write_text("dataset: stripes\nbudget: {trials: 2, rounds: 2, memory: 300MB, workers: 1}\n"
@@ -65,4 +65,4 @@ def test_a_registered_dataset_is_used_by_name(stripes: None, tmp_path: Path) -> 
 def test_an_unknown_dataset_lists_the_registered_ones() -> None:
     with pytest.raises(DataError, match="unknown dataset 'nope'; available: mnist, digits"):
         load("nope")
-    assert "stripes" not in PIXEL_SCALE
+    assert "stripes" not in datasets.names()

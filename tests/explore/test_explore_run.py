@@ -17,7 +17,7 @@ from engine import compile_graph
 from explore.builders import build_graph
 from explore.candidate import graph_of
 from explore.cli import main
-from explore.data import load_digits
+from explore.datasets import load_digits
 from explore.optimizers import build_optimizer
 from explore.results import load
 from explore.sampling import fixed

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
+import numpy as np
+import optuna
 import pytest
+from click.testing import CliRunner
 
 from explore import metrics
+from explore.cli import main
 from explore.metrics import BaseMetric
 from explore.space import parse_space
+from explore.study import RECORD_ATTR
 from explore.yamlio import SpaceError
 
 
@@ -46,3 +52,20 @@ def test_the_built_in_metrics() -> None:
 def test_unknown_metrics_are_listed() -> None:
     with pytest.raises(SpaceError, match="'accuracy', 'loss' or 'planned_bytes'"):
         parse_space({**SPACE, "objectives": [{"metric": "error_rate"}]})
+
+
+def test_the_scheduler_scores_trials_with_a_registered_metric(error_rate: None,
+                                                              tmp_path: Path) -> None:
+    """A whole run: the value Optuna stores for each trial is the metric's, here
+    1 - accuracy of the trial's last round."""
+    f = tmp_path / "s.yaml"
+    f.write_text("dataset: digits\nbudget: {trials: 2, rounds: 2, memory: 300MB, workers: 1}\n"
+                 "sampler: {name: random, seed: 0}\ntraining: {lr: 0.05, batch_size: 32}\n"
+                 "objectives: [{metric: error_rate}]\n")
+    result = CliRunner().invoke(main, ["run", str(f), "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    trials = study.get_trials()
+    assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)
+    accuracy = [t.user_attrs[RECORD_ATTR]["accuracy"] for t in trials]
+    np.testing.assert_allclose([t.value for t in trials], 1.0 - np.array(accuracy), rtol=1e-12)

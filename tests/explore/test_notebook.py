@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from explore.data import load_digits
+from explore.datasets import load_digits
 from explore.scheduler import Scheduler
 from explore.space import load_space
 from explore.study import open_study

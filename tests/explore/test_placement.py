@@ -10,7 +10,7 @@ import optuna
 
 from engine.free_list import FreeList
 from explore.candidate import compile_candidate
-from explore.data import load_digits
+from explore.datasets import load_digits
 from explore.protocol import Start, ToWorker
 from explore.sampling import fixed
 from explore.scheduler import Placement, Scheduler, Worker

