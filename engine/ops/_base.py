@@ -97,9 +97,9 @@ def no_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
     return 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpDef:
-    """Every rule about one operator."""
+    """Every rule about one operator, given by keyword (``OpDef(name=..., shape=...)``)."""
 
     name: str
     shape: ShapeRule

@@ -66,7 +66,8 @@ def _g_hard_sigmoid(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[s
 
 def _unary(name: str, kernel: Any, grad: Any, doc: str, inplace: tuple[int, ...] = (0,),
            attrs: dict[str, Any] | None = None) -> OpDef:
-    return OpDef(name, float_unary_shape, kernel, grad, inplace, attrs=attrs or {}, doc=doc)
+    return OpDef(name=name, shape=float_unary_shape, kernel=kernel, grad=grad, inplace=inplace,
+                 attrs=attrs or {}, doc=doc)
 
 
 OPS = [

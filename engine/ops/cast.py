@@ -151,9 +151,10 @@ def _dequantize(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("Cast", _cast_shape, _cast, _g_cast, attrs={"to": None, "saturate": 1},
+    OpDef(name="Cast", shape=_cast_shape, kernel=_cast, grad=_g_cast,
+          attrs={"to": None, "saturate": 1},
           doc="ONNX Cast: convert to the element type `to` (a name or an ONNX type number)"),
-    OpDef("DequantizeLinear", _dequantize_shape, _dequantize, INTEGER_INPUT,
+    OpDef(name="DequantizeLinear", shape=_dequantize_shape, kernel=_dequantize, grad=INTEGER_INPUT,
           attrs={"scale": None, "zero_point": 0, "axis": 1, "block_size": 0,
                  "output_dtype": 0},
           doc="ONNX DequantizeLinear: (x - zero_point) * scale as float32; one scale, one "

@@ -43,7 +43,7 @@ def _kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("ConstantOfShape", _shape, _kernel, NO_INPUTS, num_inputs=(0, 0),
+    OpDef(name="ConstantOfShape", shape=_shape, kernel=_kernel, grad=NO_INPUTS, num_inputs=(0, 0),
           attrs={"shape": (), "value": 0.0, "dtype": "float32"},
           doc="ONNX ConstantOfShape with its shape as an attribute: `value` everywhere"),
 ]

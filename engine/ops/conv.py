@@ -310,13 +310,15 @@ def _g_conv(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
 
 
 OPS = [
-    OpDef("Conv", _conv_shape, _conv, _g_conv, (), _conv_ws, num_inputs=(2, 3),
-          attrs=dict(CONV_ATTRS),
+    OpDef(name="Conv", shape=_conv_shape, kernel=_conv, grad=_g_conv, workspace=_conv_ws,
+          num_inputs=(2, 3), attrs=dict(CONV_ATTRS),
           doc="ONNX Conv, 2-D: im2col into the workspace and one GEMM per group"),
-    OpDef("ConvGradWeight", _grad_weight_shape, _conv_grad_weight, FIRST_ORDER_ONLY, (),
-          _grad_weight_ws, num_inputs=(2, 2), attrs={**CONV_ATTRS, "w_shape": ()},
+    OpDef(name="ConvGradWeight", shape=_grad_weight_shape, kernel=_conv_grad_weight,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_weight_ws, num_inputs=(2, 2),
+          attrs={**CONV_ATTRS, "w_shape": ()},
           doc="internal: the gradient of Conv's weights, dY @ columns^T"),
-    OpDef("ConvGradInput", _grad_input_shape, _conv_grad_input, FIRST_ORDER_ONLY, (),
-          _grad_input_ws, num_inputs=(2, 2), attrs={**CONV_ATTRS, "x_shape": ()},
+    OpDef(name="ConvGradInput", shape=_grad_input_shape, kernel=_conv_grad_input,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
+          attrs={**CONV_ATTRS, "x_shape": ()},
           doc="internal: the gradient of Conv's input, W^T @ dY scattered back (col2im)"),
 ]

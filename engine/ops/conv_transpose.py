@@ -242,9 +242,10 @@ def _grad(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("ConvTranspose", _shape, _kernel, _g, (), _ws, num_inputs=(2, 3), attrs=dict(ATTRS),
+    OpDef(name="ConvTranspose", shape=_shape, kernel=_kernel, grad=_g, workspace=_ws,
+          num_inputs=(2, 3), attrs=dict(ATTRS),
           doc="ONNX ConvTranspose over 1-3 spatial axes: one GEMM per kernel position"),
-    OpDef("ConvTransposeGrad", _grad_shape, _grad, FIRST_ORDER_ONLY, (), _grad_ws,
-          num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
+    OpDef(name="ConvTransposeGrad", shape=_grad_shape, kernel=_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_grad_ws, num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
           doc="internal: dX and dW of ConvTranspose"),
 ]

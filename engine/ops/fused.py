@@ -53,8 +53,8 @@ def _g_fused(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
 
 
 OPS = [
-    OpDef("FusedGemm", _fused_shape, _fused, _g_fused, (), _gemm_ws, num_inputs=(2, 3),
-          attrs={**GEMM_ATTRS, "activation": "Relu"},
+    OpDef(name="FusedGemm", shape=_fused_shape, kernel=_fused, grad=_g_fused, workspace=_gemm_ws,
+          num_inputs=(2, 3), attrs={**GEMM_ATTRS, "activation": "Relu"},
           doc="activation(alpha * A' @ B' + beta * C): a Linear layer and its activation "
               "(Relu, Sigmoid or Tanh) in one instruction"),
 ]

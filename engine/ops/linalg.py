@@ -168,12 +168,12 @@ def gemm_bias_grad(gb: GradBuilder, dy: str, beta: float, c: str) -> str:
 GEMM_ATTRS = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}
 
 OPS = [
-    OpDef("MatMul", _matmul_shape, _matmul, _g_matmul, num_inputs=(2, 2),
+    OpDef(name="MatMul", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul, num_inputs=(2, 2),
           doc="matrix product, numpy semantics for rank >= 2"),
-    OpDef("MatMulT", _matmul_shape, _matmul, _g_matmul_t, num_inputs=(2, 2),
+    OpDef(name="MatMulT", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul_t, num_inputs=(2, 2),
           attrs={"transA": 0, "transB": 0},
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
-    OpDef("Gemm", _gemm_shape, _gemm, _g_gemm, (), _gemm_ws, num_inputs=(2, 3),
-          attrs=dict(GEMM_ATTRS),
+    OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
+          num_inputs=(2, 3), attrs=dict(GEMM_ATTRS),
           doc="alpha * A' @ B' + beta * C: a fully connected layer (matmul + bias fused)"),
 ]

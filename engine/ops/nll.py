@@ -278,10 +278,11 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("NegativeLogLikelihoodLoss", _nll_shape, _nll, _g_nll, (), _nll_ws,
-          num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
+    OpDef(name="NegativeLogLikelihoodLoss", shape=_nll_shape, kernel=_nll, grad=_g_nll,
+          workspace=_nll_ws, num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
           doc="ONNX NegativeLogLikelihoodLoss: -input[n, target, ...] * weight, reduced"),
-    OpDef("NegativeLogLikelihoodLossGrad", _grad_shape, _nll_grad, FIRST_ORDER_ONLY, (),
-          _grad_ws, num_inputs=(3, 4), attrs={"reduction": "mean", "ignore_index": None},
+    OpDef(name="NegativeLogLikelihoodLossGrad", shape=_grad_shape, kernel=_nll_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_ws, num_inputs=(3, 4),
+          attrs={"reduction": "mean", "ignore_index": None},
           doc="internal: dX of NegativeLogLikelihoodLoss"),
 ]

@@ -382,22 +382,23 @@ def _ln_grad(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("BatchNormalization", _bn_shape, _bn, _g_bn, (), _bn_ws, num_inputs=(5, 5),
-          num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
+    OpDef(name="BatchNormalization", shape=_bn_shape, kernel=_bn, grad=_g_bn, workspace=_bn_ws,
+          num_inputs=(5, 5), num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
           attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "running_update": 0,
                  "spatial": 1},
           doc="ONNX BatchNormalization; with running_update=1 (training) the running mean "
               "and variance inputs are updated in place"),
-    OpDef("BatchNormalizationGrad", _bn_grad_shape, _bn_grad, FIRST_ORDER_ONLY, (),
-          _bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
+    OpDef(name="BatchNormalizationGrad", shape=_bn_grad_shape, kernel=_bn_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
           attrs={"epsilon": 1e-5, "training_mode": 0},
           doc="internal: dX, dScale, dB of BatchNormalization"),
-    OpDef("LayerNormalization", _ln_shape, _ln, _g_ln, (), _ln_ws, num_inputs=(2, 3),
-          num_outputs=3, variadic_outputs=True,
+    OpDef(name="LayerNormalization", shape=_ln_shape, kernel=_ln, grad=_g_ln, workspace=_ln_ws,
+          num_inputs=(2, 3), num_outputs=3, variadic_outputs=True,
           attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
           doc="ONNX LayerNormalization over the axes from `axis` on"),
-    OpDef("LayerNormalizationGrad", _ln_grad_shape, _ln_grad, FIRST_ORDER_ONLY, (),
-          _ln_grad_ws, num_inputs=(3, 3), num_outputs=3, attrs={"axis": -1, "epsilon": 1e-5},
+    OpDef(name="LayerNormalizationGrad", shape=_ln_grad_shape, kernel=_ln_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_ln_grad_ws, num_inputs=(3, 3), num_outputs=3,
+          attrs={"axis": -1, "epsilon": 1e-5},
           doc="internal: dX, dScale, dB of LayerNormalization (Scale and B at the "
               "normalised shape)"),
 ]
@@ -506,10 +507,11 @@ def _lrn_grad(k: KernelArgs) -> Step:
 
 
 OPS += [
-    OpDef("LRN", _lrn_shape, _lrn, _g_lrn, (), _lrn_ws,
+    OpDef(name="LRN", shape=_lrn_shape, kernel=_lrn, grad=_g_lrn, workspace=_lrn_ws,
           attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
           doc="ONNX LRN: local response normalisation across channels"),
-    OpDef("LRNGrad", _lrn_grad_shape, _lrn_grad, FIRST_ORDER_ONLY, (), _lrn_grad_ws,
-          num_inputs=(2, 2), attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
+    OpDef(name="LRNGrad", shape=_lrn_grad_shape, kernel=_lrn_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_lrn_grad_ws, num_inputs=(2, 2),
+          attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
           doc="internal: dX of LRN from X and dY"),
 ]

@@ -53,6 +53,6 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
 
 
 OPS = [
-    OpDef("Pow", _shape, _kernel, _grad, num_inputs=(2, 2),
+    OpDef(name="Pow", shape=_shape, kernel=_kernel, grad=_grad, num_inputs=(2, 2),
           doc="x ** y, broadcasting, in x's element type"),
 ]

@@ -164,11 +164,11 @@ def _grad_kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef(NAMES[kind], _shape(kind), _kernel(kind), _grad(kind), (), _ws(kind), attrs=ATTRS,
-          doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
+    OpDef(name=NAMES[kind], shape=_shape(kind), kernel=_kernel(kind), grad=_grad(kind),
+          workspace=_ws(kind), attrs=ATTRS, doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
     for kind in KINDS
 ] + [
-    OpDef("ReduceFamilyGrad", _grad_shape, _grad_kernel, FIRST_ORDER_ONLY, (), _grad_ws,
-          num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
+    OpDef(name="ReduceFamilyGrad", shape=_grad_shape, kernel=_grad_kernel, grad=FIRST_ORDER_ONLY,
+          workspace=_grad_ws, num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
           doc="internal: dX of a Reduce* op from dY, X and Y"),
 ]

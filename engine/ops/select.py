@@ -149,19 +149,20 @@ def _g_sum(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef("Sum", _variadic_shape, _extremum("add"), _g_sum, num_inputs=(1, 64),
-          doc="elementwise sum of its inputs, broadcasting"),
-    OpDef("Max", _variadic_shape, _extremum("maximum"), _g_extremum("max"), (0,),
-          num_inputs=(1, 16), doc="elementwise maximum of its inputs, broadcasting"),
-    OpDef("Min", _variadic_shape, _extremum("minimum"), _g_extremum("min"), (0,),
-          num_inputs=(1, 16), doc="elementwise minimum of its inputs, broadcasting"),
-    OpDef("SelectGrad", _select_grad_shape, _select_grad, FIRST_ORDER_ONLY, (), _mask_ws,
-          num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
+    OpDef(name="Sum", shape=_variadic_shape, kernel=_extremum("add"), grad=_g_sum,
+          num_inputs=(1, 64), doc="elementwise sum of its inputs, broadcasting"),
+    OpDef(name="Max", shape=_variadic_shape, kernel=_extremum("maximum"), grad=_g_extremum("max"),
+          inplace=(0,), num_inputs=(1, 16), doc="elementwise maximum of its inputs, broadcasting"),
+    OpDef(name="Min", shape=_variadic_shape, kernel=_extremum("minimum"), grad=_g_extremum("min"),
+          inplace=(0,), num_inputs=(1, 16), doc="elementwise minimum of its inputs, broadcasting"),
+    OpDef(name="SelectGrad", shape=_select_grad_shape, kernel=_select_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_mask_ws, num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
           doc="internal: dY where input `pick` gave the max (or min)"),
-    OpDef("Clip", _clip_shape, _clip, _g_clip, (0,), attrs={"min": None, "max": None},
+    OpDef(name="Clip", shape=_clip_shape, kernel=_clip, grad=_g_clip, inplace=(0,),
+          attrs={"min": None, "max": None},
           doc="ONNX Clip with its bounds as attributes (None: unbounded)"),
-    OpDef("ClipGrad", _clip_grad_shape, _clip_grad, FIRST_ORDER_ONLY, (), _two_masks_ws,
-          num_inputs=(2, 2), attrs={"min": None, "max": None},
+    OpDef(name="ClipGrad", shape=_clip_grad_shape, kernel=_clip_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_two_masks_ws, num_inputs=(2, 2), attrs={"min": None, "max": None},
           doc="internal: dY where min <= x <= max"),
 ]
 
@@ -241,12 +242,12 @@ def _argmax(k: KernelArgs) -> Step:
 
 
 OPS += [
-    OpDef("Where", _where_shape, _where, _g_where, num_inputs=(3, 3),
+    OpDef(name="Where", shape=_where_shape, kernel=_where, grad=_g_where, num_inputs=(3, 3),
           doc="ONNX Where: x where the condition holds, else y (broadcasting)"),
-    OpDef("WhereGrad", _where_grad_shape, _where_grad, FIRST_ORDER_ONLY, (), _mask_ws,
-          num_inputs=(2, 2), attrs={"pick": 0},
+    OpDef(name="WhereGrad", shape=_where_grad_shape, kernel=_where_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_mask_ws, num_inputs=(2, 2), attrs={"pick": 0},
           doc="internal: dY where the condition chose the input"),
-    OpDef("ArgMax", _argmax_shape, _argmax, NON_DIFFERENTIABLE_METRIC,
+    OpDef(name="ArgMax", shape=_argmax_shape, kernel=_argmax, grad=NON_DIFFERENTIABLE_METRIC,
           attrs={"axis": 0, "keepdims": 1, "select_last_index": 0},
           doc="ONNX ArgMax (int64 indices)"),
 ]
