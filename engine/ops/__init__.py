@@ -35,11 +35,13 @@ from engine.ops import (
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     NON_DIFFERENTIABLE_METRIC,
+    DoesNotStack,
     GradBuilder,
     KernelArgs,
     NodeView,
     NonDifferentiable,
     OpDef,
+    StackRule,
 )
 
 OP_TABLE: dict[str, OpDef] = {}
@@ -66,10 +68,12 @@ __all__ = [
     "FIRST_ORDER_ONLY",
     "NON_DIFFERENTIABLE_METRIC",
     "OP_TABLE",
+    "DoesNotStack",
     "GradBuilder",
     "KernelArgs",
     "NodeView",
     "NonDifferentiable",
     "OpDef",
+    "StackRule",
     "get_op",
 ]

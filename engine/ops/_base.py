@@ -14,7 +14,9 @@ An op declares
   or precompute it; a dropout draws and is not pure);
 - ``workspace``: the scratch bytes one execution needs, per device;
 - ``writes``: inputs the op may update in place (batch normalisation's running
-  statistics): a parameter there is state, never folded as a constant.
+  statistics): a parameter there is state, never folded as a constant;
+- ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
+  :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 
 Kernels are written once against the array module ``xp`` (numpy or cupy); a backend
 may register an override in ``backend_kernels`` where it needs to differ.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 from engine.errors import ShapeError
@@ -77,6 +80,28 @@ NO_INPUTS = NonDifferentiable("it has no inputs")
 SHAPE_ONLY = NonDifferentiable("its output depends on shapes only: no gradient flows back")
 FIRST_ORDER_ONLY = NonDifferentiable("a gradient op; second derivatives are not supported")
 
+class StackRule(Enum):
+    """How K models' copies of an op become one op of a stack (vmap rules, in JAX's
+    terms).  The rules themselves are in :mod:`engine.compile.stack`, one per kind."""
+
+    ELEMENTWISE = "elementwise"  # every output keeps input 0's model axis
+    BROADCAST = "broadcast"  # elementwise with broadcasting: the model axes must line up
+    DENSE = "dense"  # a product of data by a weight parameter: StackedGemm
+    LOSS = "loss"  # softmax cross-entropy: StackedSoftmaxCrossEntropyLoss, a loss per model
+    METRIC = "metric"  # a per-model value of per-model scores and shared labels (Accuracy)
+
+
+@dataclass(frozen=True)
+class DoesNotStack:
+    """Marks an op that a stack cannot hold, and says why."""
+
+    reason: str
+
+
+NOT_STACKED = DoesNotStack("no stacking rule: train these models one by one")
+MADE_AFTER_STACKING = DoesNotStack("made by autodiff or a compiler pass, after stacking")
+ALREADY_STACKED = DoesNotStack("already the stacked form of an op")
+
 ShapeRule = Callable[[list[TensorDesc], dict[str, Any]], list[TensorDesc]]
 KernelFactory = Callable[[KernelArgs], Step]
 GradRule = Callable[[GradBuilder, "NodeView", list["str | None"]], list["str | None"]]
@@ -115,6 +140,7 @@ class OpDef:
     pure: bool = True
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
     writes: tuple[int, ...] = ()  # inputs it may update in place (running statistics)
+    stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
 
     def kernel_for(self, device: str) -> KernelFactory:
         return self.backend_kernels.get(device, self.kernel)

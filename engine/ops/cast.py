@@ -27,6 +27,7 @@ from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     INTEGER_INPUT,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -152,11 +153,11 @@ def _dequantize(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="Cast", shape=_cast_shape, kernel=_cast, grad=_g_cast,
-          attrs={"to": None, "saturate": 1},
+          attrs={"to": None, "saturate": 1}, stacking=NOT_STACKED,
           doc="ONNX Cast: convert to the element type `to` (a name or an ONNX type number)"),
     OpDef(name="DequantizeLinear", shape=_dequantize_shape, kernel=_dequantize, grad=INTEGER_INPUT,
           attrs={"scale": None, "zero_point": 0, "axis": 1, "block_size": 0,
-                 "output_dtype": 0},
+                 "output_dtype": 0}, stacking=NOT_STACKED,
           doc="ONNX DequantizeLinear: (x - zero_point) * scale as float32; one scale, one "
               "per index of `axis`, or one per block of `block_size` along it"),
 ]

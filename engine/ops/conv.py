@@ -27,6 +27,8 @@ from engine.graph import TensorDesc
 from engine.ops import conv_algorithms as algorithms
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -311,14 +313,14 @@ def _g_conv(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
 
 OPS = [
     OpDef(name="Conv", shape=_conv_shape, kernel=_conv, grad=_g_conv, workspace=_conv_ws,
-          num_inputs=(2, 3), attrs=dict(CONV_ATTRS),
+          num_inputs=(2, 3), attrs=dict(CONV_ATTRS), stacking=NOT_STACKED,
           doc="ONNX Conv, 2-D: im2col into the workspace and one GEMM per group"),
     OpDef(name="ConvGradWeight", shape=_grad_weight_shape, kernel=_conv_grad_weight,
           grad=FIRST_ORDER_ONLY, workspace=_grad_weight_ws, num_inputs=(2, 2),
-          attrs={**CONV_ATTRS, "w_shape": ()},
+          attrs={**CONV_ATTRS, "w_shape": ()}, stacking=MADE_AFTER_STACKING,
           doc="internal: the gradient of Conv's weights, dY @ columns^T"),
     OpDef(name="ConvGradInput", shape=_grad_input_shape, kernel=_conv_grad_input,
           grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
-          attrs={**CONV_ATTRS, "x_shape": ()},
+          attrs={**CONV_ATTRS, "x_shape": ()}, stacking=MADE_AFTER_STACKING,
           doc="internal: the gradient of Conv's input, W^T @ dY scattered back (col2im)"),
 ]

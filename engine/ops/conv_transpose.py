@@ -29,6 +29,8 @@ from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -243,9 +245,9 @@ def _grad(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="ConvTranspose", shape=_shape, kernel=_kernel, grad=_g, workspace=_ws,
-          num_inputs=(2, 3), attrs=dict(ATTRS),
+          num_inputs=(2, 3), attrs=dict(ATTRS), stacking=NOT_STACKED,
           doc="ONNX ConvTranspose over 1-3 spatial axes: one GEMM per kernel position"),
     OpDef(name="ConvTransposeGrad", shape=_grad_shape, kernel=_grad, grad=FIRST_ORDER_ONLY,
           workspace=_grad_ws, num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
-          doc="internal: dX and dW of ConvTranspose"),
+          stacking=MADE_AFTER_STACKING, doc="internal: dX and dW of ConvTranspose"),
 ]

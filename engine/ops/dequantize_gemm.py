@@ -38,6 +38,7 @@ from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -221,10 +222,11 @@ def _grad_b_kernel(k: KernelArgs) -> Step:
 OPS = [
     OpDef(name="DequantizeGemm", shape=_shape, kernel=_kernel, grad=_grad, workspace=_workspace,
           num_inputs=(2, 3), attrs={"transB": 0, "beta": 1.0, "activation": None, **QUANT_ATTRS},
+          stacking=MADE_AFTER_STACKING,
           doc="activation(alpha * ((A - zero_point) * scale) @ B' + beta * C) for integer "
               "A, converted a block of rows at a time (DequantizeLinear fused into Gemm)"),
     OpDef(name="DequantizeGemmGradB", shape=_grad_b_shape, kernel=_grad_b_kernel,
           grad=FIRST_ORDER_ONLY, workspace=_grad_b_workspace, num_inputs=(2, 2),
-          attrs={"transB": 0, **QUANT_ATTRS},
+          attrs={"transB": 0, **QUANT_ATTRS}, stacking=MADE_AFTER_STACKING,
           doc="internal: the gradient of DequantizeGemm with respect to B"),
 ]

@@ -12,10 +12,12 @@ from typing import Any
 from engine.errors import GraphError, ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
+    MADE_AFTER_STACKING,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     broadcast_shapes,
     need_float,
@@ -169,11 +171,11 @@ GEMM_ATTRS = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}
 
 OPS = [
     OpDef(name="MatMul", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul, num_inputs=(2, 2),
-          doc="matrix product, numpy semantics for rank >= 2"),
+          stacking=StackRule.DENSE, doc="matrix product, numpy semantics for rank >= 2"),
     OpDef(name="MatMulT", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul_t, num_inputs=(2, 2),
-          attrs={"transA": 0, "transB": 0},
+          attrs={"transA": 0, "transB": 0}, stacking=MADE_AFTER_STACKING,
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
     OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
-          num_inputs=(2, 3), attrs=dict(GEMM_ATTRS),
+          num_inputs=(2, 3), attrs=dict(GEMM_ATTRS), stacking=StackRule.DENSE,
           doc="alpha * A' @ B' + beta * C: a fully connected layer (matmul + bias fused)"),
 ]

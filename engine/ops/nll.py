@@ -29,7 +29,17 @@ from typing import Any
 
 from engine.errors import InputError, ShapeError
 from engine.graph import DType, TensorDesc
-from engine.ops._base import FIRST_ORDER_ONLY, GradBuilder, KernelArgs, NodeView, OpDef, Step, align
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    align,
+)
 from engine.ops.reduce import log_softmax_step
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -280,9 +290,10 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
 OPS = [
     OpDef(name="NegativeLogLikelihoodLoss", shape=_nll_shape, kernel=_nll, grad=_g_nll,
           workspace=_nll_ws, num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
+          stacking=NOT_STACKED,
           doc="ONNX NegativeLogLikelihoodLoss: -input[n, target, ...] * weight, reduced"),
     OpDef(name="NegativeLogLikelihoodLossGrad", shape=_grad_shape, kernel=_nll_grad,
           grad=FIRST_ORDER_ONLY, workspace=_grad_ws, num_inputs=(3, 4),
-          attrs={"reduction": "mean", "ignore_index": None},
+          attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
           doc="internal: dX of NegativeLogLikelihoodLoss"),
 ]

@@ -37,6 +37,8 @@ from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -400,15 +402,19 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 OPS = [
     OpDef(name="MaxPool", shape=_pool_shape, kernel=_max_pool, grad=_g_max_pool,
           workspace=_pool_ws, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
+          stacking=NOT_STACKED,
           doc="ONNX MaxPool over 1-3 spatial axes, with the optional Indices output"),
     OpDef(name="AveragePool", shape=_avg_shape, kernel=_avg_pool, grad=_g_avg_pool,
-          workspace=_pool_ws, attrs=dict(POOL_ATTRS), doc="ONNX AveragePool over 1-3 spatial axes"),
+          workspace=_pool_ws, attrs=dict(POOL_ATTRS), stacking=NOT_STACKED,
+          doc="ONNX AveragePool over 1-3 spatial axes"),
     OpDef(name="GlobalAveragePool", shape=_gap_shape, kernel=_gap, grad=_g_gap,
-          doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
+          stacking=NOT_STACKED, doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
     OpDef(name="MaxPoolGrad", shape=_pool_grad_shape, kernel=_max_pool_grad, grad=FIRST_ORDER_ONLY,
           workspace=_max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
+          stacking=MADE_AFTER_STACKING,
           doc="internal: dY to each window's first maximum (found by comparing with Y)"),
     OpDef(name="AveragePoolGrad", shape=_pool_grad_shape, kernel=_avg_pool_grad,
           grad=FIRST_ORDER_ONLY, workspace=_avg_pool_grad_ws, num_inputs=(2, 2),
-          attrs=dict(POOL_ATTRS), doc="internal: dY / count spread over each window"),
+          attrs=dict(POOL_ATTRS), stacking=MADE_AFTER_STACKING,
+          doc="internal: dY / count spread over each window"),
 ]

@@ -19,7 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from engine.graph import TensorDesc
-from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step, broadcast_shapes
+from engine.ops._base import (
+    NOT_STACKED,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    broadcast_shapes,
+)
 from engine.ops.elementwise import unbroadcast
 
 
@@ -54,5 +62,5 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
 
 OPS = [
     OpDef(name="Pow", shape=_shape, kernel=_kernel, grad=_grad, num_inputs=(2, 2),
-          doc="x ** y, broadcasting, in x's element type"),
+          stacking=NOT_STACKED, doc="x ** y, broadcasting, in x's element type"),
 ]

@@ -30,6 +30,8 @@ from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -165,10 +167,11 @@ def _grad_kernel(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name=NAMES[kind], shape=_shape(kind), kernel=_kernel(kind), grad=_grad(kind),
-          workspace=_ws(kind), attrs=ATTRS, doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
+          workspace=_ws(kind), attrs=ATTRS, stacking=NOT_STACKED,
+          doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
     for kind in KINDS
 ] + [
     OpDef(name="ReduceFamilyGrad", shape=_grad_shape, kernel=_grad_kernel, grad=FIRST_ORDER_ONLY,
           workspace=_grad_ws, num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
-          doc="internal: dX of a Reduce* op from dY, X and Y"),
+          stacking=MADE_AFTER_STACKING, doc="internal: dX of a Reduce* op from dY, X and Y"),
 ]

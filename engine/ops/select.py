@@ -12,7 +12,9 @@ from engine.errors import GraphError, ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
     NON_DIFFERENTIABLE_METRIC,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -150,20 +152,24 @@ def _g_sum(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 OPS = [
     OpDef(name="Sum", shape=_variadic_shape, kernel=_extremum("add"), grad=_g_sum,
-          num_inputs=(1, 64), doc="elementwise sum of its inputs, broadcasting"),
+          num_inputs=(1, 64), stacking=NOT_STACKED,
+          doc="elementwise sum of its inputs, broadcasting"),
     OpDef(name="Max", shape=_variadic_shape, kernel=_extremum("maximum"), grad=_g_extremum("max"),
-          inplace=(0,), num_inputs=(1, 16), doc="elementwise maximum of its inputs, broadcasting"),
+          inplace=(0,), num_inputs=(1, 16), stacking=NOT_STACKED,
+          doc="elementwise maximum of its inputs, broadcasting"),
     OpDef(name="Min", shape=_variadic_shape, kernel=_extremum("minimum"), grad=_g_extremum("min"),
-          inplace=(0,), num_inputs=(1, 16), doc="elementwise minimum of its inputs, broadcasting"),
+          inplace=(0,), num_inputs=(1, 16), stacking=NOT_STACKED,
+          doc="elementwise minimum of its inputs, broadcasting"),
     OpDef(name="SelectGrad", shape=_select_grad_shape, kernel=_select_grad, grad=FIRST_ORDER_ONLY,
           workspace=_mask_ws, num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
+          stacking=MADE_AFTER_STACKING,
           doc="internal: dY where input `pick` gave the max (or min)"),
     OpDef(name="Clip", shape=_clip_shape, kernel=_clip, grad=_g_clip, inplace=(0,),
-          attrs={"min": None, "max": None},
+          attrs={"min": None, "max": None}, stacking=NOT_STACKED,
           doc="ONNX Clip with its bounds as attributes (None: unbounded)"),
     OpDef(name="ClipGrad", shape=_clip_grad_shape, kernel=_clip_grad, grad=FIRST_ORDER_ONLY,
           workspace=_two_masks_ws, num_inputs=(2, 2), attrs={"min": None, "max": None},
-          doc="internal: dY where min <= x <= max"),
+          stacking=MADE_AFTER_STACKING, doc="internal: dY where min <= x <= max"),
 ]
 
 
@@ -243,11 +249,12 @@ def _argmax(k: KernelArgs) -> Step:
 
 OPS += [
     OpDef(name="Where", shape=_where_shape, kernel=_where, grad=_g_where, num_inputs=(3, 3),
+          stacking=NOT_STACKED,
           doc="ONNX Where: x where the condition holds, else y (broadcasting)"),
     OpDef(name="WhereGrad", shape=_where_grad_shape, kernel=_where_grad, grad=FIRST_ORDER_ONLY,
-          workspace=_mask_ws, num_inputs=(2, 2), attrs={"pick": 0},
+          workspace=_mask_ws, num_inputs=(2, 2), attrs={"pick": 0}, stacking=MADE_AFTER_STACKING,
           doc="internal: dY where the condition chose the input"),
     OpDef(name="ArgMax", shape=_argmax_shape, kernel=_argmax, grad=NON_DIFFERENTIABLE_METRIC,
-          attrs={"axis": 0, "keepdims": 1, "select_last_index": 0},
+          attrs={"axis": 0, "keepdims": 1, "select_last_index": 0}, stacking=NOT_STACKED,
           doc="ONNX ArgMax (int64 indices)"),
 ]

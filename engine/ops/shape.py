@@ -12,6 +12,7 @@ from typing import Any
 from engine.errors import ShapeError, ZeroSizeError
 from engine.graph import BATCH, TensorDesc
 from engine.ops._base import (
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -239,21 +240,24 @@ def _g_transpose(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str 
 
 OPS = [
     OpDef(name="Concat", shape=_concat_shape, kernel=_concat, grad=_g_concat, num_inputs=(1, 64),
-          attrs={"axis": 0}, doc="ONNX Concat (not along the batch axis)"),
+          attrs={"axis": 0}, stacking=NOT_STACKED, doc="ONNX Concat (not along the batch axis)"),
     OpDef(name="Split", shape=_split_shape, kernel=_split, grad=_g_split, num_outputs=64,
           variadic_outputs=True, attrs={"axis": 0, "split": (), "num_outputs": 0},
+          stacking=NOT_STACKED,
           doc="ONNX Split with sizes (or num_outputs) as attributes (not along the batch)"),
     OpDef(name="Squeeze", shape=_squeeze_shape, kernel=_copy_reshaped, grad=_g_reshape,
-          inplace=(0,), attrs={"axes": ()},
+          inplace=(0,), attrs={"axes": ()}, stacking=NOT_STACKED,
           doc="ONNX Squeeze with axes as an attribute (all size-1 axes when empty)"),
     OpDef(name="Unsqueeze", shape=_unsqueeze_shape, kernel=_copy_reshaped, grad=_g_reshape,
-          inplace=(0,), attrs={"axes": ()}, doc="ONNX Unsqueeze with axes as an attribute"),
+          inplace=(0,), attrs={"axes": ()}, stacking=NOT_STACKED,
+          doc="ONNX Unsqueeze with axes as an attribute"),
     OpDef(name="Transpose", shape=_transpose_shape, kernel=_transpose, grad=_g_transpose,
-          attrs={"perm": ()}, doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
+          attrs={"perm": ()}, stacking=NOT_STACKED,
+          doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
     OpDef(name="Reshape", shape=_reshape_shape, kernel=_copy_reshaped, grad=_g_reshape,
-          inplace=(0,), attrs={"shape": (), "allowzero": 0},
+          inplace=(0,), attrs={"shape": (), "allowzero": 0}, stacking=NOT_STACKED,
           doc="ONNX Reshape with the target shape as an attribute (0 copies, -1 infers)"),
     OpDef(name="Flatten", shape=_flatten_shape, kernel=_copy_reshaped, grad=_g_reshape,
-          inplace=(0,), attrs={"axis": 1},
+          inplace=(0,), attrs={"axis": 1}, stacking=NOT_STACKED,
           doc="ONNX Flatten: 2-D [prod(shape[:axis]), prod(shape[axis:])]"),
 ]

@@ -31,6 +31,8 @@ from engine.errors import ShapeError
 from engine.graph import BATCH, DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     SHAPE_ONLY,
     GradBuilder,
     KernelArgs,
@@ -344,21 +346,24 @@ def _shape(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="Slice", shape=_slice_shape, kernel=_slice, grad=_g_slice, attrs=SLICE_ATTRS,
-          doc="ONNX Slice with starts/ends/axes/steps as attributes"),
+          stacking=NOT_STACKED, doc="ONNX Slice with starts/ends/axes/steps as attributes"),
     OpDef(name="SliceGrad", shape=_like_second, kernel=_slice_grad, grad=FIRST_ORDER_ONLY,
-          num_inputs=(2, 2), attrs=SLICE_ATTRS,
+          num_inputs=(2, 2), attrs=SLICE_ATTRS, stacking=MADE_AFTER_STACKING,
           doc="internal: dX of Slice (dY in the sliced view, zero else)"),
     OpDef(name="Pad", shape=_pad_shape, kernel=_pad, grad=_g_pad, attrs=PAD_ATTRS,
+          stacking=NOT_STACKED,
           doc="ONNX Pad (constant, edge, reflect, wrap) with pads/value/axes as attributes"),
     OpDef(name="PadGrad", shape=_like_second, kernel=_pad_grad, grad=FIRST_ORDER_ONLY,
-          workspace=_pad_grad_ws, num_inputs=(2, 2), attrs=PAD_ATTRS,
+          workspace=_pad_grad_ws, num_inputs=(2, 2), attrs=PAD_ATTRS, stacking=MADE_AFTER_STACKING,
           doc="internal: dX of Pad (the padding folded back onto its sources)"),
     OpDef(name="Gather", shape=_gather_shape, kernel=_gather, grad=_g_gather, num_inputs=(2, 2),
-          attrs={"axis": 0}, doc="ONNX Gather: data[..., indices, ...] along `axis`"),
+          attrs={"axis": 0}, stacking=NOT_STACKED,
+          doc="ONNX Gather: data[..., indices, ...] along `axis`"),
     OpDef(name="GatherGrad", shape=lambda ins, attrs: [ins[2]], kernel=_gather_grad,
           grad=FIRST_ORDER_ONLY, num_inputs=(3, 3), attrs={"axis": 0},
+          stacking=MADE_AFTER_STACKING,
           doc="internal: dX of Gather (dY added at the gathered indices)"),
     OpDef(name="Shape", shape=_shape_shape, kernel=_shape, grad=SHAPE_ONLY,
-          attrs={"start": 0, "end": None},
+          attrs={"start": 0, "end": None}, stacking=NOT_STACKED,
           doc="ONNX Shape: the dimensions start:end of the input (the runtime batch too)"),
 ]

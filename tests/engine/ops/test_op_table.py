@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.ops import OP_TABLE, NonDifferentiable, OpDef
+from engine.ops import OP_TABLE, DoesNotStack, NonDifferentiable, OpDef, StackRule
 from engine.ops._base import NO_INPUTS, no_workspace
 
 
@@ -23,6 +23,10 @@ def test_op_has_every_rule(name: str) -> None:
     lo, hi = op.num_inputs
     assert (0 if op.grad == NO_INPUTS else 1) <= lo <= hi and op.num_outputs >= 1
     assert op.doc, "every op documents its semantics"
+    assert isinstance(op.stacking, StackRule | DoesNotStack), \
+        "a stacking rule, or DoesNotStack with the reason"
+    if isinstance(op.stacking, DoesNotStack):
+        assert op.stacking.reason
 
 
 def test_required_instruction_set_is_present() -> None:
