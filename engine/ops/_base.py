@@ -15,6 +15,8 @@ An op declares
 - ``workspace``: the scratch bytes one execution needs, per device;
 - ``writes``: inputs the op may update in place (batch normalisation's running
   statistics): a parameter there is state, never folded as a constant;
+- ``onnx``: its ONNX form (:class:`~engine.ops._onnx.OnnxForm`: the operator, export
+  and import converters), or :class:`~engine.ops._onnx.EngineInternal` with the reason;
 - ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
   :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 
 from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
+from engine.ops._onnx import EngineInternal, OnnxForm
 
 Step = Callable[[], None]
 
@@ -141,6 +144,7 @@ class OpDef:
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
     writes: tuple[int, ...] = ()  # inputs it may update in place (running statistics)
     stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
+    onnx: OnnxForm | EngineInternal | None = None  # None: not declared (a test fails)
 
     def kernel_for(self, device: str) -> KernelFactory:
         return self.backend_kernels.get(device, self.kernel)

@@ -38,6 +38,7 @@ from engine.ops._base import (
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, ImportContext, OnnxForm
 
 CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": (), "group": 1, "kernel_shape": (),
               "pads": (), "strides": (), "algorithm": "im2col"}
@@ -311,16 +312,36 @@ def _g_conv(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
     return out
 
 
+def _import_1d(ctx: ImportContext, path: Any, node: Any, ins: list[str],
+               attrs: dict[str, Any]) -> bool:
+    """A 1-D convolution as the 2-D one of a height-1 image: Unsqueeze, Conv, Squeeze
+    (views, free in place)."""
+    if len(ctx.shapes.get(ins[1], ())) != 3:
+        return False
+    x, w = (path.Unsqueeze(v, axes=(2,)) for v in ins[:2])
+    two = dict(attrs)
+    for key, lead in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        if attrs.get(key):
+            two[key] = (lead, *attrs[key])
+    if attrs.get("pads"):
+        two["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
+    y = path.Conv(x, w, *ins[2:], **two)
+    path.Squeeze(y, axes=(2,), outputs=list(node.output))
+    return True
+
+
 OPS = [
     OpDef(name="Conv", shape=_conv_shape, kernel=_conv, grad=_g_conv, workspace=_conv_ws,
           num_inputs=(2, 3), attrs=dict(CONV_ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Conv", build=_import_1d, needs_shapes=True,
+                        engine_attrs=frozenset({"algorithm"})),
           doc="ONNX Conv, 2-D: im2col into the workspace and one GEMM per group"),
     OpDef(name="ConvGradWeight", shape=_grad_weight_shape, kernel=_conv_grad_weight,
           grad=FIRST_ORDER_ONLY, workspace=_grad_weight_ws, num_inputs=(2, 2),
-          attrs={**CONV_ATTRS, "w_shape": ()}, stacking=MADE_AFTER_STACKING,
+          attrs={**CONV_ATTRS, "w_shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of Conv's weights, dY @ columns^T"),
     OpDef(name="ConvGradInput", shape=_grad_input_shape, kernel=_conv_grad_input,
           grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
-          attrs={**CONV_ATTRS, "x_shape": ()}, stacking=MADE_AFTER_STACKING,
+          attrs={**CONV_ATTRS, "x_shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of Conv's input, W^T @ dY scattered back (col2im)"),
 ]

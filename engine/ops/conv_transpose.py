@@ -40,6 +40,7 @@ from engine.ops._base import (
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
 ATTRS = {"auto_pad": "NOTSET", "dilations": (), "group": 1, "kernel_shape": (),
          "output_padding": (), "output_shape": (), "pads": (), "strides": ()}
@@ -246,8 +247,10 @@ def _grad(k: KernelArgs) -> Step:
 OPS = [
     OpDef(name="ConvTranspose", shape=_shape, kernel=_kernel, grad=_g, workspace=_ws,
           num_inputs=(2, 3), attrs=dict(ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="ConvTranspose"),
           doc="ONNX ConvTranspose over 1-3 spatial axes: one GEMM per kernel position"),
     OpDef(name="ConvTransposeGrad", shape=_grad_shape, kernel=_grad, grad=FIRST_ORDER_ONLY,
           workspace=_grad_ws, num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
-          stacking=MADE_AFTER_STACKING, doc="internal: dX and dW of ConvTranspose"),
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dX and dW of ConvTranspose"),
 ]

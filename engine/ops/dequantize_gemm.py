@@ -48,6 +48,7 @@ from engine.ops._base import (
     broadcast_shapes,
     need_float,
 )
+from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import ACTIVATION_KERNELS
 from engine.ops.linalg import gemm_bias_grad
 
@@ -222,11 +223,11 @@ def _grad_b_kernel(k: KernelArgs) -> Step:
 OPS = [
     OpDef(name="DequantizeGemm", shape=_shape, kernel=_kernel, grad=_grad, workspace=_workspace,
           num_inputs=(2, 3), attrs={"transB": 0, "beta": 1.0, "activation": None, **QUANT_ATTRS},
-          stacking=MADE_AFTER_STACKING,
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="activation(alpha * ((A - zero_point) * scale) @ B' + beta * C) for integer "
               "A, converted a block of rows at a time (DequantizeLinear fused into Gemm)"),
     OpDef(name="DequantizeGemmGradB", shape=_grad_b_shape, kernel=_grad_b_kernel,
           grad=FIRST_ORDER_ONLY, workspace=_grad_b_workspace, num_inputs=(2, 2),
-          attrs={"transB": 0, **QUANT_ATTRS}, stacking=MADE_AFTER_STACKING,
+          attrs={"transB": 0, **QUANT_ATTRS}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of DequantizeGemm with respect to B"),
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ShapeError
-from engine.graph import TensorDesc
+from engine.graph import Node, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
@@ -27,6 +27,7 @@ from engine.ops._base import (
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, EngineInternal, Exported, OnnxForm
 
 # Shape rules see generic shapes, where a leading 0 is the (symbolic) batch size.
 # -- shape rules ---------------------------------------------------------------------
@@ -352,10 +353,15 @@ def _div(k: KernelArgs) -> Step:
     return lambda: xp.divide(a, b, out=y)
 
 
-def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True) -> OpDef:
+def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True,
+           onnx: OnnxForm | None = None) -> OpDef:
     return OpDef(name=name, shape=float_unary_shape if float_only else unary_shape,
                  kernel=_ufunc_kernel(ufunc), grad=grad, inplace=(0,),
-                 stacking=StackRule.ELEMENTWISE, doc=doc)
+                 stacking=StackRule.ELEMENTWISE, onnx=onnx or OnnxForm(name=name), doc=doc)
+
+
+def _export_square(n: Node, helper: Any, nh: Any) -> Exported:
+    return [helper.make_node("Mul", [n.inputs[0], n.inputs[0]], list(n.outputs))], []
 
 
 ACTIVATION_KERNELS = {"Relu": _relu, "Sigmoid": _sigmoid, "Tanh": _ufunc_kernel("tanh")}
@@ -367,56 +373,62 @@ OPS = [
     _unary("Exp", "exp", _g_exp, "y = exp(x)"),
     _unary("Log", "log", _g_log, "y = log(x)"),
     _unary("Sqrt", "sqrt", _g_sqrt, "y = sqrt(x)"),
-    _unary("Square", "square", _g_square, "y = x * x (not in ONNX: Mul(x, x) there)"),
+    _unary("Square", "square", _g_square, "y = x * x (not in ONNX: Mul(x, x) there)",
+           onnx=OnnxForm(name="Mul", export=_export_square, imports=False)),
     _unary("Sin", "sin", _g_sin, "y = sin(x)"),
     _unary("Cos", "cos", _g_cos, "y = cos(x)"),
     _unary("Sign", "sign", _g_zero, "y = sign(x)", float_only=False),
     OpDef(name="Identity", shape=unary_shape, kernel=_expand, grad=_g_identity, inplace=(0,),
-          stacking=StackRule.ELEMENTWISE, doc="y = x"),
+          stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Identity"), doc="y = x"),
     _unary("Tanh", "tanh", _g_by_output("TanhGrad"), "y = tanh(x)"),
     OpDef(name="Relu", shape=float_unary_shape, kernel=_relu, grad=_g_by_output("ReluGrad"),
-          inplace=(0,), stacking=StackRule.ELEMENTWISE, doc="max(x, 0)"),
+          inplace=(0,), stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Relu"),
+          doc="max(x, 0)"),
     OpDef(name="Sigmoid", shape=float_unary_shape, kernel=_sigmoid,
           grad=_g_by_output("SigmoidGrad"), inplace=(0,), stacking=StackRule.ELEMENTWISE,
-          doc="1 / (1 + exp(-x))"),
+          onnx=OnnxForm(name="Sigmoid"), doc="1 / (1 + exp(-x))"),
     OpDef(name="LeakyRelu", shape=float_unary_shape, kernel=_leaky_relu,
           grad=_g_by_input("LeakyReluGrad"), attrs={"alpha": 0.01}, stacking=StackRule.ELEMENTWISE,
-          doc="x if x > 0 else alpha * x"),
+          onnx=OnnxForm(name="LeakyRelu"), doc="x if x > 0 else alpha * x"),
     OpDef(name="Elu", shape=float_unary_shape, kernel=_elu, grad=_g_elu, workspace=_ws_same,
-          attrs={"alpha": 1.0}, stacking=StackRule.ELEMENTWISE,
+          attrs={"alpha": 1.0}, stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Elu"),
           doc="x if x > 0 else alpha * (exp(x) - 1)"),
     OpDef(name="Add", shape=binary_shape, kernel=_binary_kernel("add"), grad=_g_add,
           inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
-          doc="a + b, broadcasting"),
+          onnx=OnnxForm(name="Add"), doc="a + b, broadcasting"),
     OpDef(name="Sub", shape=binary_shape, kernel=_binary_kernel("subtract"), grad=_g_sub,
           inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
-          doc="a - b, broadcasting"),
+          onnx=OnnxForm(name="Sub"), doc="a - b, broadcasting"),
     OpDef(name="Mul", shape=binary_shape, kernel=_binary_kernel("multiply"), grad=_g_mul,
           inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
-          doc="a * b, broadcasting"),
+          onnx=OnnxForm(name="Mul"), doc="a * b, broadcasting"),
     OpDef(name="Div", shape=binary_shape, kernel=_div, grad=_g_div, inplace=(0, 1),
-          num_inputs=(2, 2), stacking=StackRule.BROADCAST,
+          num_inputs=(2, 2), stacking=StackRule.BROADCAST, onnx=OnnxForm(name="Div"),
           doc="a / b, broadcasting (integers: truncated toward zero, as ONNX says)"),
     OpDef(name="SumTo", shape=_sum_to_shape, kernel=_sum_to, grad=_g_sum_to, num_inputs=(1, 1),
-          attrs={"axes": (), "shape": ()}, stacking=MADE_AFTER_STACKING,
+          attrs={"axes": (), "shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: sum over broadcast axes to a smaller shape "
               "(the gradient of broadcasting)"),
     OpDef(name="Expand", shape=_expand_shape, kernel=_expand, grad=_g_expand, num_inputs=(2, 2),
           stacking=NOT_STACKED,
+          onnx=EngineInternal("ONNX's Expand reads its shape input's values, this one its shape"),
           doc="broadcast input 0 to the shape of input 1 (the shape input is not read)"),
     # Gradient ops: fused like onnxruntime's training ops.
     OpDef(name="SigmoidGrad", shape=grad_like_second, kernel=_sigmoid_grad, grad=FIRST_ORDER_ONLY,
-          num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, doc="internal: dy * y * (1 - y)"),
+          num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dy * y * (1 - y)"),
     OpDef(name="TanhGrad", shape=grad_like_second, kernel=_tanh_grad, grad=FIRST_ORDER_ONLY,
-          inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING,
+          inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * (1 - y^2)"),
     OpDef(name="ReluGrad", shape=grad_like_second, kernel=_relu_grad, grad=FIRST_ORDER_ONLY,
-          inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING,
+          inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * (y > 0)"),
     OpDef(name="LeakyReluGrad", shape=grad_like_second, kernel=_leaky_relu_grad,
           grad=FIRST_ORDER_ONLY, workspace=_ws_bool_mask, num_inputs=(2, 2), attrs={"alpha": 0.01},
-          stacking=MADE_AFTER_STACKING, doc="internal: dy if x > 0 else alpha * dy"),
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dy if x > 0 else alpha * dy"),
     OpDef(name="EluGrad", shape=grad_like_second, kernel=_elu_grad, grad=FIRST_ORDER_ONLY,
           workspace=_ws_bool_mask, num_inputs=(3, 3), attrs={"alpha": 1.0},
-          stacking=MADE_AFTER_STACKING, doc="internal: dy if x > 0 else dy * (y + alpha)"),
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dy if x > 0 else dy * (y + alpha)"),
 ]

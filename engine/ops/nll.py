@@ -40,6 +40,7 @@ from engine.ops._base import (
     Step,
     align,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 from engine.ops.reduce import log_softmax_step
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -290,10 +291,10 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
 OPS = [
     OpDef(name="NegativeLogLikelihoodLoss", shape=_nll_shape, kernel=_nll, grad=_g_nll,
           workspace=_nll_ws, num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
-          stacking=NOT_STACKED,
+          stacking=NOT_STACKED, onnx=OnnxForm(name="NegativeLogLikelihoodLoss"),
           doc="ONNX NegativeLogLikelihoodLoss: -input[n, target, ...] * weight, reduced"),
     OpDef(name="NegativeLogLikelihoodLossGrad", shape=_grad_shape, kernel=_nll_grad,
           grad=FIRST_ORDER_ONLY, workspace=_grad_ws, num_inputs=(3, 4),
           attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
-          doc="internal: dX of NegativeLogLikelihoodLoss"),
+          onnx=ENGINE_INTERNAL, doc="internal: dX of NegativeLogLikelihoodLoss"),
 ]

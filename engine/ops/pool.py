@@ -47,6 +47,7 @@ from engine.ops._base import (
     align,
     need_float,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
 POOL_ATTRS = {"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": (), "kernel_shape": (),
               "pads": (), "strides": (), "storage_order": 0, "count_include_pad": 0}
@@ -402,19 +403,20 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 OPS = [
     OpDef(name="MaxPool", shape=_pool_shape, kernel=_max_pool, grad=_g_max_pool,
           workspace=_pool_ws, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
-          stacking=NOT_STACKED,
+          stacking=NOT_STACKED, onnx=OnnxForm(name="MaxPool"),
           doc="ONNX MaxPool over 1-3 spatial axes, with the optional Indices output"),
     OpDef(name="AveragePool", shape=_avg_shape, kernel=_avg_pool, grad=_g_avg_pool,
           workspace=_pool_ws, attrs=dict(POOL_ATTRS), stacking=NOT_STACKED,
-          doc="ONNX AveragePool over 1-3 spatial axes"),
+          onnx=OnnxForm(name="AveragePool"), doc="ONNX AveragePool over 1-3 spatial axes"),
     OpDef(name="GlobalAveragePool", shape=_gap_shape, kernel=_gap, grad=_g_gap,
-          stacking=NOT_STACKED, doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
+          stacking=NOT_STACKED, onnx=OnnxForm(name="GlobalAveragePool"),
+          doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
     OpDef(name="MaxPoolGrad", shape=_pool_grad_shape, kernel=_max_pool_grad, grad=FIRST_ORDER_ONLY,
           workspace=_max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
-          stacking=MADE_AFTER_STACKING,
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY to each window's first maximum (found by comparing with Y)"),
     OpDef(name="AveragePoolGrad", shape=_pool_grad_shape, kernel=_avg_pool_grad,
           grad=FIRST_ORDER_ONLY, workspace=_avg_pool_grad_ws, num_inputs=(2, 2),
-          attrs=dict(POOL_ATTRS), stacking=MADE_AFTER_STACKING,
+          attrs=dict(POOL_ATTRS), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY / count spread over each window"),
 ]

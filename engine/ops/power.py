@@ -28,6 +28,7 @@ from engine.ops._base import (
     Step,
     broadcast_shapes,
 )
+from engine.ops._onnx import OnnxForm
 from engine.ops.elementwise import unbroadcast
 
 
@@ -62,5 +63,6 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
 
 OPS = [
     OpDef(name="Pow", shape=_shape, kernel=_kernel, grad=_grad, num_inputs=(2, 2),
-          stacking=NOT_STACKED, doc="x ** y, broadcasting, in x's element type"),
+          stacking=NOT_STACKED, onnx=OnnxForm(name="Pow"),
+          doc="x ** y, broadcasting, in x's element type"),
 ]

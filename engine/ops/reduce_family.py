@@ -39,6 +39,7 @@ from engine.ops._base import (
     Step,
     align,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, import_axes
 from engine.ops.reduce import _reduce_shape, reduce_axes
 
 KINDS = ("max", "min", "prod", "l1", "l2", "log_sum", "log_sum_exp", "sum_square")
@@ -168,10 +169,12 @@ def _grad_kernel(k: KernelArgs) -> Step:
 OPS = [
     OpDef(name=NAMES[kind], shape=_shape(kind), kernel=_kernel(kind), grad=_grad(kind),
           workspace=_ws(kind), attrs=ATTRS, stacking=NOT_STACKED,
+          onnx=OnnxForm(name=NAMES[kind], import_=import_axes, attr_inputs=(1,)),
           doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
     for kind in KINDS
 ] + [
     OpDef(name="ReduceFamilyGrad", shape=_grad_shape, kernel=_grad_kernel, grad=FIRST_ORDER_ONLY,
           workspace=_grad_ws, num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
-          stacking=MADE_AFTER_STACKING, doc="internal: dX of a Reduce* op from dY, X and Y"),
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dX of a Reduce* op from dY, X and Y"),
 ]

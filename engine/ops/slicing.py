@@ -41,6 +41,7 @@ from engine.ops._base import (
     Step,
     norm_axis,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, attrs_as_inputs, inputs_as_attrs
 
 # -- Slice ----------------------------------------------------------------------------------
 
@@ -112,6 +113,7 @@ def _slice_grad(k: KernelArgs) -> Step:
 
 
 SLICE_ATTRS = {"starts": (), "ends": (), "axes": (), "steps": ()}
+SLICE_INPUTS = ("starts", "ends", "axes", "steps")  # ONNX inputs 1-4
 
 # -- Pad ------------------------------------------------------------------------------------
 
@@ -269,6 +271,7 @@ def _pad_grad(k: KernelArgs) -> Step:
 
 
 PAD_ATTRS = {"pads": (), "mode": "constant", "value": 0.0, "axes": ()}
+PAD_INPUTS = ("pads", "value", "axes")  # ONNX inputs 1-3
 
 # -- Gather ---------------------------------------------------------------------------------
 
@@ -346,24 +349,32 @@ def _shape(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="Slice", shape=_slice_shape, kernel=_slice, grad=_g_slice, attrs=SLICE_ATTRS,
-          stacking=NOT_STACKED, doc="ONNX Slice with starts/ends/axes/steps as attributes"),
+          stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Slice", export=attrs_as_inputs(*SLICE_INPUTS),
+                        import_=inputs_as_attrs(*SLICE_INPUTS), attr_inputs=(1, 2, 3, 4)),
+          doc="ONNX Slice with starts/ends/axes/steps as attributes"),
     OpDef(name="SliceGrad", shape=_like_second, kernel=_slice_grad, grad=FIRST_ORDER_ONLY,
-          num_inputs=(2, 2), attrs=SLICE_ATTRS, stacking=MADE_AFTER_STACKING,
+          num_inputs=(2, 2), attrs=SLICE_ATTRS, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of Slice (dY in the sliced view, zero else)"),
     OpDef(name="Pad", shape=_pad_shape, kernel=_pad, grad=_g_pad, attrs=PAD_ATTRS,
           stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Pad",
+                        export=attrs_as_inputs(*PAD_INPUTS, floats=("value",), keep=("mode",)),
+                        import_=inputs_as_attrs(*PAD_INPUTS), attr_inputs=(1, 2, 3)),
           doc="ONNX Pad (constant, edge, reflect, wrap) with pads/value/axes as attributes"),
     OpDef(name="PadGrad", shape=_like_second, kernel=_pad_grad, grad=FIRST_ORDER_ONLY,
           workspace=_pad_grad_ws, num_inputs=(2, 2), attrs=PAD_ATTRS, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL,
           doc="internal: dX of Pad (the padding folded back onto its sources)"),
     OpDef(name="Gather", shape=_gather_shape, kernel=_gather, grad=_g_gather, num_inputs=(2, 2),
-          attrs={"axis": 0}, stacking=NOT_STACKED,
+          attrs={"axis": 0}, stacking=NOT_STACKED, onnx=OnnxForm(name="Gather"),
           doc="ONNX Gather: data[..., indices, ...] along `axis`"),
     OpDef(name="GatherGrad", shape=lambda ins, attrs: [ins[2]], kernel=_gather_grad,
           grad=FIRST_ORDER_ONLY, num_inputs=(3, 3), attrs={"axis": 0},
-          stacking=MADE_AFTER_STACKING,
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of Gather (dY added at the gathered indices)"),
     OpDef(name="Shape", shape=_shape_shape, kernel=_shape, grad=SHAPE_ONLY,
           attrs={"start": 0, "end": None}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Shape", needs_shapes=True),
           doc="ONNX Shape: the dimensions start:end of the input (the runtime batch too)"),
 ]
