@@ -17,6 +17,9 @@ An op declares
   statistics): a parameter there is state, never folded as a constant;
 - ``onnx``: its ONNX form (:class:`~engine.ops._onnx.OnnxForm`: the operator, export
   and import converters), or :class:`~engine.ops._onnx.EngineInternal` with the reason;
+- ``variants``: named kernel variants (:class:`Variant`), chosen by the ``algorithm``
+  attribute (the first registered is the default); the op's own ``kernel`` and
+  ``workspace`` then dispatch to the chosen one (:func:`pick_variant`);
 - ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
   :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 
@@ -121,6 +124,30 @@ class NodeView:
     attrs: dict[str, Any]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One registered way to compute an op: where it applies, its exact scratch and its
+    kernel factory (ONNX's versioned kernels, tinygrad's searched ones)."""
+
+    applies: Callable[[list[TensorDesc], list[TensorDesc], dict[str, Any]], bool]
+    workspace: WorkspaceRule
+    kernel: KernelFactory
+    doc: str = ""  # what it does, and where it applies
+
+
+VARIANT_ATTR = "algorithm"  # the attribute that names an op's variant
+
+
+def pick_variant(op: str, variants: dict[str, Variant], attrs: dict[str, Any]) -> Variant:
+    """The variant ``attrs`` name (the first registered by default); an unknown name is
+    an error listing the available ones."""
+    name = attrs.get(VARIANT_ATTR) or next(iter(variants))
+    try:
+        return variants[name]
+    except KeyError:
+        raise ShapeError(f"{op} algorithm {name!r} is not one of {', '.join(variants)}") from None
+
+
 def no_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     return 0
 
@@ -143,6 +170,7 @@ class OpDef:
     pure: bool = True
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
     writes: tuple[int, ...] = ()  # inputs it may update in place (running statistics)
+    variants: dict[str, Variant] = field(default_factory=dict)  # by name; see pick_variant
     stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
     onnx: OnnxForm | EngineInternal | None = None  # None: not declared (a test fails)
 

@@ -24,18 +24,20 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
-from engine.ops import conv_algorithms as algorithms
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
     NOT_STACKED,
+    VARIANT_ATTR,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
     Step,
+    Variant,
     align,
     need_float,
+    pick_variant,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, ImportContext, OnnxForm
@@ -90,10 +92,15 @@ def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     need_float(ins[0])
     x, w = ins[0].shape, ins[1].shape
     geo = conv_geometry(x, w, attrs)
-    algorithms.check(attrs.get("algorithm", "im2col"), geo)
     if len(ins) == 3 and ins[2].shape != (geo["m"],):
         raise ShapeError(f"Conv bias must be [{geo['m']}], got {ins[2].shape}")
-    return [TensorDesc(dt, (x[0], geo["m"], *geo["out"]))]
+    outs = [TensorDesc(dt, (x[0], geo["m"], *geo["out"]))]
+    variant = pick_variant("Conv", VARIANTS, attrs)
+    if not variant.applies(ins, outs, attrs):
+        raise ShapeError(f"Conv algorithm {attrs.get(VARIANT_ATTR)!r}: {variant.doc}; got kernel "
+                         f"{geo['k']}, strides {geo['s']}, dilations {geo['d']}, group "
+                         f"{geo['group']}")
+    return outs
 
 
 def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int
@@ -108,14 +115,14 @@ def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], ite
     return align(padded * item), align(cols * item), align(prod * item), geo
 
 
-def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    a, b, c, geo = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
-    algorithm, item = attrs.get("algorithm", "im2col"), ins[0].dtype.itemsize
-    if algorithm == "direct":
-        return algorithms.direct_ws(ins[0].shape, geo, item)
-    if algorithm == "winograd":
-        return algorithms.winograd_ws(ins[0].shape, geo, item)
+def _im2col_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+               ) -> int:
+    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
     return a + b + c
+
+
+def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return pick_variant("Conv", VARIANTS, attrs).workspace(ins, outs, attrs, device)
 
 
 def padded_copy(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, fill: float
@@ -162,15 +169,14 @@ def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Ste
 
 
 def _conv(k: KernelArgs) -> Step:
+    return pick_variant("Conv", VARIANTS, k.attrs).kernel(k)
+
+
+def _im2col_conv(k: KernelArgs) -> Step:
     xp, x, w = k.xp, k.ins[0], k.ins[1]
     b = k.ins[2] if len(k.ins) == 3 else None
     y = k.outs[0]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
-    algorithm = k.attrs.get("algorithm", "im2col")
-    if algorithm == "winograd":
-        return algorithms.winograd(k, geo)
-    if algorithm == "direct":
-        return algorithms.direct(k, geo, *padded_copy(xp, x, k.ws, geo, 0, 0.0))
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
     fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
@@ -330,8 +336,17 @@ def _import_1d(ctx: ImportContext, path: Any, node: Any, ins: list[str],
     return True
 
 
+# Conv's forward variants by name, im2col (the default) first; the others register
+# themselves from the modules of engine/ops/conv_variants/ (found when engine.ops loads).
+VARIANTS: dict[str, Variant] = {
+    "im2col": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
+                      kernel=_im2col_conv,
+                      doc="columns [C·kH·kW, N·oH·oW] in the workspace, one GEMM per group"),
+}
+
 OPS = [
     OpDef(name="Conv", shape=_conv_shape, kernel=_conv, grad=_g_conv, workspace=_conv_ws,
+          variants=VARIANTS,
           num_inputs=(2, 3), attrs=dict(CONV_ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="Conv", build=_import_1d, needs_shapes=True,
                         engine_attrs=frozenset({"algorithm"})),

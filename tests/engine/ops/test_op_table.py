@@ -34,6 +34,10 @@ def test_op_has_every_rule(name: str) -> None:
         assert op.onnx.reason
     else:
         assert op.onnx.exports or op.onnx.imports, "an ONNX form is written or read"
+    for vname, v in op.variants.items():
+        assert callable(v.applies) and callable(v.kernel), f"variant {vname}"
+        assert callable(v.workspace), f"variant {vname}: workspace rule"
+        assert v.doc, f"variant {vname} documents itself"
 
 
 def test_onnx_forms_name_onnx_operators() -> None:
