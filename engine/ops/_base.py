@@ -23,8 +23,9 @@ An op declares
 - ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
   :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 
-Kernels are written once against the array module ``xp`` (numpy or cupy); a backend
-may register an override in ``backend_kernels`` where it needs to differ.
+Kernels are written once against the array module ``xp`` (numpy or cupy); where the two
+differ inside a kernel (numpy's ``take`` needs ``mode="clip"``, cupy's ufuncs have no
+``where=``), the kernel asks :func:`is_numpy` at load, never in a step.
 """
 
 from __future__ import annotations
@@ -165,7 +166,6 @@ class OpDef:
     num_inputs: tuple[int, int] = (1, 1)  # (min, max)
     num_outputs: int = 1
     attrs: dict[str, Any] = field(default_factory=dict)  # allowed attributes and defaults
-    backend_kernels: dict[str, KernelFactory] = field(default_factory=dict)
     doc: str = ""
     pure: bool = True
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
@@ -173,9 +173,6 @@ class OpDef:
     variants: dict[str, Variant] = field(default_factory=dict)  # by name; see pick_variant
     stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
     onnx: OnnxForm | EngineInternal | None = None  # None: not declared (a test fails)
-
-    def kernel_for(self, device: str) -> KernelFactory:
-        return self.backend_kernels.get(device, self.kernel)
 
     def with_defaults(self, attrs: dict[str, Any]) -> dict[str, Any]:
         out = dict(self.attrs)
@@ -216,6 +213,12 @@ def norm_axis(axis: int, rank: int) -> int:
     return axis % max(rank, 1)
 
 
+def is_numpy(xp: Any) -> bool:
+    """Whether the array module is numpy (the host), not cupy: the one test a kernel
+    makes where the two modules' APIs differ."""
+    return bool(xp.__name__ == "numpy")
+
+
 def data_ptr(a: Any) -> int:
     """Address of an array's first element (numpy or cupy)."""
     ptr = getattr(a.data, "ptr", None)
@@ -234,7 +237,7 @@ def masked_add(xp: Any, scratch: Any) -> Callable[[Any, Any, Any], None]:
     """``target += src`` where ``mask``, without a cast buffer: numpy's ufunc ``where=``;
     cupy's ufuncs have none, so there it is a masked copy into ``scratch`` (of ``src``'s
     shape) and a plain add."""
-    if xp.__name__ == "numpy":
+    if is_numpy(xp):
         return lambda target, src, mask: xp.add(target, src, out=target, where=mask)
 
     def add(target: Any, src: Any, mask: Any) -> None:

@@ -31,6 +31,7 @@ from engine.ops._base import (
     StackRule,
     Step,
     align,
+    is_numpy,
     need_float,
     same_dtype,
 )
@@ -71,7 +72,7 @@ def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
 def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
     """out = flat[idx] without allocating: numpy needs mode="clip" (its default mode
     buffers ``out``); cupy's take has no mode and does not buffer."""
-    if xp.__name__ == "numpy":
+    if is_numpy(xp):
         xp.take(flat, idx, out=out, mode="clip")
     else:
         xp.take(flat, idx, out=out)

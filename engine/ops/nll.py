@@ -39,6 +39,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     align,
+    is_numpy,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 from engine.ops.reduce import log_softmax_step
@@ -134,7 +135,7 @@ class Picks:
         xp.add(self.idx, self.tmp, out=self.idx)
 
     def take(self, src: Any, idx: Any, out: Any) -> None:
-        if self.xp.__name__ == "numpy":
+        if is_numpy(self.xp):
             self.xp.take(src, idx, out=out, mode="clip")
         else:
             self.xp.take(src, idx, out=out)
@@ -215,7 +216,7 @@ def _nll_grad(k: KernelArgs) -> Step:
     xp, (dy, x, t), dx = k.xp, k.ins[:3], k.outs[0]
     picks = Picks(k, x, t, k.ins[3] if len(k.ins) > 3 else None)
     flat, reduction = dx.reshape(-1), k.attrs["reduction"]
-    numpy = xp.__name__ == "numpy"
+    numpy = is_numpy(xp)
 
     def step() -> None:
         picks.build()
@@ -268,7 +269,7 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
     n, c = logp.shape[0], logp.shape[1]
     r = math.prod(logp.shape[2:])
     dx3 = dx.reshape(n, c, r)
-    numpy = xp.__name__ == "numpy"
+    numpy = is_numpy(xp)
     at_targets = picks.tmp.view(dx.dtype)[:n * r]
 
     def step() -> None:

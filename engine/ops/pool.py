@@ -45,6 +45,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     align,
+    is_numpy,
     need_float,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
@@ -209,7 +210,7 @@ def _max_pool(k: KernelArgs) -> Step:
     per_image = math.prod(x.shape[2:])
     base = xp.asarray((np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * per_image)
                       .reshape(x.shape[0], x.shape[1], *(1,) * len(geo["out"])))
-    on_host = xp.__name__ == "numpy"
+    on_host = is_numpy(xp)
 
     def step() -> None:
         if pad is not None:
@@ -264,7 +265,7 @@ def _scale_step(xp: Any, k: KernelArgs, inv: np.ndarray, at: int, target: Any) -
         return lambda: xp.multiply(target, value, out=target)
     table = k.scratch(at, inv.shape, target.dtype)
     host = inv.astype(table.dtype)
-    on_host = xp.__name__ == "numpy"
+    on_host = is_numpy(xp)
 
     def scale() -> None:
         table[...] = host if on_host else xp.asarray(host)

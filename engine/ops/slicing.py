@@ -39,6 +39,7 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
+    is_numpy,
     norm_axis,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, attrs_as_inputs, inputs_as_attrs
@@ -293,7 +294,7 @@ def _gather_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
 def _gather(k: KernelArgs) -> Step:
     xp, (data, idx), y = k.xp, k.ins, k.outs[0]
     axis = norm_axis(int(k.attrs["axis"]), data.ndim)
-    if xp.__name__ == "numpy":
+    if is_numpy(xp):
         # mode="wrap" maps ONNX's negative indices (-1 is the last) without a copy of them
         return lambda: xp.take(data, idx, axis=axis, out=y, mode="wrap")
     return lambda: xp.take(data, idx, axis=axis, out=y)  # cupy's take wraps already
