@@ -16,6 +16,7 @@ The result is an ordinary :class:`~engine.runtime.program.Program`: it is sized 
 switched in and out of an arena like any model, and reads back per model
 (``vm.get("loss")[k]``, :func:`member_params`).
 
+Each op's :class:`~engine.ops.StackRule` (``OpDef.stacking``) names its rule here.
 Rules cover the dense-network family (what :func:`engine.models.paper_mlp`,
 :func:`engine.models.deep_mlp` and the search spaces' MLPs are built from):
 ``Gemm``/``MatMul`` by a weight parameter, elementwise activations and dropout,
@@ -50,15 +51,8 @@ from engine.compile.passes.shapes import infer_shapes
 from engine.compile.passes.validate import validate
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Kind, Node, Path
-from engine.ops import get_op
+from engine.ops import StackRule, get_op
 from engine.runtime.optim import Optimizer, PerModelLR
-
-ELEMENTWISE_UNARY = frozenset({
-    "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Softplus", "Softsign", "HardSigmoid",
-    "Abs", "Neg", "Exp", "Log", "Sqrt", "Square", "Sin", "Cos", "Identity", "Dropout",
-    "Floor", "Ceil", "Reciprocal", "Sign",
-})
-ELEMENTWISE_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
 class StackError(GraphError):
@@ -134,7 +128,7 @@ class _Stacker:
         other_use: set[str] = set()
         for path in self.first.paths:
             for node in path.nodes:
-                if node.op in ("Gemm", "MatMul") and len(node.inputs) >= 2 and \
+                if get_op(node.op).stacking is StackRule.DENSE and len(node.inputs) >= 2 and \
                         not node.attrs.get("transB", 0) and node.inputs[0] not in derived:
                     shared_use.add(node.inputs[1])
                     other_use.update(node.inputs[2:])
@@ -200,25 +194,26 @@ class _Stacker:
         if not any(i in self.layout for i in node.inputs):
             p.op(node.op, *node.inputs, outputs=outs, **node.attrs)
             return
-        if node.op in ("Gemm", "MatMul"):
-            self._dense(p, node)
-        elif node.op in ELEMENTWISE_UNARY:
-            p.op(node.op, *node.inputs, outputs=outs, **node.attrs)
-            lay = self.layout[node.inputs[0]]
-            for o in outs:
-                self.layout[o] = lay
-        elif node.op in ELEMENTWISE_BINARY:
-            p.op(node.op, *node.inputs, outputs=outs, **node.attrs)
-            self.layout[outs[0]] = self._broadcast(node)
-        elif node.op == "SoftmaxCrossEntropyLoss":
-            self._loss(p, node)
-        elif node.op == "Accuracy":
-            self._scores(node, node.inputs[0])
-            p.op("Accuracy", *node.inputs, outputs=outs, **node.attrs)
-            self.layout[outs[0]] = _Layout(1, batched=False)
-        else:
+        rule = get_op(node.op).stacking
+        if not isinstance(rule, StackRule):
             raise StackError(f"op {node.op} (computing {', '.join(outs)}) has no stacking "
                              "rule: train these models one by one")
+        _RULES[rule](self, p, node)
+
+    def _elementwise(self, p: Path, node: Node) -> None:
+        p.op(node.op, *node.inputs, outputs=list(node.outputs), **node.attrs)
+        lay = self.layout[node.inputs[0]]
+        for o in node.outputs:
+            self.layout[o] = lay
+
+    def _broadcasting(self, p: Path, node: Node) -> None:
+        p.op(node.op, *node.inputs, outputs=list(node.outputs), **node.attrs)
+        self.layout[node.outputs[0]] = self._broadcast(node)
+
+    def _metric(self, p: Path, node: Node) -> None:
+        self._scores(node, node.inputs[0])
+        p.op(node.op, *node.inputs, outputs=list(node.outputs), **node.attrs)
+        self.layout[node.outputs[0]] = _Layout(1, batched=False)
 
     def _dense(self, p: Path, node: Node) -> None:
         attrs = get_op(node.op).with_defaults(node.attrs)
@@ -291,6 +286,16 @@ class _Stacker:
         self.layout[outs[0]] = _Layout(1, batched=False)
         if len(outs) > 1:
             self.layout[outs[1]] = _Layout(2, batched=True)
+
+
+# One rule per kind of op (OpDef.stacking); the ops say which kind they are.
+_RULES = {
+    StackRule.ELEMENTWISE: _Stacker._elementwise,
+    StackRule.BROADCAST: _Stacker._broadcasting,
+    StackRule.DENSE: _Stacker._dense,
+    StackRule.LOSS: _Stacker._loss,
+    StackRule.METRIC: _Stacker._metric,
+}
 
 
 def _leaves(g: CalcGraph) -> list[str]:

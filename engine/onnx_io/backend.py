@@ -17,19 +17,15 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ZeroSizeError
-from engine.onnx_io.importer import DTYPES, IMPORTED
+from engine.onnx_io.importer import DTYPES, FORMS, IMPORTED
 
 # Operators whose every node test must pass.  Not yet claimed, with the reason:
 NOT_CLAIMED: dict[str, str] = {
 }
 CLAIMED = IMPORTED - set(NOT_CLAIMED)
-ATTRIBUTE_INPUTS = {"Reshape": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
-                    "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
-                    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
-                    "Dropout": (1, 2),
-                    "Squeeze": (1,), "Unsqueeze": (1,), "Clip": (1, 2), "Split": (1,),
-                    "DequantizeLinear": (1, 2), "ConstantOfShape": (0,),
-                    "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3)}
+# ONNX inputs that are attributes here (OnnxForm.attr_inputs), by operator
+ATTRIBUTE_INPUTS = {name: form.attr_inputs for name, (_, form) in FORMS.items()
+                    if form.attr_inputs}
 
 
 @dataclass

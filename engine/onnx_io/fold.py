@@ -29,10 +29,14 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GraphError
+from engine.ops import OP_TABLE
+from engine.ops._onnx import OnnxForm
 from engine.ops.constant import MAX_ELEMENTS
 
-# Conv may be 1-D; a softmax before opset 13 is 2-D
-NEEDS_SHAPES = {"Shape", "Conv", "Softmax", "LogSoftmax", "Hardmax"}
+# Operators whose import reads static shapes (a 1-D Conv, a softmax before opset 13)
+NEEDS_SHAPES = {op.onnx.name for op in OP_TABLE.values()
+                if isinstance(op.onnx, OnnxForm) and op.onnx.needs_shapes}
+# ONNX's operators that draw (most of which this engine lacks): never folded
 RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
           "Bernoulli", "Multinomial", "Dropout"}
 

@@ -16,23 +16,46 @@ constants, and are read at import.  Unsupported operators are all listed in one 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Mode
-from engine.onnx_io.export import SAME
 from engine.onnx_io.fold import fold_model
 from engine.onnx_io.safety import load_model
+from engine.ops import OP_TABLE, OpDef
+from engine.ops._onnx import OnnxForm
 
-AXES_INPUT = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze",
-              "Unsqueeze")  # axes as input 1 (from opset 13 or 18)
 DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
-IMPORTED = SAME | {"Reshape", "ReduceSum", "Dropout", "Constant", "Squeeze", "Unsqueeze",
-                   "Clip", "Split", "Cast", "DequantizeLinear", "ConstantOfShape",
-                   "Slice", "Pad"}
+# The ONNX operators the op table reads (OpDef.onnx), and Constant, which fold_model folds
+FORMS: dict[str, tuple[OpDef, OnnxForm]] = {
+    op.onnx.name: (op, op.onnx) for op in OP_TABLE.values()
+    if isinstance(op.onnx, OnnxForm) and op.onnx.imports}
+IMPORTED = set(FORMS) | {"Constant"}
+
+
+@dataclass
+class _Import:
+    """What the ops' import converters read of the model (:class:`ImportContext`)."""
+
+    consts: dict[str, np.ndarray]
+    batch: bool
+    training: bool
+    opset: int
+    shapes: dict[str, tuple[int, ...]]
+    declared_batch: int | None = None
+    stats: set[str] = field(default_factory=set)  # running statistics: state, not weights
+
+    def const(self, name: str, node: Any) -> np.ndarray:
+        return _const(self.consts, name, node)
+
+    def is_const(self, name: str) -> bool:
+        return name in self.consts
+
+    def state(self, names: list[str]) -> None:
+        self.stats.update(names)
 
 
 def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
@@ -77,7 +100,7 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         raise GraphError(f"unsupported ONNX operator(s): {', '.join(unsupported)}; "
                          f"supported: {', '.join(sorted(IMPORTED))}")
     g = CalcGraph(name=name or gr.name or "onnx")
-    declared_batch: int | None = None  # the first input's leading dimension as written
+    ctx = _Import(consts, batch, bool(loss), opset, shapes)
     for vi in gr.input:
         if vi.name in consts:
             continue
@@ -86,8 +109,8 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
             raise GraphError(f"input {vi.name!r}: ONNX element type {t.elem_type} is not "
                              f"supported (supported: {', '.join(DTYPES.values())})")
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim]
-        if batch and dims and declared_batch is None:
-            declared_batch = dims[0]
+        if batch and dims and ctx.declared_batch is None:
+            ctx.declared_batch = dims[0]  # the first input's leading dimension as written
         if batch:
             shape = (0, *dims[1:]) if dims else ()
         elif 0 in dims:
@@ -96,44 +119,13 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         else:
             shape = tuple(dims)
         g.placeholder(vi.name, shape, dtype=DTYPES.get(t.elem_type, "float32"))
-    stats: set[str] = set()  # BatchNormalization's running statistics: state, not weights
     nodes = []
     for node in kept:
         attrs = {a.name: _attr(a) for a in node.attribute}
         ins = [i for i in node.input if i]
-        if node.op_type == "Reshape":
-            target = [int(v) for v in _const(consts, ins[1], node)]
-            # With a batch dimension, a leading dimension written as the model's batch
-            # size (or -1) is the batch: 0 keeps it, as this engine requires.
-            if batch and target and ins[0] not in consts and \
-                    target[0] in (-1, declared_batch) and len(target) > 1:
-                target[0] = 0
-            attrs["shape"] = tuple(target)
-            ins = ins[:1]
-        elif node.op_type in AXES_INPUT and len(ins) > 1:
-            attrs["axes"] = tuple(int(v) for v in _const(consts, ins[1], node))
-            ins = ins[:1]
-        elif node.op_type == "Split":
-            if len(ins) > 1:
-                attrs["split"] = tuple(int(v) for v in _const(consts, ins[1], node))
-            elif not attrs.get("num_outputs"):
-                attrs["num_outputs"] = len(node.output)
-            ins = ins[:1]
-        elif node.op_type in INPUTS_AS_ATTRS:
-            for pos, key in enumerate(INPUTS_AS_ATTRS[node.op_type], start=1):
-                if pos < len(node.input) and node.input[pos]:
-                    v = _const(consts, node.input[pos], node)  # a scalar, or a tuple
-                    attrs[key] = v.item() if v.ndim == 0 else tuple(v.ravel().tolist())
-            ins = ins[:1]
-        elif node.op_type == "Dropout":
-            ins = ins[:1]  # ratio and training_mode inputs: the path decides
-            attrs = {"ratio": attrs.get("ratio", 0.5)} if loss else {"training": 0}
-            if loss and len(node.input) > 1 and node.input[1]:
-                attrs["ratio"] = float(_const(consts, node.input[1], node))
-        elif node.op_type == "BatchNormalization":
-            stats.update(ins[3:5])
-            if loss:
-                attrs.update(training_mode=1, running_update=1)
+        form = FORMS[node.op_type][1]
+        if form.import_ is not None:
+            ins, attrs = form.import_(ctx, node, ins, attrs)
         nodes.append((node, ins, attrs))
     read = {i for _, ins, _ in nodes for i in ins} | {o.name for o in gr.output}
     for cname, arr in consts.items():
@@ -149,17 +141,13 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         g.parameter(cname, arr.shape, init=init,
                     dtype=str(arr.dtype) if str(arr.dtype) in DTYPES.values() else "float32",
                     trainable=not freeze and weights and arr.dtype.kind == "f" and
-                    cname not in stats)
+                    cname not in ctx.stats)
     path = g.path("train", Mode.BACKWARD_ENABLED) if loss else g.path("infer",
                                                                        Mode.FORWARD_ONLY)
     for node, ins, attrs in nodes:
-        if node.op_type in COERCED_2D and opset < 13:
-            _coerced_softmax(path, node, ins, attrs, shapes)
-            continue
-        if node.op_type == "Conv" and len(shapes.get(ins[1], ())) == 3:
-            _conv_1d(path, node, ins, attrs)
-            continue
-        path.op(node.op_type, *ins, outputs=list(node.output), **attrs)
+        op, form = FORMS[node.op_type]
+        if form.build is None or not form.build(ctx, path, node, ins, attrs):
+            path.op(op.name, *ins, outputs=list(node.output), **attrs)
     g.output(*[o.name for o in gr.output])
     if loss:
         _add_loss(g, path, loss, [(n, i) for n, i, _ in nodes], gr.output[0].name)
@@ -186,48 +174,6 @@ def _add_loss(g: CalcGraph, path: Any, loss: str, nodes: list[tuple[Any, list[st
     value, _ = path.SoftmaxCrossEntropyLoss(logits, labels, outputs=["loss", "loss:log_prob"])
     path.set_loss(value)
     g.output(value)
-
-
-# Constant inputs read into attributes, by position from 1
-INPUTS_AS_ATTRS = {"Slice": ("starts", "ends", "axes", "steps"),
-                   "Pad": ("pads", "value", "axes"), "Clip": ("min", "max"),
-                   "DequantizeLinear": ("scale", "zero_point")}
-COERCED_2D = ("Softmax", "LogSoftmax", "Hardmax")  # before opset 13: over all axes from `axis` on
-
-
-def _conv_1d(path: Any, node: Any, ins: list[str], attrs: dict[str, Any]) -> None:
-    """A 1-D convolution as the 2-D one of a height-1 image: Unsqueeze, Conv, Squeeze
-    (views, free in place)."""
-    x, w = (path.Unsqueeze(v, axes=(2,)) for v in ins[:2])
-    two = dict(attrs)
-    for key, lead in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
-        if attrs.get(key):
-            two[key] = (lead, *attrs[key])
-    if attrs.get("pads"):
-        two["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
-    y = path.Conv(x, w, *ins[2:], **two)
-    path.Squeeze(y, axes=(2,), outputs=list(node.output))
-
-
-def _coerced_softmax(path: Any, node: Any, ins: list[str], attrs: dict[str, Any],
-                     shapes: dict[str, tuple[int, ...]]) -> None:
-    """Softmax before opset 13: the input is viewed as 2-D, ``[prod(dims[:axis]),
-    prod(dims[axis:])]``, with ``axis`` 1 by default; as Flatten, Softmax, Reshape."""
-    axis = int(attrs.get("axis", 1))
-    shape = shapes.get(ins[0])
-    if shape is None:
-        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}, opset < 13): "
-                         f"the rank of {ins[0]!r} is unknown")
-    axis %= max(len(shape), 1)
-    if axis == len(shape) - 1:
-        path.op(node.op_type, *ins, outputs=list(node.output), axis=axis)
-        return
-    if 0 in shape[axis:]:
-        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}, opset < 13): "
-                         f"the dimensions after axis {axis} of {shape} must be known")
-    flat = path.Flatten(ins[0], axis=axis)
-    soft = path.op(node.op_type, flat, axis=1)
-    path.Reshape(soft, shape=(0,) * axis + tuple(shape[axis:]), outputs=list(node.output))
 
 
 def _const(consts: dict[str, np.ndarray], name: str, node: Any) -> np.ndarray:

@@ -16,6 +16,7 @@ from engine.ops import (
     constant,
     conv,
     conv_transpose,
+    conv_variants,
     dequantize_gemm,
     elementwise,
     fused,
@@ -35,11 +36,13 @@ from engine.ops import (
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     NON_DIFFERENTIABLE_METRIC,
+    DoesNotStack,
     GradBuilder,
     KernelArgs,
     NodeView,
     NonDifferentiable,
     OpDef,
+    StackRule,
 )
 
 OP_TABLE: dict[str, OpDef] = {}
@@ -50,6 +53,7 @@ for _module in (elementwise, activations, cast, constant, linalg, fused, dequant
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")
         OP_TABLE[_op.name] = _op
+conv_variants.register(conv.VARIANTS)  # after conv: the variants use its helpers
 
 
 def get_op(name: str) -> OpDef:
@@ -66,10 +70,12 @@ __all__ = [
     "FIRST_ORDER_ONLY",
     "NON_DIFFERENTIABLE_METRIC",
     "OP_TABLE",
+    "DoesNotStack",
     "GradBuilder",
     "KernelArgs",
     "NodeView",
     "NonDifferentiable",
     "OpDef",
+    "StackRule",
     "get_op",
 ]

@@ -14,20 +14,30 @@ An op declares
   or precompute it; a dropout draws and is not pure);
 - ``workspace``: the scratch bytes one execution needs, per device;
 - ``writes``: inputs the op may update in place (batch normalisation's running
-  statistics): a parameter there is state, never folded as a constant.
+  statistics): a parameter there is state, never folded as a constant;
+- ``onnx``: its ONNX form (:class:`~engine.ops._onnx.OnnxForm`: the operator, export
+  and import converters), or :class:`~engine.ops._onnx.EngineInternal` with the reason;
+- ``variants``: named kernel variants (:class:`Variant`), chosen by the ``algorithm``
+  attribute (the first registered is the default); the op's own ``kernel`` and
+  ``workspace`` then dispatch to the chosen one (:func:`pick_variant`);
+- ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
+  :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 
-Kernels are written once against the array module ``xp`` (numpy or cupy); a backend
-may register an override in ``backend_kernels`` where it needs to differ.
+Kernels are written once against the array module ``xp`` (numpy or cupy); where the two
+differ inside a kernel (numpy's ``take`` needs ``mode="clip"``, cupy's ufuncs have no
+``where=``), the kernel asks :func:`is_numpy` at load, never in a step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
+from engine.ops._onnx import EngineInternal, OnnxForm
 
 Step = Callable[[], None]
 
@@ -77,6 +87,28 @@ NO_INPUTS = NonDifferentiable("it has no inputs")
 SHAPE_ONLY = NonDifferentiable("its output depends on shapes only: no gradient flows back")
 FIRST_ORDER_ONLY = NonDifferentiable("a gradient op; second derivatives are not supported")
 
+class StackRule(Enum):
+    """How K models' copies of an op become one op of a stack (vmap rules, in JAX's
+    terms).  The rules themselves are in :mod:`engine.compile.stack`, one per kind."""
+
+    ELEMENTWISE = "elementwise"  # every output keeps input 0's model axis
+    BROADCAST = "broadcast"  # elementwise with broadcasting: the model axes must line up
+    DENSE = "dense"  # a product of data by a weight parameter: StackedGemm
+    LOSS = "loss"  # softmax cross-entropy: StackedSoftmaxCrossEntropyLoss, a loss per model
+    METRIC = "metric"  # a per-model value of per-model scores and shared labels (Accuracy)
+
+
+@dataclass(frozen=True)
+class DoesNotStack:
+    """Marks an op that a stack cannot hold, and says why."""
+
+    reason: str
+
+
+NOT_STACKED = DoesNotStack("no stacking rule: train these models one by one")
+MADE_AFTER_STACKING = DoesNotStack("made by autodiff or a compiler pass, after stacking")
+ALREADY_STACKED = DoesNotStack("already the stacked form of an op")
+
 ShapeRule = Callable[[list[TensorDesc], dict[str, Any]], list[TensorDesc]]
 KernelFactory = Callable[[KernelArgs], Step]
 GradRule = Callable[[GradBuilder, "NodeView", list["str | None"]], list["str | None"]]
@@ -93,13 +125,37 @@ class NodeView:
     attrs: dict[str, Any]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One registered way to compute an op: where it applies, its exact scratch and its
+    kernel factory (ONNX's versioned kernels, tinygrad's searched ones)."""
+
+    applies: Callable[[list[TensorDesc], list[TensorDesc], dict[str, Any]], bool]
+    workspace: WorkspaceRule
+    kernel: KernelFactory
+    doc: str = ""  # what it does, and where it applies
+
+
+VARIANT_ATTR = "algorithm"  # the attribute that names an op's variant
+
+
+def pick_variant(op: str, variants: dict[str, Variant], attrs: dict[str, Any]) -> Variant:
+    """The variant ``attrs`` name (the first registered by default); an unknown name is
+    an error listing the available ones."""
+    name = attrs.get(VARIANT_ATTR) or next(iter(variants))
+    try:
+        return variants[name]
+    except KeyError:
+        raise ShapeError(f"{op} algorithm {name!r} is not one of {', '.join(variants)}") from None
+
+
 def no_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     return 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpDef:
-    """Every rule about one operator."""
+    """Every rule about one operator, given by keyword (``OpDef(name=..., shape=...)``)."""
 
     name: str
     shape: ShapeRule
@@ -110,14 +166,13 @@ class OpDef:
     num_inputs: tuple[int, int] = (1, 1)  # (min, max)
     num_outputs: int = 1
     attrs: dict[str, Any] = field(default_factory=dict)  # allowed attributes and defaults
-    backend_kernels: dict[str, KernelFactory] = field(default_factory=dict)
     doc: str = ""
     pure: bool = True
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
     writes: tuple[int, ...] = ()  # inputs it may update in place (running statistics)
-
-    def kernel_for(self, device: str) -> KernelFactory:
-        return self.backend_kernels.get(device, self.kernel)
+    variants: dict[str, Variant] = field(default_factory=dict)  # by name; see pick_variant
+    stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
+    onnx: OnnxForm | EngineInternal | None = None  # None: not declared (a test fails)
 
     def with_defaults(self, attrs: dict[str, Any]) -> dict[str, Any]:
         out = dict(self.attrs)
@@ -158,6 +213,12 @@ def norm_axis(axis: int, rank: int) -> int:
     return axis % max(rank, 1)
 
 
+def is_numpy(xp: Any) -> bool:
+    """Whether the array module is numpy (the host), not cupy: the one test a kernel
+    makes where the two modules' APIs differ."""
+    return bool(xp.__name__ == "numpy")
+
+
 def data_ptr(a: Any) -> int:
     """Address of an array's first element (numpy or cupy)."""
     ptr = getattr(a.data, "ptr", None)
@@ -176,7 +237,7 @@ def masked_add(xp: Any, scratch: Any) -> Callable[[Any, Any, Any], None]:
     """``target += src`` where ``mask``, without a cast buffer: numpy's ufunc ``where=``;
     cupy's ufuncs have none, so there it is a masked copy into ``scratch`` (of ``src``'s
     shape) and a plain add."""
-    if xp.__name__ == "numpy":
+    if is_numpy(xp):
         return lambda target, src, mask: xp.add(target, src, out=target, where=mask)
 
     def add(target: Any, src: Any, mask: Any) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step
+from engine.ops._base import (
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    StackRule,
+    Step,
+)
+from engine.ops._onnx import OnnxForm
 from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape
 
 
@@ -66,7 +74,9 @@ def _g_hard_sigmoid(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[s
 
 def _unary(name: str, kernel: Any, grad: Any, doc: str, inplace: tuple[int, ...] = (0,),
            attrs: dict[str, Any] | None = None) -> OpDef:
-    return OpDef(name, float_unary_shape, kernel, grad, inplace, attrs=attrs or {}, doc=doc)
+    return OpDef(name=name, shape=float_unary_shape, kernel=kernel, grad=grad, inplace=inplace,
+                 attrs=attrs or {}, stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name=name),
+                 doc=doc)
 
 
 OPS = [

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from engine.errors import ShapeError
-from engine.graph import DType, TensorDesc
+from engine.graph import DType, Node, TensorDesc
 from engine.ops._base import (
     INTEGER_INPUT,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -34,6 +37,7 @@ from engine.ops._base import (
     Step,
     copy_step,
 )
+from engine.ops._onnx import ONNX_DTYPES, Exported, OnnxForm, inputs_as_attrs
 
 # ONNX TensorProto element types, for ``Cast(to=...)`` as ONNX writes it
 ONNX_TYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8",
@@ -150,12 +154,33 @@ def _dequantize(k: KernelArgs) -> Step:
     return step
 
 
+def _export_cast(n: Node, helper: Any, nh: Any) -> Exported:
+    to = ONNX_DTYPES[target_dtype(n.attrs["to"]).value]
+    return [helper.make_node("Cast", [n.inputs[0]], list(n.outputs), to=to)], []
+
+
+def _export_dequantize(n: Node, helper: Any, nh: Any) -> Exported:
+    scale = nh.from_array(np.asarray(n.attrs["scale"], dtype=np.float32), f"{n.outputs[0]}:scale")
+    extra = [scale]
+    ins = [n.inputs[0], scale.name]
+    if n.attrs.get("zero_point"):
+        zp = nh.from_array(np.asarray(n.attrs["zero_point"], dtype=n.attrs.get("zero_dtype")
+                                      or "uint8"), f"{n.outputs[0]}:zero_point")
+        extra.append(zp)
+        ins.append(zp.name)
+    return [helper.make_node("DequantizeLinear", ins, list(n.outputs))], extra
+
+
 OPS = [
-    OpDef("Cast", _cast_shape, _cast, _g_cast, attrs={"to": None, "saturate": 1},
+    OpDef(name="Cast", shape=_cast_shape, kernel=_cast, grad=_g_cast,
+          attrs={"to": None, "saturate": 1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Cast", export=_export_cast),
           doc="ONNX Cast: convert to the element type `to` (a name or an ONNX type number)"),
-    OpDef("DequantizeLinear", _dequantize_shape, _dequantize, INTEGER_INPUT,
+    OpDef(name="DequantizeLinear", shape=_dequantize_shape, kernel=_dequantize, grad=INTEGER_INPUT,
           attrs={"scale": None, "zero_point": 0, "axis": 1, "block_size": 0,
-                 "output_dtype": 0},
+                 "output_dtype": 0}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="DequantizeLinear", export=_export_dequantize,
+                        import_=inputs_as_attrs("scale", "zero_point"), attr_inputs=(1, 2)),
           doc="ONNX DequantizeLinear: (x - zero_point) * scale as float32; one scale, one "
               "per index of `axis`, or one per block of `block_size` along it"),
 ]

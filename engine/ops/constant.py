@@ -18,7 +18,14 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
-from engine.ops._base import NO_INPUTS, KernelArgs, OpDef, Step
+from engine.ops._base import (
+    NO_INPUTS,
+    NOT_STACKED,
+    KernelArgs,
+    OpDef,
+    Step,
+)
+from engine.ops._onnx import OnnxForm
 from engine.ops.cast import target_dtype
 
 MAX_ELEMENTS = 1 << 34  # a shape beyond this is an error, not an allocation attempt
@@ -43,7 +50,8 @@ def _kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("ConstantOfShape", _shape, _kernel, NO_INPUTS, num_inputs=(0, 0),
-          attrs={"shape": (), "value": 0.0, "dtype": "float32"},
+    OpDef(name="ConstantOfShape", shape=_shape, kernel=_kernel, grad=NO_INPUTS, num_inputs=(0, 0),
+          attrs={"shape": (), "value": 0.0, "dtype": "float32"}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="ConstantOfShape", exports=False, attr_inputs=(0,)),
           doc="ONNX ConstantOfShape with its shape as an attribute: `value` everywhere"),
 ]

@@ -24,18 +24,23 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
-from engine.ops import conv_algorithms as algorithms
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
+    VARIANT_ATTR,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
     Step,
+    Variant,
     align,
     need_float,
+    pick_variant,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, ImportContext, OnnxForm
 
 CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": (), "group": 1, "kernel_shape": (),
               "pads": (), "strides": (), "algorithm": "im2col"}
@@ -87,10 +92,15 @@ def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     need_float(ins[0])
     x, w = ins[0].shape, ins[1].shape
     geo = conv_geometry(x, w, attrs)
-    algorithms.check(attrs.get("algorithm", "im2col"), geo)
     if len(ins) == 3 and ins[2].shape != (geo["m"],):
         raise ShapeError(f"Conv bias must be [{geo['m']}], got {ins[2].shape}")
-    return [TensorDesc(dt, (x[0], geo["m"], *geo["out"]))]
+    outs = [TensorDesc(dt, (x[0], geo["m"], *geo["out"]))]
+    variant = pick_variant("Conv", VARIANTS, attrs)
+    if not variant.applies(ins, outs, attrs):
+        raise ShapeError(f"Conv algorithm {attrs.get(VARIANT_ATTR)!r}: {variant.doc}; got kernel "
+                         f"{geo['k']}, strides {geo['s']}, dilations {geo['d']}, group "
+                         f"{geo['group']}")
+    return outs
 
 
 def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int
@@ -105,14 +115,14 @@ def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], ite
     return align(padded * item), align(cols * item), align(prod * item), geo
 
 
-def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    a, b, c, geo = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
-    algorithm, item = attrs.get("algorithm", "im2col"), ins[0].dtype.itemsize
-    if algorithm == "direct":
-        return algorithms.direct_ws(ins[0].shape, geo, item)
-    if algorithm == "winograd":
-        return algorithms.winograd_ws(ins[0].shape, geo, item)
+def _im2col_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
+               ) -> int:
+    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
     return a + b + c
+
+
+def _conv_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return pick_variant("Conv", VARIANTS, attrs).workspace(ins, outs, attrs, device)
 
 
 def padded_copy(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, fill: float
@@ -159,15 +169,14 @@ def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Ste
 
 
 def _conv(k: KernelArgs) -> Step:
+    return pick_variant("Conv", VARIANTS, k.attrs).kernel(k)
+
+
+def _im2col_conv(k: KernelArgs) -> Step:
     xp, x, w = k.xp, k.ins[0], k.ins[1]
     b = k.ins[2] if len(k.ins) == 3 else None
     y = k.outs[0]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
-    algorithm = k.attrs.get("algorithm", "im2col")
-    if algorithm == "winograd":
-        return algorithms.winograd(k, geo)
-    if algorithm == "direct":
-        return algorithms.direct(k, geo, *padded_copy(xp, x, k.ws, geo, 0, 0.0))
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
     fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
@@ -309,14 +318,45 @@ def _g_conv(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
     return out
 
 
+def _import_1d(ctx: ImportContext, path: Any, node: Any, ins: list[str],
+               attrs: dict[str, Any]) -> bool:
+    """A 1-D convolution as the 2-D one of a height-1 image: Unsqueeze, Conv, Squeeze
+    (views, free in place)."""
+    if len(ctx.shapes.get(ins[1], ())) != 3:
+        return False
+    x, w = (path.Unsqueeze(v, axes=(2,)) for v in ins[:2])
+    two = dict(attrs)
+    for key, lead in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        if attrs.get(key):
+            two[key] = (lead, *attrs[key])
+    if attrs.get("pads"):
+        two["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
+    y = path.Conv(x, w, *ins[2:], **two)
+    path.Squeeze(y, axes=(2,), outputs=list(node.output))
+    return True
+
+
+# Conv's forward variants by name, im2col (the default) first; the others register
+# themselves from the modules of engine/ops/conv_variants/ (found when engine.ops loads).
+VARIANTS: dict[str, Variant] = {
+    "im2col": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
+                      kernel=_im2col_conv,
+                      doc="columns [C·kH·kW, N·oH·oW] in the workspace, one GEMM per group"),
+}
+
 OPS = [
-    OpDef("Conv", _conv_shape, _conv, _g_conv, (), _conv_ws, num_inputs=(2, 3),
-          attrs=dict(CONV_ATTRS),
+    OpDef(name="Conv", shape=_conv_shape, kernel=_conv, grad=_g_conv, workspace=_conv_ws,
+          variants=VARIANTS,
+          num_inputs=(2, 3), attrs=dict(CONV_ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Conv", build=_import_1d, needs_shapes=True,
+                        engine_attrs=frozenset({"algorithm"})),
           doc="ONNX Conv, 2-D: im2col into the workspace and one GEMM per group"),
-    OpDef("ConvGradWeight", _grad_weight_shape, _conv_grad_weight, FIRST_ORDER_ONLY, (),
-          _grad_weight_ws, num_inputs=(2, 2), attrs={**CONV_ATTRS, "w_shape": ()},
+    OpDef(name="ConvGradWeight", shape=_grad_weight_shape, kernel=_conv_grad_weight,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_weight_ws, num_inputs=(2, 2),
+          attrs={**CONV_ATTRS, "w_shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of Conv's weights, dY @ columns^T"),
-    OpDef("ConvGradInput", _grad_input_shape, _conv_grad_input, FIRST_ORDER_ONLY, (),
-          _grad_input_ws, num_inputs=(2, 2), attrs={**CONV_ATTRS, "x_shape": ()},
+    OpDef(name="ConvGradInput", shape=_grad_input_shape, kernel=_conv_grad_input,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
+          attrs={**CONV_ATTRS, "x_shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of Conv's input, W^T @ dY scattered back (col2im)"),
 ]

@@ -1,5 +1,6 @@
-"""Other ways to compute ``Conv``'s forward pass, chosen by its ``algorithm`` attribute
-(an engine attribute; ``im2col`` is the default, in :mod:`engine.ops.conv`).  Each has
+"""The kernels of Conv's other forward variants (registered in
+:mod:`engine.ops.conv_variants`, chosen by the ``algorithm`` attribute; ``im2col`` is the
+default, in :mod:`engine.ops.conv`).  Each has
 its own workspace rule, so the compiler sizes whichever is chosen exactly, and a tuner
 can weigh bytes against time:
 
@@ -18,7 +19,8 @@ All give the same results within float32 rounding (tests/test_conv_algorithms.py
 >>> from engine import CalcGraph, Mode, VM, compile_graph
 >>> g = CalcGraph(); x = g.placeholder("x", (1, 1, 4, 4)); w = g.placeholder("w", (1, 1, 3, 3))
 >>> p = g.path("c", Mode.FORWARD_ONLY)
->>> ys = [p.Conv(x, w, pads=(1, 1, 1, 1), algorithm=a) for a in ALGORITHMS]
+>>> from engine.ops import get_op
+>>> ys = [p.Conv(x, w, pads=(1, 1, 1, 1), algorithm=a) for a in get_op("Conv").variants]
 >>> vm = VM(compile_graph(g, batch_size=1, keep=[y.name for y in ys]))
 >>> vm.set("x", np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
 >>> vm.set("w", np.ones((1, 1, 3, 3), np.float32)); vm.forward("c")
@@ -30,20 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ShapeError
 from engine.ops._base import KernelArgs, Step, align
-
-ALGORITHMS = ("im2col", "direct", "winograd")
-
-
-def check(algorithm: str, geo: dict[str, Any]) -> None:
-    if algorithm not in ALGORITHMS:
-        raise ShapeError(f"Conv algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    if algorithm == "winograd" and (geo["k"] != (3, 3) or geo["s"] != (1, 1) or
-                                    geo["d"] != (1, 1) or geo["group"] != 1):
-        raise ShapeError(f"Conv algorithm 'winograd' (F(2x2, 3x3)) needs a 3x3 kernel, stride "
-                         f"and dilation 1 and one group; got kernel {geo['k']}, strides "
-                         f"{geo['s']}, dilations {geo['d']}, group {geo['group']}")
 
 
 def _padded_bytes(x: tuple[int, ...], hp: int, wp: int, item: int) -> int:

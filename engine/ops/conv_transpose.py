@@ -29,6 +29,8 @@ from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -38,6 +40,7 @@ from engine.ops._base import (
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
 ATTRS = {"auto_pad": "NOTSET", "dilations": (), "group": 1, "kernel_shape": (),
          "output_padding": (), "output_shape": (), "pads": (), "strides": ()}
@@ -242,9 +245,12 @@ def _grad(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("ConvTranspose", _shape, _kernel, _g, (), _ws, num_inputs=(2, 3), attrs=dict(ATTRS),
+    OpDef(name="ConvTranspose", shape=_shape, kernel=_kernel, grad=_g, workspace=_ws,
+          num_inputs=(2, 3), attrs=dict(ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="ConvTranspose"),
           doc="ONNX ConvTranspose over 1-3 spatial axes: one GEMM per kernel position"),
-    OpDef("ConvTransposeGrad", _grad_shape, _grad, FIRST_ORDER_ONLY, (), _grad_ws,
-          num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
+    OpDef(name="ConvTransposeGrad", shape=_grad_shape, kernel=_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_grad_ws, num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX and dW of ConvTranspose"),
 ]

@@ -38,6 +38,7 @@ from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -47,6 +48,7 @@ from engine.ops._base import (
     broadcast_shapes,
     need_float,
 )
+from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import ACTIVATION_KERNELS
 from engine.ops.linalg import gemm_bias_grad
 
@@ -219,11 +221,13 @@ def _grad_b_kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("DequantizeGemm", _shape, _kernel, _grad, (), _workspace, num_inputs=(2, 3),
-          attrs={"transB": 0, "beta": 1.0, "activation": None, **QUANT_ATTRS},
+    OpDef(name="DequantizeGemm", shape=_shape, kernel=_kernel, grad=_grad, workspace=_workspace,
+          num_inputs=(2, 3), attrs={"transB": 0, "beta": 1.0, "activation": None, **QUANT_ATTRS},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="activation(alpha * ((A - zero_point) * scale) @ B' + beta * C) for integer "
               "A, converted a block of rows at a time (DequantizeLinear fused into Gemm)"),
-    OpDef("DequantizeGemmGradB", _grad_b_shape, _grad_b_kernel, FIRST_ORDER_ONLY, (),
-          _grad_b_workspace, num_inputs=(2, 2), attrs={"transB": 0, **QUANT_ATTRS},
+    OpDef(name="DequantizeGemmGradB", shape=_grad_b_shape, kernel=_grad_b_kernel,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_b_workspace, num_inputs=(2, 2),
+          attrs={"transB": 0, **QUANT_ATTRS}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of DequantizeGemm with respect to B"),
 ]

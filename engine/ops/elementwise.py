@@ -11,19 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ShapeError
-from engine.graph import TensorDesc
+from engine.graph import Node, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     broadcast_shapes,
     copy_step,
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, EngineInternal, Exported, OnnxForm
 
 # Shape rules see generic shapes, where a leading 0 is the (symbolic) batch size.
 # -- shape rules ---------------------------------------------------------------------
@@ -349,15 +353,15 @@ def _div(k: KernelArgs) -> Step:
     return lambda: xp.divide(a, b, out=y)
 
 
-def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True) -> OpDef:
-    return OpDef(
-        name,
-        float_unary_shape if float_only else unary_shape,
-        _ufunc_kernel(ufunc),
-        grad,
-        inplace=(0,),
-        doc=doc,
-    )
+def _unary(name: str, ufunc: str, grad: Any, doc: str, float_only: bool = True,
+           onnx: OnnxForm | None = None) -> OpDef:
+    return OpDef(name=name, shape=float_unary_shape if float_only else unary_shape,
+                 kernel=_ufunc_kernel(ufunc), grad=grad, inplace=(0,),
+                 stacking=StackRule.ELEMENTWISE, onnx=onnx or OnnxForm(name=name), doc=doc)
+
+
+def _export_square(n: Node, helper: Any, nh: Any) -> Exported:
+    return [helper.make_node("Mul", [n.inputs[0], n.inputs[0]], list(n.outputs))], []
 
 
 ACTIVATION_KERNELS = {"Relu": _relu, "Sigmoid": _sigmoid, "Tanh": _ufunc_kernel("tanh")}
@@ -369,44 +373,62 @@ OPS = [
     _unary("Exp", "exp", _g_exp, "y = exp(x)"),
     _unary("Log", "log", _g_log, "y = log(x)"),
     _unary("Sqrt", "sqrt", _g_sqrt, "y = sqrt(x)"),
-    _unary("Square", "square", _g_square, "y = x * x (not in ONNX: Mul(x, x) there)"),
+    _unary("Square", "square", _g_square, "y = x * x (not in ONNX: Mul(x, x) there)",
+           onnx=OnnxForm(name="Mul", export=_export_square, imports=False)),
     _unary("Sin", "sin", _g_sin, "y = sin(x)"),
     _unary("Cos", "cos", _g_cos, "y = cos(x)"),
     _unary("Sign", "sign", _g_zero, "y = sign(x)", float_only=False),
-    OpDef("Identity", unary_shape, _expand, _g_identity, (0,), doc="y = x"),
+    OpDef(name="Identity", shape=unary_shape, kernel=_expand, grad=_g_identity, inplace=(0,),
+          stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Identity"), doc="y = x"),
     _unary("Tanh", "tanh", _g_by_output("TanhGrad"), "y = tanh(x)"),
-    OpDef("Relu", float_unary_shape, _relu, _g_by_output("ReluGrad"), (0,), doc="max(x, 0)"),
-    OpDef("Sigmoid", float_unary_shape, _sigmoid, _g_by_output("SigmoidGrad"), (0,),
-          doc="1 / (1 + exp(-x))"),
-    OpDef("LeakyRelu", float_unary_shape, _leaky_relu, _g_by_input("LeakyReluGrad"), (),
-          attrs={"alpha": 0.01}, doc="x if x > 0 else alpha * x"),
-    OpDef("Elu", float_unary_shape, _elu, _g_elu, (), _ws_same, attrs={"alpha": 1.0},
+    OpDef(name="Relu", shape=float_unary_shape, kernel=_relu, grad=_g_by_output("ReluGrad"),
+          inplace=(0,), stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Relu"),
+          doc="max(x, 0)"),
+    OpDef(name="Sigmoid", shape=float_unary_shape, kernel=_sigmoid,
+          grad=_g_by_output("SigmoidGrad"), inplace=(0,), stacking=StackRule.ELEMENTWISE,
+          onnx=OnnxForm(name="Sigmoid"), doc="1 / (1 + exp(-x))"),
+    OpDef(name="LeakyRelu", shape=float_unary_shape, kernel=_leaky_relu,
+          grad=_g_by_input("LeakyReluGrad"), attrs={"alpha": 0.01}, stacking=StackRule.ELEMENTWISE,
+          onnx=OnnxForm(name="LeakyRelu"), doc="x if x > 0 else alpha * x"),
+    OpDef(name="Elu", shape=float_unary_shape, kernel=_elu, grad=_g_elu, workspace=_ws_same,
+          attrs={"alpha": 1.0}, stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Elu"),
           doc="x if x > 0 else alpha * (exp(x) - 1)"),
-    OpDef("Add", binary_shape, _binary_kernel("add"), _g_add, (0, 1), num_inputs=(2, 2),
-          doc="a + b, broadcasting"),
-    OpDef("Sub", binary_shape, _binary_kernel("subtract"), _g_sub, (0, 1), num_inputs=(2, 2),
-          doc="a - b, broadcasting"),
-    OpDef("Mul", binary_shape, _binary_kernel("multiply"), _g_mul, (0, 1), num_inputs=(2, 2),
-          doc="a * b, broadcasting"),
-    OpDef("Div", binary_shape, _div, _g_div, (0, 1), num_inputs=(2, 2),
+    OpDef(name="Add", shape=binary_shape, kernel=_binary_kernel("add"), grad=_g_add,
+          inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
+          onnx=OnnxForm(name="Add"), doc="a + b, broadcasting"),
+    OpDef(name="Sub", shape=binary_shape, kernel=_binary_kernel("subtract"), grad=_g_sub,
+          inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
+          onnx=OnnxForm(name="Sub"), doc="a - b, broadcasting"),
+    OpDef(name="Mul", shape=binary_shape, kernel=_binary_kernel("multiply"), grad=_g_mul,
+          inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
+          onnx=OnnxForm(name="Mul"), doc="a * b, broadcasting"),
+    OpDef(name="Div", shape=binary_shape, kernel=_div, grad=_g_div, inplace=(0, 1),
+          num_inputs=(2, 2), stacking=StackRule.BROADCAST, onnx=OnnxForm(name="Div"),
           doc="a / b, broadcasting (integers: truncated toward zero, as ONNX says)"),
-    OpDef("SumTo", _sum_to_shape, _sum_to, _g_sum_to, num_inputs=(1, 1),
-          attrs={"axes": (), "shape": ()},
+    OpDef(name="SumTo", shape=_sum_to_shape, kernel=_sum_to, grad=_g_sum_to, num_inputs=(1, 1),
+          attrs={"axes": (), "shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: sum over broadcast axes to a smaller shape "
               "(the gradient of broadcasting)"),
-    OpDef("Expand", _expand_shape, _expand, _g_expand, num_inputs=(2, 2),
+    OpDef(name="Expand", shape=_expand_shape, kernel=_expand, grad=_g_expand, num_inputs=(2, 2),
+          stacking=NOT_STACKED,
+          onnx=EngineInternal("ONNX's Expand reads its shape input's values, this one its shape"),
           doc="broadcast input 0 to the shape of input 1 (the shape input is not read)"),
     # Gradient ops: fused like onnxruntime's training ops.
-    OpDef("SigmoidGrad", grad_like_second, _sigmoid_grad, FIRST_ORDER_ONLY, (),
-          num_inputs=(2, 2), doc="internal: dy * y * (1 - y)"),
-    OpDef("TanhGrad", grad_like_second, _tanh_grad, FIRST_ORDER_ONLY, (0,), num_inputs=(2, 2),
+    OpDef(name="SigmoidGrad", shape=grad_like_second, kernel=_sigmoid_grad, grad=FIRST_ORDER_ONLY,
+          num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dy * y * (1 - y)"),
+    OpDef(name="TanhGrad", shape=grad_like_second, kernel=_tanh_grad, grad=FIRST_ORDER_ONLY,
+          inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * (1 - y^2)"),
-    OpDef("ReluGrad", grad_like_second, _relu_grad, FIRST_ORDER_ONLY, (0,), num_inputs=(2, 2),
+    OpDef(name="ReluGrad", shape=grad_like_second, kernel=_relu_grad, grad=FIRST_ORDER_ONLY,
+          inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * (y > 0)"),
-    OpDef("LeakyReluGrad", grad_like_second, _leaky_relu_grad, FIRST_ORDER_ONLY, (),
-          _ws_bool_mask, num_inputs=(2, 2), attrs={"alpha": 0.01},
+    OpDef(name="LeakyReluGrad", shape=grad_like_second, kernel=_leaky_relu_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_ws_bool_mask, num_inputs=(2, 2), attrs={"alpha": 0.01},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy if x > 0 else alpha * dy"),
-    OpDef("EluGrad", grad_like_second, _elu_grad, FIRST_ORDER_ONLY, (), _ws_bool_mask,
-          num_inputs=(3, 3), attrs={"alpha": 1.0},
+    OpDef(name="EluGrad", shape=grad_like_second, kernel=_elu_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_ws_bool_mask, num_inputs=(3, 3), attrs={"alpha": 1.0},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy if x > 0 else dy * (y + alpha)"),
 ]

@@ -12,7 +12,15 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
-from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step
+from engine.ops._base import (
+    MADE_AFTER_STACKING,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+)
+from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import ACTIVATION_KERNELS
 from engine.ops.linalg import GEMM_ATTRS, _g_gemm, _gemm, _gemm_shape, _gemm_ws
 
@@ -53,8 +61,9 @@ def _g_fused(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
 
 
 OPS = [
-    OpDef("FusedGemm", _fused_shape, _fused, _g_fused, (), _gemm_ws, num_inputs=(2, 3),
-          attrs={**GEMM_ATTRS, "activation": "Relu"},
+    OpDef(name="FusedGemm", shape=_fused_shape, kernel=_fused, grad=_g_fused, workspace=_gemm_ws,
+          num_inputs=(2, 3), attrs={**GEMM_ATTRS, "activation": "Relu"},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="activation(alpha * A' @ B' + beta * C): a Linear layer and its activation "
               "(Relu, Sigmoid or Tanh) in one instruction"),
 ]

@@ -12,15 +12,18 @@ from typing import Any
 from engine.errors import GraphError, ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
+    MADE_AFTER_STACKING,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     broadcast_shapes,
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 from engine.ops.elementwise import unbroadcast
 
 
@@ -168,12 +171,14 @@ def gemm_bias_grad(gb: GradBuilder, dy: str, beta: float, c: str) -> str:
 GEMM_ATTRS = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}
 
 OPS = [
-    OpDef("MatMul", _matmul_shape, _matmul, _g_matmul, num_inputs=(2, 2),
+    OpDef(name="MatMul", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul, num_inputs=(2, 2),
+          stacking=StackRule.DENSE, onnx=OnnxForm(name="MatMul"),
           doc="matrix product, numpy semantics for rank >= 2"),
-    OpDef("MatMulT", _matmul_shape, _matmul, _g_matmul_t, num_inputs=(2, 2),
-          attrs={"transA": 0, "transB": 0},
+    OpDef(name="MatMulT", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul_t, num_inputs=(2, 2),
+          attrs={"transA": 0, "transB": 0}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
-    OpDef("Gemm", _gemm_shape, _gemm, _g_gemm, (), _gemm_ws, num_inputs=(2, 3),
-          attrs=dict(GEMM_ATTRS),
+    OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
+          num_inputs=(2, 3), attrs=dict(GEMM_ATTRS), stacking=StackRule.DENSE,
+          onnx=OnnxForm(name="Gemm"),
           doc="alpha * A' @ B' + beta * C: a fully connected layer (matmul + bias fused)"),
 ]

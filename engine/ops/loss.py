@@ -17,20 +17,25 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import InputError, ShapeError
-from engine.graph import DType, TensorDesc
+from engine.graph import DType, Node, TensorDesc
 from engine.ops import nll
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
     NON_DIFFERENTIABLE_METRIC,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     align,
+    is_numpy,
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, NOT_IN_ONNX, Exported, ImportContext, OnnxForm
 from engine.ops.reduce import log_softmax_step
 
 
@@ -67,7 +72,7 @@ def _sce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
 def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
     """out = flat[idx] without allocating: numpy needs mode="clip" (its default mode
     buffers ``out``); cupy's take has no mode and does not buffer."""
-    if xp.__name__ == "numpy":
+    if is_numpy(xp):
         xp.take(flat, idx, out=out, mode="clip")
     else:
         xp.take(flat, idx, out=out)
@@ -331,28 +336,53 @@ def _dropout_grad(k: KernelArgs) -> Step:
     return step
 
 
+def _import_dropout(ctx: ImportContext, node: Any, ins: list[str], attrs: dict[str, Any]
+                    ) -> tuple[list[str], dict[str, Any]]:
+    """Ratio and training_mode inputs: the path decides (training with a loss)."""
+    attrs = {"ratio": attrs.get("ratio", 0.5)} if ctx.training else {"training": 0}
+    if ctx.training and len(node.input) > 1 and node.input[1]:
+        attrs["ratio"] = float(ctx.const(node.input[1], node))
+    return ins[:1], attrs
+
+
+def _export_dropout(n: Node, helper: Any, nh: Any) -> Exported:
+    """The identity it is at inference."""
+    return [helper.make_node("Identity", [n.inputs[0]], [n.outputs[0]])], []
+
+
 OPS = [
-    OpDef("SoftmaxCrossEntropyLoss", _sce_shape, _sce, _g_sce, (), _sce_ws, num_inputs=(2, 3),
-          num_outputs=2, attrs={"reduction": "mean", "ignore_index": None},
+    OpDef(name="SoftmaxCrossEntropyLoss", shape=_sce_shape, kernel=_sce, grad=_g_sce,
+          workspace=_sce_ws, num_inputs=(2, 3), num_outputs=2,
+          attrs={"reduction": "mean", "ignore_index": None}, stacking=StackRule.LOSS,
+          onnx=OnnxForm(name="SoftmaxCrossEntropyLoss"),
           doc="ONNX SoftmaxCrossEntropyLoss: cross-entropy of softmax(scores) (over axis 1) "
               "against integer labels, with optional class weights and ignore_index; "
               "outputs loss, log_prob"),
-    OpDef("SoftmaxCrossEntropyLossGrad", _sce_grad_shape, _sce_grad, FIRST_ORDER_ONLY, (),
-          _sce_grad_ws, num_inputs=(3, 4), attrs={"reduction": "mean", "ignore_index": None},
-          doc="internal: (exp(log_prob) - onehot(labels)) * weighted dloss"),
-    OpDef("MSELoss", _pair_shape, _mse, _g_mse, (), _pair_ws, num_inputs=(2, 2),
+    OpDef(name="SoftmaxCrossEntropyLossGrad", shape=_sce_grad_shape, kernel=_sce_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_sce_grad_ws, num_inputs=(3, 4),
+          attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL, doc="internal: (exp(log_prob) - onehot(labels)) * weighted dloss"),
+    OpDef(name="MSELoss", shape=_pair_shape, kernel=_mse, grad=_g_mse, workspace=_pair_ws,
+          num_inputs=(2, 2), stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
           doc="mean((prediction - target)^2)"),
-    OpDef("MSELossGrad", _mse_grad_shape, _mse_grad, FIRST_ORDER_ONLY, (), num_inputs=(3, 3),
+    OpDef(name="MSELossGrad", shape=_mse_grad_shape, kernel=_mse_grad, grad=FIRST_ORDER_ONLY,
+          num_inputs=(3, 3), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: 2 * (prediction - target) * dloss / n"),
-    OpDef("Accuracy", _accuracy_shape, _accuracy, NON_DIFFERENTIABLE_METRIC, (), _accuracy_ws,
-          num_inputs=(2, 2), doc="fraction of rows whose argmax equals the label"),
-    OpDef("RMSE", _pair_shape, _rmse, NON_DIFFERENTIABLE_METRIC, (), _pair_ws,
-          num_inputs=(2, 2), doc="sqrt(mean((prediction - target)^2))"),
-    OpDef("Dropout", _dropout_shape, _dropout, _g_dropout, (), _dropout_ws, num_outputs=2,
-          attrs={"ratio": 0.5, "training": None},
+    OpDef(name="Accuracy", shape=_accuracy_shape, kernel=_accuracy, grad=NON_DIFFERENTIABLE_METRIC,
+          workspace=_accuracy_ws, num_inputs=(2, 2), stacking=StackRule.METRIC, onnx=NOT_IN_ONNX,
+          doc="fraction of rows whose argmax equals the label"),
+    OpDef(name="RMSE", shape=_pair_shape, kernel=_rmse, grad=NON_DIFFERENTIABLE_METRIC,
+          workspace=_pair_ws, num_inputs=(2, 2), stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
+          doc="sqrt(mean((prediction - target)^2))"),
+    OpDef(name="Dropout", shape=_dropout_shape, kernel=_dropout, grad=_g_dropout,
+          workspace=_dropout_ws, num_outputs=2, attrs={"ratio": 0.5, "training": None},
           doc="training: zero each element with probability ratio and scale the rest by "
               "1/(1-ratio); outputs y and the mask.  training defaults to the path's mode",
-          pure=False),
-    OpDef("DropoutGrad", _dropout_grad_shape, _dropout_grad, FIRST_ORDER_ONLY, (),
-          num_inputs=(2, 2), attrs={"ratio": 0.5}, doc="internal: dy * mask / (1 - ratio)"),
+          pure=False, stacking=StackRule.ELEMENTWISE,
+          onnx=OnnxForm(name="Dropout", export=_export_dropout, import_=_import_dropout,
+                        attr_inputs=(1, 2))),
+    OpDef(name="DropoutGrad", shape=_dropout_grad_shape, kernel=_dropout_grad,
+          grad=FIRST_ORDER_ONLY, num_inputs=(2, 2), attrs={"ratio": 0.5},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dy * mask / (1 - ratio)"),
 ]

@@ -29,7 +29,19 @@ from typing import Any
 
 from engine.errors import InputError, ShapeError
 from engine.graph import DType, TensorDesc
-from engine.ops._base import FIRST_ORDER_ONLY, GradBuilder, KernelArgs, NodeView, OpDef, Step, align
+from engine.ops._base import (
+    FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    align,
+    is_numpy,
+)
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 from engine.ops.reduce import log_softmax_step
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -123,7 +135,7 @@ class Picks:
         xp.add(self.idx, self.tmp, out=self.idx)
 
     def take(self, src: Any, idx: Any, out: Any) -> None:
-        if self.xp.__name__ == "numpy":
+        if is_numpy(self.xp):
             self.xp.take(src, idx, out=out, mode="clip")
         else:
             self.xp.take(src, idx, out=out)
@@ -204,7 +216,7 @@ def _nll_grad(k: KernelArgs) -> Step:
     xp, (dy, x, t), dx = k.xp, k.ins[:3], k.outs[0]
     picks = Picks(k, x, t, k.ins[3] if len(k.ins) > 3 else None)
     flat, reduction = dx.reshape(-1), k.attrs["reduction"]
-    numpy = xp.__name__ == "numpy"
+    numpy = is_numpy(xp)
 
     def step() -> None:
         picks.build()
@@ -257,7 +269,7 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
     n, c = logp.shape[0], logp.shape[1]
     r = math.prod(logp.shape[2:])
     dx3 = dx.reshape(n, c, r)
-    numpy = xp.__name__ == "numpy"
+    numpy = is_numpy(xp)
     at_targets = picks.tmp.view(dx.dtype)[:n * r]
 
     def step() -> None:
@@ -278,10 +290,12 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("NegativeLogLikelihoodLoss", _nll_shape, _nll, _g_nll, (), _nll_ws,
-          num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
+    OpDef(name="NegativeLogLikelihoodLoss", shape=_nll_shape, kernel=_nll, grad=_g_nll,
+          workspace=_nll_ws, num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
+          stacking=NOT_STACKED, onnx=OnnxForm(name="NegativeLogLikelihoodLoss"),
           doc="ONNX NegativeLogLikelihoodLoss: -input[n, target, ...] * weight, reduced"),
-    OpDef("NegativeLogLikelihoodLossGrad", _grad_shape, _nll_grad, FIRST_ORDER_ONLY, (),
-          _grad_ws, num_inputs=(3, 4), attrs={"reduction": "mean", "ignore_index": None},
-          doc="internal: dX of NegativeLogLikelihoodLoss"),
+    OpDef(name="NegativeLogLikelihoodLossGrad", shape=_grad_shape, kernel=_nll_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_ws, num_inputs=(3, 4),
+          attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL, doc="internal: dX of NegativeLogLikelihoodLoss"),
 ]

@@ -39,6 +39,8 @@ from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -47,6 +49,7 @@ from engine.ops._base import (
     align,
     need_float,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, ImportContext, OnnxForm
 
 
 def moments(xp: Any, x: Any, axes: Any, mean: Any, istd: Any, scratch: Any, inv_n: float,
@@ -381,23 +384,36 @@ def _ln_grad(k: KernelArgs) -> Step:
     return step
 
 
+def _import_bn(ctx: ImportContext, node: Any, ins: list[str], attrs: dict[str, Any]
+               ) -> tuple[list[str], dict[str, Any]]:
+    """The running statistics are state; training updates them in place."""
+    ctx.state(ins[3:5])
+    if ctx.training:
+        attrs.update(training_mode=1, running_update=1)
+    return ins, attrs
+
+
 OPS = [
-    OpDef("BatchNormalization", _bn_shape, _bn, _g_bn, (), _bn_ws, num_inputs=(5, 5),
-          num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
+    OpDef(name="BatchNormalization", shape=_bn_shape, kernel=_bn, grad=_g_bn, workspace=_bn_ws,
+          num_inputs=(5, 5), num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
           attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "running_update": 0,
-                 "spatial": 1},
+                 "spatial": 1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="BatchNormalization", import_=_import_bn,
+                        engine_attrs=frozenset({"running_update"})),
           doc="ONNX BatchNormalization; with running_update=1 (training) the running mean "
               "and variance inputs are updated in place"),
-    OpDef("BatchNormalizationGrad", _bn_grad_shape, _bn_grad, FIRST_ORDER_ONLY, (),
-          _bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
-          attrs={"epsilon": 1e-5, "training_mode": 0},
-          doc="internal: dX, dScale, dB of BatchNormalization"),
-    OpDef("LayerNormalization", _ln_shape, _ln, _g_ln, (), _ln_ws, num_inputs=(2, 3),
-          num_outputs=3, variadic_outputs=True,
-          attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+    OpDef(name="BatchNormalizationGrad", shape=_bn_grad_shape, kernel=_bn_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
+          attrs={"epsilon": 1e-5, "training_mode": 0}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL, doc="internal: dX, dScale, dB of BatchNormalization"),
+    OpDef(name="LayerNormalization", shape=_ln_shape, kernel=_ln, grad=_g_ln, workspace=_ln_ws,
+          num_inputs=(2, 3), num_outputs=3, variadic_outputs=True,
+          attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="LayerNormalization"),
           doc="ONNX LayerNormalization over the axes from `axis` on"),
-    OpDef("LayerNormalizationGrad", _ln_grad_shape, _ln_grad, FIRST_ORDER_ONLY, (),
-          _ln_grad_ws, num_inputs=(3, 3), num_outputs=3, attrs={"axis": -1, "epsilon": 1e-5},
+    OpDef(name="LayerNormalizationGrad", shape=_ln_grad_shape, kernel=_ln_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_ln_grad_ws, num_inputs=(3, 3), num_outputs=3,
+          attrs={"axis": -1, "epsilon": 1e-5}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX, dScale, dB of LayerNormalization (Scale and B at the "
               "normalised shape)"),
 ]
@@ -506,10 +522,12 @@ def _lrn_grad(k: KernelArgs) -> Step:
 
 
 OPS += [
-    OpDef("LRN", _lrn_shape, _lrn, _g_lrn, (), _lrn_ws,
+    OpDef(name="LRN", shape=_lrn_shape, kernel=_lrn, grad=_g_lrn, workspace=_lrn_ws,
+          attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="LRN"), doc="ONNX LRN: local response normalisation across channels"),
+    OpDef(name="LRNGrad", shape=_lrn_grad_shape, kernel=_lrn_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_lrn_grad_ws, num_inputs=(2, 2),
           attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
-          doc="ONNX LRN: local response normalisation across channels"),
-    OpDef("LRNGrad", _lrn_grad_shape, _lrn_grad, FIRST_ORDER_ONLY, (), _lrn_grad_ws,
-          num_inputs=(2, 2), attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of LRN from X and dY"),
 ]

@@ -37,14 +37,18 @@ from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
     Step,
     align,
+    is_numpy,
     need_float,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
 POOL_ATTRS = {"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": (), "kernel_shape": (),
               "pads": (), "strides": (), "storage_order": 0, "count_include_pad": 0}
@@ -206,7 +210,7 @@ def _max_pool(k: KernelArgs) -> Step:
     per_image = math.prod(x.shape[2:])
     base = xp.asarray((np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * per_image)
                       .reshape(x.shape[0], x.shape[1], *(1,) * len(geo["out"])))
-    on_host = xp.__name__ == "numpy"
+    on_host = is_numpy(xp)
 
     def step() -> None:
         if pad is not None:
@@ -261,7 +265,7 @@ def _scale_step(xp: Any, k: KernelArgs, inv: np.ndarray, at: int, target: Any) -
         return lambda: xp.multiply(target, value, out=target)
     table = k.scratch(at, inv.shape, target.dtype)
     host = inv.astype(table.dtype)
-    on_host = xp.__name__ == "numpy"
+    on_host = is_numpy(xp)
 
     def scale() -> None:
         table[...] = host if on_host else xp.asarray(host)
@@ -398,17 +402,22 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef("MaxPool", _pool_shape, _max_pool, _g_max_pool, (), _pool_ws, num_outputs=2,
-          variadic_outputs=True, attrs=dict(POOL_ATTRS),
+    OpDef(name="MaxPool", shape=_pool_shape, kernel=_max_pool, grad=_g_max_pool,
+          workspace=_pool_ws, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
+          stacking=NOT_STACKED, onnx=OnnxForm(name="MaxPool"),
           doc="ONNX MaxPool over 1-3 spatial axes, with the optional Indices output"),
-    OpDef("AveragePool", _avg_shape, _avg_pool, _g_avg_pool, (), _pool_ws,
-          attrs=dict(POOL_ATTRS), doc="ONNX AveragePool over 1-3 spatial axes"),
-    OpDef("GlobalAveragePool", _gap_shape, _gap, _g_gap,
+    OpDef(name="AveragePool", shape=_avg_shape, kernel=_avg_pool, grad=_g_avg_pool,
+          workspace=_pool_ws, attrs=dict(POOL_ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="AveragePool"), doc="ONNX AveragePool over 1-3 spatial axes"),
+    OpDef(name="GlobalAveragePool", shape=_gap_shape, kernel=_gap, grad=_g_gap,
+          stacking=NOT_STACKED, onnx=OnnxForm(name="GlobalAveragePool"),
           doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
-    OpDef("MaxPoolGrad", _pool_grad_shape, _max_pool_grad, FIRST_ORDER_ONLY, (),
-          _max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
+    OpDef(name="MaxPoolGrad", shape=_pool_grad_shape, kernel=_max_pool_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY to each window's first maximum (found by comparing with Y)"),
-    OpDef("AveragePoolGrad", _pool_grad_shape, _avg_pool_grad, FIRST_ORDER_ONLY, (),
-          _avg_pool_grad_ws, num_inputs=(2, 2), attrs=dict(POOL_ATTRS),
+    OpDef(name="AveragePoolGrad", shape=_pool_grad_shape, kernel=_avg_pool_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_avg_pool_grad_ws, num_inputs=(2, 2),
+          attrs=dict(POOL_ATTRS), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY / count spread over each window"),
 ]

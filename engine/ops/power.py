@@ -19,7 +19,16 @@ from __future__ import annotations
 from typing import Any
 
 from engine.graph import TensorDesc
-from engine.ops._base import GradBuilder, KernelArgs, NodeView, OpDef, Step, broadcast_shapes
+from engine.ops._base import (
+    NOT_STACKED,
+    GradBuilder,
+    KernelArgs,
+    NodeView,
+    OpDef,
+    Step,
+    broadcast_shapes,
+)
+from engine.ops._onnx import OnnxForm
 from engine.ops.elementwise import unbroadcast
 
 
@@ -53,6 +62,7 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
 
 
 OPS = [
-    OpDef("Pow", _shape, _kernel, _grad, num_inputs=(2, 2),
+    OpDef(name="Pow", shape=_shape, kernel=_kernel, grad=_grad, num_inputs=(2, 2),
+          stacking=NOT_STACKED, onnx=OnnxForm(name="Pow"),
           doc="x ** y, broadcasting, in x's element type"),
 ]

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.graph import TensorDesc
+import numpy as np
+
+from engine.errors import GraphError
+from engine.graph import Node, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -22,6 +27,14 @@ from engine.ops._base import (
     align,
     need_float,
     norm_axis,
+)
+from engine.ops._onnx import (
+    ENGINE_INTERNAL,
+    Exported,
+    ImportContext,
+    OnnxForm,
+    import_axes,
+    onnx_attrs,
 )
 from engine.ops.elementwise import grad_like_second
 
@@ -241,23 +254,87 @@ def _g_hardmax(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | 
     return [None]  # piecewise constant: the derivative is zero almost everywhere
 
 
+# -- ONNX forms ------------------------------------------------------------------------
+
+
+def _export_reduce_sum(n: Node, helper: Any, nh: Any) -> Exported:
+    """ReduceSum takes its axes as an input from opset 13."""
+    attrs = dict(n.attrs)
+    axes = attrs.pop("axes", None)
+    extra = []
+    ins = [n.inputs[0]]
+    if axes:
+        t = nh.from_array(np.asarray(axes, dtype=np.int64), f"{n.outputs[0]}:axes")
+        extra.append(t)
+        ins.append(t.name)
+    return [helper.make_node("ReduceSum", ins, list(n.outputs), **onnx_attrs(attrs))], extra
+
+
+def _export_reduce_mean(n: Node, helper: Any, nh: Any) -> Exported:
+    # noop_with_empty_axes is an opset-18 attribute of ReduceMean; 0 is what it did
+    attrs = dict(n.attrs)
+    if attrs.pop("noop_with_empty_axes", 0):
+        raise GraphError(f"{n.op} with noop_with_empty_axes=1 has no opset-17 form")
+    return [helper.make_node(n.op, list(n.inputs), list(n.outputs), **onnx_attrs(attrs))], []
+
+
+def _import_coerced(ctx: ImportContext, path: Any, node: Any, ins: list[str],
+                    attrs: dict[str, Any]) -> bool:
+    """Softmax before opset 13: the input is viewed as 2-D, ``[prod(dims[:axis]),
+    prod(dims[axis:])]``, with ``axis`` 1 by default; as Flatten, Softmax, Reshape."""
+    if ctx.opset >= 13:
+        return False
+    axis = int(attrs.get("axis", 1))
+    shape = ctx.shapes.get(ins[0])
+    if shape is None:
+        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}, opset < 13): "
+                         f"the rank of {ins[0]!r} is unknown")
+    axis %= max(len(shape), 1)
+    if axis == len(shape) - 1:
+        path.op(node.op_type, *ins, outputs=list(node.output), axis=axis)
+        return True
+    if 0 in shape[axis:]:
+        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}, opset < 13): "
+                         f"the dimensions after axis {axis} of {shape} must be known")
+    flat = path.Flatten(ins[0], axis=axis)
+    soft = path.op(node.op_type, flat, axis=1)
+    path.Reshape(soft, shape=(0,) * axis + tuple(shape[axis:]), outputs=list(node.output))
+    return True
+
+
 OPS = [
-    OpDef("Hardmax", _softmax_shape, _hardmax, _g_hardmax, (), _hardmax_ws,
-          attrs={"axis": -1}, doc="ONNX Hardmax: 1 at the first maximum along axis, else 0"),
-    OpDef("ReduceSum", _reduce_shape, _reduce_kernel(False), _g_reduce(False),
-          attrs=dict(_REDUCE_ATTRS), doc="sum over axes (all by default)"),
-    OpDef("ReduceMean", _reduce_shape, _reduce_kernel(True), _g_reduce(True),
-          attrs=dict(_REDUCE_ATTRS), doc="mean over axes (all by default)"),
-    OpDef("ReduceGrad", _reduce_grad_shape, _reduce_grad, _g_reduce_grad, num_inputs=(2, 2),
-          attrs={"axes": (), "keepdims": 1, "mean": 0},
+    OpDef(name="Hardmax", shape=_softmax_shape, kernel=_hardmax, grad=_g_hardmax,
+          workspace=_hardmax_ws, attrs={"axis": -1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Hardmax", build=_import_coerced, needs_shapes=True),
+          doc="ONNX Hardmax: 1 at the first maximum along axis, else 0"),
+    OpDef(name="ReduceSum", shape=_reduce_shape, kernel=_reduce_kernel(False),
+          grad=_g_reduce(False), attrs=dict(_REDUCE_ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="ReduceSum", export=_export_reduce_sum, import_=import_axes,
+                        attr_inputs=(1,)),
+          doc="sum over axes (all by default)"),
+    OpDef(name="ReduceMean", shape=_reduce_shape, kernel=_reduce_kernel(True),
+          grad=_g_reduce(True), attrs=dict(_REDUCE_ATTRS), stacking=NOT_STACKED,
+          onnx=OnnxForm(name="ReduceMean", export=_export_reduce_mean, import_=import_axes,
+                        attr_inputs=(1,)),
+          doc="mean over axes (all by default)"),
+    OpDef(name="ReduceGrad", shape=_reduce_grad_shape, kernel=_reduce_grad, grad=_g_reduce_grad,
+          num_inputs=(2, 2), attrs={"axes": (), "keepdims": 1, "mean": 0},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: broadcast a reduction's gradient back (input 1 gives the shape)"),
-    OpDef("Softmax", _softmax_shape, _softmax, _g_softmax("SoftmaxGrad"), (0,), _row_ws,
-          attrs={"axis": -1}, doc="exp(x) / sum(exp(x)) along axis"),
-    OpDef("LogSoftmax", _softmax_shape, _log_softmax, _g_softmax("LogSoftmaxGrad"), (),
-          _logsoftmax_ws, attrs={"axis": -1}, doc="x - log(sum(exp(x))) along axis"),
-    OpDef("SoftmaxGrad", grad_like_second, _softmax_grad, FIRST_ORDER_ONLY, (), _row_ws,
-          num_inputs=(2, 2), attrs={"axis": -1}, doc="internal: y * (dy - sum(dy * y))"),
-    OpDef("LogSoftmaxGrad", grad_like_second, _log_softmax_grad, FIRST_ORDER_ONLY, (),
-          _row_ws, num_inputs=(2, 2), attrs={"axis": -1},
+    OpDef(name="Softmax", shape=_softmax_shape, kernel=_softmax, grad=_g_softmax("SoftmaxGrad"),
+          inplace=(0,), workspace=_row_ws, attrs={"axis": -1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Softmax", build=_import_coerced, needs_shapes=True),
+          doc="exp(x) / sum(exp(x)) along axis"),
+    OpDef(name="LogSoftmax", shape=_softmax_shape, kernel=_log_softmax,
+          grad=_g_softmax("LogSoftmaxGrad"), workspace=_logsoftmax_ws, attrs={"axis": -1},
+          stacking=NOT_STACKED,
+          onnx=OnnxForm(name="LogSoftmax", build=_import_coerced, needs_shapes=True),
+          doc="x - log(sum(exp(x))) along axis"),
+    OpDef(name="SoftmaxGrad", shape=grad_like_second, kernel=_softmax_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_row_ws, num_inputs=(2, 2), attrs={"axis": -1}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL, doc="internal: y * (dy - sum(dy * y))"),
+    OpDef(name="LogSoftmaxGrad", shape=grad_like_second, kernel=_log_softmax_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_row_ws, num_inputs=(2, 2), attrs={"axis": -1},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy - exp(y) * sum(dy)"),
 ]

@@ -30,6 +30,8 @@ from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -37,6 +39,7 @@ from engine.ops._base import (
     Step,
     align,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, import_axes
 from engine.ops.reduce import _reduce_shape, reduce_axes
 
 KINDS = ("max", "min", "prod", "l1", "l2", "log_sum", "log_sum_exp", "sum_square")
@@ -164,11 +167,14 @@ def _grad_kernel(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef(NAMES[kind], _shape(kind), _kernel(kind), _grad(kind), (), _ws(kind), attrs=ATTRS,
+    OpDef(name=NAMES[kind], shape=_shape(kind), kernel=_kernel(kind), grad=_grad(kind),
+          workspace=_ws(kind), attrs=ATTRS, stacking=NOT_STACKED,
+          onnx=OnnxForm(name=NAMES[kind], import_=import_axes, attr_inputs=(1,)),
           doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
     for kind in KINDS
 ] + [
-    OpDef("ReduceFamilyGrad", _grad_shape, _grad_kernel, FIRST_ORDER_ONLY, (), _grad_ws,
-          num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
+    OpDef(name="ReduceFamilyGrad", shape=_grad_shape, kernel=_grad_kernel, grad=FIRST_ORDER_ONLY,
+          workspace=_grad_ws, num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of a Reduce* op from dY, X and Y"),
 ]

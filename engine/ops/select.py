@@ -12,7 +12,9 @@ from engine.errors import GraphError, ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
     NON_DIFFERENTIABLE_METRIC,
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -22,6 +24,7 @@ from engine.ops._base import (
     broadcast_shapes,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, attrs_as_inputs, inputs_as_attrs
 from engine.ops.elementwise import unbroadcast
 
 
@@ -149,19 +152,27 @@ def _g_sum(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef("Sum", _variadic_shape, _extremum("add"), _g_sum, num_inputs=(1, 64),
+    OpDef(name="Sum", shape=_variadic_shape, kernel=_extremum("add"), grad=_g_sum,
+          num_inputs=(1, 64), stacking=NOT_STACKED, onnx=OnnxForm(name="Sum"),
           doc="elementwise sum of its inputs, broadcasting"),
-    OpDef("Max", _variadic_shape, _extremum("maximum"), _g_extremum("max"), (0,),
-          num_inputs=(1, 16), doc="elementwise maximum of its inputs, broadcasting"),
-    OpDef("Min", _variadic_shape, _extremum("minimum"), _g_extremum("min"), (0,),
-          num_inputs=(1, 16), doc="elementwise minimum of its inputs, broadcasting"),
-    OpDef("SelectGrad", _select_grad_shape, _select_grad, FIRST_ORDER_ONLY, (), _mask_ws,
-          num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
+    OpDef(name="Max", shape=_variadic_shape, kernel=_extremum("maximum"), grad=_g_extremum("max"),
+          inplace=(0,), num_inputs=(1, 16), stacking=NOT_STACKED, onnx=OnnxForm(name="Max"),
+          doc="elementwise maximum of its inputs, broadcasting"),
+    OpDef(name="Min", shape=_variadic_shape, kernel=_extremum("minimum"), grad=_g_extremum("min"),
+          inplace=(0,), num_inputs=(1, 16), stacking=NOT_STACKED, onnx=OnnxForm(name="Min"),
+          doc="elementwise minimum of its inputs, broadcasting"),
+    OpDef(name="SelectGrad", shape=_select_grad_shape, kernel=_select_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_mask_ws, num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY where input `pick` gave the max (or min)"),
-    OpDef("Clip", _clip_shape, _clip, _g_clip, (0,), attrs={"min": None, "max": None},
+    OpDef(name="Clip", shape=_clip_shape, kernel=_clip, grad=_g_clip, inplace=(0,),
+          attrs={"min": None, "max": None}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Clip", export=attrs_as_inputs("min", "max", floats=("min", "max")),
+                        import_=inputs_as_attrs("min", "max"), attr_inputs=(1, 2)),
           doc="ONNX Clip with its bounds as attributes (None: unbounded)"),
-    OpDef("ClipGrad", _clip_grad_shape, _clip_grad, FIRST_ORDER_ONLY, (), _two_masks_ws,
-          num_inputs=(2, 2), attrs={"min": None, "max": None},
+    OpDef(name="ClipGrad", shape=_clip_grad_shape, kernel=_clip_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_two_masks_ws, num_inputs=(2, 2), attrs={"min": None, "max": None},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY where min <= x <= max"),
 ]
 
@@ -241,12 +252,13 @@ def _argmax(k: KernelArgs) -> Step:
 
 
 OPS += [
-    OpDef("Where", _where_shape, _where, _g_where, num_inputs=(3, 3),
+    OpDef(name="Where", shape=_where_shape, kernel=_where, grad=_g_where, num_inputs=(3, 3),
+          stacking=NOT_STACKED, onnx=OnnxForm(name="Where"),
           doc="ONNX Where: x where the condition holds, else y (broadcasting)"),
-    OpDef("WhereGrad", _where_grad_shape, _where_grad, FIRST_ORDER_ONLY, (), _mask_ws,
-          num_inputs=(2, 2), attrs={"pick": 0},
-          doc="internal: dY where the condition chose the input"),
-    OpDef("ArgMax", _argmax_shape, _argmax, NON_DIFFERENTIABLE_METRIC,
-          attrs={"axis": 0, "keepdims": 1, "select_last_index": 0},
-          doc="ONNX ArgMax (int64 indices)"),
+    OpDef(name="WhereGrad", shape=_where_grad_shape, kernel=_where_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_mask_ws, num_inputs=(2, 2), attrs={"pick": 0}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL, doc="internal: dY where the condition chose the input"),
+    OpDef(name="ArgMax", shape=_argmax_shape, kernel=_argmax, grad=NON_DIFFERENTIABLE_METRIC,
+          attrs={"axis": 0, "keepdims": 1, "select_last_index": 0}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="ArgMax"), doc="ONNX ArgMax (int64 indices)"),
 ]

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from engine.errors import ShapeError, ZeroSizeError
-from engine.graph import BATCH, TensorDesc
+from engine.graph import BATCH, Node, TensorDesc
 from engine.ops._base import (
+    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -20,6 +23,7 @@ from engine.ops._base import (
     copy_step,
     norm_axis,
 )
+from engine.ops._onnx import Exported, ImportContext, OnnxForm, export_axes, import_axes
 
 
 def _prod(dims: tuple[int, ...] | list[int]) -> int:
@@ -237,21 +241,72 @@ def _g_transpose(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str 
     return [gb.op("Transpose", g[0], perm=inverse)]
 
 
+# -- ONNX forms: the target shape and the split sizes are ONNX inputs ---------------
+
+
+def _import_reshape(ctx: ImportContext, node: Any, ins: list[str], attrs: dict[str, Any]
+                    ) -> tuple[list[str], dict[str, Any]]:
+    target = [int(v) for v in ctx.const(ins[1], node)]
+    # With a batch dimension, a leading dimension written as the model's batch size (or
+    # -1) is the batch: 0 keeps it, as this engine requires.
+    if ctx.batch and target and not ctx.is_const(ins[0]) and \
+            target[0] in (-1, ctx.declared_batch) and len(target) > 1:
+        target[0] = 0
+    attrs["shape"] = tuple(target)
+    return ins[:1], attrs
+
+
+def _export_reshape(n: Node, helper: Any, nh: Any) -> Exported:
+    shape = nh.from_array(np.asarray(n.attrs["shape"], dtype=np.int64), f"{n.outputs[0]}:shape")
+    return [helper.make_node("Reshape", [n.inputs[0], shape.name], [n.outputs[0]])], [shape]
+
+
+def _import_split(ctx: ImportContext, node: Any, ins: list[str], attrs: dict[str, Any]
+                  ) -> tuple[list[str], dict[str, Any]]:
+    if len(ins) > 1:
+        attrs["split"] = tuple(int(v) for v in ctx.const(ins[1], node))
+    elif not attrs.get("num_outputs"):
+        attrs["num_outputs"] = len(node.output)
+    return ins[:1], attrs
+
+
+def _export_split(n: Node, helper: Any, nh: Any) -> Exported:
+    axis = int(n.attrs.get("axis", 0))
+    if n.attrs.get("split"):
+        t = nh.from_array(np.asarray(n.attrs["split"], dtype=np.int64), f"{n.outputs[0]}:split")
+        return [helper.make_node("Split", [n.inputs[0], t.name], list(n.outputs),
+                                 axis=axis)], [t]
+    return [helper.make_node("Split", [n.inputs[0]], list(n.outputs), axis=axis)], []
+
+
 OPS = [
-    OpDef("Concat", _concat_shape, _concat, _g_concat, num_inputs=(1, 64), attrs={"axis": 0},
+    OpDef(name="Concat", shape=_concat_shape, kernel=_concat, grad=_g_concat, num_inputs=(1, 64),
+          attrs={"axis": 0}, stacking=NOT_STACKED, onnx=OnnxForm(name="Concat"),
           doc="ONNX Concat (not along the batch axis)"),
-    OpDef("Split", _split_shape, _split, _g_split, num_outputs=64, variadic_outputs=True,
-          attrs={"axis": 0, "split": (), "num_outputs": 0},
+    OpDef(name="Split", shape=_split_shape, kernel=_split, grad=_g_split, num_outputs=64,
+          variadic_outputs=True, attrs={"axis": 0, "split": (), "num_outputs": 0},
+          stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Split", export=_export_split, import_=_import_split,
+                        attr_inputs=(1,)),
           doc="ONNX Split with sizes (or num_outputs) as attributes (not along the batch)"),
-    OpDef("Squeeze", _squeeze_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axes": ()},
+    OpDef(name="Squeeze", shape=_squeeze_shape, kernel=_copy_reshaped, grad=_g_reshape,
+          inplace=(0,), attrs={"axes": ()}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Squeeze", export=export_axes, import_=import_axes, attr_inputs=(1,)),
           doc="ONNX Squeeze with axes as an attribute (all size-1 axes when empty)"),
-    OpDef("Unsqueeze", _unsqueeze_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axes": ()},
+    OpDef(name="Unsqueeze", shape=_unsqueeze_shape, kernel=_copy_reshaped, grad=_g_reshape,
+          inplace=(0,), attrs={"axes": ()}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Unsqueeze", export=export_axes, import_=import_axes,
+                        attr_inputs=(1,)),
           doc="ONNX Unsqueeze with axes as an attribute"),
-    OpDef("Transpose", _transpose_shape, _transpose, _g_transpose, attrs={"perm": ()},
+    OpDef(name="Transpose", shape=_transpose_shape, kernel=_transpose, grad=_g_transpose,
+          attrs={"perm": ()}, stacking=NOT_STACKED, onnx=OnnxForm(name="Transpose"),
           doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
-    OpDef("Reshape", _reshape_shape, _copy_reshaped, _g_reshape, (0,),
-          attrs={"shape": (), "allowzero": 0},
+    OpDef(name="Reshape", shape=_reshape_shape, kernel=_copy_reshaped, grad=_g_reshape,
+          inplace=(0,), attrs={"shape": (), "allowzero": 0}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Reshape", export=_export_reshape, import_=_import_reshape,
+                        attr_inputs=(1,)),
           doc="ONNX Reshape with the target shape as an attribute (0 copies, -1 infers)"),
-    OpDef("Flatten", _flatten_shape, _copy_reshaped, _g_reshape, (0,), attrs={"axis": 1},
+    OpDef(name="Flatten", shape=_flatten_shape, kernel=_copy_reshaped, grad=_g_reshape,
+          inplace=(0,), attrs={"axis": 1}, stacking=NOT_STACKED, onnx=OnnxForm(name="Flatten"),
           doc="ONNX Flatten: 2-D [prod(shape[:axis]), prod(shape[axis:])]"),
 ]

@@ -31,14 +31,18 @@ from engine.errors import ShapeError
 from engine.graph import BATCH, DType, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
+    NOT_STACKED,
     SHAPE_ONLY,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
     Step,
+    is_numpy,
     norm_axis,
 )
+from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, attrs_as_inputs, inputs_as_attrs
 
 # -- Slice ----------------------------------------------------------------------------------
 
@@ -110,6 +114,7 @@ def _slice_grad(k: KernelArgs) -> Step:
 
 
 SLICE_ATTRS = {"starts": (), "ends": (), "axes": (), "steps": ()}
+SLICE_INPUTS = ("starts", "ends", "axes", "steps")  # ONNX inputs 1-4
 
 # -- Pad ------------------------------------------------------------------------------------
 
@@ -267,6 +272,7 @@ def _pad_grad(k: KernelArgs) -> Step:
 
 
 PAD_ATTRS = {"pads": (), "mode": "constant", "value": 0.0, "axes": ()}
+PAD_INPUTS = ("pads", "value", "axes")  # ONNX inputs 1-3
 
 # -- Gather ---------------------------------------------------------------------------------
 
@@ -288,7 +294,7 @@ def _gather_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
 def _gather(k: KernelArgs) -> Step:
     xp, (data, idx), y = k.xp, k.ins, k.outs[0]
     axis = norm_axis(int(k.attrs["axis"]), data.ndim)
-    if xp.__name__ == "numpy":
+    if is_numpy(xp):
         # mode="wrap" maps ONNX's negative indices (-1 is the last) without a copy of them
         return lambda: xp.take(data, idx, axis=axis, out=y, mode="wrap")
     return lambda: xp.take(data, idx, axis=axis, out=y)  # cupy's take wraps already
@@ -343,20 +349,33 @@ def _shape(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("Slice", _slice_shape, _slice, _g_slice, attrs=SLICE_ATTRS,
+    OpDef(name="Slice", shape=_slice_shape, kernel=_slice, grad=_g_slice, attrs=SLICE_ATTRS,
+          stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Slice", export=attrs_as_inputs(*SLICE_INPUTS),
+                        import_=inputs_as_attrs(*SLICE_INPUTS), attr_inputs=(1, 2, 3, 4)),
           doc="ONNX Slice with starts/ends/axes/steps as attributes"),
-    OpDef("SliceGrad", _like_second, _slice_grad, FIRST_ORDER_ONLY, num_inputs=(2, 2),
-          attrs=SLICE_ATTRS, doc="internal: dX of Slice (dY in the sliced view, zero else)"),
-    OpDef("Pad", _pad_shape, _pad, _g_pad, attrs=PAD_ATTRS,
+    OpDef(name="SliceGrad", shape=_like_second, kernel=_slice_grad, grad=FIRST_ORDER_ONLY,
+          num_inputs=(2, 2), attrs=SLICE_ATTRS, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: dX of Slice (dY in the sliced view, zero else)"),
+    OpDef(name="Pad", shape=_pad_shape, kernel=_pad, grad=_g_pad, attrs=PAD_ATTRS,
+          stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Pad",
+                        export=attrs_as_inputs(*PAD_INPUTS, floats=("value",), keep=("mode",)),
+                        import_=inputs_as_attrs(*PAD_INPUTS), attr_inputs=(1, 2, 3)),
           doc="ONNX Pad (constant, edge, reflect, wrap) with pads/value/axes as attributes"),
-    OpDef("PadGrad", _like_second, _pad_grad, FIRST_ORDER_ONLY, (), _pad_grad_ws,
-          num_inputs=(2, 2), attrs=PAD_ATTRS,
+    OpDef(name="PadGrad", shape=_like_second, kernel=_pad_grad, grad=FIRST_ORDER_ONLY,
+          workspace=_pad_grad_ws, num_inputs=(2, 2), attrs=PAD_ATTRS, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL,
           doc="internal: dX of Pad (the padding folded back onto its sources)"),
-    OpDef("Gather", _gather_shape, _gather, _g_gather, num_inputs=(2, 2), attrs={"axis": 0},
+    OpDef(name="Gather", shape=_gather_shape, kernel=_gather, grad=_g_gather, num_inputs=(2, 2),
+          attrs={"axis": 0}, stacking=NOT_STACKED, onnx=OnnxForm(name="Gather"),
           doc="ONNX Gather: data[..., indices, ...] along `axis`"),
-    OpDef("GatherGrad", lambda ins, attrs: [ins[2]], _gather_grad, FIRST_ORDER_ONLY,
-          num_inputs=(3, 3), attrs={"axis": 0},
+    OpDef(name="GatherGrad", shape=lambda ins, attrs: [ins[2]], kernel=_gather_grad,
+          grad=FIRST_ORDER_ONLY, num_inputs=(3, 3), attrs={"axis": 0},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of Gather (dY added at the gathered indices)"),
-    OpDef("Shape", _shape_shape, _shape, SHAPE_ONLY, attrs={"start": 0, "end": None},
+    OpDef(name="Shape", shape=_shape_shape, kernel=_shape, grad=SHAPE_ONLY,
+          attrs={"start": 0, "end": None}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Shape", needs_shapes=True),
           doc="ONNX Shape: the dimensions start:end of the input (the runtime batch too)"),
 ]

@@ -21,7 +21,9 @@ from typing import Any
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
+    ALREADY_STACKED,
     FIRST_ORDER_ONLY,
+    MADE_AFTER_STACKING,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -31,6 +33,7 @@ from engine.ops._base import (
     need_float,
     same_dtype,
 )
+from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import unbroadcast
 from engine.ops.loss import check_labels, row_index_step, take_rows
 from engine.ops.reduce import log_softmax_step
@@ -268,19 +271,23 @@ def _ssce_grad(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef("StackedGemm", _sgemm_shape, _sgemm, _g_sgemm, num_inputs=(2, 3),
-          attrs={"transB": 0},
+    OpDef(name="StackedGemm", shape=_sgemm_shape, kernel=_sgemm, grad=_g_sgemm, num_inputs=(2, 3),
+          attrs={"transB": 0}, stacking=ALREADY_STACKED, onnx=ENGINE_INTERNAL,
           doc="per-model dense layer of a stack: Y[:, k] = A_k @ W[k] + b[k]"),
-    OpDef("StackedGemmGradInput", _grad_input_shape, _grad_input, FIRST_ORDER_ONLY, (),
-          _grad_input_ws, num_inputs=(2, 2), attrs={"transB": 0, "shared": 0},
+    OpDef(name="StackedGemmGradInput", shape=_grad_input_shape, kernel=_grad_input,
+          grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
+          attrs={"transB": 0, "shared": 0}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's input gradient (summed over models if shared)"),
-    OpDef("StackedGemmGradWeight", _grad_weight_shape, _grad_weight, FIRST_ORDER_ONLY,
-          num_inputs=(2, 2), attrs={"transB": 0},
+    OpDef(name="StackedGemmGradWeight", shape=_grad_weight_shape, kernel=_grad_weight,
+          grad=FIRST_ORDER_ONLY, num_inputs=(2, 2), attrs={"transB": 0},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's weight gradient"),
-    OpDef("StackedSoftmaxCrossEntropyLoss", _ssce_shape, _ssce, _g_ssce, (), _ssce_ws,
-          num_inputs=(2, 2), num_outputs=2, attrs={"reduction": "mean"},
+    OpDef(name="StackedSoftmaxCrossEntropyLoss", shape=_ssce_shape, kernel=_ssce, grad=_g_ssce,
+          workspace=_ssce_ws, num_inputs=(2, 2), num_outputs=2, attrs={"reduction": "mean"},
+          stacking=ALREADY_STACKED, onnx=ENGINE_INTERNAL,
           doc="softmax cross-entropy per model of a stack: scores [b, K, C] -> losses [K]"),
-    OpDef("StackedSoftmaxCrossEntropyLossGrad", _ssce_grad_shape, _ssce_grad,
-          FIRST_ORDER_ONLY, (), _ssce_grad_ws, num_inputs=(3, 3),
-          attrs={"reduction": "mean"}, doc="internal: its gradient"),
+    OpDef(name="StackedSoftmaxCrossEntropyLossGrad", shape=_ssce_grad_shape, kernel=_ssce_grad,
+          grad=FIRST_ORDER_ONLY, workspace=_ssce_grad_ws, num_inputs=(3, 3),
+          attrs={"reduction": "mean"}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: its gradient"),
 ]

@@ -201,7 +201,7 @@ class VM:
             extra.append(lambda: xp.add(grad, scratch, out=grad))
         args = KernelArgs(self.xp, [views[j] for j in ins.ins], outs, ws, dict(ins.attrs),
                           self.rng, self.program.device)
-        return [get_op(ins.op).kernel_for(self.program.device)(args), *extra]
+        return [get_op(ins.op).kernel(args), *extra]
 
     def _bind_update(self, mask: int) -> tuple[Step, ...]:
         """Regularization then the optimizer update for the parameters in ``mask``."""

@@ -129,3 +129,10 @@ def test_what_does_not_stack_is_named() -> None:
     p.Add(p.MatMul(x, w), x)
     with pytest.raises(StackError, match="per-sample data the models share"):
         stack_graphs([g2, g2])
+
+
+def test_every_stacking_rule_kind_has_a_rule() -> None:
+    from engine.compile.stack import _RULES
+    from engine.ops import StackRule
+
+    assert set(_RULES) == set(StackRule)

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from engine import SGD, VM, CalcGraph, Init, Mode, ShapeError, compile_graph
-from engine.ops.conv_algorithms import ALGORITHMS
+from engine.ops import get_op
 from tests.allocations import step_allocations
 
 R = np.random.default_rng(5)
 
+ALGORITHMS = tuple(get_op("Conv").variants)  # every registered variant
 SHAPES = [  # (x, w, attrs): the algorithms that apply to each
     ((2, 3, 9, 7), (4, 3, 3, 3), {"pads": (1, 1, 1, 1)}),
     ((2, 3, 8, 8), (4, 3, 3, 3), {}),
@@ -104,3 +105,11 @@ def test_max_pool_gradient_goes_to_the_first_of_tied_maxima() -> None:
     vm.backward("train")
     # windows [[1, 1], [1, 0]] and [[0, 2], [2, 2]]: their first maxima in row order
     assert vm.grad("w").reshape(2, 4).tolist() == [[1, 0, 0, 1], [0, 0, 0, 0]]
+
+
+def test_an_unknown_algorithm_lists_the_registered_ones() -> None:
+    g = CalcGraph()
+    x, w = g.placeholder("x", (1, 1, 4, 4)), g.placeholder("w", (1, 1, 3, 3))
+    g.path("c", Mode.FORWARD_ONLY).Conv(x, w, algorithm="fft")
+    with pytest.raises(ShapeError, match="'fft' is not one of im2col, direct, winograd"):
+        compile_graph(g, batch_size=1)
