@@ -248,5 +248,3 @@ def masked_add(xp: Any, scratch: Any) -> Callable[[Any, Any, Any], None]:
     return add
 
 
-def align(n: int, a: int = 64) -> int:
-    return (n + a - 1) // a * a

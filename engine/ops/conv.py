@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
@@ -35,7 +36,6 @@ from engine.ops._base import (
     OpDef,
     Step,
     Variant,
-    align,
     need_float,
     pick_variant,
     same_dtype,
@@ -112,7 +112,7 @@ def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], ite
     cols = geo["c"] * kk * n * geo["out"][0] * geo["out"][1]
     padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1] if any(geo["pads"]) else 0
     prod = geo["m"] * n * geo["out"][0] * geo["out"][1]
-    return align(padded * item), align(cols * item), align(prod * item), geo
+    return align_up(padded * item), align_up(cols * item), align_up(prod * item), geo
 
 
 def _im2col_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
@@ -140,7 +140,7 @@ def padded_copy(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, fill: fl
         buf.fill(fill)
         xp.copyto(inner, x)
 
-    return pad, buf, at + align(n * c * hp * wp * item)
+    return pad, buf, at + align_up(n * c * hp * wp * item)
 
 
 def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Step, Any, int]:
@@ -154,7 +154,7 @@ def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Ste
     steps = [pad] if pad is not None else []
     cols = ws[at: at + c * kh * kw * n * oh * ow * item].view(x.dtype) \
         .reshape(c, kh, kw, n, oh, ow)
-    at += align(c * kh * kw * n * oh * ow * item)
+    at += align_up(c * kh * kw * n * oh * ow * item)
     s0, s1, s2, s3 = src.strides
     windows = xp.lib.stride_tricks.as_strided(
         src, shape=(c, kh, kw, n, oh, ow),
@@ -256,7 +256,7 @@ def _grad_input_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, A
     kk = geo["k"][0] * geo["k"][1]
     dcols = geo["c"] * kk * n * geo["out"][0] * geo["out"][1]
     dyt = geo["m"] * n * geo["out"][0] * geo["out"][1]
-    return align(padded * item), align(dcols * item), align(dyt * item), geo
+    return align_up(padded * item), align_up(dcols * item), align_up(dyt * item), geo
 
 
 def _grad_input_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.ops._base import KernelArgs, Step, align
+from engine.alignment import align_up
+from engine.ops._base import KernelArgs, Step
 
 
 def _padded_bytes(x: tuple[int, ...], hp: int, wp: int, item: int) -> int:
-    return align(x[0] * x[1] * hp * wp * item)
+    return align_up(x[0] * x[1] * hp * wp * item)
 
 
 # -- direct -------------------------------------------------------------------------------
@@ -47,8 +48,8 @@ def direct_ws(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
     (oh, ow), m = geo["out"], geo["m"]
     hp, wp = geo["padded"]
     padded = _padded_bytes(x, hp, wp, item) if any(geo["pads"]) else 0
-    return padded + align(n * oh * ow * c * item) + 2 * align(n * oh * ow * m * item) + \
-        align(geo["k"][0] * geo["k"][1] * c * m * item)
+    return padded + align_up(n * oh * ow * c * item) + 2 * align_up(n * oh * ow * m * item) + \
+        align_up(geo["k"][0] * geo["k"][1] * c * m * item)
 
 
 def direct(k: KernelArgs, geo: dict[str, Any], pad: Step | None, padded: Any, at: int) -> Step:
@@ -60,11 +61,11 @@ def direct(k: KernelArgs, geo: dict[str, Any], pad: Step | None, padded: Any, at
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     rows, cg, mg = n * oh * ow, c // g, m // g
     xk = k.scratch(at, (n, oh, ow, c), x.dtype)
-    at += align(rows * c * x.dtype.itemsize)
+    at += align_up(rows * c * x.dtype.itemsize)
     acc = k.scratch(at, (rows, m), x.dtype)
-    at += align(rows * m * x.dtype.itemsize)
+    at += align_up(rows * m * x.dtype.itemsize)
     part = k.scratch(at, (rows, m), x.dtype)
-    at += align(rows * m * x.dtype.itemsize)
+    at += align_up(rows * m * x.dtype.itemsize)
     # W_k as [kH·kW, C/g, M] (a group's block of rows is its own C/g), contiguous
     wt = k.scratch(at, (kh * kw, cg, m), x.dtype)
     w_t = w.reshape(m, cg, kh * kw).transpose(2, 1, 0)
@@ -105,10 +106,10 @@ def winograd_ws(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:
     n, c, m = x[0], x[1], geo["m"]
     th, tw = _tiles(geo)
     t = n * th * tw
-    return (_padded_bytes(x, 2 * th + 2, 2 * tw + 2, item) + 2 * align(16 * c * t * item)
-            + align(16 * m * c * item) + align(12 * m * c * item)
-            + align(16 * m * t * item) + align(8 * m * t * item)
-            + align(n * m * 2 * th * 2 * tw * item))
+    return (_padded_bytes(x, 2 * th + 2, 2 * tw + 2, item) + 2 * align_up(16 * c * t * item)
+            + align_up(16 * m * c * item) + align_up(12 * m * c * item)
+            + align_up(16 * m * t * item) + align_up(8 * m * t * item)
+            + align_up(n * m * 2 * th * 2 * tw * item))
 
 
 def winograd(k: KernelArgs, geo: dict[str, Any]) -> Step:
@@ -124,7 +125,7 @@ def winograd(k: KernelArgs, geo: dict[str, Any]) -> Step:
 
     def take(shape: tuple[int, ...], nbytes: int) -> Any:
         view = k.scratch(offset[0], shape, x.dtype)
-        offset[0] += align(nbytes)
+        offset[0] += align_up(nbytes)
         return view
 
     xpad = take((n, c, hp, wp), n * c * hp * wp * item)

@@ -25,6 +25,7 @@ import itertools
 import math
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
@@ -36,7 +37,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     need_float,
     same_dtype,
 )
@@ -117,7 +117,7 @@ def _parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: 
              n * geo["m"] * math.prod(geo["ext"])]
     if grad:
         parts += [n * cells * geo["c"], n * cells * (geo["c"] // geo["group"]), math.prod(w)]
-    return [align(p * item) for p in parts]
+    return [align_up(p * item) for p in parts]
 
 
 def _ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
@@ -44,7 +45,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     broadcast_shapes,
     need_float,
 )
@@ -107,7 +107,7 @@ def _workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, devic
     rows, k = ins[0].shape
     item = outs[0].dtype.itemsize
     scaled_c = ins[2].nbytes() if len(ins) == 3 and float(attrs["beta"]) != 1.0 else 0
-    return align(block_rows(rows, k, item, attrs) * k * item) + scaled_c
+    return align_up(block_rows(rows, k, item, attrs) * k * item) + scaled_c
 
 
 def _converter(xp: Any, zero: int) -> Any:
@@ -131,7 +131,7 @@ def _kernel(k: KernelArgs) -> Step:
     c = k.ins[2] if len(k.ins) == 3 else None
     cb = c
     if c is not None and beta != 1.0:
-        cb = k.scratch(align(block * feats * y.dtype.itemsize), c.shape, c.dtype)
+        cb = k.scratch(align_up(block * feats * y.dtype.itemsize), c.shape, c.dtype)
     convert = _converter(xp, int(k.attrs["zero_point"]))
     act_kernel = ACTIVATION_KERNELS.get(k.attrs["activation"] or "")
     blocks = []
@@ -187,7 +187,7 @@ def _grad_b_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict
     item = outs[0].dtype.itemsize
     block = block_rows(rows, k, item, attrs)
     partial = outs[0].nbytes() if rows > block else 0  # a later block's share, summed in
-    return align(block * k * item) + partial
+    return align_up(block * k * item) + partial
 
 
 def _grad_b_kernel(k: KernelArgs) -> Step:
@@ -196,7 +196,7 @@ def _grad_b_kernel(k: KernelArgs) -> Step:
     rows, feats = a.shape
     block = block_rows(rows, feats, db.dtype.itemsize, k.attrs)
     scratch = k.scratch(0, (block, feats), db.dtype)
-    offset = align(block * feats * db.dtype.itemsize)
+    offset = align_up(block * feats * db.dtype.itemsize)
     partial = k.scratch(offset, db.shape, db.dtype) if rows > block else None
     coef = float(k.attrs["alpha"]) * float(k.attrs["scale"])
     trans = bool(k.attrs["transB"])

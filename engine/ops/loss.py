@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import InputError, ShapeError
 from engine.graph import DType, Node, TensorDesc
 from engine.ops import nll
@@ -30,7 +31,6 @@ from engine.ops._base import (
     OpDef,
     StackRule,
     Step,
-    align,
     is_numpy,
     need_float,
     same_dtype,
@@ -106,7 +106,7 @@ def _sce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: 
     if not fast(len(ins[0].shape), len(ins), attrs):
         return nll.sce_ws(ins[0])
     rows = ins[0].shape[0]
-    return (align(rows * ins[1].dtype.itemsize) + align(rows * ins[0].dtype.itemsize) * 2
+    return (align_up(rows * ins[1].dtype.itemsize) + align_up(rows * ins[0].dtype.itemsize) * 2
             + ins[0].nbytes())  # index, picked values, row stats, exp scratch
 
 
@@ -116,11 +116,11 @@ def _sce(k: KernelArgs) -> Step:
     xp, (x, labels), (loss, logp) = k.xp, k.ins, k.outs
     b, c = x.shape
     idx = k.scratch(0, (b,), labels.dtype)
-    o = align(b * labels.dtype.itemsize)
+    o = align_up(b * labels.dtype.itemsize)
     picked = k.scratch(o, (b,), x.dtype)
-    o += align(b * x.dtype.itemsize)
+    o += align_up(b * x.dtype.itemsize)
     s = k.scratch(o, (b, 1), x.dtype)
-    e = k.scratch(o + align(b * x.dtype.itemsize), (b, c), x.dtype)
+    e = k.scratch(o + align_up(b * x.dtype.itemsize), (b, c), x.dtype)
     lsm = log_softmax_step(xp, x, logp, s, e, 1)
     make_idx = row_index_step(xp, idx, labels, c)
     flat = logp.reshape(-1)
@@ -155,7 +155,7 @@ def _sce_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
     if not fast(len(ins[1].shape), len(ins) - 1, attrs):
         return nll.ws_bytes(ins[1])
     rows = ins[1].shape[0]
-    return align(rows * ins[2].dtype.itemsize) + align(rows * ins[1].dtype.itemsize)
+    return align_up(rows * ins[2].dtype.itemsize) + align_up(rows * ins[1].dtype.itemsize)
 
 
 def _sce_grad(k: KernelArgs) -> Step:
@@ -164,7 +164,7 @@ def _sce_grad(k: KernelArgs) -> Step:
     xp, (dloss, logp, labels), dx = k.xp, k.ins, k.outs[0]
     b, c = logp.shape
     idx = k.scratch(0, (b,), labels.dtype)
-    picked = k.scratch(align(b * labels.dtype.itemsize), (b,), logp.dtype)
+    picked = k.scratch(align_up(b * labels.dtype.itemsize), (b,), logp.dtype)
     make_idx = row_index_step(xp, idx, labels, c, check=False)
     flat = dx.reshape(-1)
     inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
@@ -252,7 +252,7 @@ def _accuracy_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tensor
 
 def _accuracy_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     n = ins[0].numel() // ins[0].shape[-1]
-    return align(n * 8) * 2 + n
+    return align_up(n * 8) * 2 + n
 
 
 def _accuracy(k: KernelArgs) -> Step:
@@ -262,8 +262,8 @@ def _accuracy(k: KernelArgs) -> Step:
     rows = x.shape[:-1]
     n = x.size // x.shape[-1]
     arg = k.scratch(0, rows, labels.dtype)
-    count = k.scratch(align(n * 8), rows[1:], labels.dtype)
-    hit = k.scratch(align(n * 8) * 2, rows, "bool")
+    count = k.scratch(align_up(n * 8), rows[1:], labels.dtype)
+    hit = k.scratch(align_up(n * 8) * 2, rows, "bool")
     lab = labels if x.ndim == 2 else labels.reshape(-1, 1)
     inv = 1.0 / max(x.shape[0], 1)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import InputError, ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
@@ -38,7 +39,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     is_numpy,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
@@ -75,7 +75,7 @@ def _positions(x: TensorDesc) -> int:
 def ws_bytes(x: TensorDesc) -> int:
     """Targets made safe, flat indices, a scratch (int64 each), weights and values."""
     p = _positions(x)
-    return 3 * align(8 * p) + 2 * align(p * x.dtype.itemsize) + align(x.dtype.itemsize)
+    return 3 * align_up(8 * p) + 2 * align_up(p * x.dtype.itemsize) + align_up(x.dtype.itemsize)
 
 
 class Picks:
@@ -91,12 +91,12 @@ class Picks:
         self.c, self.r = c, r
         self.targets = targets.reshape(p)
         self.safe = k.scratch(at, (p,), "int64")
-        self.idx = k.scratch(at + align(8 * p), (p,), "int64")
-        self.tmp = k.scratch(at + 2 * align(8 * p), (p,), "int64")
-        o = at + 3 * align(8 * p)
+        self.idx = k.scratch(at + align_up(8 * p), (p,), "int64")
+        self.tmp = k.scratch(at + 2 * align_up(8 * p), (p,), "int64")
+        o = at + 3 * align_up(8 * p)
         self.w = k.scratch(o, (p,), scores.dtype)
-        self.vals = k.scratch(o + align(p * scores.dtype.itemsize), (p,), scores.dtype)
-        self.total = k.scratch(o + 2 * align(p * scores.dtype.itemsize), (), scores.dtype)
+        self.vals = k.scratch(o + align_up(p * scores.dtype.itemsize), (p,), scores.dtype)
+        self.total = k.scratch(o + 2 * align_up(p * scores.dtype.itemsize), (), scores.dtype)
         self.weights = weights
         ignore = k.attrs.get("ignore_index")
         self.ignore = None if ignore is None else int(ignore)
@@ -237,7 +237,7 @@ def _nll_grad(k: KernelArgs) -> Step:
 def sce_ws(x: TensorDesc) -> int:
     """A row of maxima/sums and an exp scratch for the log-softmax, then the picks."""
     row = x.numel() // max(x.shape[1], 1)
-    return align(row * x.dtype.itemsize) + align(x.nbytes()) + ws_bytes(x)
+    return align_up(row * x.dtype.itemsize) + align_up(x.nbytes()) + ws_bytes(x)
 
 
 def sce_kernel(k: KernelArgs) -> Step:
@@ -245,10 +245,10 @@ def sce_kernel(k: KernelArgs) -> Step:
     loss, logp = k.outs[0], k.outs[1]
     row = (x.shape[0], 1, *x.shape[2:])
     s = k.scratch(0, row, x.dtype)
-    at = align(math.prod(row) * x.dtype.itemsize)
+    at = align_up(math.prod(row) * x.dtype.itemsize)
     e = k.scratch(at, x.shape, x.dtype)
     lsm = log_softmax_step(xp, x, logp, s, e, 1)
-    picks = Picks(k, x, t, k.ins[2] if len(k.ins) > 2 else None, at + align(x.nbytes))
+    picks = Picks(k, x, t, k.ins[2] if len(k.ins) > 2 else None, at + align_up(x.nbytes))
     reduction = k.attrs["reduction"]
 
     def step() -> None:

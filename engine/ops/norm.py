@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
@@ -46,7 +47,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     need_float,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, ImportContext, OnnxForm
@@ -101,11 +101,11 @@ def _views(k: KernelArgs) -> tuple[Any, tuple[int, ...], tuple[int, ...], float]
 
 
 def _bn_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    return 4 * align(_channels(ins[0]) * ins[0].dtype.itemsize)
+    return 4 * align_up(_channels(ins[0]) * ins[0].dtype.itemsize)
 
 
 def _vectors(k: KernelArgs, n: int, cshape: tuple[int, ...], dtype: Any) -> list[Any]:
-    size = align(cshape[1] * k.xp.dtype(dtype).itemsize)
+    size = align_up(cshape[1] * k.xp.dtype(dtype).itemsize)
     return [k.scratch(i * size, cshape, dtype) for i in range(n)]
 
 
@@ -182,7 +182,7 @@ def _bn_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorD
 
 def _bn_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                 ) -> int:
-    return 3 * align(_channels(ins[1]) * ins[1].dtype.itemsize)
+    return 3 * align_up(_channels(ins[1]) * ins[1].dtype.itemsize)
 
 
 def _bn_grad(k: KernelArgs) -> Step:
@@ -269,7 +269,7 @@ def _ln_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: s
     r = 1
     for v in x.shape[:axis]:
         r *= v
-    return 2 * align(r * x.dtype.itemsize)
+    return 2 * align_up(r * x.dtype.itemsize)
 
 
 def _ln(k: KernelArgs) -> Step:
@@ -283,7 +283,7 @@ def _ln(k: KernelArgs) -> Step:
     bias = k.ins[2] if len(k.ins) > 2 else None
     y_norm = y.reshape((*x.shape[:axis], *norm))
     eps = float(k.attrs["epsilon"])
-    mean, istd = (k.scratch(i * align(r * x.dtype.itemsize), (r, 1), x.dtype) for i in range(2))
+    mean, istd = (k.scratch(i * align_up(r * x.dtype.itemsize), (r, 1), x.dtype) for i in range(2))
     outs = [o.reshape(r, 1) for o in k.outs[1:]]
 
     def step() -> None:
@@ -346,7 +346,7 @@ def _ln_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, devi
     r = 1
     for v in x.shape[:axis]:
         r *= v
-    return 4 * align(r * x.dtype.itemsize) + align(x.numel() * x.dtype.itemsize)
+    return 4 * align_up(r * x.dtype.itemsize) + align_up(x.numel() * x.dtype.itemsize)
 
 
 def _ln_grad(k: KernelArgs) -> Step:
@@ -358,7 +358,7 @@ def _ln_grad(k: KernelArgs) -> Step:
     scale = k.ins[2].reshape(d)  # full-size (the gradient rule makes sure)
     dscale, dbias = k.outs[1].reshape(d), k.outs[2].reshape(d)
     eps = float(k.attrs["epsilon"])
-    size = align(r * x.dtype.itemsize)
+    size = align_up(r * x.dtype.itemsize)
     mean, istd, s1, s2 = (k.scratch(i * size, (r, 1), x.dtype) for i in range(4))
     xhat = k.scratch(4 * size, (r, d), x.dtype)
 
@@ -435,7 +435,7 @@ def _lrn_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
 def _lrn_padded(shape: tuple[int, ...], size: int, item: int) -> int:
     """Bytes of the squares padded along the channels (size - 1 more channels)."""
     per_channel = math.prod(shape) // max(shape[1], 1)
-    return align((shape[1] + size - 1) * per_channel * item)
+    return align_up((shape[1] + size - 1) * per_channel * item)
 
 
 def _lrn_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
@@ -446,7 +446,7 @@ def _lrn_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
                  ) -> int:
     x = ins[0]
     return _lrn_padded(x.shape, int(attrs["size"]), x.dtype.itemsize) + \
-        align(x.numel() * x.dtype.itemsize)
+        align_up(x.numel() * x.dtype.itemsize)
 
 
 def _window_sum(xp: Any, padded: Any, into: Any, size: int, channels: int) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
@@ -44,7 +45,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     is_numpy,
     need_float,
 )
@@ -120,7 +120,7 @@ def _is_padded(x: tuple[int, ...], geo: dict[str, Any]) -> bool:
 
 
 def _nbytes(shape: tuple[int, ...], item: int) -> int:
-    return align(math.prod(shape) * item)
+    return align_up(math.prod(shape) * item)
 
 
 def _padded_bytes(x: tuple[int, ...], geo: dict[str, Any], item: int) -> int:

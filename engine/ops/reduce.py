@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.alignment import align_up
 from engine.errors import GraphError
 from engine.graph import Node, TensorDesc
 from engine.ops._base import (
@@ -24,7 +25,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     need_float,
     norm_axis,
 )
@@ -224,7 +224,7 @@ _REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 
 def _hardmax_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                 ) -> int:
-    return align(_row_ws(ins, outs, attrs, device)) + 2 * align(ins[0].numel())
+    return align_up(_row_ws(ins, outs, attrs, device)) + 2 * align_up(ins[0].numel())
 
 
 def _hardmax(k: KernelArgs) -> Step:
@@ -234,9 +234,9 @@ def _hardmax(k: KernelArgs) -> Step:
     axis = norm_axis(int(k.attrs["axis"]), x.ndim)
     row = _row_shape(x.shape, axis)
     m = k.scratch(0, row, x.dtype)
-    at = align(_row_ws_bytes(row, x))
+    at = align_up(_row_ws_bytes(row, x))
     top = k.scratch(at, x.shape, "bool")
-    first = k.scratch(at + align(x.size), x.shape, "bool")
+    first = k.scratch(at + align_up(x.size), x.shape, "bool")
 
     def step() -> None:
         xp.max(x, axis=axis, keepdims=True, out=m)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
@@ -37,7 +38,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, import_axes
 from engine.ops.reduce import _reduce_shape, reduce_axes
@@ -65,7 +65,7 @@ def _shape(kind: str) -> Any:
 
 def _ws(kind: str) -> Any:
     def rule(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-        return align(ins[0].nbytes()) + align(outs[0].nbytes()) if kind in NEEDS_COPY else 0
+        return align_up(ins[0].nbytes()) + align_up(outs[0].nbytes()) if kind in NEEDS_COPY else 0
 
     return rule
 
@@ -78,7 +78,7 @@ def _kernel(kind: str) -> Any:
             axes = ()
         yk = y.reshape(_kept(x, axes))
         t = k.scratch(0, x.shape, x.dtype) if kind in NEEDS_COPY else None
-        m = k.scratch(align(x.nbytes), yk.shape, x.dtype) if kind in NEEDS_COPY else None
+        m = k.scratch(align_up(x.nbytes), yk.shape, x.dtype) if kind in NEEDS_COPY else None
         # the array functions (cupy has them; ufunc.reduce is numpy's)
         reduce = {"max": xp.max, "min": xp.min, "prod": xp.prod}.get(kind, xp.sum)
 
@@ -124,7 +124,7 @@ def _grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
 
 
 def _grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    return align(ins[1].numel()) if attrs["kind"] in ("max", "min", "l2") else 0
+    return align_up(ins[1].numel()) if attrs["kind"] in ("max", "min", "l2") else 0
 
 
 def _grad_kernel(k: KernelArgs) -> Step:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import GraphError, ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
@@ -20,7 +21,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     broadcast_shapes,
     same_dtype,
 )
@@ -73,7 +73,7 @@ def _select_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Ten
 
 
 def _mask_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
-    return align(outs[0].numel())
+    return align_up(outs[0].numel())
 
 
 def _select_grad(k: KernelArgs) -> Step:
@@ -118,7 +118,7 @@ def _clip_grad(k: KernelArgs) -> Step:
     xp, (x, dy), dx = k.xp, k.ins, k.outs[0]
     lo, hi = k.attrs["min"], k.attrs["max"]
     mask = k.scratch(0, dx.shape, "bool")
-    inside = k.scratch(align(dx.size), dx.shape, "bool")
+    inside = k.scratch(align_up(dx.size), dx.shape, "bool")
 
     def step() -> None:
         mask.fill(True)
@@ -142,7 +142,7 @@ def _clip_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tenso
 
 def _two_masks_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                   ) -> int:
-    return 2 * align(outs[0].numel())
+    return 2 * align_up(outs[0].numel())
 
 
 def _g_sum(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:

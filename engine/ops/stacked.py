@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
@@ -29,7 +30,6 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
-    align,
     need_float,
     same_dtype,
 )
@@ -196,7 +196,7 @@ def _ssce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
 
 def _ssce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     b, m, _ = ins[0].shape
-    return (align(b * m * ins[1].dtype.itemsize) + 2 * align(b * m * ins[0].dtype.itemsize)
+    return (align_up(b * m * ins[1].dtype.itemsize) + 2 * align_up(b * m * ins[0].dtype.itemsize)
             + ins[0].nbytes())  # index, picked values, row stats, exp scratch
 
 
@@ -204,11 +204,11 @@ def _ssce(k: KernelArgs) -> Step:
     xp, (x, labels), (loss, logp) = k.xp, k.ins, k.outs
     b, m, c = x.shape
     idx = k.scratch(0, (b, m), labels.dtype)
-    o = align(b * m * labels.dtype.itemsize)
+    o = align_up(b * m * labels.dtype.itemsize)
     picked = k.scratch(o, (b, m), x.dtype)
-    o += align(b * m * x.dtype.itemsize)
+    o += align_up(b * m * x.dtype.itemsize)
     s = k.scratch(o, (b, m, 1), x.dtype)
-    e = k.scratch(o + align(b * m * x.dtype.itemsize), (b, m, c), x.dtype)
+    e = k.scratch(o + align_up(b * m * x.dtype.itemsize), (b, m, c), x.dtype)
     lsm = log_softmax_step(xp, x, logp, s, e, 2)
     make_idx = row_index_step(xp, idx, labels, c)
     flat, flat_idx, flat_picked = logp.reshape(-1), idx.reshape(-1), picked.reshape(-1)
@@ -241,8 +241,8 @@ def _ssce_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tenso
 def _ssce_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
                   device: str) -> int:
     b, m, _ = ins[1].shape
-    return (align(b * m * ins[2].dtype.itemsize) + align(b * m * ins[1].dtype.itemsize)
-            + align(m * ins[1].dtype.itemsize))
+    return (align_up(b * m * ins[2].dtype.itemsize) + align_up(b * m * ins[1].dtype.itemsize)
+            + align_up(m * ins[1].dtype.itemsize))
 
 
 def _ssce_grad(k: KernelArgs) -> Step:
@@ -250,9 +250,9 @@ def _ssce_grad(k: KernelArgs) -> Step:
     xp, (dloss, logp, labels), dx = k.xp, k.ins, k.outs[0]
     b, m, c = logp.shape
     idx = k.scratch(0, (b, m), labels.dtype)
-    o = align(b * m * labels.dtype.itemsize)
+    o = align_up(b * m * labels.dtype.itemsize)
     picked = k.scratch(o, (b * m,), logp.dtype)
-    coef = k.scratch(o + align(b * m * logp.dtype.itemsize), (m,), logp.dtype)
+    coef = k.scratch(o + align_up(b * m * logp.dtype.itemsize), (m,), logp.dtype)
     make_idx = row_index_step(xp, idx, labels, c, check=False)
     flat, flat_idx = dx.reshape(-1), idx.reshape(-1)
     inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0

@@ -18,11 +18,10 @@ parameter with a handful of vectorised calls over one flat region.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-Step = Callable[[], None]
+from engine.ops._base import Step
 
 
 @dataclass(frozen=True)

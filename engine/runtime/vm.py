@@ -31,22 +31,21 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from engine.alignment import align_up
 from engine.errors import EngineError, InputError
 from engine.ops import KernelArgs, get_op
-from engine.ops._base import align
+from engine.ops._base import Step
 from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
 from engine.runtime.program import Program
 from engine.runtime.state import ModelState, empty_state, initial_state, region_dtype
 from engine.runtime.zones import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
-
-Step = Callable[[], None]
 
 
 @dataclass
@@ -195,7 +194,7 @@ class VM:
         if ins.param_sink is not None and accumulate:
             grad = outs[0]
             scratch = ws[: grad.nbytes].view(grad.dtype).reshape(grad.shape)
-            ws = ws[align(grad.nbytes) :]
+            ws = ws[align_up(grad.nbytes) :]
             outs[0] = scratch
             xp = self.xp
             extra.append(lambda: xp.add(grad, scratch, out=grad))
