@@ -132,6 +132,7 @@ class StudyWriter:
     >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
     >>> work, stored = optuna.create_study(), optuna.create_study()
     >>> t = work.ask(); _ = work.tell(t, 1.0)
+    >>> from explore.optuna_adapter import frozen_trial
     >>> w = StudyWriter(stored); w.put(frozen_trial(work, t)); w.close()
     >>> [x.value for x in stored.trials]
     [1.0]
