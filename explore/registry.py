@@ -22,7 +22,9 @@ LookupError: unknown greeter 'bye'; available: hello
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -80,3 +82,25 @@ class Registry(Generic[T]):
         listed = quoted[0] if len(quoted) == 1 else \
             f"{', '.join(quoted[:-1])} or {quoted[-1]}"
         raise ValueError(f"Input should be {listed}")
+
+
+def import_plugins(package: str, path: Iterable[str]) -> list[str]:
+    """Import every private module (``_name.py``, not ``_base``) of a plugin package that
+    is not imported yet, in name order, so that a new implementation registers by being
+    there: adding one touches one new module.  The package's ``__init__`` imports its
+    built-in ones first, which fixes the order error messages list them in.  Returns the
+    modules imported here.
+
+    >>> import explore.samplers
+    >>> import_plugins("explore.samplers", explore.samplers.__path__)  # all imported already
+    []
+    """
+    import sys
+
+    found = []
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        name = f"{package}.{info.name}"
+        if info.name.startswith("_") and info.name != "_base" and name not in sys.modules:
+            importlib.import_module(name)
+            found.append(name)
+    return found

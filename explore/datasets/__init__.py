@@ -25,6 +25,7 @@ from explore.datasets._base import (
 from explore.datasets._digits import Digits, load_digits
 from explore.datasets._mnist import Mnist, load_mnist, mnist_path, read_mnist_pickle
 from explore.datasets.quantize import quantize
+from explore.registry import import_plugins
 
 names = DATASETS.names
 
@@ -33,6 +34,9 @@ def load(name: str) -> Dataset:
     """The dataset ``name`` (:class:`DataError` listing the available ones if none)."""
     return get(name).load()
 
+
+# Any other implementation in this folder registers by being here.
+import_plugins(__name__, __path__)
 
 __all__ = ["DATASETS", "BaseDataset", "DataError", "Dataset", "Digits", "Mnist", "Split",
            "get", "load", "load_digits", "load_mnist", "mnist_path", "names", "quantize",

@@ -13,7 +13,11 @@ from explore.families import _cnn  # noqa: F401
 from explore.families._base import FAMILIES, BaseFamily, get, register
 from explore.families._cnn import Cnn
 from explore.families._mlp import Mlp
+from explore.registry import import_plugins
 
 names = FAMILIES.names
+
+# Any other implementation in this folder registers by being here.
+import_plugins(__name__, __path__)
 
 __all__ = ["FAMILIES", "BaseFamily", "Cnn", "Mlp", "get", "names", "register"]

@@ -19,8 +19,12 @@ from explore.metrics._accuracy import Accuracy
 from explore.metrics._base import METRICS, BaseMetric, get, register
 from explore.metrics._loss import Loss
 from explore.metrics._planned_bytes import PlannedBytes
+from explore.registry import import_plugins
 
 names = METRICS.names
+
+# Any other implementation in this folder registers by being here.
+import_plugins(__name__, __path__)
 
 __all__ = ["METRICS", "Accuracy", "BaseMetric", "Loss", "PlannedBytes", "get", "names",
            "register"]

@@ -22,8 +22,12 @@ from explore.optimizers._adamw import AdamWOptimizer
 from explore.optimizers._base import OPTIMIZERS, BaseOptimizer, build_optimizer, get, register
 from explore.optimizers._rmsprop import RmsPropOptimizer
 from explore.optimizers._sgd import SgdOptimizer
+from explore.registry import import_plugins
 
 names = OPTIMIZERS.names
+
+# Any other implementation in this folder registers by being here.
+import_plugins(__name__, __path__)
 
 __all__ = ["OPTIMIZERS", "AdagradOptimizer", "AdamOptimizer", "AdamWOptimizer", "BaseOptimizer",
            "RmsPropOptimizer", "SgdOptimizer", "build_optimizer", "get", "names", "register"]

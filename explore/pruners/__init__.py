@@ -17,8 +17,12 @@ from explore.pruners._hyperband import Hyperband
 from explore.pruners._median import Median
 from explore.pruners._none import NoPruning
 from explore.pruners._successive_halving import SuccessiveHalving
+from explore.registry import import_plugins
 
 names = PRUNERS.names
+
+# Any other implementation in this folder registers by being here.
+import_plugins(__name__, __path__)
 
 __all__ = ["PRUNERS", "BasePruner", "Hyperband", "Median", "NoPruning", "PrunerArgs",
            "SuccessiveHalving", "get", "names", "register"]

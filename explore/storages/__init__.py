@@ -9,6 +9,7 @@ plugin claims (``postgresql``, ``mysql``) goes to Optuna unchanged.
 ('postgresql://host/db', 'sqlite')
 """
 
+from explore.registry import import_plugins
 from explore.storages import _sqlite  # noqa: F401  (registers it)
 from explore.storages._base import (
     STORAGES,
@@ -21,6 +22,9 @@ from explore.storages._base import (
 from explore.storages._sqlite import Sqlite
 
 names = STORAGES.names
+
+# Any other implementation in this folder registers by being here.
+import_plugins(__name__, __path__)
 
 __all__ = ["STORAGES", "BaseStorage", "Sqlite", "get", "names", "open_storage", "register",
            "scheme"]
