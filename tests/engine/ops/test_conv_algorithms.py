@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import SGD, VM, CalcGraph, Init, Mode, ShapeError, compile_graph
+from engine import SGD, VM, CalcGraph, DType, Init, Mode, ShapeError, TensorDesc, compile_graph
 from engine.ops import get_op
 from tests.allocations import step_allocations
 
@@ -23,10 +23,19 @@ SHAPES = [  # (x, w, attrs): the algorithms that apply to each
 ]
 
 
-def applicable(w: tuple[int, ...], attrs: dict) -> list[str]:
-    wino = w[2:] == (3, 3) and attrs.get("strides", (1, 1)) == (1, 1) and \
-        attrs.get("dilations", (1, 1)) == (1, 1) and attrs.get("group", 1) == 1
-    return [a for a in ALGORITHMS if a != "winograd" or wino]
+def applicable(x: tuple[int, ...], w: tuple[int, ...], attrs: dict) -> list[str]:
+    """The registered variants whose own ``applies`` accepts this convolution."""
+    op = get_op("Conv")
+    full = {**op.attrs, **attrs}
+    ins = [TensorDesc(DType.FLOAT32, x), TensorDesc(DType.FLOAT32, w)]
+    outs = op.shape(ins, full)
+    return [name for name, v in op.variants.items() if v.applies(ins, outs, full)]
+
+
+def test_applicability_is_the_variants_own() -> None:
+    assert applicable((2, 3, 8, 8), (4, 3, 3, 3), {}) == list(ALGORITHMS)
+    assert "winograd" not in applicable((2, 3, 8, 8), (4, 3, 3, 3), {"strides": (2, 2)})
+    assert "winograd" not in applicable((2, 3, 8, 8), (4, 3, 5, 5), {})
 
 
 def run(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict, algorithm: str
@@ -50,7 +59,7 @@ def test_every_algorithm_gives_the_same_result(x_shape: tuple, w_shape: tuple,
     x = R.normal(size=x_shape).astype(np.float32)
     w = R.normal(size=w_shape).astype(np.float32)
     b = R.normal(size=w_shape[0]).astype(np.float32)
-    results = {a: run(x, w, b, attrs, a) for a in applicable(w_shape, attrs)}
+    results = {a: run(x, w, b, attrs, a) for a in applicable(x_shape, w_shape, attrs)}
     ref, _ = results["im2col"]
     for a, (y, _) in results.items():
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=a)
