@@ -81,7 +81,7 @@ def main() -> None:
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
-    from explore.datasets import DataError, load
+    from explore.datasets import DataError, get
     from explore.scheduler import Scheduler, SchedulerError
     from explore.study import default_storage, open_study
 
@@ -96,7 +96,8 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         if not gpu_available():
             _fail("--device gpu: no CUDA device with cupy on this machine")
     try:
-        data = load(space.dataset.name)
+        data = get(space.dataset.name).load_compact(space.dataset.train or None,
+                                                    space.dataset.valid or None)
     except DataError as e:
         _fail(str(e))
     url = storage or default_storage(space_file)

@@ -24,7 +24,7 @@ class DataError(Exception):
 
 @dataclass(frozen=True)
 class Split:
-    x: np.ndarray  # float32 [n, features] in [0, 1]
+    x: np.ndarray  # float32 [n, features] in [0, 1], or uint8 pixels (load_compact)
     y: np.ndarray  # int64 [n]
 
     def __len__(self) -> int:
@@ -62,6 +62,24 @@ class BaseDataset(ABC):
     @abstractmethod
     def load(self) -> Dataset:
         """The arrays (raises :class:`DataError` when they cannot be had)."""
+
+    def load_compact(self, train: int | None = None, valid: int | None = None) -> Dataset:
+        """What a run trains on: the first ``train`` and ``valid`` rows (None: all), no
+        test rows, images as exact uint8 pixels when ``pixel_scale`` is set.  This is
+        what the scheduler loads; a dataset whose files are large overrides it to read
+        only those rows, already compact (MNIST streams its pickle), and so never holds
+        the float32 set.  The default loads everything and converts."""
+        from explore.datasets.quantize import quantize
+
+        d = self.load()
+        out = []
+        for split, n in ((d.train, train), (d.valid, valid)):
+            s = split.head(n) if n is not None else split
+            x = quantize(s.x, self.pixel_scale) if self.pixel_scale is not None else \
+                np.ascontiguousarray(s.x)
+            out.append(Split(x, np.ascontiguousarray(s.y)))
+        empty = Split(out[0].x[:0], out[0].y[:0])
+        return Dataset(d.name, out[0], out[1], empty, d.classes)
 
 
 DATASETS: Registry[BaseDataset] = Registry("dataset", error=DataError)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from explore import datasets
 from explore.datasets import Dataset, quantize
 from explore.shared import SharedArrays
@@ -19,6 +21,11 @@ def share_dataset(space: Space, data: Dataset) -> SharedArrays:
         train = train.head(space.dataset.train)
     valid = data.valid.head(space.dataset.valid) if space.dataset.valid else data.valid
     scale = datasets.get(space.dataset.name).pixel_scale
-    xt, xv = (quantize(train.x, scale), quantize(valid.x, scale)) if scale else \
+    xt, xv = (_compact(train.x, scale), _compact(valid.x, scale)) if scale else \
         (train.x, valid.x)
     return SharedArrays({"x_train": xt, "y_train": train.y, "x_valid": xv, "y_valid": valid.y})
+
+
+def _compact(x: np.ndarray, scale: float) -> np.ndarray:
+    """Pixels as uint8: already so when loaded with ``load_compact``."""
+    return x if x.dtype == np.uint8 else quantize(x, scale)

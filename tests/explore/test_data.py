@@ -48,3 +48,72 @@ def test_digits_stand_in_splits_everything_once() -> None:
     ds = load_digits()
     n = len(ds.train) + len(ds.valid) + len(ds.test)
     assert n == 1797 and ds.features == 64
+
+
+def test_a_compact_load_is_the_same_pixels_in_a_quarter_of_the_bytes() -> None:
+    """The rows a run asks for, streamed as uint8: exactly the float images' heads."""
+    from explore.datasets import get
+
+    full = load_mnist()
+    small = get("mnist").load_compact(train=3000, valid=700)
+    assert small.train.x.dtype == np.uint8 and small.train.x.shape == (3000, 784)
+    assert small.valid.x.shape == (700, 784) and len(small.test) == 0
+    np.testing.assert_array_equal(small.train.x.astype(np.float32) / 256, full.train.x[:3000])
+    np.testing.assert_array_equal(small.valid.y, full.valid.y[:700])
+
+
+def test_a_compact_load_never_holds_the_float_set() -> None:
+    """Its peak (tracemalloc: numpy reports its buffers) is the kept uint8 rows plus a
+    few chunks, not the 157 MB of the training images."""
+    import tracemalloc
+
+    from explore.datasets import get
+
+    tracemalloc.start()
+    try:
+        get("mnist").load_compact(train=1000, valid=100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    kept = 1100 * 784 + 60_000 * 8  # pixels, and the labels read whole
+    assert peak < kept + 4 * (4 << 20), f"peak {peak:,} bytes"
+
+
+def test_the_streaming_reader_reads_arrays_of_any_protocol(tmp_path: Path) -> None:
+    """Protocols 3 and 4 (MNIST's file is Python 2's protocol 2): the opcodes numpy
+    arrays in tuples are written with."""
+    from explore.datasets._pickle_arrays import load_arrays
+
+    a = np.arange(600_000, dtype=np.float32).reshape(1000, 600)  # streamed (> 1 MiB)
+    b = np.array([3, 1, 2], dtype=np.int64)
+    for protocol in (3, 4):
+        f = tmp_path / f"p{protocol}.pkl"
+        f.write_bytes(pickle.dumps(((a, b), (b, a[:1])), protocol=protocol))
+        seen: list[tuple] = []
+
+        def stream(i: int, shape: tuple, dtype: np.dtype, r: object, n: int,
+                   seen: list[tuple] = seen) -> np.ndarray:
+            seen.append(shape)
+            return np.frombuffer(r.read(n), dtype).reshape(shape)  # type: ignore[attr-defined]
+
+        with open(f, "rb") as r:
+            (x, y), (y2, x2) = load_arrays(r, stream)
+        np.testing.assert_array_equal(y2, b)
+        np.testing.assert_array_equal(x, a)
+        np.testing.assert_array_equal(y, b)
+        np.testing.assert_array_equal(x2, a[:1])
+        assert seen == [(1000, 600)]
+
+
+@pytest.mark.parametrize("cut", [10, 1000, 200_000])
+def test_a_truncated_file_is_an_error(tmp_path: Path, cut: int) -> None:
+    import hashlib
+
+    bad = tmp_path / "short.pkl.gz"
+    with gzip.open(mnist_path()) as f:
+        head = f.read(cut)
+    with gzip.open(bad, "wb") as f:
+        f.write(head)
+    digest = hashlib.sha256(bad.read_bytes()).hexdigest()
+    with pytest.raises(DataError, match="truncated"):
+        read_mnist_pickle(bad, sha256=digest)
