@@ -15,11 +15,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from explore.datasets.errors import DataError
+from explore.datasets.quantize import quantize
 from explore.registry import Registry
-
-
-class DataError(Exception):
-    """A dataset is missing, corrupt or malformed."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +67,6 @@ class BaseDataset(ABC):
         what the scheduler loads; a dataset whose files are large overrides it to read
         only those rows, already compact (MNIST streams its pickle), and so never holds
         the float32 set.  The default loads everything and converts."""
-        from explore.datasets.quantize import quantize
-
         d = self.load()
         out = []
         for split, n in ((d.train, train), (d.valid, valid)):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from explore.datasets._base import BaseDataset, DataError, Dataset, Split, register
+from explore.datasets._base import BaseDataset, Dataset, Split, register
+from explore.datasets.errors import DataError
 
 
 def load_digits(seed: int = 0) -> Dataset:

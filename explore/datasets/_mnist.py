@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from explore.datasets._base import BaseDataset, DataError, Dataset, Split, register
+from explore.datasets._base import BaseDataset, Dataset, Split, register
 from explore.datasets._pickle_arrays import CHUNK_BYTES, Reader, load_arrays
+from explore.datasets.errors import DataError
 from explore.datasets.quantize import quantize
 
 MNIST_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"

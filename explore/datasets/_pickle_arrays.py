@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from explore.datasets._base import DataError
+from explore.datasets.errors import DataError
 
 ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"),

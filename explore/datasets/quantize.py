@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from explore.datasets._base import DataError
+from explore.datasets.errors import DataError
 
 QUANTIZE_CHUNK = 1 << 18  # elements converted at a time: the temporaries stay in cache
 
