@@ -81,8 +81,9 @@ def main() -> None:
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
-    from explore.datasets import DataError, get
+    from explore.datasets import DataError
     from explore.scheduler import Scheduler, SchedulerError
+    from explore.scheduler.shared_data import load_shared
     from explore.study import default_storage, open_study
 
     space = _space(space_file)
@@ -95,11 +96,6 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
 
         if not gpu_available():
             _fail("--device gpu: no CUDA device with cupy on this machine")
-    try:
-        data = get(space.dataset.name).load_compact(space.dataset.train or None,
-                                                    space.dataset.valid or None)
-    except DataError as e:
-        _fail(str(e))
     url = storage or default_storage(space_file)
     try:
         study = open_study(space, url, study_name)
@@ -114,8 +110,16 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         _summary(study, None)
         return
     display = _Display(budget.memory, budget.trials, done, quiet)
-    sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
-                      device=budget.device, progress=display.update)
+    try:
+        data = load_shared(space)
+    except DataError as e:
+        _fail(str(e))
+    try:
+        sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
+                          device=budget.device, progress=display.update)
+    except BaseException:
+        data.close()
+        raise
     try:
         with display:
             stats = sched.run(remaining)

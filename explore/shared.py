@@ -1,6 +1,14 @@
 """A data set in shared memory: loaded once by the scheduler, mapped by every worker
 without a copy (the workers' arrays are views of the same physical pages).
 
+The arrays live in one file on a RAM file system (``/dev/shm`` on Linux; the temporary
+directory elsewhere), mapped with ``numpy.memmap``.  A loader can write straight into
+it (:meth:`SharedArrays.empty`), so the data set is never held twice, not even while
+it is loaded; and unlike ``multiprocessing.shared_memory`` it needs no resource-tracker
+process (10 MB of the budget on its own).  The scheduler keeps the file mapped for the
+run, so its pages count in the process tree's memory; it unlinks the file when the run
+ends (:meth:`SharedArrays.close`).
+
 >>> import numpy as np
 >>> with SharedArrays({"x": np.arange(6.0).reshape(2, 3)}) as shm:
 ...     view = attach(shm.spec)
@@ -11,9 +19,9 @@ without a copy (the workers' arrays are views of the same physical pages).
 from __future__ import annotations
 
 import contextlib
-import sys
+import os
+import tempfile
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
@@ -23,33 +31,65 @@ from engine.alignment import align_up
 
 @dataclass(frozen=True)
 class ArraySpec:
-    shm: str  # shared-memory block name
+    path: str  # the shared file
     offset: int
     shape: tuple[int, ...]
     dtype: str
 
 
-class SharedArrays:
-    """Copies ``arrays`` once into one shared-memory block; ``spec`` tells workers
-    where each one is.  Close (or use as a context manager) to free the block."""
+def _directory() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
+        else None
 
-    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
-        sizes = {k: align_up(np.ascontiguousarray(a).nbytes) for k, a in arrays.items()}
-        self.block = shared_memory.SharedMemory(create=True, size=max(1, sum(sizes.values())))
+
+class SharedArrays:
+    """Named arrays in one shared file; ``spec`` tells workers where each one is.
+    ``arrays`` are copied in; :meth:`empty` makes room for one to be written in place.
+    Close (or use as a context manager) to unmap and remove the file."""
+
+    def __init__(self, arrays: dict[str, np.ndarray] | None = None) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="explore-data-", dir=_directory())
+        os.close(fd)
         self.spec: dict[str, ArraySpec] = {}
-        at = 0
-        for k, a in arrays.items():
-            a = np.ascontiguousarray(a)
-            dst = np.ndarray(a.shape, a.dtype, buffer=self.block.buf, offset=at)
-            dst[...] = a
-            self.spec[k] = ArraySpec(self.block.name, at, tuple(a.shape), a.dtype.str)
-            at += sizes[k]
-        self.nbytes = at
+        self.arrays: dict[str, np.ndarray] = {}
+        self.nbytes = 0
+        try:
+            for k, a in (arrays or {}).items():
+                self.put(k, a)
+        except BaseException:
+            self.close()
+            raise
+
+    def empty(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A new array ``name`` in the file, writable, its contents undefined."""
+        if name in self.spec:
+            raise ValueError(f"shared array {name!r} exists already")
+        dt = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        size = int(np.prod(shape)) * dt.itemsize
+        at = self.nbytes
+        with open(self.path, "r+b") as f:
+            f.truncate(at + max(size, 1))
+        # A plain ndarray view (it keeps the map alive): memmap's subclass hooks run on
+        # every slice a training step takes.
+        a = np.memmap(self.path, dt, "r+", offset=at, shape=shape).view(np.ndarray) \
+            if size else np.empty(shape, dt)
+        self.spec[name] = ArraySpec(self.path, at, shape, dt.str)
+        self.arrays[name] = a
+        self.nbytes = align_up(at + size)
+        return a
+
+    def put(self, name: str, array: np.ndarray) -> np.ndarray:
+        """A copy of ``array`` in the file."""
+        a = np.asarray(array)
+        out = self.empty(name, a.shape, a.dtype)
+        out[...] = a
+        return out
 
     def close(self) -> None:
-        self.block.close()
+        self.arrays.clear()  # unmaps once nothing else holds a view
         with contextlib.suppress(FileNotFoundError):
-            self.block.unlink()
+            os.unlink(self.path)
 
     def __enter__(self) -> SharedArrays:
         return self
@@ -58,28 +98,13 @@ class SharedArrays:
         self.close()
 
 
-_ATTACHED: dict[str, shared_memory.SharedMemory] = {}
-
-
-def _open(name: str) -> shared_memory.SharedMemory:
-    """Map an existing block.  Workers are multiprocessing children and share the
-    scheduler's resource tracker, so their registration is the scheduler's own and
-    the block is unlinked once, by its owner (Python 3.13 can skip tracking)."""
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]
-    return shared_memory.SharedMemory(name=name)
-
-
 def attach(spec: dict[str, ArraySpec]) -> dict[str, np.ndarray]:
-    """Read-only numpy views of the shared arrays (the block stays mapped for the
-    life of the process)."""
+    """Read-only views of the shared arrays (mapped for the life of the process)."""
     out = {}
     for k, s in spec.items():
-        block = _ATTACHED.get(s.shm)
-        if block is None:
-            block = _open(s.shm)
-            _ATTACHED[s.shm] = block
-        a = np.ndarray(s.shape, np.dtype(s.dtype), buffer=block.buf, offset=s.offset)
-        a.flags.writeable = False
-        out[k] = a
+        if int(np.prod(s.shape)) == 0:
+            out[k] = np.empty(s.shape, np.dtype(s.dtype))
+        else:
+            out[k] = np.memmap(s.path, np.dtype(s.dtype), "r", offset=s.offset,
+                               shape=s.shape).view(np.ndarray)
     return out

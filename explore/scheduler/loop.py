@@ -44,6 +44,7 @@ from explore.scheduler.placement import Placement, Worker, find_spot
 from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
 from explore.scheduler.shared_data import share_dataset
 from explore.scheduler.telemetry import Progress, RssSampler, RunStats, Sample
+from explore.shared import SharedArrays
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
 
@@ -53,7 +54,8 @@ class Scheduler:
     holding at most ``trials_per_worker`` trials that are not paused (default: the
     space's ``budget.trials_per_worker``)."""
 
-    def __init__(self, space: Space, study: optuna.Study, data: Dataset, *, workers: int,
+    def __init__(self, space: Space, study: optuna.Study, data: Dataset | SharedArrays, *,
+                 workers: int,
                  memory: int, device: str, progress: Progress | None = None,
                  trials_per_worker: int | None = None) -> None:
         self.space, self.device = space, device
@@ -67,7 +69,9 @@ class Scheduler:
                                      else space.budget.trials_per_worker)
         self.stats = RunStats(memory)
         self.progress = progress or (lambda s: None)
-        self.arrays = share_dataset(space, data)
+        # The run's data: loaded into shared memory by the caller (load_shared), or given
+        # as arrays and copied there.  The scheduler owns it from here and frees it in stop().
+        self.arrays = data if isinstance(data, SharedArrays) else share_dataset(space, data)
         self.stats.data = self.arrays.nbytes if device == "cpu" else 0
         self.ctx = mp.get_context("spawn")
         self.workers: dict[int, Worker] = {}

@@ -1,4 +1,4 @@
-"""The data set the workers train on, prepared once and put in shared memory."""
+"""The data set the workers train on, loaded once into the run's shared file."""
 
 from __future__ import annotations
 
@@ -9,13 +9,32 @@ from explore.datasets import Dataset, quantize
 from explore.shared import SharedArrays
 from explore.space import Space
 
+NAMES = ("x_train", "y_train", "x_valid", "y_valid")
+
+
+def load_shared(space: Space) -> SharedArrays:
+    """The space's rows of its data set (``dataset.train``/``valid`` heads, images as
+    uint8 where the dataset has a pixel scale), loaded straight into a new shared file:
+    the data exists once, compact, from the first byte read.  Raises the dataset's
+    :class:`~explore.datasets.DataError`; nothing is left behind then."""
+    shared = SharedArrays()
+    try:
+        data = datasets.get(space.dataset.name).load_compact(
+            space.dataset.train, space.dataset.valid, empty=shared.empty)
+        # A dataset that ignored ``empty`` gave arrays of its own: copy those in.
+        for name, a in zip(NAMES, (data.train.x, data.train.y, data.valid.x, data.valid.y),
+                           strict=True):
+            if name not in shared.spec:
+                shared.put(name, a)
+    except BaseException:
+        shared.close()
+        raise
+    return shared
+
 
 def share_dataset(space: Space, data: Dataset) -> SharedArrays:
-    """The space's share of ``data`` (its ``dataset.train``/``valid`` heads) in one
-    shared-memory block, as ``x_train``, ``y_train``, ``x_valid``, ``y_valid``.
-    Images of a known pixel scale are kept as uint8 (``explore.datasets.quantize``): a
-    quarter of the float32 bytes, the same values once the model dequantizes them.
-    The caller closes the block."""
+    """The space's share of ``data`` (already loaded: a test's or a notebook's) in a new
+    shared file, as :func:`load_shared` would have loaded it."""
     train = data.train
     if space.dataset.train:
         train = train.head(space.dataset.train)
@@ -23,7 +42,7 @@ def share_dataset(space: Space, data: Dataset) -> SharedArrays:
     scale = datasets.get(space.dataset.name).pixel_scale
     xt, xv = (_compact(train.x, scale), _compact(valid.x, scale)) if scale else \
         (train.x, valid.x)
-    return SharedArrays({"x_train": xt, "y_train": train.y, "x_valid": xv, "y_valid": valid.y})
+    return SharedArrays(dict(zip(NAMES, (xt, train.y, xv, valid.y), strict=True)))
 
 
 def _compact(x: np.ndarray, scale: float) -> np.ndarray:

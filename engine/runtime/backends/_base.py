@@ -19,6 +19,16 @@ class Backend(ABC):
     def alloc(self, nbytes: int) -> Any:
         """One contiguous uint8 buffer of exactly ``nbytes`` bytes."""
 
+    def alloc_arena(self, nbytes: int) -> Any:
+        """Like :meth:`alloc`, for an arena whose parts :meth:`release` may give back."""
+        return self.alloc(nbytes)
+
+    def release(self, buf: Any, offset: int, nbytes: int) -> int:
+        """Give the memory of ``buf[offset:offset + nbytes]`` back to the system while
+        keeping the range usable (it reads as zeros, or as anything, when used again);
+        returns the bytes given back.  Device memory stays allocated: 0."""
+        return 0
+
     def memset(self, buf: Any, value: int = 0) -> None:
         buf.fill(value)
 
