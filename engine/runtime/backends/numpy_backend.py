@@ -18,7 +18,9 @@ class NumpyBackend(Backend):
         """Anonymous pages of their own (not the malloc heap), so that :meth:`release`
         can hand any whole page of them back to the kernel."""
         n = int(nbytes)
-        pages = mmap.mmap(-1, max(n, 1))
+        # Private: on a shared anonymous map (mmap's default) MADV_DONTNEED only unmaps,
+        # and the pages live on in shared memory, counted by no process.
+        pages = mmap.mmap(-1, max(n, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         return np.frombuffer(pages, np.uint8, count=n)
 
     def release(self, buf: np.ndarray, offset: int, nbytes: int) -> int:
