@@ -19,6 +19,7 @@ process boundary and how); the scheduler's side is :mod:`explore.scheduler`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import traceback
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from explore.procmem import pss
 from explore.protocol import (
     ArenaOpened,
     Continue,
@@ -51,6 +53,8 @@ class Resident:
     rounds: int
     rng: np.random.Generator
     batch: int  # training mini-batch (the program may be compiled for a bigger one)
+    offset: int  # its region of the arena, given back when the trial leaves
+    nbytes: int
     metrics: tuple[str, ...]  # what validation reads: accuracy, and eval_loss if any
     gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
     paused: bool = False  # at a rung: the worker may start another trial meanwhile
@@ -61,28 +65,37 @@ class Resident:
     busy_s: float = 0.0
 
 
-def rss_bytes(pid: int | str = "self") -> int:
-    """A process's resident memory (Linux ``/proc``; 0 elsewhere or once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
+def release_heap_memory() -> None:
+    """Hand the C heap's free memory back to the system (glibc's ``malloc_trim``): what
+    a trial's set-up allocated and freed would otherwise stay counted in the worker."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(None).malloc_trim(0)
 
 
-def pss_bytes(pid: int | str = "self") -> int:
-    """A process's proportional set size: its private pages plus its share of the pages
-    it maps together with other processes (Linux ``/proc/PID/smaps_rollup``; the
-    resident size where that is missing).  The PSS of all processes sums to the memory
-    they really use, whereas resident sizes count a shared library once per process."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return rss_bytes(pid)
+def warm_up() -> None:
+    """Run once, on a throwaway model, what every trial will run (a VM's set-up, training
+    and validation steps, BLAS's first products, which allocate its buffers), so that
+    the overhead measured next is what the worker costs with a model, not before one."""
+    import gc
+
+    from engine import Adam, compile_graph
+    from engine.models import paper_mlp
+    from engine.runtime.train import evaluate_metrics, train_epoch
+    from engine.runtime.vm import VM
+
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 64), dtype=np.float32)
+    y = rng.integers(0, 10, 64)
+    vm = VM(compile_graph(paper_mlp((64, 256, 10)), batch_size=32, optimizer=Adam()))
+    train_epoch(vm, x, y, rng, batch=32)
+    evaluate_metrics(vm, x, y, ("accuracy",), path="eval")
+    a = rng.random((512, 512), dtype=np.float32)
+    a @ a  # a product big enough for BLAS to use all of its packing buffers
+    del vm, a
+    gc.collect()
+    release_heap_memory()
 
 
 def device_overhead(device: str) -> int:
@@ -97,7 +110,7 @@ def device_overhead(device: str) -> int:
 
         free, total = cupy.cuda.runtime.memGetInfo()
         return int(total - free)
-    return pss_bytes()
+    return pss()
 
 
 VALIDATION = ("accuracy", "eval_loss")  # what a report carries (eval_loss: NaN if none)
@@ -119,6 +132,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         import cupy
 
         cupy.cuda.runtime.getDeviceCount()
+    warm_up()
     conn.send(Ready(device_overhead(device), os.getpid()))
     msg = conn.recv()
     if not isinstance(msg, OpenArena):
@@ -142,9 +156,13 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         return best
 
     def drop(number: int) -> None:
-        residents.pop(number, None)
+        r = residents.pop(number, None)
         if number in order:
             order.remove(number)
+        if r is not None:  # its region of the arena stops counting as used
+            r.vm = None
+            arena.release(r.offset, r.nbytes)
+            release_heap_memory()
 
     def handle(msg: ToWorker) -> None:
         match msg:
@@ -164,8 +182,8 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 names = {b.name for b in prog.buffers}
                 residents[msg.number] = Resident(
                     msg.number, vm, msg.rounds, np.random.default_rng(msg.seed),
-                    msg.train_batch, tuple(m for m in VALIDATION if m in names),
-                    gated=msg.gated)
+                    msg.train_batch, msg.offset, prog.total_bytes,
+                    tuple(m for m in VALIDATION if m in names), gated=msg.gated)
                 order.append(msg.number)
             case Continue(number) | Pause(number):
                 if number in residents:

@@ -20,12 +20,13 @@ import optuna
 from optuna.trial import TrialState
 
 from engine import BudgetError
-from engine.alignment import align_down
-from explore import metrics
+from engine.alignment import align_down, align_up
+from explore import metrics, sampling
 from explore.builders import BuildError
 from explore.candidate import Candidate, compile_candidate
 from explore.datasets import Dataset
 from explore.optuna_adapter import frozen_trial as frozen
+from explore.procmem import children, pss
 from explore.protocol import (
     Continue,
     Done,
@@ -39,11 +40,14 @@ from explore.protocol import (
 )
 from explore.rungs import failed_rung, pauses, promotable, rungs_done
 from explore.sampling import suggest
+from explore.scheduler.constants import Measured, machine_key, workers_that_fit
+from explore.scheduler.constants import load as load_constants
+from explore.scheduler.constants import save as save_constants
 from explore.scheduler.errors import SchedulerError
 from explore.scheduler.placement import Placement, Worker, find_spot
 from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
 from explore.scheduler.shared_data import share_dataset
-from explore.scheduler.telemetry import Progress, RssSampler, RunStats, Sample
+from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sample
 from explore.shared import SharedArrays
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
@@ -52,16 +56,21 @@ from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
 class Scheduler:
     """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
     holding at most ``trials_per_worker`` trials that are not paused (default: the
-    space's ``budget.trials_per_worker``)."""
+    space's ``budget.trials_per_worker``), within ``memory`` bytes for everything the
+    run's processes use.  ``main`` is what this process is charged: by default its
+    whole memory, measured at the start (``explore run``'s process is the run's); a
+    caller inside a bigger process (a test, a notebook holding other data) may say what
+    of it the run accounts for."""
 
     def __init__(self, space: Space, study: optuna.Study, data: Dataset | SharedArrays, *,
-                 workers: int,
-                 memory: int, device: str, progress: Progress | None = None,
-                 trials_per_worker: int | None = None) -> None:
+                 workers: int, memory: int, device: str, progress: Progress | None = None,
+                 trials_per_worker: int | None = None, main: int | None = None) -> None:
         self.space, self.device = space, device
         self.stored = study  # where finished trials go, one write each
         self.study = working_copy(study, space)  # what the sampler and pruner consult
-        self.n_workers = workers
+        self.n_workers = workers  # asked for
+        self.n_running = workers  # started: fewer when the budget holds fewer
+        self.main = main
         # Trials a worker holds at once: by default one running and one ready (the
         # worker starts it only when the other ends), which keeps the sampler and the
         # pruner about as well informed as a sequential search; more packs memory.
@@ -82,31 +91,106 @@ class Scheduler:
         self.gated = space.pruner.pause and len(self.study.directions) == 1 and \
             pauses(self.study.pruner)
         self.remaining = 0
-        self.rss = RssSampler(self.stats)
+        self.memory = MemorySampler(self.stats, enabled=device == "cpu",
+                                    this_process=main is None)
         self.t0 = time.time()
 
     # -- workers -------------------------------------------------------------------------
     def _spawn(self, index: int) -> Worker:
-        return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_workers)
+        # Each worker's share of the cores: of the workers that run (fewer than asked
+        # when the budget holds fewer), once that is known.
+        return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running)
 
     def start(self) -> None:
-        ws = [self._spawn(i) for i in range(self.n_workers)]  # they start up in parallel
+        """Measure what the run costs before any trial, start as many workers as the
+        budget holds (at most ``workers``), and give each an equal arena of the rest.
+
+        The scheduler's own process is measured now (the data it has loaded excluded:
+        that is counted once, as ``data``); a worker's cost and the resource tracker's
+        come from an earlier run on this machine (:mod:`.constants`) or, on the first,
+        from starting one worker and measuring.  A budget that cannot hold the scheduler,
+        one worker and the space's smallest candidate is refused with the minimum that
+        would do; one that holds fewer workers than asked runs with fewer, and says so."""
+        s = self.stats
+        on_cpu = self.device == "cpu"  # on a GPU the budget is device memory: the host
+        # processes hold none of it, the workers their CUDA contexts (their overhead)
+        if self.main is not None:
+            s.main = self.main
+        elif on_cpu:
+            s.main = max(0, pss() - s.data)  # it wrote every page of the data
+        smallest = self._smallest_heap()
+        key = machine_key(self.device)
+        known = load_constants(key)
+        if known is None:  # the first run here: start one worker to measure one (even
+            # for a budget about to be refused: the minimum it names must be right)
+            self._start_workers(1)
+            known = self._measured(key)
+        n = min(self.n_workers, workers_that_fit(s.budget, s.main + known.tracker + s.data,
+                                                 known.worker, smallest))
+        if n < 1:
+            raise SchedulerError(self._too_small(smallest, known))
+        self.n_running = n
+        self._start_workers(n - len(self.workers))
+        known = self._measured(key)
+        ws = list(self.workers.values())
+        if n < self.n_workers:
+            s.notes.append(f"the budget of {s.budget:,} bytes holds {n} of the {self.n_workers} "
+                           f"workers asked for: each costs {known.worker:,} bytes before any "
+                           f"trial, beside {s.main + s.tracker:,} for the scheduler and "
+                           f"{s.data:,} for the data")
+        s.overheads = [w.overhead for w in ws]
+        arena = align_down((s.budget - s.fixed) // len(ws))
+        if arena < smallest:
+            raise SchedulerError(self._too_small(smallest, known))
+        for w in ws:
+            open_arena(w, arena)
+        s.arena = arena
+        self._sample()
+
+    def _start_workers(self, count: int) -> None:
+        """Start ``count`` more workers (in parallel) and wait until each is ready."""
+        ws = [self._spawn(len(self.workers) + i) for i in range(count)]
         for w in ws:
             self.workers[w.index] = w  # known to stop() from now on
         for w in ws:
             await_ready(w)
-        fixed = self.stats.data + sum(w.overhead for w in ws)
-        arena = align_down((self.stats.budget - fixed) // len(ws))
-        if arena <= 0:
-            raise SchedulerError(
-                f"a budget of {self.stats.budget:,} bytes leaves nothing for trials: the data "
-                f"takes {self.stats.data:,} and {len(ws)} worker(s) {fixed - self.stats.data:,}"
-                " bytes of fixed overhead; raise budget.memory or lower budget.workers")
-        for w in ws:
-            open_arena(w, arena)
-        self.stats.arena = arena
-        self.stats.overheads = [w.overhead for w in ws]
-        self._sample()
+
+    def _measured(self, key: str) -> Measured:
+        """The constants as this run's processes measure now; remembered for the next."""
+        tracker = self._tracker_bytes() if self.device == "cpu" else 0
+        m = Measured(max(w.overhead for w in self.workers.values()), tracker)
+        save_constants(key, m)
+        self.stats.tracker = m.tracker
+        return m
+
+    def _tracker_bytes(self) -> int:
+        """multiprocessing's resource tracker (a child of this process, started with the
+        first worker): every descendant that is not a worker."""
+        workers = {w.pid for w in self.workers.values()}
+        return sum(pss(c) for c in children() if c not in workers)
+
+    def _smallest_heap(self) -> int:
+        """The heap of the space's smallest candidate (every range at its low end) at
+        its training batch (batch 1 for ``auto``), as an arena holds it."""
+        params = sampling.fixed(self.space)
+        if params["batch_size"] == "auto":
+            params["batch_size"] = 1
+        try:
+            cand = compile_candidate(self.space, params, 1 << 62)
+        except (BudgetError, BuildError):
+            return 0  # it fails on its own, when asked for, with its reason
+        return align_up(min(p.total_bytes for p in cand.fitting()))
+
+    def _too_small(self, smallest: int, known: Measured) -> str:
+        s = self.stats
+        need = s.main + s.data + smallest + known.worker + known.tracker
+        # What the processes measure varies by a fraction of a percent from run to run.
+        least = -(-need * 101 // 100 // 1_000_000)
+        return (f"a budget of {s.budget:,} bytes cannot hold this run: it takes "
+                f"{s.main:,} bytes for the scheduler, {s.data:,} for the data, "
+                f"{known.worker:,} for a worker, {known.tracker:,} for multiprocessing's "
+                f"resource tracker and {smallest:,} for the smallest candidate of the "
+                f"space, {need:,} in all; --memory {least}MB is the least that would do")
 
     def stop(self) -> None:
         stop_all(self.workers.values())
@@ -115,10 +199,9 @@ class Scheduler:
     # -- accounting ----------------------------------------------------------------------
     def _sample(self) -> None:
         heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
-        fixed = self.stats.data + sum(w.overhead for w in self.workers.values())
-        self.stats.record(Sample(time.time() - self.t0, heaps, fixed, len(self.waiting),
-                                 self.remaining))
-        self.rss.measure(w.pid for w in self.workers.values())
+        self.stats.record(Sample(time.time() - self.t0, heaps, self.stats.fixed,
+                                 len(self.waiting), self.remaining))
+        self.memory.measure(heaps)
         self.stats.counts["running"] = self._in_hand()
         self.stats.counts["waiting"] = len(self.waiting)
         self.progress(self.stats)
@@ -142,8 +225,7 @@ class Scheduler:
                     self._place()
                 if not self.waiting and not any(w.residents for w in self.workers.values()):
                     if asked >= n_trials:
-                        # the arenas at their fullest
-                        self.rss.measure((w.pid for w in self.workers.values()), now=True)
+                        self.memory.measure(0, now=True)  # a last reading
                         break
                     continue
                 if not any(w.active() for w in self.workers.values()):
@@ -198,11 +280,25 @@ class Scheduler:
     def _place(self) -> None:
         still = []
         batch, self.waiting = self.waiting, []  # a worker dying below may re-queue into it
+        s = self.stats
+        heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
         for trial, cand, requeued in batch:
             spot = find_spot(self.workers, cand)
+            # Processes that grew beyond their measured constants take room from the
+            # heaps: a trial waits until the ones placed leave enough of the budget, and
+            # one that could not fit even with none placed fails with the reason.
+            if spot is not None and heaps + spot.size + s.fixed + s.growth > s.budget:
+                if heaps == 0:
+                    self._fail(trial, f"does not fit: the run's processes grew by "
+                               f"{s.growth:,} bytes beyond their measured constants, and "
+                               f"the budget left holds less than its {spot.size:,}",
+                               never_started=True)
+                    continue
+                spot = None
             if spot is None:
                 still.append((trial, cand, requeued))
                 continue
+            heaps += spot.size
             w, prog = spot.worker, spot.program
             w.free.take(spot.offset, spot.size)
             w.residents[trial.number] = Placement(trial, cand, w.index, spot.offset, spot.size,
@@ -340,8 +436,11 @@ class Scheduler:
                                                                      p.trial.number})
                 self._ask(requeued=True)
         replacement = await_ready(self._spawn(w.index))
-        others = self.stats.data + sum(x.overhead + x.arena for x in self.workers.values())
+        s = self.stats
+        others = s.main + s.tracker + s.data + sum(x.overhead + x.arena
+                                                   for x in self.workers.values())
         open_arena(replacement, min(self.stats.arena, align_down(
             self.stats.budget - others - replacement.overhead)))
         self.workers[replacement.index] = replacement
+        s.overheads = [x.overhead for x in self.workers.values()]
         self._sample()

@@ -1,18 +1,20 @@
 """What a run measured: the accounting at every change (the packing timeline), the
-trials' outcomes and the peak resident memory of the scheduler and its workers."""
+trials' outcomes, the constants it charged to the budget and the peak memory of its
+whole process tree as the operating system counts it."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from explore.worker import rss_bytes
+from explore.procmem import children, pss, tree_pss
 
-# Resident sizes are read from /proc at most this often (seconds): a read is ~0.1 ms
-# per process, and the accounting is sampled after every event (5 a second per
-# worker on the paper's space); resident memory changes slowly.
-RSS_EVERY = 0.2
+# The process tree's memory is read from /proc at most this often (seconds): a read is
+# ~0.2 ms per process, and the accounting is sampled after every event (5 a second per
+# worker on the paper's space); the processes' memory changes slowly.
+SAMPLE_EVERY = 0.2
 
 
 @dataclass
@@ -33,16 +35,28 @@ class RunStats:
 
     budget: int
     arena: int = 0
-    data: int = 0
-    overheads: list[int] = field(default_factory=list)
+    data: int = 0  # the shared data set, counted once
+    main: int = 0  # the scheduler's own process, measured at the start (data excluded)
+    tracker: int = 0  # multiprocessing's resource tracker process
+    overheads: list[int] = field(default_factory=list)  # each worker's, after its warm-up
+    growth: int = 0  # what the processes grew by during the run, beyond the constants
     timeline: list[Sample] = field(default_factory=list)
-    rss_peak: int = 0  # measured: the scheduler's and the workers' resident memory, summed
+    measured_peak: int = 0  # the process tree's PSS at its highest (procmem.tree_pss)
+    notes: list[str] = field(default_factory=list)  # what the run decided and why
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
 
     @property
+    def fixed(self) -> int:
+        """What the budget holds besides the trials' heaps: the processes' constants and
+        the data (``growth`` beyond them is kept apart: the scheduler places less while
+        there is any)."""
+        return self.main + self.tracker + sum(self.overheads) + self.data
+
+    @property
     def peak(self) -> int:
+        """The planned peak: the most the accounting ever held (heaps and constants)."""
         return max((s.heaps + s.fixed for s in self.timeline), default=0)
 
     def record(self, sample: Sample) -> None:
@@ -64,20 +78,45 @@ class RunStats:
         return num / den if den else None
 
 
+    def record_dict(self) -> dict[str, Any]:
+        """What a study keeps of the run (``study.user_attrs["runs"]``): the budget, the
+        constants charged to it, the planned and the measured peak, packing efficiency,
+        what the run decided, and the packing timeline."""
+        return {"budget": self.budget, "arena": self.arena, "data": self.data,
+                "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
+                "growth": self.growth, "workers": len(self.overheads),
+                "peak": self.peak, "measured_peak": self.measured_peak,
+                "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
+                "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]
+                             for s in self.timeline]}
+
+
 Progress = Callable[[RunStats], None]
 
 
-class RssSampler:
-    """Keeps ``stats.rss_peak``: the resident memory of this process and the workers',
-    summed, read at most every ``RSS_EVERY`` seconds."""
+class MemorySampler:
+    """Keeps ``stats.measured_peak``, the PSS of this process and all its descendants,
+    read at most every ``SAMPLE_EVERY`` seconds (or at once when asked), and
+    ``stats.growth``: how far the processes have grown beyond the constants charged for
+    them, given the heaps placed (those pages are in use)."""
 
-    def __init__(self, stats: RunStats) -> None:
+    def __init__(self, stats: RunStats, enabled: bool = True, this_process: bool = True
+                 ) -> None:
         self.stats = stats
-        self._at = -RSS_EVERY
+        self.enabled = enabled  # on a GPU the budget is device memory, not the host's
+        # Whether this process is the run's (measured), or a bigger one (a test, a
+        # notebook) of which the run is charged ``stats.main`` as it said.
+        self.this_process = this_process
+        self._at = -SAMPLE_EVERY
 
-    def measure(self, pids: Iterable[int], now: bool = False) -> None:
+    def measure(self, heaps: int, now: bool = False) -> None:
         t = time.monotonic()
-        if now or t - self._at >= RSS_EVERY:
-            self._at = t
-            rss = rss_bytes() + sum(rss_bytes(pid) for pid in pids)
-            self.stats.rss_peak = max(self.stats.rss_peak, rss)
+        if not self.enabled or (not now and t - self._at < SAMPLE_EVERY):
+            return
+        self._at = t
+        total = tree_pss() if self.this_process else \
+            self.stats.main + sum(pss(c) for c in children())
+        self.stats.measured_peak = max(self.stats.measured_peak, total)
+        if self.stats.overheads:  # started: the constants are known
+            excess = total - heaps - self.stats.fixed
+            self.stats.growth = max(self.stats.growth, excess)

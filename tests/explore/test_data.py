@@ -117,3 +117,20 @@ def test_a_truncated_file_is_an_error(tmp_path: Path, cut: int) -> None:
     digest = hashlib.sha256(bad.read_bytes()).hexdigest()
     with pytest.raises(DataError, match="truncated"):
         read_mnist_pickle(bad, sha256=digest)
+
+
+def test_digits_are_scikit_learns_read_without_importing_it() -> None:
+    import subprocess
+    import sys
+
+    sklearn = pytest.importorskip("sklearn.datasets")
+    ours = load_digits()
+    theirs = sklearn.load_digits()
+    order = np.random.default_rng(0).permutation(1797)
+    np.testing.assert_array_equal(ours.train.x, (theirs.data[order][:1078] / 16.0)
+                                  .astype(np.float32))
+    np.testing.assert_array_equal(ours.test.y, theirs.target[order][1437:])
+    code = ("import sys; from explore.datasets import load_digits; load_digits(); "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr

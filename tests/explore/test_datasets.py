@@ -7,15 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from explore import datasets
 from explore.candidate import compile_candidate
-from explore.cli import main
 from explore.datasets import BaseDataset, DataError, Dataset, Split, load, quantize
 from explore.results import load as load_results
 from explore.sampling import fixed
 from explore.space import parse_space
+from tests.explore.cli_run import run_here
 
 
 class Stripes(BaseDataset):
@@ -56,8 +55,7 @@ def test_a_registered_dataset_is_used_by_name(stripes: None, tmp_path: Path) -> 
     f = tmp_path / "s.yaml"
     f.write_text("dataset: stripes\nbudget: {trials: 2, rounds: 2, memory: 300MB, workers: 1}\n"
                  "sampler: {name: random, seed: 0}\ntraining: {lr: 0.05, batch_size: 16}\n")
-    result = CliRunner().invoke(main, ["run", str(f), "--quiet"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    run_here(f)
     df = load_results(f"sqlite:///{tmp_path / 's.db'}", "s")
     assert (df["state"] == "complete").all() and df["value"].max() > 0.9
 

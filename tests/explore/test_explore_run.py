@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from explore.sampling import fixed
 from explore.scheduler import Scheduler
 from explore.space import load_space, parse_space
 from explore.study import open_study
+from tests.explore.cli_run import IN_TEST, explore_run
 
 SPACE = """\
 name: tiny
@@ -52,7 +54,7 @@ def write(tmp_path: Path, **kw: object) -> Path:
 
 
 def run(*args: str) -> object:
-    result = CliRunner().invoke(main, ["run", *args, "--quiet"], catch_exceptions=False)
+    result = explore_run(*args)
     assert result.exit_code == 0, result.output
     return result
 
@@ -88,7 +90,7 @@ def test_candidates_too_big_fail_without_running(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'tiny.db'}"
     study = open_study(space, storage)
     stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
-                      device="cpu").run(2)
+                      device="cpu", main=IN_TEST).run(2)
     df = load(storage, "tiny").set_index("number")
     big = df[df["params"].map(lambda p: p["widths"][0] == 200000)].iloc[0]
     small = df[df["params"].map(lambda p: p["widths"][0] == 16)].iloc[0]
@@ -114,7 +116,7 @@ def test_a_crashed_worker_is_replaced_and_its_trial_requeued(tmp_path: Path) -> 
                 os.kill(busy[0].pid, signal.SIGKILL)
 
     sched = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
-                      device="cpu", progress=kill_once)
+                      device="cpu", main=IN_TEST, progress=kill_once)
     sched.run(3)
     df = load(storage, "tiny")
     failed = df[df["state"] == "fail"]
@@ -144,10 +146,21 @@ def test_size_prints_the_plan_as_json(tmp_path: Path) -> None:
     assert bigger.total_bytes > 1_000_000
 
 
-def test_a_budget_too_small_for_the_workers_is_a_clear_error(tmp_path: Path) -> None:
-    f = write(tmp_path, memory="2MB")
-    result = CliRunner().invoke(main, ["run", str(f), "--quiet"])
-    assert result.exit_code == 2 and "leaves nothing for trials" in result.output
+@pytest.mark.parametrize("memory", ["2MB", "120MB"])
+def test_a_budget_too_small_for_the_run_is_refused_with_its_minimum(tmp_path: Path,
+                                                                    memory: str) -> None:
+    """Exit 2, the least budget that would do, and nothing written: no study file."""
+    f = write(tmp_path, memory=memory)
+    result = explore_run(f)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "cannot hold this run" in text and "is the least that would do" in text
+    need = re.search(r"--memory (\d+)MB is the least", text).group(1)
+    assert int(need) * 1_000_000 > 120_000_000
+    assert not (tmp_path / "tiny.db").exists()
+    # and the minimum it names is enough
+    again = explore_run(f, "--memory", f"{need}MB", "--trials", "1")
+    assert again.exit_code == 0, again.output
 
 
 @pytest.mark.parametrize("fmt", ["parquet"])
@@ -232,7 +245,7 @@ def test_a_trial_paused_at_a_rung_resumes_when_promoted(tmp_path: Path, pause: b
     for lr in (0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6):
         study.enqueue_trial({"width": 16, "lr": lr})  # asked in this order
     stats = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
-                      device="cpu").run(8)
+                      device="cpu", main=IN_TEST).run(8)
     df = load(storage, "tiny").set_index("number")
     assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0
     assert (df.loc[2:, "state"] == "pruned").all() and (df.loc[2:, "rounds"] == 1).all()

@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
-from click.testing import CliRunner
 
 from explore import metrics
-from explore.cli import main
 from explore.metrics import BaseMetric
 from explore.space import parse_space
 from explore.study import RECORD_ATTR
 from explore.yamlio import SpaceError
+from tests.explore.cli_run import run_here
 
 
 class ErrorRate(BaseMetric):
@@ -62,8 +61,7 @@ def test_the_scheduler_scores_trials_with_a_registered_metric(error_rate: None,
     f.write_text("dataset: digits\nbudget: {trials: 2, rounds: 2, memory: 300MB, workers: 1}\n"
                  "sampler: {name: random, seed: 0}\ntraining: {lr: 0.05, batch_size: 32}\n"
                  "objectives: [{metric: error_rate}]\n")
-    result = CliRunner().invoke(main, ["run", str(f), "--quiet"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    run_here(f)
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
     trials = study.get_trials()
     assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)

@@ -12,6 +12,7 @@ from explore.datasets import load_digits
 from explore.scheduler import Scheduler
 from explore.space import load_space
 from explore.study import open_study
+from tests.explore.cli_run import IN_TEST
 from tests.explore.test_explore_run import write
 
 NOTEBOOK = Path(__file__).resolve().parent.parent.parent / "notebooks" / "analysis.ipynb"
@@ -29,7 +30,7 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
     from explore.cli import _record_run
 
     stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
-                      device="cpu").run(5)
+                      device="cpu", main=IN_TEST).run(5)
     _record_run(study, stats)
     monkeypatch.setenv("EXPLORE_STORAGE", storage)
     monkeypatch.setenv("EXPLORE_STUDY", "tiny")

@@ -16,6 +16,7 @@ from explore.sampling import fixed
 from explore.scheduler import Placement, Scheduler, Worker
 from explore.scheduler.placement import find_spot
 from explore.space import parse_space
+from tests.explore.cli_run import IN_TEST
 
 SPACE = {"name": "p", "dataset": "digits", "budget": {"trials": 3, "rounds": 1,
                                                       "memory": "64MB", "workers": 1},
@@ -40,7 +41,7 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
     # One of each, not two big: a gap of 44 rows' program (and less than 89 rows').
     arena = -(-big // 64) * 64 + -(-small // 64) * 64 + 64
     sched = Scheduler(space, optuna.create_study(direction="maximize"), load_digits(),
-                      workers=1, memory=space.budget.memory, device="cpu")
+                      workers=1, memory=space.budget.memory, device="cpu", main=IN_TEST)
     try:
         pipe = Pipe()
         sched.workers = {0: Worker(0, None, pipe, arena=arena,  # type: ignore[arg-type]

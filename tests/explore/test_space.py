@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from explore.cli import main
 from explore.space import load_space, parse_size
 from explore.yamlio import SpaceError
+from tests.explore.cli_run import explore_run
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GOOD = """\
@@ -82,7 +83,7 @@ def test_bad_files_are_reported_with_file_line_and_key(case: str, tmp_path: Path
         assert f"{f}:{line}:" in msg, msg
     if key:
         assert f": {key}:" in msg, msg
-    result = CliRunner().invoke(main, ["run", str(f), "--quiet"])
+    result = explore_run(f)
     assert result.exit_code == 2, result.output
     assert not (tmp_path / "space.db").exists()  # nothing written
 
@@ -118,6 +119,6 @@ def test_sizes() -> None:
 def test_cli_rejects_a_bad_memory_option(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(GOOD)
-    result = CliRunner().invoke(main, ["run", str(f), "--memory", "lots", "--quiet"])
+    result = explore_run(f, "--memory", "lots")
     assert result.exit_code == 2 and "--memory" in result.output
     assert not (tmp_path / "s.db").exists()

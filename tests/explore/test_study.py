@@ -19,6 +19,7 @@ from explore.study import (
     open_study,
     working_copy,
 )
+from tests.explore.cli_run import IN_TEST, explore_run
 
 BASE = {"dataset": "digits", "budget": {"trials": 3, "rounds": 2, "memory": "300MB",
                                         "workers": 1},
@@ -77,9 +78,7 @@ def test_the_working_copy_starts_from_the_stored_trials(tmp_path: Path) -> None:
 
 
 def test_a_two_objective_run(tmp_path: Path) -> None:
-    from click.testing import CliRunner
 
-    from explore.cli import main
 
     f = tmp_path / "two.yaml"
     f.write_text("""\
@@ -91,7 +90,7 @@ pruner: none
 model: {depth: 1, width: {choice: [8, 32]}}
 training: {optimizer: adam, lr: 0.01, batch_size: 32}
 """)
-    result = CliRunner().invoke(main, ["run", str(f), "--quiet"])
+    result = explore_run(f)
     assert result.exit_code == 0, result.output
     df = load(f"sqlite:///{tmp_path / 'two.db'}", "two")
     assert (df["state"] == "complete").all() and len(df) == 3
@@ -130,7 +129,7 @@ def test_trials_enqueued_in_the_storage_run_first_and_fill_their_stored_trial(
     for lr in (0.1, 0.01):
         stored.enqueue_trial({"depth": 1, "width_0": 8, "optimizer": "adam", "lr": lr})
     Scheduler(space, stored, load_digits(), workers=1, memory=space.budget.memory,
-              device="cpu").run(3)
+              device="cpu", main=IN_TEST).run(3)
     trials = optuna.load_study(study_name="q", storage=storage).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3  # none left WAITING
     assert [t.params["lr"] for t in trials[:2]] == [0.1, 0.01]

@@ -1,0 +1,93 @@
+"""What a run's processes cost before any trial, measured, and remembered per machine.
+
+The budget holds everything the run uses (docs/architecture.md, "The budget"): the
+scheduler's own process, multiprocessing's resource tracker, every worker, the shared
+data set once, and the trials' heaps.  The first three are *constants* of a machine and
+its libraries: the scheduler measures its own at the start of every run, and a worker
+measures itself after a warm-up (:func:`explore.worker.warm_up`).  A worker's and the
+tracker's figures are kept in a small JSON file per machine and library versions, so
+that the next run knows them before it starts a process: it can then refuse a budget
+too small, or start fewer workers, without first going over the budget to find out.
+
+>>> key = machine_key("cpu")
+>>> "numpy" in key and "cpu" in key
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A worker's and the resource tracker's bytes on one machine (cached)."""
+
+    worker: int
+    tracker: int
+
+
+def machine_key(device: str) -> str:
+    """What the constants depend on: the machine, Python and the libraries a worker
+    loads, and the device."""
+    import numpy
+
+    from explore import __version__ as explore_version
+
+    return "|".join((platform.node(), platform.machine(), sys.version.split()[0],
+                     f"numpy {numpy.__version__}", f"explore {explore_version}", device,
+                     f"cores {os.cpu_count()}"))
+
+
+def cache_file() -> Path:
+    """``$EXPLORE_CACHE_DIR`` or ``$XDG_CACHE_HOME/explore`` (``~/.cache/explore``)."""
+    root = os.environ.get("EXPLORE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "explore")
+    return Path(root) / "constants.json"
+
+
+def load(key: str) -> Measured | None:
+    """The figures measured on this machine before, if any (a damaged file is ignored:
+    the run then measures again)."""
+    try:
+        entry = json.loads(cache_file().read_text())[key]
+        return Measured(int(entry["worker"]), int(entry["tracker"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save(key: str, measured: Measured) -> None:
+    """Remember ``measured`` for ``key``: the larger of it and what is there, so one
+    lucky start does not lower the figure.  Written atomically; a cache that cannot be
+    written is skipped (the next run measures again)."""
+    path = cache_file()
+    with contextlib.suppress(OSError):
+        try:
+            table = json.loads(path.read_text())
+            if not isinstance(table, dict):
+                table = {}
+        except (OSError, ValueError):
+            table = {}
+        old = load(key)
+        if old is not None:
+            measured = Measured(max(old.worker, measured.worker),
+                                max(old.tracker, measured.tracker))
+        table[key] = asdict(measured)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".constants-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(table, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def workers_that_fit(budget: int, fixed: int, worker: int, smallest_heap: int) -> int:
+    """How many workers, each with room for the smallest candidate, ``budget`` holds
+    beside ``fixed`` bytes (the scheduler, the tracker, the data)."""
+    return max(0, (budget - fixed) // (worker + smallest_heap))
