@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.runtime import initializers
 from engine.runtime.backends import Backend, get_backend
-from engine.runtime.initializers import initial_values
+from engine.runtime.initializers import fill_initial, put_initial
+from engine.runtime.optim import Optimizer, PerModelLR
 from engine.runtime.program import Program
 from engine.runtime.zones import OPTIMIZER
 
@@ -124,23 +127,91 @@ def initial_state(program: Program, seed: int = 0, backend: Backend | None = Non
     st.forward.fill(0)
     st.optimizer.fill(0)
     st.gradient.fill(0)
-    host_rng = np.random.default_rng(seed)
+    write_initial(program, seed, st.forward, st.optimizer, be, host=True)
+    st.rng = seeded_rng_state(be, seed)
+    return st
+
+
+def seeded_rng_state(backend: Backend, seed: int) -> Any:
+    """The state of ``backend``'s generator seeded with ``seed``."""
+    return backend.rng_state(backend.rng(seed))
+
+
+def write_initial(program: Program, seed: int, forward: Any, optimizer: Any,
+                  backend: Backend, host: bool | None = None) -> None:
+    """Write a fresh model into zeroed memory: each parameter, drawn from its init (a
+    host generator seeded with ``seed``), into ``forward`` (the forward zone's
+    parameter prefix, :attr:`Program.state_bytes` or more), and each optimizer slot's
+    initial value into ``optimizer`` (the optimizer zone).  Both are uint8 arrays:
+    host memory (a paused model's buffers, the CPU's heap) written in place, or
+    ``backend``'s device memory (``host=False``; by default, whatever is not a numpy
+    array), reached through a bounded host chunk and :meth:`Backend.copy_in`.
+
+    The one writer of initial states, :func:`initial_state`'s and
+    :meth:`VM.initialize`'s: host memory it takes is bounded by a constant
+    (:data:`~engine.runtime.initializers.CHUNK` values), not by the model, but for a
+    transposed stacked parameter on a device (one model's slice, see
+    :func:`~engine.runtime.initializers.put_initial`)."""
+    if host is None:
+        host = isinstance(forward, np.ndarray)
+    rng = np.random.default_rng(seed)
     for ps in program.params:
         spec = program.buffers[ps.buffer]
         dt = np.dtype(spec.dtype)
-        values = initial_values(ps.init, spec.shape, dt, host_rng)
-        st.forward[spec.offset : spec.offset + values.nbytes] = values.reshape(-1).view(np.uint8)
+        place = forward[spec.offset : spec.offset + spec.desc.numel() * dt.itemsize]
+        if host:
+            fill_initial(ps.init, place.view(dt).reshape(spec.shape), rng)
+        else:
+            put_initial(ps.init, spec.shape, dt, rng, _putter(backend, place, dt.itemsize))
     opt, region = program.optimizer, program.param_region
-    if opt is not None and region:
-        dt = region_dtype(program) or np.dtype(np.float32)
-        layout = [(program.buffers[ps.buffer].offset // dt.itemsize,
-                   program.buffers[ps.buffer].desc.numel()) for ps in program.params
-                  if ps.grad is not None]
-        for off, value in zip(program.state_offsets, opt.slot_values(layout), strict=True):
-            slot = st.optimizer[off : off + region].view(dt)
-            if isinstance(value, np.ndarray):
+    if opt is None or not region:
+        return
+    dt = region_dtype(program) or np.dtype(np.float32)
+    layout = [(program.buffers[ps.buffer].offset // dt.itemsize,
+               program.buffers[ps.buffer].desc.numel()) for ps in program.params
+              if ps.grad is not None]
+    for off, value in zip(program.state_offsets, _slot_values(opt, layout), strict=True):
+        slot = optimizer[off : off + region].view(dt)
+        if isinstance(value, list):  # runs (first, count, value) over a zeroed slot
+            for first, count, v in value:
+                slot[first : first + count].fill(v)
+        elif isinstance(value, np.ndarray):  # a whole slot (PerModelLR, the only one, is runs)
+            if host:
                 slot[: len(value)] = value
-            elif value:
-                slot.fill(value)
-    st.rng = be.rng_state(be.rng(seed))
-    return st
+            else:
+                put = _putter(backend, optimizer[off : off + region], dt.itemsize)
+                chunk = initializers.CHUNK
+                buf = np.empty(min(chunk, len(value)), dtype=dt)
+                for a in range(0, len(value), chunk):
+                    piece = buf[: min(chunk, len(value) - a)]
+                    piece[...] = value[a : a + len(piece)]
+                    put(a, piece)
+        elif value:
+            slot.fill(value)
+
+
+def _putter(backend: Backend, place: Any, itemsize: int) -> Callable[[int, np.ndarray], None]:
+    """Copy host values into the device bytes ``place`` from element ``first`` on, and
+    wait for the copy (the host buffer is reused next)."""
+    def put(first: int, values: np.ndarray) -> None:
+        at = first * itemsize
+        backend.copy_in(place[at : at + values.nbytes], values.reshape(-1).view(np.uint8))
+        backend.synchronize()
+
+    return put
+
+
+def _slot_values(opt: Optimizer, layout: list[tuple[int, int]]) -> tuple[Any, ...]:
+    """:meth:`Optimizer.slot_values`, with :class:`PerModelLR`'s rates as runs
+    ``(first, count, rate)`` (model k's slice of each parameter) instead of the float64
+    array of the whole region it makes: the same values, rounded the same way."""
+    if not isinstance(opt, PerModelLR):
+        return opt.slot_values(layout)
+    k = len(opt.lrs)
+    runs: list[tuple[int, int, float]] = []
+    for offset, count in layout:
+        if count % k:
+            raise ValueError(f"a parameter of {count} elements is not a stack of {k}")
+        size = count // k
+        runs.extend((offset + j * size, size, float(lr)) for j, lr in enumerate(opt.lrs))
+    return (*_slot_values(opt.base, layout), runs)

@@ -44,7 +44,13 @@ from engine.ops._base import Step
 from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
 from engine.runtime.program import Program
-from engine.runtime.state import ModelState, empty_state, initial_state, region_dtype
+from engine.runtime.state import (
+    ModelState,
+    empty_state,
+    region_dtype,
+    seeded_rng_state,
+    write_initial,
+)
 from engine.runtime.zones import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
 
 
@@ -98,9 +104,17 @@ class VM:
 
     # -- set-up --------------------------------------------------------------------------
     def initialize(self, seed: int = 0) -> None:
-        """Zero the heap (one memset per zone), initialise parameters and optimizer
-        state, and reset the random generator and counters."""
-        self.load_state(initial_state(self.program, seed, self.backend))
+        """Zero the heap (one memset per zone), write the parameters' initial values
+        and the optimizer's initial state straight into their zones, and reset the
+        random generator and counters: what ``load_state(initial_state(...))`` makes,
+        without a host copy of the model (the values are drawn a bounded chunk at a
+        time, :func:`~engine.runtime.state.write_initial`)."""
+        params, rest, _, no_grads, opt, ws = self._state_views
+        be = self.backend
+        for view in (params, rest, no_grads, opt, ws):
+            be.memset(view)
+        write_initial(self.program, seed, params, opt, be)
+        self._reset(0, 0, 0, seeded_rng_state(be, seed))
 
     # -- model switching -----------------------------------------------------------------
     def save_state(self, into: ModelState | None = None) -> ModelState:
@@ -135,8 +149,13 @@ class VM:
             be.memset(no_grads)
         be.copy_in(opt, st.optimizer)
         be.memset(ws)
-        self._t[0], self._dirty, self.round = st.t, st.dirty, st.round
-        be.set_rng_state(self.rng, st.rng)
+        self._reset(st.t, st.dirty, st.round, st.rng)
+
+    def _reset(self, t: int, dirty: int, rounds: int, rng_state: Any) -> None:
+        """Counters, generator and batch of a model just written into the heap."""
+        be = self.backend
+        self._t[0], self._dirty, self.round = t, dirty, rounds
+        be.set_rng_state(self.rng, rng_state)
         self._forwarded = -1
         self._fed.clear()
         if self._batch != self.program.batch_size:
