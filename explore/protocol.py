@@ -25,7 +25,7 @@ start-up, :class:`ArenaOpened`, then :class:`Report`, :class:`Done` and
 
 >>> import pickle
 >>> pickle.loads(pickle.dumps(Report(3, 1, {"accuracy": 0.5}, 0.0)))
-Report(number=3, round=1, metrics={'accuracy': 0.5}, started=0.0)
+Report(number=3, round=1, metrics={'accuracy': 0.5}, started=0.0, overhead=0)
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ class Report:
     round: int
     metrics: dict[str, float]
     started: float
+    overhead: int = 0  # the worker's memory now beyond its trials' heaps (see Done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,9 @@ class Done:
     busy_s: float
     started: float
     ended: float
+    # The worker's memory now, less the regions of the trials it holds (this one's is
+    # given back already): what its constant has become.  0 where not measured (GPU).
+    overhead: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,13 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             return None
         return best
 
+    def overhead_now() -> int:
+        """This process's memory beyond the heaps of the trials it holds (their regions
+        are in use, page for page): on the CPU, what its measured constant has become."""
+        if device != "cpu":
+            return 0
+        return max(0, pss() - sum(r.nbytes for r in residents.values()))
+
     def drop(number: int) -> None:
         r = residents.pop(number, None)
         if number in order:
@@ -231,13 +238,13 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             res.round += 1
             metrics["loss"] = loss
             if res.round >= res.rounds:
+                drop(nxt)  # first: the memory is given back before the scheduler counts it so
                 conn.send(Done(nxt, metrics, res.round, res.switches, res.busy_s, res.started,
-                               time.time()))
-                drop(nxt)
+                               time.time(), overhead_now()))
             else:
                 # Ungated, the next round starts at once, before the pruner's answer:
                 # that answer stops it within STOP_EVERY mini-batches if it is "prune".
                 res.runnable = not res.gated
-                conn.send(Report(nxt, res.round, metrics, res.started))
+                conn.send(Report(nxt, res.round, metrics, res.started, overhead_now()))
     except (_Exit, EOFError):
         return

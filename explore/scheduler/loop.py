@@ -201,7 +201,7 @@ class Scheduler:
         heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
         self.stats.record(Sample(time.time() - self.t0, heaps, self.stats.fixed,
                                  len(self.waiting), self.remaining))
-        self.memory.measure(heaps)
+        self.memory.measure(self.workers.values())
         self.stats.counts["running"] = self._in_hand()
         self.stats.counts["waiting"] = len(self.waiting)
         self.progress(self.stats)
@@ -225,7 +225,7 @@ class Scheduler:
                     self._place()
                 if not self.waiting and not any(w.residents for w in self.workers.values()):
                     if asked >= n_trials:
-                        self.memory.measure(0, now=True)  # a last reading
+                        self.memory.measure(self.workers.values(), now=True)  # a last reading
                         break
                     continue
                 if not any(w.active() for w in self.workers.values()):
@@ -348,6 +348,8 @@ class Scheduler:
         p = w.residents.get(msg.number)
         if p is None:
             return
+        if isinstance(msg, Report | Done):
+            w.overhead_now = msg.overhead
         if isinstance(msg, Report):
             p.started = msg.started
             if len(self.study.directions) == 1 and \

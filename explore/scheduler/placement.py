@@ -45,7 +45,8 @@ class Worker:
     index: int
     process: Any  # multiprocessing.Process
     conn: Connection
-    overhead: int = 0
+    overhead: int = 0  # measured when it started (after its warm-up)
+    overhead_now: int = 0  # as it last reported (0: nothing reported yet)
     arena: int = 0
     pid: int = 0
     free: FreeList = field(default_factory=FreeList)  # the arena's free segments, mirrored

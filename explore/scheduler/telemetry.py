@@ -5,11 +5,14 @@ whole process tree as the operating system counts it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from explore.procmem import children, pss, tree_pss
+if TYPE_CHECKING:
+    from explore.scheduler.placement import Worker
+
+from explore.procmem import children, pss
 
 # The process tree's memory is read from /proc at most this often (seconds): a read is
 # ~0.2 ms per process, and the accounting is sampled after every event (5 a second per
@@ -98,7 +101,9 @@ class MemorySampler:
     """Keeps ``stats.measured_peak``, the PSS of this process and all its descendants,
     read at most every ``SAMPLE_EVERY`` seconds (or at once when asked), and
     ``stats.growth``: how far the processes have grown beyond the constants charged for
-    them, given the heaps placed (those pages are in use)."""
+    them.  The workers' part of that comes from their own reports (their memory less
+    the heaps they hold, measured together), so a heap given back a moment before the
+    scheduler hears of it is never taken for growth."""
 
     def __init__(self, stats: RunStats, enabled: bool = True, this_process: bool = True
                  ) -> None:
@@ -109,14 +114,18 @@ class MemorySampler:
         self.this_process = this_process
         self._at = -SAMPLE_EVERY
 
-    def measure(self, heaps: int, now: bool = False) -> None:
+    def measure(self, workers: Iterable[Worker], now: bool = False) -> None:
         t = time.monotonic()
         if not self.enabled or (not now and t - self._at < SAMPLE_EVERY):
             return
         self._at = t
-        total = tree_pss() if self.this_process else \
-            self.stats.main + sum(pss(c) for c in children())
-        self.stats.measured_peak = max(self.stats.measured_peak, total)
-        if self.stats.overheads:  # started: the constants are known
-            excess = total - heaps - self.stats.fixed
-            self.stats.growth = max(self.stats.growth, excess)
+        s = self.stats
+        ws = list(workers)
+        pids = {w.pid for w in ws}
+        main = pss() if self.this_process else s.main
+        others = {c: pss(c) for c in children()}
+        tracker = sum(v for c, v in others.items() if c not in pids)
+        s.measured_peak = max(s.measured_peak, main + sum(others.values()))
+        if s.overheads:  # started: the constants are known
+            now_bytes = main + tracker + sum(w.overhead_now or w.overhead for w in ws)
+            s.growth = max(s.growth, now_bytes - s.fixed)

@@ -146,7 +146,7 @@ def test_size_prints_the_plan_as_json(tmp_path: Path) -> None:
     assert bigger.total_bytes > 1_000_000
 
 
-@pytest.mark.parametrize("memory", ["2MB", "120MB"])
+@pytest.mark.parametrize("memory", ["2MB", "90MB"])
 def test_a_budget_too_small_for_the_run_is_refused_with_its_minimum(tmp_path: Path,
                                                                     memory: str) -> None:
     """Exit 2, the least budget that would do, and nothing written: no study file."""
@@ -156,7 +156,7 @@ def test_a_budget_too_small_for_the_run_is_refused_with_its_minimum(tmp_path: Pa
     text = " ".join(result.output.split())
     assert "cannot hold this run" in text and "is the least that would do" in text
     need = re.search(r"--memory (\d+)MB is the least", text).group(1)
-    assert int(need) * 1_000_000 > 120_000_000
+    assert int(need) * 1_000_000 > 90_000_000
     assert not (tmp_path / "tiny.db").exists()
     # and the minimum it names is enough
     again = explore_run(f, "--memory", f"{need}MB", "--trials", "1")

@@ -139,3 +139,16 @@ def test_workers_start_without_the_parents_main_script(tmp_path: Any, how: str) 
     subprocess.run([sys.executable, str(script), how], check=True, timeout=60,
                    env={**os.environ, "MARKER": str(marker), "PYTHONPATH": str(ROOT)})
     assert marker.exists() == (how == "default")
+
+
+def test_workers_start_without_vfork() -> None:
+    """While a vfork child has not exec'd, /proc shows the parent's memory in it too, and
+    a sum of the run's PSS counts the scheduler twice: workers are forked instead."""
+    import subprocess
+
+    from explore.scheduler.processes import forked_not_vforked
+
+    before = subprocess._USE_VFORK  # type: ignore[attr-defined]
+    with forked_not_vforked():
+        assert subprocess._USE_VFORK is False  # type: ignore[attr-defined]
+    assert subprocess._USE_VFORK is before  # type: ignore[attr-defined]
