@@ -6,7 +6,7 @@ that the PSS of a set of processes sums to the memory they use between them (res
 sizes count a shared library once per process).  Where PSS is missing the resident
 size stands in; elsewhere than Linux both read 0.
 
->>> pss() > 0 and tree_pss() >= pss()
+>>> pss() > 0 and tree_pss() > 0
 True
 """
 
@@ -59,3 +59,41 @@ def tree_pss(pid: int | str = "self") -> int:
     """The PSS of ``pid`` and every descendant, summed: what the run uses, as the
     system measures it (shared data and libraries counted once)."""
     return pss(pid) + sum(pss(c) for c in children(pid))
+
+
+def run_measured(argv: list[str], every: float = 0.02, timeout: float | None = None
+                 ) -> tuple[int, str, int]:
+    """Run ``argv`` and sample the PSS of its whole process tree every ``every`` seconds
+    from outside; its exit status, its output (stdout and stderr) and the peak.
+
+    >>> rc, out, peak = run_measured(["python3", "-c", "print(1)"])
+    >>> rc, out.strip(), peak >= 0
+    (0, '1', True)
+    """
+    import subprocess
+    import threading
+    import time
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, tree_pss(proc.pid))
+            time.sleep(every)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        done.set()
+        sampler.join()
+    return proc.returncode, output, peak

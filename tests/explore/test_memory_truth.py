@@ -7,17 +7,14 @@ the budget, the packing must use it (safety must not come from wasting memory)."
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 
-from explore.procmem import tree_pss
+from explore.procmem import run_measured
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SPACES = ROOT / "search_spaces"
@@ -40,30 +37,13 @@ training: {optimizer: adam, lr: 0.001, batch_size: 64, eval_batch_size: 1000}
 def measured_run(space: Path, memory: str, timeout: float = 600) -> dict[str, Any]:
     """Run ``explore run SPACE --memory MEMORY`` and sample its tree's PSS from outside;
     the peak, the exit status and output, and the run's record in its study."""
-    proc = subprocess.Popen([sys.executable, "-m", "explore.cli", "run", str(space),
-                             "--memory", memory, "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, tree_pss(proc.pid))
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    finally:
-        done.set()
-        sampler.join()
+    rc, output, peak = run_measured([sys.executable, "-m", "explore.cli", "run", str(space),
+                                     "--memory", memory, "--quiet"], timeout=timeout)
     study = optuna.load_study(study_name=space.stem,
                               storage=f"sqlite:///{space.with_suffix('.db')}") \
-        if proc.returncode == 0 else None
+        if rc == 0 else None
     run = study.user_attrs["runs"][-1] if study else None
-    return {"rc": proc.returncode, "output": output, "peak": peak, "run": run,
+    return {"rc": rc, "output": output, "peak": peak, "run": run,
             "trials": study.get_trials() if study else []}
 
 
