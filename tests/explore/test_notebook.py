@@ -44,4 +44,7 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
               if o.get("output_type") == "error"]
     assert not errors, errors
     assert len(images) == 4
+    texts = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
+             for o in c.get("outputs", []) if o.get("output_type") == "stream"]
+    assert any("measured_peak" in s and "budget" in s for s in texts), texts
     assert os.environ["EXPLORE_STUDY"] == "tiny"
