@@ -50,3 +50,4 @@ def test_readme_main_job_runs_the_quick_space_and_summarises(tmp_path: Path) -> 
                           f"sqlite:///{tmp_path / 'q.db'}", "--quiet"],
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "study 'quick'" in out and "complete" in out
+    assert "measured peak" in out and "budget" in out
