@@ -152,3 +152,56 @@ def test_workers_start_without_vfork() -> None:
     with forked_not_vforked():
         assert subprocess._USE_VFORK is False  # type: ignore[attr-defined]
     assert subprocess._USE_VFORK is before  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc")
+def test_a_big_trials_set_up_stays_inside_its_heap_and_gives_it_back() -> None:
+    """A worker process of its own: while it sets up and trains a 4M-parameter MLP with
+    Adam (a 70 MB heap), its memory beyond the heap (what it reports, and its resident
+    size sampled from outside) stays within a few MB of its measured constant; once the
+    trial is done, its region's pages are given back."""
+    import multiprocessing as mp
+    import time
+
+    from explore.procmem import rss
+    from explore.scheduler.processes import spawn
+
+    space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 2,
+                                                         "memory": "1GB"},
+                         "model": {"depth": 2, "width": 2048},
+                         "training": {"optimizer": "adam", "batch_size": 32}})
+    cand = compile_candidate(space, fixed(space), 400_000_000)
+    heap = cand.program.total_bytes
+    assert heap > 60_000_000
+    data = load_digits()
+    scale = datasets.get("digits").pixel_scale
+    with SharedArrays({"x_train": quantize(data.train.x, scale), "y_train": data.train.y,
+                       "x_valid": quantize(data.valid.x, scale),
+                       "y_valid": data.valid.y}) as arrays:
+        w = spawn(mp.get_context("spawn"), 0, arrays.spec, "cpu", 1)
+        try:
+            ready = w.conn.recv()
+            assert isinstance(ready, Ready)
+            w.conn.send(OpenArena(heap + 4096))
+            assert isinstance(w.conn.recv(), ArenaOpened)
+            base = rss(ready.pid)
+            peak = 0
+            w.conn.send(Start(0, cand.program, 0, 0, 2, cand.train_batch, False))
+            got: list[FromWorker] = []
+            while not any(isinstance(m, Done) for m in got):
+                peak = max(peak, rss(ready.pid))
+                if w.conn.poll(0.005):
+                    got.append(w.conn.recv())
+            time.sleep(0.05)
+            after = rss(ready.pid)
+        finally:
+            w.conn.send(Exit())
+            w.process.join(timeout=30)
+    report = next(m for m in got if isinstance(m, Report))
+    done = got[-1]
+    assert isinstance(done, Done)
+    mb = 1_000_000
+    assert report.overhead - ready.overhead < 8 * mb, (report.overhead, ready.overhead)
+    assert done.overhead - ready.overhead < 8 * mb, (done.overhead, ready.overhead)
+    assert peak - base < heap + 8 * mb, (peak - base, heap)
+    assert after - base < 8 * mb, (after - base, heap)  # the heap's pages went back
