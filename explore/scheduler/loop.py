@@ -52,6 +52,13 @@ from explore.shared import SharedArrays
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
 
+# A process's PSS gives it a share of each page it maps with others, and other programs
+# (any Python with numpy) map the same libraries: as they start and end, the run's PSS
+# moves by a few MB though it allocates nothing.  This much of the budget (at least
+# HEADROOM_MIN bytes) is held back for that; growth the run measures uses it first.
+HEADROOM = 0.02
+HEADROOM_MIN = 2_000_000
+
 
 class Scheduler:
     """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
@@ -125,7 +132,8 @@ class Scheduler:
             # for a budget about to be refused: the minimum it names must be right)
             self._start_workers(1)
             known = self._measured(key)
-        n = min(self.n_workers, workers_that_fit(s.budget, s.main + known.tracker + s.data,
+        room = s.budget - max(HEADROOM_MIN, int(s.budget * HEADROOM))
+        n = min(self.n_workers, workers_that_fit(room, s.main + known.tracker + s.data,
                                                  known.worker, smallest))
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
@@ -139,7 +147,8 @@ class Scheduler:
                            f"trial, beside {s.main + s.tracker:,} for the scheduler and "
                            f"{s.data:,} for the data")
         s.overheads = [w.overhead for w in ws]
-        arena = align_down((s.budget - s.fixed) // len(ws))
+        s.headroom = max(HEADROOM_MIN, int(s.budget * HEADROOM))
+        arena = align_down((s.budget - s.fixed - s.headroom) // len(ws))
         if arena < smallest:
             raise SchedulerError(self._too_small(smallest, known))
         for w in ws:
@@ -184,8 +193,10 @@ class Scheduler:
     def _too_small(self, smallest: int, known: Measured) -> str:
         s = self.stats
         need = s.main + s.data + smallest + known.worker + known.tracker
-        # What the processes measure varies by a fraction of a percent from run to run.
-        least = -(-need * 101 // 100 // 1_000_000)
+        # With the headroom, and what the processes measure varies by a fraction of a
+        # percent from run to run.
+        least = -(-max(need + HEADROOM_MIN, int(need / (1 - HEADROOM))) * 101 // 100
+                  // 1_000_000)
         return (f"a budget of {s.budget:,} bytes cannot hold this run: it takes "
                 f"{s.main:,} bytes for the scheduler, {s.data:,} for the data, "
                 f"{known.worker:,} for a worker, {known.tracker:,} for multiprocessing's "
@@ -287,7 +298,8 @@ class Scheduler:
             # Processes that grew beyond their measured constants take room from the
             # heaps: a trial waits until the ones placed leave enough of the budget, and
             # one that could not fit even with none placed fails with the reason.
-            if spot is not None and heaps + spot.size + s.fixed + s.growth > s.budget:
+            if spot is not None and \
+                    heaps + spot.size + s.fixed + max(s.growth, s.headroom) > s.budget:
                 if heaps == 0:
                     self._fail(trial, f"does not fit: the run's processes grew by "
                                f"{s.growth:,} bytes beyond their measured constants, and "

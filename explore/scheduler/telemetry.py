@@ -43,6 +43,7 @@ class RunStats:
     tracker: int = 0  # multiprocessing's resource tracker process
     overheads: list[int] = field(default_factory=list)  # each worker's, after its warm-up
     growth: int = 0  # what the processes grew by during the run, beyond the constants
+    headroom: int = 0  # held back for the drift of shared pages' PSS (see HEADROOM)
     timeline: list[Sample] = field(default_factory=list)
     measured_peak: int = 0  # the process tree's PSS at its highest (procmem.tree_pss)
     notes: list[str] = field(default_factory=list)  # what the run decided and why
@@ -87,7 +88,8 @@ class RunStats:
         what the run decided, and the packing timeline."""
         return {"budget": self.budget, "arena": self.arena, "data": self.data,
                 "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
-                "growth": self.growth, "workers": len(self.overheads),
+                "growth": self.growth, "headroom": self.headroom,
+                "workers": len(self.overheads),
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
                 "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]
