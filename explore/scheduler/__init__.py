@@ -1,8 +1,10 @@
 """The packing scheduler: exact sizes in, as many trials at once as memory allows.
 
-Memory is accounted, never guessed: the budget covers the data set (held once, in
-shared memory), each worker's fixed overhead (measured by the worker at start-up)
-and the workers' arenas, split evenly among them and allocated once.  Every
+Memory is accounted, never guessed: the budget covers everything the run's processes
+use as the system counts it (PSS): the scheduler's own process, the resource tracker,
+each worker (measured after a warm-up), the data set (held once, in shared memory) and
+the workers' arenas, split evenly among them and allocated once; a finished trial's
+pages go back to the system.  Every
 candidate is compiled before anything runs, so its heap is known to the byte; it goes
 to the least busy worker with room, into the free segment of its arena that it leaves
 the least of (best fit); with ``budget.trials_per_worker`` above one, several trials
@@ -22,8 +24,10 @@ One job per module:
   (:class:`engine.free_list.FreeList`) and the choice of a worker and an offset;
 - :mod:`~explore.scheduler.processes`: spawning workers (their share of the cores,
   without the parent's ``__main__``), their start-up handshake, ending them;
-- :mod:`~explore.scheduler.shared_data`: the data set prepared once, in shared memory;
-- :mod:`~explore.scheduler.telemetry`: the packing timeline, counts and peak RSS;
+- :mod:`~explore.scheduler.shared_data`: the data set loaded once, in shared memory;
+- :mod:`~explore.scheduler.constants`: what the processes cost, remembered per machine;
+- :mod:`~explore.scheduler.telemetry`: the packing timeline, counts, the process tree's
+  measured peak and its growth;
 - :mod:`~explore.scheduler.errors`: :class:`SchedulerError`.
 """
 
