@@ -11,6 +11,7 @@ Finished trials are written to the stored study by a writer thread
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import time
 from multiprocessing.connection import wait
@@ -51,6 +52,7 @@ from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sampl
 from explore.shared import SharedArrays
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
+from explore.worker import release_heap_memory
 
 # A process's PSS gives it a share of each page it maps with others, and other programs
 # (any Python with numpy) map the same libraries: as they start and end, the run's PSS
@@ -121,11 +123,13 @@ class Scheduler:
         s = self.stats
         on_cpu = self.device == "cpu"  # on a GPU the budget is device memory: the host
         # processes hold none of it, the workers their CUDA contexts (their overhead)
+        smallest = self._smallest_heap()  # first: compiling is part of this process's cost
         if self.main is not None:
             s.main = self.main
         elif on_cpu:
+            gc.collect()
+            release_heap_memory()  # what loading the data freed goes back to the system
             s.main = max(0, pss() - s.data)  # it wrote every page of the data
-        smallest = self._smallest_heap()
         key = machine_key(self.device)
         known = load_constants(key)
         if known is None:  # the first run here: start one worker to measure one (even
