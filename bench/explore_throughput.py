@@ -31,7 +31,8 @@ peak and the measured peak resident memory of both.
 The packing efficiency is the time-weighted mean fraction of memory held by trial heaps
 while trials were waiting, twice: ``packing_efficiency`` of the whole budget and
 ``packed_arena_utilisation`` of what the budget leaves for trials once the data set and
-the workers' measured overheads are placed (``fixed_bytes``, which no packing can use:
+the measured constants are placed (``fixed_bytes``: the scheduler, the workers, the
+resource tracker and the data, which no packing can use:
 at 200MB they alone take a third of the budget).  A trial's heap at a 10,000-row
 validation chunk is about 21 MB, so the 60 trials need more than the budget and queue;
 a gap too small for one is filled with the same trial compiled for smaller chunks.
@@ -82,8 +83,8 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
                 eval_batch: int | None = None, pruner: str | None = None) -> dict[str, Any]:
     import optuna
 
-    from explore.datasets import load
     from explore.scheduler import Scheduler
+    from explore.scheduler.shared_data import load_shared
     from explore.space import load_space
     from explore.study import open_study
 
@@ -98,7 +99,7 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
     if eval_batch:
         update["training"] = space.training.model_copy(update={"eval_batch_size": eval_batch})
     space = space.model_copy(update=update)
-    data = load(space.dataset.name)
+    data = load_shared(space)  # as `explore run` loads it: the run's rows, compact
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
         t0 = time.perf_counter()
@@ -109,11 +110,11 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
         states = [t.state.name for t in study.trials]
         rounds = sum(len(t.intermediate_values) + (t.state.name == "COMPLETE")
                      for t in study.trials)
-    room = stats.budget - stats.data - sum(stats.overheads)
+    room = stats.budget - stats.fixed - stats.headroom
     return {"seconds": wall, "best": best, "packing_efficiency": stats.packing_efficiency(),
             "arena_utilisation": stats.packing_efficiency(of=room),
-            "peak_bytes": stats.peak, "rss_peak_bytes": stats.rss_peak,
-            "budget_bytes": stats.budget, "fixed_bytes": stats.data + sum(stats.overheads),
+            "peak_bytes": stats.peak, "measured_peak_bytes": stats.measured_peak,
+            "budget_bytes": stats.budget, "fixed_bytes": stats.fixed,
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
@@ -184,7 +185,7 @@ def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
     wall = time.perf_counter() - t0
     states = [t.state.name for t in study.trials]
     rounds = sum(len(t.intermediate_values) for t in study.trials)
-    return {"seconds": wall, "best": study.best_value, "rss_peak_bytes": vmhwm(),
+    return {"seconds": wall, "best": study.best_value, "measured_peak_bytes": vmhwm(),
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
@@ -260,8 +261,10 @@ def main() -> None:
         "packed_arena_utilisation": rnd(median(p, "arena_utilisation"), 4),
         "explore_packing_efficiency": rnd(median(e, "packing_efficiency"), 4),
         "fixed_bytes": median(e, "fixed_bytes"),
-        "explore_rss_peak_bytes": max(r["rss_peak_bytes"] for r in e),
-        "baseline_rss_peak_bytes": max(r["rss_peak_bytes"] for r in b),
+        # explore: the PSS of its process tree (what its budget holds); the baseline: the
+        # resident peak of its one process (its trials are threads).
+        "explore_peak_bytes": max(r["measured_peak_bytes"] for r in e),
+        "baseline_peak_bytes": max(r["measured_peak_bytes"] for r in b),
         "explore_pruned": [r["pruned"] for r in e], "baseline_pruned": [r["pruned"] for r in b],
         "packed_pruned": [r["pruned"] for r in p],
         "explore_trials_per_min_all": [rnd(r["trials_per_min"]) for r in e],
