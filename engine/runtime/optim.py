@@ -274,14 +274,24 @@ class PerModelLR(Optimizer):
     def slot_values(self, region: Any) -> tuple[Any, ...]:
         import numpy as np
 
+        runs = self.rate_runs(region)
+        rates = np.zeros(max((o + n for o, n in region), default=0), dtype=np.float64)
+        for first, count, lr in runs:
+            rates[first : first + count] = lr
+        return (*self.base.slot_values(region), rates)
+
+    def rate_runs(self, region: Any) -> list[tuple[int, int, float]]:
+        """The rates slot as runs ``(first element, count, rate)``, model k's slice of
+        each parameter taking ``lrs[k]``: what :meth:`slot_values` spreads into an array
+        of the whole region, for a writer that fills the slot in place."""
         k = len(self.lrs)
-        end = max((o + n for o, n in region), default=0)
-        rates = np.zeros(end, dtype=np.float64)
+        runs: list[tuple[int, int, float]] = []
         for offset, count in region:
             if count % k:
                 raise ValueError(f"a parameter of {count} elements is not a stack of {k}")
-            rates[offset : offset + count] = np.repeat(self.lrs, count // k)
-        return (*self.base.slot_values(region), rates)
+            size = count // k
+            runs.extend((offset + j * size, size, float(lr)) for j, lr in enumerate(self.lrs))
+        return runs
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "base": self.base.to_dict(), "lrs": list(self.lrs)}

@@ -203,15 +203,7 @@ def _putter(backend: Backend, place: Any, itemsize: int) -> Callable[[int, np.nd
 
 def _slot_values(opt: Optimizer, layout: list[tuple[int, int]]) -> tuple[Any, ...]:
     """:meth:`Optimizer.slot_values`, with :class:`PerModelLR`'s rates as runs
-    ``(first, count, rate)`` (model k's slice of each parameter) instead of the float64
-    array of the whole region it makes: the same values, rounded the same way."""
+    (:meth:`PerModelLR.rate_runs`) rather than the float64 array of the whole region."""
     if not isinstance(opt, PerModelLR):
         return opt.slot_values(layout)
-    k = len(opt.lrs)
-    runs: list[tuple[int, int, float]] = []
-    for offset, count in layout:
-        if count % k:
-            raise ValueError(f"a parameter of {count} elements is not a stack of {k}")
-        size = count // k
-        runs.extend((offset + j * size, size, float(lr)) for j, lr in enumerate(opt.lrs))
-    return (*_slot_values(opt.base, layout), runs)
+    return (*_slot_values(opt.base, layout), opt.rate_runs(layout))
