@@ -19,6 +19,7 @@ from explore.datasets._base import (
     DataError,
     Dataset,
     Split,
+    compact,
     get,
     register,
 )
@@ -39,5 +40,5 @@ def load(name: str) -> Dataset:
 import_plugins(__name__, __path__)
 
 __all__ = ["DATASETS", "BaseDataset", "DataError", "Dataset", "Digits", "Mnist", "Split",
-           "get", "load", "load_digits", "load_mnist", "mnist_path", "names", "quantize",
+           "compact", "get", "load", "load_digits", "load_mnist", "mnist_path", "names", "quantize",
            "read_mnist_pickle", "register"]

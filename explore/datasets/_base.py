@@ -80,19 +80,25 @@ class BaseDataset(ABC):
         while it loads.  The default loads everything and converts; a dataset whose
         files are large overrides it to read only those rows (MNIST streams its
         pickle) and so never holds the float32 set."""
-        d = self.load()
-        out = []
-        for name, split, n in (("train", d.train, train), ("valid", d.valid, valid)):
-            s = split.head(n) if n is not None else split
-            x = empty(f"x_{name}", s.x.shape,
-                      np.uint8 if self.pixel_scale is not None else np.float32)
-            x[...] = quantize(s.x, self.pixel_scale) if self.pixel_scale is not None \
-                else s.x
-            y = empty(f"y_{name}", s.y.shape, np.int64)
-            y[...] = s.y
-            out.append(Split(x, y))
-        none = Split(out[0].x[:0], out[0].y[:0])
-        return Dataset(d.name, out[0], out[1], none, d.classes)
+        return compact(self.load(), train, valid, self.pixel_scale, empty)
+
+
+def compact(data: Dataset, train: int | None, valid: int | None, scale: float | None,
+            empty: Empty = plain_empty) -> Dataset:
+    """The first ``train`` and ``valid`` rows of ``data`` (None: all) copied into arrays
+    made by ``empty`` (see :meth:`BaseDataset.load_compact`), images as exact uint8
+    pixels of ``scale`` when one is given (and they are not uint8 already)."""
+    out = []
+    for name, split, n in (("train", data.train, train), ("valid", data.valid, valid)):
+        s = split.head(n) if n is not None else split
+        packed = scale is not None and s.x.dtype != np.uint8
+        x = empty(f"x_{name}", s.x.shape, np.uint8 if scale is not None else s.x.dtype)
+        x[...] = quantize(s.x, scale) if packed and scale is not None else s.x
+        y = empty(f"y_{name}", s.y.shape, np.int64)
+        y[...] = s.y
+        out.append(Split(x, y))
+    none = Split(out[0].x[:0], out[0].y[:0])
+    return Dataset(data.name, out[0], out[1], none, data.classes)
 
 
 DATASETS: Registry[BaseDataset] = Registry("dataset", error=DataError)

@@ -62,6 +62,11 @@ HEADROOM = 0.02
 HEADROOM_MIN = 2_000_000
 
 
+def headroom(budget: int) -> int:
+    """What of ``budget`` is held back for shared pages' PSS to move in."""
+    return max(HEADROOM_MIN, int(budget * HEADROOM))
+
+
 class Scheduler:
     """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
     holding at most ``trials_per_worker`` trials that are not paused (default: the
@@ -121,12 +126,10 @@ class Scheduler:
         one worker and the space's smallest candidate is refused with the minimum that
         would do; one that holds fewer workers than asked runs with fewer, and says so."""
         s = self.stats
-        on_cpu = self.device == "cpu"  # on a GPU the budget is device memory: the host
-        # processes hold none of it, the workers their CUDA contexts (their overhead)
         smallest = self._smallest_heap()  # first: compiling is part of this process's cost
         if self.main is not None:
             s.main = self.main
-        elif on_cpu:
+        elif self.device == "cpu":  # on a GPU the host processes hold none of the budget
             gc.collect()
             release_heap_memory()  # what loading the data freed goes back to the system
             s.main = max(0, pss() - s.data)  # it wrote every page of the data
@@ -136,8 +139,9 @@ class Scheduler:
             # for a budget about to be refused: the minimum it names must be right)
             self._start_workers(1)
             known = self._measured(key)
-        room = s.budget - max(HEADROOM_MIN, int(s.budget * HEADROOM))
-        n = min(self.n_workers, workers_that_fit(room, s.main + known.tracker + s.data,
+        s.headroom = headroom(s.budget)
+        n = min(self.n_workers, workers_that_fit(s.budget - s.headroom,
+                                                 s.main + known.tracker + s.data,
                                                  known.worker, smallest))
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
@@ -151,7 +155,6 @@ class Scheduler:
                            f"trial, beside {s.main + s.tracker:,} for the scheduler and "
                            f"{s.data:,} for the data")
         s.overheads = [w.overhead for w in ws]
-        s.headroom = max(HEADROOM_MIN, int(s.budget * HEADROOM))
         arena = align_down((s.budget - s.fixed - s.headroom) // len(ws))
         if arena < smallest:
             raise SchedulerError(self._too_small(smallest, known))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from explore import datasets
-from explore.datasets import Dataset, quantize
+from explore.datasets import Dataset, compact
 from explore.shared import SharedArrays
 from explore.space import Space
 
@@ -35,16 +33,11 @@ def load_shared(space: Space) -> SharedArrays:
 def share_dataset(space: Space, data: Dataset) -> SharedArrays:
     """The space's share of ``data`` (already loaded: a test's or a notebook's) in a new
     shared file, as :func:`load_shared` would have loaded it."""
-    train = data.train
-    if space.dataset.train:
-        train = train.head(space.dataset.train)
-    valid = data.valid.head(space.dataset.valid) if space.dataset.valid else data.valid
-    scale = datasets.get(space.dataset.name).pixel_scale
-    xt, xv = (_compact(train.x, scale), _compact(valid.x, scale)) if scale else \
-        (train.x, valid.x)
-    return SharedArrays(dict(zip(NAMES, (xt, train.y, xv, valid.y), strict=True)))
-
-
-def _compact(x: np.ndarray, scale: float) -> np.ndarray:
-    """Pixels as uint8: already so when loaded with ``load_compact``."""
-    return x if x.dtype == np.uint8 else quantize(x, scale)
+    shared = SharedArrays()
+    try:
+        compact(data, space.dataset.train, space.dataset.valid,
+                datasets.get(space.dataset.name).pixel_scale, empty=shared.empty)
+    except BaseException:
+        shared.close()
+        raise
+    return shared
