@@ -12,7 +12,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,13 +89,18 @@ def evaluate(vm: VM, x: np.ndarray, y: np.ndarray, path: str = "eval",
 
 
 def evaluate_metrics(vm: VM, x: np.ndarray, y: np.ndarray, metrics: Sequence[str],
-                     path: str = "eval", check: bool | None = None) -> dict[str, Any]:
+                     path: str = "eval", check: bool | None = None, sums: Sequence[str] = (),
+                     per_row: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
     """:func:`evaluate` of several metrics in one pass over (x, y): ``{name: mean}``.
-    ``check`` is :meth:`VM.set`'s (default: the VM's ``check_inputs``); a caller that
-    checked the data once passes False."""
+    ``sums`` are variables added up over the batches instead (statistics such as
+    per-class counts, returned as float64 arrays), and each variable of ``per_row`` has
+    its per-row values copied into the given host array of ``len(y)`` rows.  ``check``
+    is :meth:`VM.set`'s (default: the VM's ``check_inputs``); a caller that checked the
+    data once passes False."""
     b = vm.program.batch_size
     first = _feeding_paths(vm, path)
     totals = {m: _Mean() for m in metrics}
+    added: dict[str, np.ndarray] = {}
     for start in range(0, len(y), b):
         vm.set("x", x[start:start + b], check=check)  # a slice: one contiguous copy
         vm.set("y", y[start:start + b], check=check)
@@ -105,7 +110,15 @@ def evaluate_metrics(vm: VM, x: np.ndarray, y: np.ndarray, metrics: Sequence[str
         rows = len(y[start:start + b])
         for m, total in totals.items():
             total.add(vm, m, rows)
-    return {m: total.value() for m, total in totals.items()}
+        for m in sums:
+            v = vm.backend.to_host(vm.view(m))
+            if m in added:
+                added[m] += v
+            else:
+                added[m] = v.astype(np.float64)
+        for m, into in (per_row or {}).items():
+            into[start:start + rows] = vm.backend.to_host(vm.view(m))
+    return {**{m: total.value() for m, total in totals.items()}, **added}
 
 
 def _feeding_paths(vm: VM, path: str) -> list[str]:

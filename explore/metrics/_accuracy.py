@@ -1,15 +1,16 @@
-"""Validation accuracy (maximised)."""
+"""Validation accuracy (maximised): the fraction of rows whose top class is the label."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from explore.metrics._base import BaseMetric, register
+from explore.metrics.evaluation import Evaluation
 
 
 @register("accuracy")
 class Accuracy(BaseMetric):
     direction = "maximize"
+    tasks = ("classification",)
+    needs = ("accuracy",)
 
-    def value(self, measured: Mapping[str, float], heap_bytes: int) -> float:
-        return measured["accuracy"]
+    def compute(self, ev: Evaluation) -> float:
+        return float(ev.means["accuracy"])

@@ -1,36 +1,71 @@
 """What an objective's metric is, and the registry of metrics by name.
 
-A metric turns what a worker measured on the validation split after a round (the
-``metrics`` dict it sends: ``accuracy``, ``eval_loss``, ``loss``) and the candidate's
-planned heap into the value Optuna optimises.  Metrics are evaluated in the
-scheduler's process; workers send plain floats.
+A metric has two halves.  In the worker, after each round, :meth:`BaseMetric.compute`
+turns what the eval path measured over the validation split (an
+:class:`~explore.metrics.evaluation.Evaluation`: per-batch means such as ``accuracy``,
+summed statistics such as ``class_counts``, per-row scores) into one float; every
+metric of the task is computed and sent as a plain float, named by the metric.  In
+the scheduler, :meth:`BaseMetric.value` reads the objective's value from those floats
+and the candidate's planned heap.  What a metric reads from the eval path is an op
+there (:mod:`explore.builders`), so it is sized and planned like the model.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import ClassVar, Literal
+from abc import ABC
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from explore.registry import Registry
+from explore.registry import C, Registry
+
+if TYPE_CHECKING:
+    from explore.metrics.evaluation import Evaluation
+
+Task = Literal["classification", "regression"]
 
 
 class BaseMetric(ABC):
     """An objective's metric (``objectives: [{metric: name}]``)."""
 
+    name: ClassVar[str] = ""  # set by register()
     direction: ClassVar[Literal["maximize", "minimize"]]  # the default direction
     # Whether it changes from round to round, so that a pruner may judge it after each
     # (a model's planned bytes do not).
     per_round: ClassVar[bool] = True
-    # Whether it reads the eval path's loss, which is then compiled into the program.
-    eval_loss: ClassVar[bool] = False
+    # The tasks it means something for; None: every task.
+    tasks: ClassVar[tuple[Task, ...] | None] = None
+    # The eval path's outputs it reads (see explore.metrics.evaluation.OUTPUTS); empty
+    # for a metric the scheduler knows without a validation pass.
+    needs: ClassVar[tuple[str, ...]] = ()
 
-    @abstractmethod
+    def applies(self, task: str, classes: int) -> bool:
+        """Whether it can be measured on a data set of ``task`` with ``classes``."""
+        return self.tasks is None or task in self.tasks
+
+    def compute(self, ev: Evaluation) -> float:
+        """The metric from a validation pass (in the worker); only for metrics that
+        read the eval path (``needs``)."""
+        raise NotImplementedError(f"metric {self.name!r} is not measured on the eval path")
+
     def value(self, measured: Mapping[str, float], heap_bytes: int) -> float:
-        """The objective's value from a round's validation ``measured`` and the
-        candidate's planned heap."""
+        """The objective's value from what the worker sent after a round (the metrics
+        by name, ``train_loss`` and ``train_seconds``) and the candidate's planned heap."""
+        return float(measured[self.name])
 
 
-METRICS: Registry[BaseMetric] = Registry("metric")
+class _Registry(Registry[BaseMetric]):
+    """Registers a metric under its name and tells the class that name."""
+
+    def register(self, name: str) -> Callable[[C], C]:
+        add = super().register(name)
+
+        def named(cls: C) -> C:
+            cls.name = name
+            return add(cls)
+
+        return named
+
+
+METRICS: Registry[BaseMetric] = _Registry("metric")
 register = METRICS.register
 get = METRICS.get
