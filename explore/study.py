@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,20 +141,25 @@ class StudyWriter:
 
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
-        self.queue: queue.Queue[FrozenTrial | None] = queue.Queue()
+        self.queue: queue.Queue[tuple[FrozenTrial, Callable[[FrozenTrial], FrozenTrial]
+                                      | None] | None] = queue.Queue()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="explore-study-writer",
                                        daemon=True)
         self.thread.start()
 
-    def put(self, trial: FrozenTrial) -> None:
-        self.queue.put(trial)
+    def put(self, trial: FrozenTrial,
+            before: Callable[[FrozenTrial], FrozenTrial] | None = None) -> None:
+        """Write ``trial``; ``before`` (on the writer's thread) may first do slow work
+        the trial's record depends on (keeping its model) and return it amended."""
+        self.queue.put((trial, before))
 
     def _run(self) -> None:
-        while (trial := self.queue.get()) is not None:
+        while (item := self.queue.get()) is not None:
+            trial, before = item
             if self.error is None:  # after a failure, the rest would fail the same way
                 try:
-                    write_trial(self.study, trial)
+                    write_trial(self.study, before(trial) if before else trial)
                 except BaseException as e:  # re-raised by close()
                     self.error = e
 

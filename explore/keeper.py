@@ -1,0 +1,110 @@
+"""The best models of a study, kept: the final weights of the ``k`` best completed
+trials (by the first objective) in Optuna's artifact store.
+
+A worker writes a finished trial's weights to a staging file (:mod:`explore.weights`);
+the study writer's thread hands each one here before it writes the trial.  A model
+among the ``k`` best so far is uploaded with Optuna's public artifact API
+(``optuna.artifacts.upload_artifact``, attached to the study) and its artifact id goes
+into the trial's record (``explore.model``); one pushed out of the ``k`` best is
+removed from the store.  The study's user attribute ``models`` lists what is kept
+(``[{"trial", "value", "artifact"}]``, best first) and ``artifacts`` names the store's
+directory, so ``explore export-model`` and :func:`explore.load_model` find them.
+
+The default store is a directory next to a SQLite study (``quick.db`` ->
+``quick.artifacts/``), else ``explore-artifacts/`` in the working directory.
+
+>>> default_artifacts("sqlite:////data/runs/quick.db")
+'/data/runs/quick.artifacts'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.trial import FrozenTrial, TrialState
+
+from explore.study import RECORD_ATTR
+
+MODELS_ATTR = "models"  # study user attribute: the kept models, best first
+ARTIFACTS_ATTR = "artifacts"  # study user attribute: the artifact store's directory
+
+
+def default_artifacts(storage: str) -> str:
+    """The artifact directory for a storage URL (see the module docstring)."""
+    prefix = "sqlite:///"
+    if storage.startswith(prefix) and len(storage) > len(prefix) and \
+            ":memory:" not in storage:
+        return str(Path(storage[len(prefix):]).with_suffix(".artifacts"))
+    return str(Path("explore-artifacts").resolve())
+
+
+class ModelKeeper:
+    """Keeps the ``k`` best models of ``study`` (a stored study) in ``directory``.
+    ``minimize``: whether smaller values of the first objective are better."""
+
+    def __init__(self, study: optuna.Study, directory: str | Path, k: int,
+                 minimize: bool) -> None:
+        self.study, self.k, self.minimize = study, k, minimize
+        self.directory = Path(directory).resolve()
+        self.staging = self.directory / ".staging"
+        self.store: FileSystemArtifactStore | None = None
+        self.kept: list[dict[str, Any]] = list(study.user_attrs.get(MODELS_ATTR, []))
+        if k > 0:
+            self.staging.mkdir(parents=True, exist_ok=True)
+            self.store = FileSystemArtifactStore(str(self.directory))
+            if study.user_attrs.get(ARTIFACTS_ATTR) != str(self.directory):
+                study.set_user_attr(ARTIFACTS_ATTR, str(self.directory))
+
+    def stage(self, number: int) -> str | None:
+        """Where the worker writes trial ``number``'s weights (None: none are kept)."""
+        if self.store is None:
+            return None
+        return str(self.staging / f"{os.getpid()}-trial-{number}.npz")
+
+    def _ranks(self, value: float) -> bool:
+        """Whether a model of ``value`` belongs among the ``k`` best."""
+        if len(self.kept) < self.k:
+            return True
+        worst = self.kept[-1]["value"]
+        return value < worst if self.minimize else value > worst
+
+    def keep(self, trial: FrozenTrial, staged: str | None) -> FrozenTrial:
+        """Upload ``staged`` if ``trial`` (COMPLETE) is among the best so far, record its
+        artifact id in the trial, and drop a model pushed out; the staging file goes
+        either way.  Returns the trial to write."""
+        try:
+            if self.store is None or staged is None or not os.path.exists(staged) or \
+                    trial.state != TrialState.COMPLETE or trial.values is None:
+                return trial
+            value = float(trial.values[0])
+            if value != value or not self._ranks(value):  # NaN never ranks
+                return trial
+            artifact = upload_artifact(artifact_store=self.store, file_path=staged,
+                                       study_or_trial=self.study,
+                                       mimetype="application/x-npz")
+            record = {**trial.user_attrs.get(RECORD_ATTR, {}), "model": artifact}
+            trial.user_attrs = {**trial.user_attrs, RECORD_ATTR: record}
+            self.kept.append({"trial": trial.number, "value": value, "artifact": artifact})
+            self.kept.sort(key=lambda m: m["value"], reverse=not self.minimize)
+            for gone in self.kept[self.k:]:
+                with contextlib.suppress(Exception):  # already gone: nothing to free
+                    self.store.remove(gone["artifact"])
+            self.kept = self.kept[:self.k]
+            self.study.set_user_attr(MODELS_ATTR, self.kept)
+            return trial
+        finally:
+            if staged is not None:
+                Path(staged).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Remove what a stopped run left staged."""
+        if self.staging.is_dir():
+            for f in self.staging.glob(f"{os.getpid()}-*"):
+                f.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.staging.rmdir()
