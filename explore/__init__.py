@@ -1,3 +1,65 @@
-"""explore: search spaces, packing scheduler and study analysis on top of ``engine``."""
+"""explore: search spaces, packing scheduler and study analysis on top of ``engine``.
+
+In a notebook::
+
+    import explore
+    study = explore.run("search_spaces/tabular.yaml")           # or a dict, data=(X, y)
+    model = explore.load_model(study._storage, study.study_name)  # the best kept model
+    model.predict(rows)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explore.trained import TrainedModel
+
+
+def run(space: Any, data: Any = None, target: str | None = None, storage: str | None = None,
+        study: str | None = None, trials: int | None = None, workers: int | None = None,
+        memory: int | str | None = None) -> optuna.Study:
+    """Run a search, as ``explore run`` does, and return its Optuna study.
+
+    ``space`` is a search-space file or a dict of the YAML's structure.  ``data``
+    replaces the space's data set with your own: a DataFrame (``target`` names the
+    label column) or a tuple ``(X, y)`` of arrays; the space's ``dataset:`` options
+    (valid, test, scale, categorical, task) apply to it.  ``storage`` is an Optuna
+    storage URL (default: a SQLite file next to the space file, or ``<name>.db`` in the
+    working directory for a dict), ``study`` the study's name (default: the space's);
+    ``trials``, ``workers`` and ``memory`` override the space's budget.  The budget
+    counts the whole run, this process included.  Raises
+    :class:`explore.runner.RunRefused` (a ValueError) for bad input, before anything
+    is written.
+
+    >>> import explore, numpy as np
+    >>> x = np.random.default_rng(0).normal(size=(200, 3)).astype("float32")
+    >>> study = explore.run({"dataset": {"task": "regression"},
+    ...                      "objectives": [{"metric": "r2"}],
+    ...                      "budget": {"trials": 2, "rounds": 2, "memory": "1GB"},
+    ...                      "keep_models": 0},
+    ...                     data=(x, x @ [1.0, 2.0, 0.5]), storage="sqlite:///:memory:")
+    >>> len(study.trials)
+    2
+    """
+    from explore.runner import execute, prepare
+
+    prep = prepare(space, data=data, target=target, storage=storage, study=study,
+                   trials=trials, workers=workers, memory=memory)
+    result, _ = execute(prep)
+    return result
+
+
+def load_model(storage: Any, study: str, trial: int | None = None) -> TrainedModel:
+    """The kept model of ``trial`` (default: the best kept) of ``study``, ready to
+    predict: see :func:`explore.trained.load_model`."""
+    from explore.trained import load_model as load
+
+    return load(storage, study, trial)
+
+
+__all__ = ["__version__", "load_model", "run"]

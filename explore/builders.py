@@ -33,15 +33,36 @@ class BuildError(ValueError):
     """Parameters that do not make a model (an unknown activation, ...)."""
 
 
+LOSSES = {"classification": ("cross_entropy",), "regression": ("mse", "mae", "huber")}
+REGRESSION_LOSS_OPS = {"mse": "MSELoss", "mae": "MAELoss", "huber": "HuberLoss"}
+
+
 def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
                 eval_loss: bool = True, image: tuple[int, int, int] | None = None,
-                pixel_scale: float | None = None) -> CalcGraph:
+                pixel_scale: float | None = None, task: str = "classification") -> CalcGraph:
     """The model of ``params``: with ``blocks`` > 0 (the CNN family) the input rows are
     viewed as ``image`` (channels, height, width) and go through that many blocks of
     convolution (``kernel``, "same" padding), Relu and, with ``pool``, 2x2 max pooling,
     before the dense layers.  With ``pixel_scale`` the input ``x`` is uint8 pixels (a
     quarter of the bytes of float32, in the shared data set and per mini-batch) that
-    the model dequantizes, ``x * pixel_scale``, as its first op."""
+    the model dequantizes, ``x * pixel_scale``, as its first op.
+
+    A classification ends in ``n_classes`` scores and softmax cross-entropy against
+    int64 labels ``y``; a regression in one output and ``params["loss"]`` (``mse``,
+    ``mae`` or ``huber``) against a float32 target ``y``.  The eval path's last layer
+    is named ``scores`` (what an exported model computes), and it ends in the ops the
+    metrics read (:mod:`explore.metrics.evaluation`): ``accuracy``, ``class_counts``
+    and, for two classes, ``positive_score``; or ``regression_sums``; and
+    ``eval_loss`` unless ``eval_loss`` is False."""
+    if task not in LOSSES:
+        raise BuildError(f"unknown task {task!r}; known: {', '.join(LOSSES)}")
+    loss_name = str(params.get("loss") or "auto").lower()
+    if loss_name == "auto":
+        loss_name = LOSSES[task][0]
+    if loss_name not in LOSSES[task]:
+        raise BuildError(f"loss {loss_name!r} does not suit a {task}; use "
+                         f"{' or '.join(LOSSES[task])}")
+    regression = task == "regression"
     depth = int(params["depth"])
     blocks = int(params.get("blocks") or 0)
     widths = [int(w) for w in params["widths"]]
@@ -52,10 +73,10 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     init = _init(params["init"])
     g = CalcGraph(name="cnn" if blocks else "mlp")
     x = g.placeholder("x", (0, n_in), dtype="uint8" if pixel_scale else "float32")
-    y = g.placeholder("y", (0,), dtype="int64")
+    y = g.placeholder("y", (0,), dtype="float32" if regression else "int64")
     convs, shape = _conv_params(g, params, blocks, image, init)
     flat = shape[0] * shape[1] * shape[2] if blocks else n_in
-    sizes = [flat, *widths[:depth], n_classes]
+    sizes = [flat, *widths[:depth], 1 if regression else n_classes]
     layers = []
     for i in range(len(sizes) - 1):
         w = g.parameter(f"w{i}", (sizes[i], sizes[i + 1]), init=init())
@@ -84,21 +105,35 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
                     h = path.MaxPool(h, kernel_shape=(2, 2), strides=(2, 2))
             h = path.Flatten(h)
         for i, (w, b) in enumerate(layers):
-            h = path.Gemm(h, w, b)
+            last = i == len(layers) - 1
+            h = path.Gemm(h, w, b, **({"outputs": ["scores"]} if last and not training
+                                      else {}))
             if i < depth:
                 h = path.op(acts[i], h)
                 if training and drops[i] > 0:
                     h = path.Dropout(h, ratio=drops[i])
+        if regression:
+            h = path.Reshape(h, shape=(0,))  # [b, 1] -> [b], as the target
+        loss = None
         if training or eval_loss:
-            names = ["loss", "log_prob"] if training else ["eval_loss", "eval_log_prob"]
-            loss, _ = path.SoftmaxCrossEntropyLoss(h, y, outputs=names)
-        else:
-            loss = None
+            name = "loss" if training else "eval_loss"
+            if regression:
+                loss = path.op(REGRESSION_LOSS_OPS[loss_name], h, y, outputs=[name])
+            else:
+                loss, _ = path.SoftmaxCrossEntropyLoss(
+                    h, y, outputs=[name, "log_prob" if training else "eval_log_prob"])
         outs[training] = (h, loss)
     train.set_loss(outs[True][1])
-    acc = ev.Accuracy(outs[False][0], y, outputs=["accuracy"])
-    # Declared outputs: without eval_loss, dead-code elimination drops its cross-entropy.
-    g.output(outs[True][1], acc, *([outs[False][1]] if eval_loss else []))
+    scores = outs[False][0]
+    if regression:
+        stats = [ev.RegressionSums(scores, y, outputs=["regression_sums"])]
+    else:
+        stats = [ev.Accuracy(scores, y, outputs=["accuracy"]),
+                 ev.ClassCounts(scores, y, outputs=["class_counts"])]
+        if n_classes == 2:
+            stats.append(ev.PositiveScore(scores, outputs=["positive_score"]))
+    # Declared outputs: without eval_loss, dead-code elimination drops its loss.
+    g.output(outs[True][1], *stats, *([outs[False][1]] if eval_loss else []))
     return g
 
 

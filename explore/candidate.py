@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import BudgetError, CalcGraph, Program, compile_graph
-from explore import datasets, families, metrics
+from explore import datasets, families
 from explore.optimizers import build_optimizer
 from explore.space import Space
 
@@ -77,8 +77,7 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     prefix of each buffer (the engine's smaller last batch), and validation in chunks
     of the full size (twice as fast at 512 as at 64).  Raises
     :class:`~engine.BudgetError` when even batch 1 does not fit."""
-    graph = graph_of(space, params,
-                     eval_loss=any(metrics.get(o.metric).eval_loss for o in space.objectives))
+    graph = graph_of(space, params)  # every metric of the task is reported, loss too
     opt = build_optimizer(params)
     device = space.budget.device
     bs = params["batch_size"]

@@ -82,91 +82,60 @@ def main() -> None:
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
-    import optuna
+    from explore.runner import RunRefused, execute, prepare
 
-    from explore.datasets import DataError
-    from explore.scheduler import Scheduler, SchedulerError
-    from explore.scheduler.shared_data import load_shared
-    from explore.study import default_storage, open_study
-
-    space = _space(space_file)
-    budget = space.budget.model_copy(update={k: v for k, v in {
-        "trials": trials, "workers": workers, "memory": _size(memory, "--memory"),
-        "device": device}.items() if v is not None})
-    space = space.model_copy(update={"budget": budget})
-    if budget.device == "gpu":
-        from engine.runtime.backends import gpu_available
-
-        if not gpu_available():
-            _fail("--device gpu: no CUDA device with cupy on this machine")
-    url = storage or default_storage(space_file)
-    db = _sqlite_file(url)
-    db_existed = db is not None and db.exists()
     try:
-        study = open_study(space, url, study_name)
-    except ValueError as e:
-        _fail(str(e))
-    new_study = not study.get_trials(deepcopy=False) and "runs" not in study.user_attrs
-
-    def refuse(message: str) -> None:
-        """Stop with ``message``, leaving nothing behind: a study this run created and
-        ran no trial of is deleted again (with its SQLite file, if it made that too)."""
-        if new_study and not study.get_trials(deepcopy=False):
-            with contextlib.suppress(Exception):
-                optuna.delete_study(study_name=study.study_name, storage=url)
-            if db is not None and not db_existed:
-                for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-                    f.unlink(missing_ok=True)
-        _fail(message)
-    _close_interrupted(study)
-    done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
-    remaining = budget.trials - done
-    if remaining <= 0:
+        prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
+                       workers=workers, memory=memory, device=device)
+        budget = prep.space.budget
+        display = _Display(budget.memory, budget.trials, 0, quiet)
+        with display:
+            study, run_record = execute(prep, progress=display.update)
+    except RunRefused as e:
+        _refused(e)
+    if run_record is None:
+        done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         out.print(f"study {study.study_name!r} already has {done} finished trials "
                   f"(budget {budget.trials}); raise --trials to run more")
-        _summary(study, _last_run(study))
-        return
-    display = _Display(budget.memory, budget.trials, done, quiet)
-    try:
-        data = load_shared(space)
-    except DataError as e:
-        refuse(str(e))
-    try:
-        sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
-                          device=budget.device, progress=display.update)
-    except BaseException:
-        data.close()
-        raise
-    try:
-        with display:
-            stats = sched.run(remaining)
-    except SchedulerError as e:
-        refuse(str(e))
-    _summary(study, _record_run(study, stats))
+        run_record = _last_run(study)
+    _summary(study, run_record)
+    _next_steps(study, prep)
 
 
-def _sqlite_file(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` storage URL (None for any other storage)."""
-    prefix = "sqlite:///"
-    return Path(url[len(prefix):]) if url.startswith(prefix) and len(url) > len(prefix) \
-        else None
+def _refused(e: Any) -> None:
+    """Report a refused run (its space's errors one per line) and exit with status 2."""
+    for item in e.errors:
+        err.print(f"[red]{item}[/]", highlight=False)
+    if e.errors:
+        err.print(f"{len(e.errors)} error(s); nothing was run or written.", highlight=False)
+        sys.exit(EXIT_USAGE)
+    _fail(str(e))
 
 
-def _close_interrupted(study: Any) -> None:
-    """Trials left RUNNING by an interrupted run are failed, with the reason."""
-    from optuna.trial import TrialState
+def _next_steps(study: Any, prep: Any) -> None:
+    """Where the results went and what to do with them."""
+    from explore.keeper import MODELS_ATTR
 
-    from explore.optuna_adapter import storage_of, trial_id
-
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage_of(study).set_trial_user_attr(trial_id(t), "fail_reason", "interrupted run")
-        study.tell(t.number, state=TrialState.FAIL)
+    where = f"--storage '{prep.storage}' --study '{study.study_name}'"
+    target = f"{prep.source}" if prep.source is not None else where
+    out.print(f"results: study {study.study_name!r} in {prep.storage}", highlight=False)
+    kept = study.user_attrs.get(MODELS_ATTR) or []
+    if kept:
+        out.print(f"models kept: trials {', '.join(str(m['trial']) for m in kept)} "
+                  f"(best first) in {study.user_attrs.get('artifacts')}", highlight=False)
+    out.print("next:", highlight=False)
+    out.print(f"  explore show {target}", highlight=False)
+    if kept:
+        out.print(f"  explore export-model {target} --output model.onnx", highlight=False)
+        out.print(f"  explore evaluate {target}", highlight=False)
+    out.print(f"  in Python: explore.results.load({prep.storage!r}, {study.study_name!r}); "
+              "notebooks/analysis.ipynb draws the study", highlight=False)
 
 
 def _record_run(study: Any, stats: Any) -> dict[str, Any]:
-    run: dict[str, Any] = stats.record_dict()
-    study.set_user_attr("runs", [*study.user_attrs.get("runs", []), run])
-    return run
+    from explore.runner import record_run
+
+    return record_run(study, stats)
 
 
 def _mb(n: int) -> str:
@@ -386,6 +355,87 @@ def export(space_file: str | None, storage: str | None, study_name: str | None, 
     finally:
         tmp.unlink(missing_ok=True)
     out.print(f"{len(df)} trials -> {target}")
+
+
+def _model(space_file: str | None, storage: str | None, study_name: str | None,
+           trial: int | None) -> Any:
+    """The kept model a command names (exit status 2 with the reason if none)."""
+    from explore.study import default_storage
+    from explore.trained import ModelError, load_model
+
+    if space_file is None and (storage is None or study_name is None):
+        _fail("give SPACE_FILE, or both --storage and --study")
+    if space_file is not None:
+        space = _space(space_file)
+        storage = storage or default_storage(space_file)
+        study_name = study_name or space.name
+    assert storage is not None and study_name is not None
+    try:
+        return load_model(storage, study_name, trial)
+    except ModelError as e:
+        _fail(str(e))
+
+
+@main.command("export-model")
+@click.argument("space_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--storage")
+@click.option("--study", "study_name")
+@click.option("--trial", type=int, help="the trial whose model (default: the best kept)")
+@click.option("--output", type=click.Path(dir_okay=False), required=True,
+              help="the ONNX file to write")
+def export_model(space_file: str | None, storage: str | None, study_name: str | None,
+                 trial: int | None, output: str) -> None:
+    """Write a kept model as ONNX, its preprocessing inside: it takes raw rows."""
+    import onnx
+
+    model = _model(space_file, storage, study_name, trial)
+    proto = model.to_onnx()
+    target = Path(output)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        onnx.save(proto, str(tmp))
+        tmp.replace(target)
+    except OSError as e:
+        _fail(f"--output {output}: {e.strerror or e}")
+    finally:
+        tmp.unlink(missing_ok=True)
+    ins = ", ".join(f"{i.name}" for i in proto.graph.input)
+    outs = ", ".join(o.name for o in proto.graph.output)
+    out.print(f"trial {model.trial} of study {model.study!r} -> {target} (inputs: {ins}; "
+              f"outputs: {outs})", highlight=False)
+
+
+@main.command()
+@click.argument("space_file", type=click.Path(dir_okay=False))
+@click.option("--storage")
+@click.option("--study", "study_name")
+@click.option("--trial", type=int, help="the trial whose model (default: the best kept)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def evaluate(space_file: str, storage: str | None, study_name: str | None, trial: int | None,
+             as_json: bool) -> None:
+    """Report a kept model's metrics on the test split of SPACE_FILE's data set."""
+    from explore.datasets import DataError
+    from explore.trained import evaluate_split
+
+    model = _model(space_file, storage, study_name, trial)
+    space = _space(space_file)
+    try:
+        test = space.data.load().test
+    except DataError as e:
+        _fail(str(e))
+    if len(test) == 0:
+        _fail(f"{space_file}: the data set has no test split; add dataset.test "
+              "(a fraction such as 0.2, or a file)")
+    got = evaluate_split(model, test.x, test.y)
+    if as_json:
+        click.echo(json.dumps({"trial": model.trial, "rows": len(test), "metrics": got}))
+        return
+    t = Table(title=f"trial {model.trial} on the test split ({len(test):,} rows)",
+              header_style="bold")
+    for name in got:
+        t.add_column(name)
+    t.add_row(*(f"{v:.4g}" for v in got.values()))
+    out.print(t)
 
 
 if __name__ == "__main__":

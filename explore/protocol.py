@@ -48,7 +48,11 @@ class Start:
     """Host trial ``number`` at ``offset`` in the arena and run it for ``rounds``
     rounds of mini-batches of ``train_batch`` rows (``program`` may be compiled for a
     bigger validation chunk).  A ``gated`` trial waits for Continue (or Pause) after
-    each report; an ungated one goes straight on."""
+    each report; an ungated one goes straight on.  After each round the worker
+    measures every metric whose eval-path outputs the program has
+    (:mod:`explore.metrics`); ``target_std`` turns a regression's errors back into the
+    target's units.  With ``save_to``, the trial's final weights are written there
+    (:mod:`explore.weights`) before it is reported done."""
 
     number: int
     program: Any  # engine.Program
@@ -57,6 +61,8 @@ class Start:
     rounds: int
     train_batch: int
     gated: bool
+    target_std: float = 1.0
+    save_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +114,9 @@ class ArenaOpened:
 @dataclass(frozen=True, slots=True)
 class Report:
     """Trial ``number`` finished round ``round`` (from 1) with these validation
-    ``metrics`` (``accuracy``, ``eval_loss``, ``loss``: the training loss); it was
-    taken by the worker at ``started`` (``time.time()``)."""
+    ``metrics`` (each metric of the task by name, ``train_loss`` and
+    ``train_seconds``: the worker's seconds on it so far); it was taken by the worker
+    at ``started`` (``time.time()``)."""
 
     number: int
     round: int
@@ -122,7 +129,8 @@ class Report:
 class Done:
     """Trial ``number`` ran all its rounds: the last round's ``metrics`` and what the
     worker measured (rounds run, switches to it, seconds spent on it, and when it was
-    taken and ended, ``time.time()``)."""
+    taken and ended, ``time.time()``), and ``saved``: whether its weights were
+    written to Start's ``save_to``."""
 
     number: int
     metrics: dict[str, float]
@@ -134,6 +142,7 @@ class Done:
     # The worker's memory now, less the regions of the trials it holds (this one's is
     # given back already): what its constant has become.  0 where not measured (GPU).
     overhead: int = 0
+    saved: bool = False
 
 
 @dataclass(frozen=True, slots=True)

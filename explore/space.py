@@ -159,6 +159,8 @@ class Model(Strict):
 
 
 class Training(Strict):
+    # auto: cross-entropy for a classification, mse for a regression (or mae, huber)
+    loss: Param = "auto"
     optimizer: Param = "adam"
     lr: Param = 1e-3
     momentum: Param = 0.0
@@ -178,6 +180,10 @@ class Space(Strict):
     pruner: Annotated[Pruner, BeforeValidator(_named)] = Field(default_factory=Pruner)
     model: Model = Field(default_factory=Model)
     training: Training = Field(default_factory=Training)
+    # The final weights of this many best trials (first objective) are kept, in
+    # Optuna's artifact store at ``artifacts`` (default: next to a SQLite study).
+    keep_models: int = Field(3, ge=0)
+    artifacts: str | None = None
 
     def params(self) -> dict[str, Any]:
         """Every parameter by its name (model ones first: depth before the layers)."""
@@ -185,8 +191,9 @@ class Space(Strict):
                                                    "dropout", "init", "channels", "kernel",
                                                    "stride", "pool", "batch_norm",
                                                    "residual")}
-        out.update({k: getattr(self.training, k) for k in ("optimizer", "lr", "momentum",
-                                                           "weight_decay", "batch_size")})
+        out.update({k: getattr(self.training, k) for k in ("loss", "optimizer", "lr",
+                                                           "momentum", "weight_decay",
+                                                           "batch_size")})
         return out
 
     @model_validator(mode="after")

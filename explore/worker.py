@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from explore import metrics
+from explore.metrics.evaluation import MEANS, ROWS, SUMS, Evaluation, compute_all
 from explore.procmem import pss
 from explore.protocol import (
     ArenaOpened,
@@ -44,6 +46,7 @@ from explore.protocol import (
     TrialFailed,
 )
 from explore.shared import ArraySpec, attach
+from explore.weights import save_weights
 
 
 @dataclass
@@ -55,7 +58,7 @@ class Resident:
     batch: int  # training mini-batch (the program may be compiled for a bigger one)
     offset: int  # its region of the arena, given back when the trial leaves
     nbytes: int
-    metrics: tuple[str, ...]  # what validation reads: accuracy, and eval_loss if any
+    validation: Validation  # what the eval path measures, and the metrics made of it
     gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
     paused: bool = False  # at a rung: the worker may start another trial meanwhile
     round: int = 0
@@ -113,7 +116,40 @@ def device_overhead(device: str) -> int:
     return pss()
 
 
-VALIDATION = ("accuracy", "eval_loss")  # what a report carries (eval_loss: NaN if none)
+@dataclass
+class Validation:
+    """What a trial's validation pass reads from its eval path, and the metrics it
+    computes from that (every registered metric whose outputs the program has)."""
+
+    metrics: tuple[str, ...]
+    means: tuple[str, ...]
+    sums: tuple[str, ...]
+    per_row: dict[str, np.ndarray]  # one host value per validation row (ROC AUC)
+    target_std: float = 1.0
+    save_to: str | None = None
+
+    @classmethod
+    def of(cls, program: Any, valid_rows: int, target_std: float = 1.0,
+           save_to: str | None = None) -> Validation:
+        have = {b.name for b in program.buffers}
+        names = tuple(n for n, m in metrics.METRICS.items()
+                      if m.needs and all(o in have for o in m.needs))
+        return cls(names, tuple(o for o in MEANS if o in have),
+                   tuple(o for o in SUMS if o in have),
+                   {o: np.empty(valid_rows, np.float32) for o in ROWS if o in have},
+                   target_std, save_to)
+
+    def measure(self, vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        """Every metric over the validation rows ``(x, y)``, by name."""
+        from engine.runtime.train import evaluate_metrics
+
+        got = evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
+                               per_row=self.per_row)
+        ev = Evaluation(len(y), "regression" if "regression_sums" in got else
+                        "classification", {m: got[m] for m in self.means},
+                        {m: got[m] for m in self.sums}, self.per_row,
+                        y if self.per_row else None, self.target_std)
+        return compute_all(self.metrics, ev)
 
 
 class _Exit(BaseException):
@@ -124,7 +160,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
     from engine.runtime.heap import CalcHeap
-    from engine.runtime.train import evaluate_metrics, train_epoch
+    from engine.runtime.train import train_epoch
     from engine.runtime.vm import VM
 
     arrays = attach(data)
@@ -186,11 +222,11 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 except Exception as e:  # a candidate that cannot run: report it, go on
                     conn.send(TrialFailed(msg.number, f"{type(e).__name__}: {e}"))
                     return
-                names = {b.name for b in prog.buffers}
                 residents[msg.number] = Resident(
                     msg.number, vm, msg.rounds, np.random.default_rng(msg.seed),
                     msg.train_batch, msg.offset, prog.total_bytes,
-                    tuple(m for m in VALIDATION if m in names), gated=msg.gated)
+                    Validation.of(prog, len(arrays["y_valid"]), msg.target_std, msg.save_to),
+                    gated=msg.gated)
                 order.append(msg.number)
             case Continue(number) | Pause(number):
                 if number in residents:
@@ -227,20 +263,24 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                                    batch=res.batch, stop=stopped)
                 if loss is None:
                     continue
-                metrics = evaluate_metrics(res.vm, arrays["x_valid"], arrays["y_valid"],
-                                           res.metrics, check=False)
-                metrics.setdefault("eval_loss", float("nan"))  # no loss on its eval path
+                metrics = res.validation.measure(res.vm, arrays["x_valid"],
+                                                 arrays["y_valid"])
                 res.busy_s += time.perf_counter() - t0
+                metrics["train_loss"] = loss
+                metrics["train_seconds"] = res.busy_s
+                res.round += 1
+                saved = False
+                if res.round >= res.rounds and res.validation.save_to:
+                    save_weights(res.vm, res.validation.save_to)
+                    saved = True
             except Exception:
                 conn.send(TrialFailed(nxt, traceback.format_exc(limit=3)))
                 drop(nxt)
                 continue
-            res.round += 1
-            metrics["loss"] = loss
             if res.round >= res.rounds:
                 drop(nxt)  # first: the memory is given back before the scheduler counts it so
                 conn.send(Done(nxt, metrics, res.round, res.switches, res.busy_s, res.started,
-                               time.time(), overhead_now()))
+                               time.time(), overhead_now(), saved))
             else:
                 # Ungated, the next round starts at once, before the pruner's answer:
                 # that answer stops it within STOP_EVERY mini-batches if it is "prune".

@@ -18,7 +18,8 @@ class Cnn(BaseFamily):
     def build(self, params: dict[str, Any], dataset: BaseDataset,
               eval_loss: bool = True) -> CalcGraph:
         return build_graph(params, dataset.features, dataset.classes, eval_loss=eval_loss,
-                           image=dataset.image, pixel_scale=dataset.pixel_scale)
+                           image=dataset.image, pixel_scale=dataset.pixel_scale,
+                           task=getattr(dataset, "task", "classification"))
 
     def check(self, model: Mapping[str, Any]) -> None:
         lowest = bounds(model["blocks"])[0]

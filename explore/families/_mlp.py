@@ -17,7 +17,8 @@ class Mlp(BaseFamily):
     def build(self, params: dict[str, Any], dataset: BaseDataset,
               eval_loss: bool = True) -> CalcGraph:
         return build_graph(params, dataset.features, dataset.classes, eval_loss=eval_loss,
-                           image=dataset.image, pixel_scale=dataset.pixel_scale)
+                           image=dataset.image, pixel_scale=dataset.pixel_scale,
+                           task=getattr(dataset, "task", "classification"))
 
     def check(self, model: Mapping[str, Any]) -> None:
         if bounds(model["blocks"])[1] != 0:

@@ -26,6 +26,7 @@ from explore import metrics, sampling
 from explore.builders import BuildError
 from explore.candidate import Candidate, compile_candidate
 from explore.datasets import Dataset
+from explore.keeper import ModelKeeper
 from explore.optuna_adapter import frozen_trial as frozen
 from explore.procmem import children, pss
 from explore.protocol import (
@@ -78,8 +79,12 @@ class Scheduler:
 
     def __init__(self, space: Space, study: optuna.Study, data: Dataset | SharedArrays, *,
                  workers: int, memory: int, device: str, progress: Progress | None = None,
-                 trials_per_worker: int | None = None, main: int | None = None) -> None:
+                 trials_per_worker: int | None = None, main: int | None = None,
+                 keeper: ModelKeeper | None = None) -> None:
         self.space, self.device = space, device
+        self.keeper = keeper  # keeps the best trials' weights, if any
+        scale = getattr(space.data, "target_scale", None)
+        self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit
         self.stored = study  # where finished trials go, one write each
         self.study = working_copy(study, space)  # what the sampler and pruner consult
         self.n_workers = workers  # asked for
@@ -259,7 +264,11 @@ class Scheduler:
                 self._place()
         finally:
             self.stop()
-            self.writer.close()
+            try:
+                self.writer.close()
+            finally:
+                if self.keeper is not None:
+                    self.keeper.close()
         return self.stats
 
     def _note(self, trial: optuna.trial.Trial, write: bool = False, **values: Any) -> None:
@@ -271,9 +280,11 @@ class Scheduler:
             trial.set_user_attr(RECORD_ATTR, record)
 
     def _tell(self, trial: optuna.trial.Trial, values: Any = None,
-              state: TrialState | None = None) -> None:
+              state: TrialState | None = None, saved: str | None = None) -> None:
         self.study.tell(trial, values, state=state)
-        self.writer.put(frozen(self.study, trial))
+        keeper = self.keeper
+        self.writer.put(frozen(self.study, trial), None if keeper is None or saved is None
+                        else (lambda t: keeper.keep(t, saved)))
 
     def _in_hand(self) -> int:
         """Trials held and not paused: what the sampler's look-ahead is counted in."""
@@ -327,8 +338,10 @@ class Scheduler:
                        worker=w.index, arena_offset=spot.offset,
                        placed_at=time.time() - self.t0, write=True)
             seed = self.space.budget.seed + trial.number
+            save_to = self.keeper.stage(trial.number) if self.keeper else None
             if not self._send(w, Start(trial.number, prog, spot.offset, seed,
-                                       self.space.budget.rounds, cand.train_batch, self.gated)):
+                                       self.space.budget.rounds, cand.train_batch, self.gated,
+                                       self.target_std, save_to)):
                 still.append((trial, cand, requeued))  # its placement went with the worker
         self.waiting = still + self.waiting
         self._sample()
@@ -396,9 +409,12 @@ class Scheduler:
             self._note(p.trial, pauses=p.pauses)
             self._note(p.trial, rounds=msg.rounds, switches=msg.switches, busy_s=msg.busy_s,
                        start=msg.started - self.t0, end=msg.ended - self.t0,
-                       accuracy=msg.metrics["accuracy"], write=True)
+                       metrics={k: v for k, v in msg.metrics.items() if k != "train_seconds"},
+                       train_seconds=msg.metrics.get("train_seconds", msg.busy_s),
+                       write=True)
             values = [self._value(o.metric, msg.metrics, p) for o in self.space.objectives]
-            self._tell(p.trial, values if len(values) > 1 else values[0])
+            staged = self.keeper.stage(p.trial.number) if self.keeper and msg.saved else None
+            self._tell(p.trial, values if len(values) > 1 else values[0], saved=staged)
             self.stats.counts["complete"] += 1
             if len(values) == 1:
                 better = max if self.study.direction.name == "MAXIMIZE" else min

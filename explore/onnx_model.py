@@ -1,0 +1,111 @@
+"""A kept model as one ONNX file that takes raw rows and gives predictions.
+
+The engine exports the eval path up to its ``scores`` layer
+(:func:`engine.onnx_io.export.export_onnx`, trained weights as initializers); around it
+go, as ONNX nodes:
+
+- in front, the preprocessing the search fitted on the training split
+  (:class:`explore.datasets.table.Preprocess`): numeric columns scaled,
+  ``(x - offset) / scale``; each categorical column one-hot encoded over the categories
+  learned (``ai.onnx.ml.OneHotEncoder``; an unknown category encodes as all zeros,
+  as in the search);
+- behind, a classification's ``probabilities`` (softmax) and ``label`` (the class as
+  the data had it), or a regression's ``prediction`` in the target's units.
+
+Inputs: ``x`` (float32 ``[N, numeric columns]``, in the order of
+``Preprocess.numeric``) when the data set has numeric columns, and one input per
+categorical column, named after it (``[N, 1]``, string or int64).  A data set without
+preprocessing (the built-in image sets) keeps the model's own input ``x``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+OPSET = 17
+ML_OPSET = 3
+
+
+def model_to_onnx(model: Any) -> Any:
+    """The ONNX ``ModelProto`` of a :class:`explore.trained.TrainedModel`."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from engine.onnx_io.export import export_onnx
+
+    core = export_onnx(model.graph, outputs=["scores"], vm=model.vm,
+                       name=f"{model.study}-trial-{model.trial}")
+    g = core.graph
+    nodes = list(g.node)
+    inits = list(g.initializer)
+    inputs = list(g.input)
+    pre = model.data.preprocess
+    if pre is not None:
+        front, front_inits, front_inputs = preprocessing_nodes(pre, "x", helper,
+                                                                numpy_helper, TensorProto)
+        nodes = front + nodes
+        inits = front_inits + inits
+        inputs = front_inputs
+    back: list[Any] = []
+    outputs = []
+    if model.data.task == "regression":
+        mean, std = model.data.target_scale or (0.0, 1.0)
+        inits += [numpy_helper.from_array(np.array(std, np.float32), "target_std"),
+                  numpy_helper.from_array(np.array(mean, np.float32), "target_mean"),
+                  numpy_helper.from_array(np.array([-1], np.int64), "flat_shape")]
+        back += [helper.make_node("Mul", ["scores", "target_std"], ["scaled"]),
+                 helper.make_node("Add", ["scaled", "target_mean"], ["unflat"]),
+                 helper.make_node("Reshape", ["unflat", "flat_shape"], ["prediction"])]
+        outputs.append(helper.make_tensor_value_info("prediction", TensorProto.FLOAT, ["N"]))
+    else:
+        classes = model.data.classes
+        back += [helper.make_node("Softmax", ["scores"], ["probabilities"], axis=1),
+                 helper.make_node("ArgMax", ["scores"], ["class_index"], axis=1, keepdims=0)]
+        outputs.append(helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
+                                                     ["N", classes]))
+        labels = getattr(pre, "labels", None) if pre is not None else None
+        if labels is not None:
+            arr = np.asarray(labels)
+            if arr.dtype.kind in "iub":
+                arr = arr.astype(np.int64)
+                kind = TensorProto.INT64
+            elif arr.dtype.kind == "f":
+                arr = arr.astype(np.float32)
+                kind = TensorProto.FLOAT
+            else:
+                arr = arr.astype(object)
+                kind = TensorProto.STRING
+            inits.append(_constant(numpy_helper, arr, "class_labels"))
+            back.append(helper.make_node("Gather", ["class_labels", "class_index"], ["label"],
+                                         axis=0))
+        else:
+            back.append(helper.make_node("Identity", ["class_index"], ["label"]))
+            kind = TensorProto.INT64
+        outputs.append(helper.make_tensor_value_info("label", kind, ["N"]))
+    graph = helper.make_graph(nodes + back, g.name, inputs, outputs, inits)
+    opsets = [helper.make_opsetid("", OPSET)]
+    if any(n.domain == "ai.onnx.ml" for n in graph.node):
+        opsets.append(helper.make_opsetid("ai.onnx.ml", ML_OPSET))
+    out = helper.make_model(graph, opset_imports=opsets, producer_name="calcgraph-explore")
+    out.ir_version = 8
+    import onnx
+
+    onnx.checker.check_model(out)
+    return out
+
+
+def _constant(numpy_helper: Any, arr: np.ndarray, name: str) -> Any:
+    if arr.dtype == object:
+        from onnx import TensorProto, helper
+
+        return helper.make_tensor(name, TensorProto.STRING, list(arr.shape),
+                                  [str(v).encode() for v in arr.reshape(-1)])
+    return numpy_helper.from_array(arr, name)
+
+
+def preprocessing_nodes(pre: Any, into: str, helper: Any, numpy_helper: Any,
+                        tp: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """Nodes that turn the raw inputs into the model's input ``into``; their
+    initializers; the raw inputs."""
+    raise NotImplementedError

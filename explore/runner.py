@@ -1,0 +1,221 @@
+"""A search from start to end, shared by ``explore run`` and :func:`explore.run`.
+
+:func:`prepare` reads the space (a file, or a dict of the YAML's structure), applies
+the caller's overrides, binds data given from Python, and reads and checks the data
+set: everything that can be wrong with the input is found here, before a study is
+written (:class:`RunRefused`).  :func:`execute` opens the study (creating it, or
+resuming it), loads the data into the run's shared memory, starts the scheduler and
+records the run; a budget that cannot hold the run is refused with the study it
+created deleted again, so nothing is left half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from explore.yamlio import SourceError, SpaceError
+
+DATA_ATTR = "data"  # study user attribute: what a model of the study takes and gives
+SPACE_ATTR = "space"  # study user attribute: the space it was run with (JSON)
+
+
+class RunRefused(Exception):
+    """The run cannot start (bad data, a budget too small, ...): nothing was written.
+    ``errors`` holds a space's errors with file, line and key where there were some."""
+
+    def __init__(self, message: str, errors: list[SourceError] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+@dataclass
+class Prepared:
+    """A run ready to start: the space (bound to its data set), where its study lives."""
+
+    space: Any  # explore.space.Space
+    storage: str
+    study_name: str
+    source: Path | None  # the space's file, if it came from one
+
+
+def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
+            target: str | None = None, storage: str | None = None,
+            study: str | None = None, trials: int | None = None, workers: int | None = None,
+            memory: int | str | None = None, device: str | None = None) -> Prepared:
+    """Read and check everything a run needs; raises :class:`RunRefused`."""
+    from explore.datasets import DataError
+    from explore.space import Space, load_space, parse_size, parse_space
+    from explore.study import default_storage
+
+    source: Path | None = None
+    try:
+        if isinstance(space, Space):
+            sp = space
+        elif isinstance(space, Mapping):
+            sp = parse_space(dict(space))
+        else:
+            source = Path(space)
+            sp = load_space(source)
+    except SpaceError as e:
+        raise RunRefused(f"{len(e.errors)} error(s) in the search space", e.errors) from None
+    except (OSError, ValueError) as e:
+        raise RunRefused(str(e)) from None
+    if sp.name is None:
+        sp = sp.model_copy(update={"name": "explore"})
+    try:
+        size = parse_size(memory) if memory is not None else None
+    except ValueError as e:
+        raise RunRefused(f"memory: {e}") from None
+    budget = sp.budget.model_copy(update={k: v for k, v in {
+        "trials": trials, "workers": workers, "memory": size, "device": device}.items()
+        if v is not None})
+    sp = sp.model_copy(update={"budget": budget})
+    if storage is not None and not storage.strip():
+        raise RunRefused("--storage is empty: give an Optuna storage URL")
+    if study is not None and not study.strip():
+        raise RunRefused("--study is empty: give a study name")
+    try:
+        if data is not None:
+            from explore.datasets.table import from_python
+
+            sp = sp.with_data(from_python(data, target=target, **_table_options(sp)))
+        ds = sp.data
+    except DataError as e:
+        raise RunRefused(str(e)) from None
+    check_objectives(sp, ds)
+    if budget.device == "gpu":
+        from engine.runtime.backends import gpu_available
+
+        if not gpu_available():
+            raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
+    url = storage or (default_storage(source) if source is not None
+                      else default_storage(Path.cwd() / f"{sp.name}.yaml"))
+    return Prepared(sp, url, study or sp.name, source)
+
+
+def _table_options(space: Any) -> dict[str, Any]:
+    """The dataset section's table options, for data given from Python."""
+    d = space.dataset
+    keys = ("features", "categorical", "valid", "test", "scale", "task", "seed")
+    return {k: getattr(d, k) for k in keys if getattr(d, k, None) is not None}
+
+
+def check_objectives(space: Any, ds: Any) -> None:
+    """Every objective must be measurable on the data set (RunRefused otherwise)."""
+    from explore import metrics
+
+    task = getattr(ds, "task", "classification")
+    classes = int(getattr(ds, "classes", 0) or 0)
+    for o in space.objectives:
+        m = metrics.get(o.metric)
+        if not m.applies(task, classes):
+            can = ", ".join(n for n, x in metrics.METRICS.items() if x.applies(task, classes))
+            raise RunRefused(f"objective {o.metric!r} does not apply to this data set "
+                             f"({task}" + (f", {classes} classes" if classes else "") +
+                             f"); objectives that do: {can}")
+
+
+def data_record(ds: Any) -> dict[str, Any]:
+    """What a model of the study takes and gives, stored with the study so that its
+    models can be rebuilt, exported and used without the data: task, features,
+    classes, image shape, pixel scale, target scale and the preprocessing."""
+    pre = getattr(ds, "preprocess", None)
+    scale = getattr(ds, "target_scale", None)
+    image = getattr(ds, "image", None)
+    return {"task": getattr(ds, "task", "classification"), "features": int(ds.features),
+            "classes": int(getattr(ds, "classes", 0) or 0),
+            "image": list(image) if image else None,
+            "pixel_scale": getattr(ds, "pixel_scale", None),
+            "target_scale": list(scale) if scale else None,
+            "preprocess": pre.to_dict() if pre is not None else None}
+
+
+def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
+            main: int | None = None) -> tuple[optuna.Study, dict[str, Any] | None]:
+    """Run the prepared search; returns the study and the record of this run (None
+    when the study already had its trials).  Raises :class:`RunRefused` (nothing
+    written) when the budget cannot hold the run."""
+    from explore.datasets import DataError
+    from explore.keeper import ModelKeeper, default_artifacts
+    from explore.scheduler import Scheduler, SchedulerError
+    from explore.scheduler.shared_data import load_shared
+    from explore.study import open_study
+
+    space = prep.space
+    budget = space.budget
+    db = sqlite_file(prep.storage)
+    db_existed = db is not None and db.exists()
+    try:
+        study = open_study(space, prep.storage, prep.study_name)
+    except ValueError as e:
+        raise RunRefused(str(e)) from None
+    new_study = not study.get_trials(deepcopy=False) and "runs" not in study.user_attrs
+
+    def refuse(message: str) -> RunRefused:
+        """``message``, leaving nothing behind: a study this run created and ran no
+        trial of is deleted again (with its SQLite file, if it made that too)."""
+        if new_study and not study.get_trials(deepcopy=False):
+            with contextlib.suppress(Exception):
+                optuna.delete_study(study_name=study.study_name, storage=prep.storage)
+            if db is not None and not db_existed:
+                for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+                    f.unlink(missing_ok=True)
+        return RunRefused(message)
+
+    close_interrupted(study)
+    done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+    remaining = budget.trials - done
+    if remaining <= 0:
+        return study, None
+    try:
+        data = load_shared(space)
+    except DataError as e:
+        raise refuse(str(e)) from None
+    keeper = None
+    if space.keep_models > 0:
+        keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
+                             space.keep_models, space.objectives[0].dir == "minimize")
+    try:
+        sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
+                          device=budget.device, progress=progress, main=main, keeper=keeper)
+    except BaseException:
+        data.close()
+        raise
+    try:
+        study.set_user_attr(DATA_ATTR, data_record(space.data))
+        study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
+        stats = sched.run(remaining)
+    except SchedulerError as e:
+        raise refuse(str(e)) from None
+    return study, record_run(study, stats)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` storage URL (None for any other storage)."""
+    prefix = "sqlite:///"
+    return Path(url[len(prefix):]) if url.startswith(prefix) and len(url) > len(prefix) \
+        and ":memory:" not in url else None
+
+
+def close_interrupted(study: optuna.Study) -> None:
+    """Trials left RUNNING by an interrupted run are failed, with the reason."""
+    from optuna.trial import TrialState
+
+    from explore.optuna_adapter import storage_of, trial_id
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        storage_of(study).set_trial_user_attr(trial_id(t), "fail_reason", "interrupted run")
+        study.tell(t.number, state=TrialState.FAIL)
+
+
+def record_run(study: optuna.Study, stats: Any) -> dict[str, Any]:
+    """Append the run's record (:meth:`RunStats.record_dict`) to the study's ``runs``."""
+    run: dict[str, Any] = stats.record_dict()
+    study.set_user_attr("runs", [*study.user_attrs.get("runs", []), run])
+    return run

@@ -1,0 +1,238 @@
+"""A kept model of a study, loaded to predict, evaluate and export.
+
+A study run with ``keep_models`` holds the final weights of its best trials
+(:mod:`explore.keeper`), and with them what a model takes and gives (the study's
+``data`` record: task, features, classes, the preprocessing fitted on the training
+split).  :func:`load_model` rebuilds the trial's CalcGraph from its parameters,
+compiles it, and loads the weights into a VM; :class:`TrainedModel` then takes raw
+rows (a DataFrame with the data set's columns, or an array of its numeric features)
+through the same preprocessing as the search did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR
+from explore.study import PARAMS_ATTR, RECORD_ATTR
+
+PREDICT_BATCH = 512
+
+
+class ModelError(LookupError):
+    """No kept model answers the request (no such study, trial or artifact)."""
+
+
+@dataclass
+class StoredData:
+    """A data set as a study recorded it: what a model family needs to build a model
+    of it (the arrays are not needed).  ``BaseDataset``'s attributes, from the record."""
+
+    task: str
+    features: int
+    classes: int
+    image: tuple[int, int, int] | None
+    pixel_scale: float | None
+    target_scale: tuple[float, float] | None
+    preprocess: Any  # explore.datasets.table.Preprocess | None
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> StoredData:
+        pre = None
+        if r.get("preprocess"):
+            from explore.datasets.table import Preprocess
+
+            pre = Preprocess.from_dict(r["preprocess"])
+        return cls(r["task"], int(r["features"]), int(r.get("classes") or 0),
+                   tuple(r["image"]) if r.get("image") else None,  # type: ignore[arg-type]
+                   r.get("pixel_scale"),
+                   tuple(r["target_scale"]) if r.get("target_scale") else None,  # type: ignore[arg-type]
+                   pre)
+
+    @property
+    def outputs(self) -> int:
+        return self.classes if self.task == "classification" else 1
+
+
+@dataclass
+class TrainedModel:
+    """A trial's model, weights loaded: ``vm`` runs its ``eval`` path, whose last
+    layer ``scores`` is what :meth:`predict` reads.
+
+    ``predict(rows)`` gives the class labels (as the data had them) or the
+    regression's values in the target's units; ``predict_proba(rows)`` the class
+    probabilities; ``features(rows)`` the preprocessed model input."""
+
+    vm: Any  # engine.VM
+    graph: Any  # engine.CalcGraph
+    data: StoredData
+    params: dict[str, Any]
+    trial: int
+    study: str
+
+    def features(self, rows: Any) -> np.ndarray:
+        """Raw rows -> the model's input (the search's preprocessing, if any)."""
+        pre = self.data.preprocess
+        if pre is not None:
+            return np.ascontiguousarray(pre.transform(rows))
+        x = np.asarray(rows)
+        return x.reshape(len(x), -1) if x.ndim > 2 else x
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """The ``scores`` layer for model inputs ``x`` (already preprocessed), in
+        batches of at most the compiled batch."""
+        vm = self.vm
+        want = np.dtype(vm.program.buffers[_index(vm, "x")].dtype)
+        x = np.ascontiguousarray(x, dtype=want)
+        b = vm.program.batch_size
+        ydt = np.float32 if self.data.task == "regression" else np.int64
+        out = np.empty((len(x), max(self.data.outputs, 1)), np.float32)
+        for start in range(0, len(x), b):
+            chunk = x[start:start + b]
+            vm.set("x", chunk)
+            vm.set("y", np.zeros(len(chunk), ydt))
+            vm.forward("eval")
+            out[start:start + len(chunk)] = vm.get("scores").reshape(len(chunk), -1)
+        return out
+
+    def predict_proba(self, rows: Any) -> np.ndarray:
+        """Class probabilities ``[n, classes]`` (a classification only)."""
+        if self.data.task != "classification":
+            raise ValueError("predict_proba is for a classification; this model is a "
+                             f"{self.data.task}")
+        s = self.scores(self.features(rows))
+        s = s - s.max(axis=1, keepdims=True)
+        e = np.exp(s)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, rows: Any) -> np.ndarray:
+        """Labels as the data had them (classification) or values in the target's
+        units (regression)."""
+        s = self.scores(self.features(rows))
+        if self.data.task == "regression":
+            mean, std = self.data.target_scale or (0.0, 1.0)
+            return s[:, 0] * std + mean
+        idx = s.argmax(axis=1)
+        pre = self.data.preprocess
+        labels = getattr(pre, "labels", None) if pre is not None else None
+        return np.asarray(labels)[idx] if labels is not None else idx
+
+    def to_onnx(self) -> Any:
+        """The model as ONNX, preprocessing included (:mod:`explore.onnx_model`)."""
+        from explore.onnx_model import model_to_onnx
+
+        return model_to_onnx(self)
+
+
+def evaluate_split(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Every metric of the model's task over preprocessed rows ``x`` and their ``y``
+    (as a data set's split holds them), measured by its eval path as in a search."""
+    from explore.worker import Validation
+
+    std = model.data.target_scale[1] if model.data.target_scale else 1.0
+    v = Validation.of(model.vm.program, len(y), std)
+    return v.measure(model.vm, np.ascontiguousarray(x), np.ascontiguousarray(y))
+
+
+def _index(vm: Any, name: str) -> int:
+    return next(i for i, b in enumerate(vm.program.buffers) if b.name == name)
+
+
+def kept_models(study: optuna.Study) -> list[dict[str, Any]]:
+    """The study's kept models, best first (``[{"trial", "value", "artifact"}]``)."""
+    return list(study.user_attrs.get(MODELS_ATTR) or [])
+
+
+def find_model(study: optuna.Study, trial: int | None = None
+               ) -> tuple[optuna.trial.FrozenTrial, str]:
+    """The stored trial and the artifact id of its kept model: trial number ``trial``,
+    or the best kept one.  Raises :class:`ModelError` saying what is kept."""
+    kept = kept_models(study)
+    if not kept:
+        raise ModelError(f"study {study.study_name!r} keeps no models: run it with "
+                         "keep_models > 0 (the default is 3)")
+    artifacts = {m["artifact"] for m in kept}
+    by_artifact = {}
+    for t in study.get_trials(deepcopy=False):
+        a = (t.user_attrs.get(RECORD_ATTR) or {}).get("model")
+        if a in artifacts:
+            by_artifact[a] = t
+    if trial is None:
+        for m in kept:
+            if m["artifact"] in by_artifact:
+                return by_artifact[m["artifact"]], m["artifact"]
+        raise ModelError(f"study {study.study_name!r}: its kept models' trials are missing")
+    for a, t in by_artifact.items():
+        if t.number == trial:
+            return t, a
+    numbers = ", ".join(str(t.number) for t in by_artifact.values())
+    raise ModelError(f"trial {trial} of study {study.study_name!r} has no kept model; "
+                     f"kept: trials {numbers or 'none'} (keep_models keeps the best few)")
+
+
+def load_model(storage: str | Path | Any, study: str, trial: int | None = None) -> TrainedModel:
+    """The kept model of ``trial`` (default: the best kept) of ``study`` in
+    ``storage`` (a URL, a SQLite file's path or an Optuna storage), ready to predict.
+    Raises :class:`ModelError` when there is none."""
+    from engine import VM, compile_graph
+    from explore import families
+    from explore.optimizers import build_optimizer
+    from explore.runner import DATA_ATTR, SPACE_ATTR
+
+    s = open_stored(storage, study)
+    t, artifact = find_model(s, trial)
+    record = s.user_attrs.get(DATA_ATTR)
+    space = s.user_attrs.get(SPACE_ATTR)
+    if not record or not space:
+        raise ModelError(f"study {study!r} does not record its data set and space")
+    data = StoredData.from_record(record)
+    params = dict((t.user_attrs.get(RECORD_ATTR) or {}).get(PARAMS_ATTR) or
+                  t.user_attrs.get(PARAMS_ATTR) or t.params)
+    graph = families.get(space["model"]["family"]).build(params, data)  # type: ignore[arg-type]
+    prog = compile_graph(graph, batch_size=PREDICT_BATCH, optimizer=build_optimizer(params),
+                         keep=["scores"])
+    vm = VM(prog)
+    for name, value in read_model(s, artifact, t.number).items():
+        vm.assign(name, value)
+    return TrainedModel(vm, graph, data, params, t.number, study)
+
+
+def read_model(study: optuna.Study, artifact: str, number: int) -> dict[str, np.ndarray]:
+    """The weights of a kept model, read through the study's artifact store."""
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna.artifacts.exceptions import ArtifactNotFound
+
+    directory = study.user_attrs.get(ARTIFACTS_ATTR)
+    if not directory or not Path(directory).is_dir():
+        raise ModelError(f"the artifact store of study {study.study_name!r} "
+                         f"({directory}) is missing")
+    try:
+        with FileSystemArtifactStore(directory).open_reader(artifact) as f, \
+                np.load(f, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except ArtifactNotFound:
+        raise ModelError(f"the model of trial {number} ({artifact}) is missing from "
+                         f"{directory}") from None
+
+
+def open_stored(storage: str | Path | Any, study: str) -> optuna.Study:
+    """Load ``study`` from a URL, a SQLite file's path or a storage object, creating
+    nothing (:class:`ModelError` if there is no such file or study)."""
+    url: Any = storage
+    if isinstance(storage, Path) or (isinstance(storage, str) and "://" not in storage):
+        p = Path(storage)
+        if not p.is_file():
+            raise ModelError(f"no such study file: {p}")
+        url = f"sqlite:///{p.resolve()}"
+    elif isinstance(storage, str) and storage.startswith("sqlite:///") and \
+            ":memory:" not in storage and not Path(storage[len("sqlite:///"):]).is_file():
+        raise ModelError(f"no such study file: {storage[len('sqlite:///'):]}")
+    try:
+        return optuna.load_study(study_name=study, storage=url)
+    except KeyError:
+        raise ModelError(f"no study {study!r} in {storage}") from None
