@@ -2,7 +2,8 @@
 
 - ``SoftmaxCrossEntropyLoss`` (ONNX): ``scores [b, C]``, ``labels [b]`` (int64) ->
   scalar loss, plus ``log_prob [b, C]`` which the gradient reads.
-- ``MSELoss``: mean squared error (not an ONNX op).
+- ``MSELoss``: mean squared error; ``MAELoss``: mean absolute error; ``HuberLoss``:
+  torch's ``HuberLoss(reduction="mean")`` (none of them ONNX ops).
 - ``Accuracy`` and ``RMSE``: metrics, for FORWARD_ONLY post-processing paths.
 - ``Dropout`` (ONNX): training draws a mask (kept as a second output for the backward
   pass); in a FORWARD_ONLY path, or with ``training=0``, it is the identity.
@@ -240,6 +241,101 @@ def _mse_grad(k: KernelArgs) -> Step:
     return step
 
 
+def _mae(k: KernelArgs) -> Step:
+    """mean(|prediction - target|)."""
+    xp, (p, t), y = k.xp, k.ins, k.outs[0]
+    d = k.scratch(0, p.shape, p.dtype)
+    inv = 1.0 / max(p.size, 1)
+
+    def step() -> None:
+        xp.subtract(p, t, out=d)
+        xp.abs(d, out=d)
+        xp.sum(d, out=y)
+        xp.multiply(y, inv, out=y)
+
+    return step
+
+
+def _g_mae(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    dp = gb.op("MAELossGrad", g[0], n.inputs[0], n.inputs[1])
+    return [dp, gb.op("Neg", dp)]
+
+
+def _mae_grad(k: KernelArgs) -> Step:
+    xp, (dl, p, t), dx = k.xp, k.ins, k.outs[0]
+    inv = 1.0 / max(p.size, 1)
+
+    def step() -> None:
+        xp.subtract(p, t, out=dx)
+        xp.sign(dx, out=dx)
+        xp.multiply(dx, float(dl) * inv, out=dx)
+
+    return step
+
+
+def _huber_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    if not float(attrs["delta"]) > 0.0:
+        raise ShapeError(f"HuberLoss delta must be positive, got {attrs['delta']}")
+    return _pair_shape(ins, attrs)
+
+
+def _huber_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return align_up(ins[0].nbytes()) + ins[0].dtype.itemsize  # |d| terms, a partial sum
+
+
+def _huber(k: KernelArgs) -> Step:
+    """mean(0.5 q^2 + delta (|d| - q)) with d = prediction - target and
+    q = min(|d|, delta): 0.5 d^2 where |d| <= delta, delta (|d| - delta / 2) beyond.
+    The two terms are summed one after the other through one scratch of d's shape
+    (d is recomputed rather than kept in a second one)."""
+    xp, (p, t), y = k.xp, k.ins, k.outs[0]
+    d = k.scratch(0, p.shape, p.dtype)
+    part = k.scratch(align_up(d.nbytes), (), p.dtype)
+    delta = float(k.attrs["delta"])
+    inv = 1.0 / max(p.size, 1)
+
+    def step() -> None:
+        xp.subtract(p, t, out=d)
+        xp.abs(d, out=d)
+        xp.subtract(d, delta, out=d)
+        xp.maximum(d, 0.0, out=d)  # |d| - q
+        xp.sum(d, out=y)
+        xp.multiply(y, delta, out=y)
+        xp.subtract(p, t, out=d)
+        xp.abs(d, out=d)
+        xp.minimum(d, delta, out=d)  # q
+        xp.multiply(d, d, out=d)
+        xp.sum(d, out=part)
+        xp.multiply(part, 0.5, out=part)
+        xp.add(y, part, out=y)
+        xp.multiply(y, inv, out=y)
+
+    return step
+
+
+def _g_huber(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None, None]
+    dp = gb.op("HuberLossGrad", g[0], n.inputs[0], n.inputs[1], delta=n.attrs["delta"])
+    return [dp, gb.op("Neg", dp)]
+
+
+def _huber_grad(k: KernelArgs) -> Step:
+    xp, (dl, p, t), dx = k.xp, k.ins, k.outs[0]
+    delta = float(k.attrs["delta"])
+    inv = 1.0 / max(p.size, 1)
+
+    def step() -> None:
+        xp.subtract(p, t, out=dx)
+        xp.minimum(dx, delta, out=dx)
+        xp.maximum(dx, -delta, out=dx)
+        xp.multiply(dx, float(dl) * inv, out=dx)
+
+    return step
+
+
 def _accuracy_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     scores = ins[0]
     need_float(scores, "Accuracy scores")
@@ -368,6 +464,21 @@ OPS = [
     OpDef(name="MSELossGrad", shape=_mse_grad_shape, kernel=_mse_grad, grad=FIRST_ORDER_ONLY,
           num_inputs=(3, 3), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: 2 * (prediction - target) * dloss / n"),
+    OpDef(name="MAELoss", shape=_pair_shape, kernel=_mae, grad=_g_mae, workspace=_pair_ws,
+          num_inputs=(2, 2), stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
+          doc="mean(|prediction - target|) over every element (torch's L1Loss)"),
+    OpDef(name="MAELossGrad", shape=_mse_grad_shape, kernel=_mae_grad, grad=FIRST_ORDER_ONLY,
+          num_inputs=(3, 3), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: sign(prediction - target) * dloss / n"),
+    OpDef(name="HuberLoss", shape=_huber_shape, kernel=_huber, grad=_g_huber,
+          workspace=_huber_ws, num_inputs=(2, 2), attrs={"delta": 1.0}, stacking=NOT_STACKED,
+          onnx=NOT_IN_ONNX,
+          doc="mean over elements of 0.5 d^2 where |d| <= delta, else delta (|d| - delta/2), "
+              "d = prediction - target (torch's HuberLoss, reduction='mean')"),
+    OpDef(name="HuberLossGrad", shape=_mse_grad_shape, kernel=_huber_grad,
+          grad=FIRST_ORDER_ONLY, num_inputs=(3, 3), attrs={"delta": 1.0},
+          stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          doc="internal: clip(prediction - target, -delta, delta) * dloss / n"),
     OpDef(name="Accuracy", shape=_accuracy_shape, kernel=_accuracy, grad=NON_DIFFERENTIABLE_METRIC,
           workspace=_accuracy_ws, num_inputs=(2, 2), stacking=StackRule.METRIC, onnx=NOT_IN_ONNX,
           doc="fraction of rows whose argmax equals the label"),

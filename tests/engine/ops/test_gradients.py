@@ -22,6 +22,13 @@ def away_from_zero(*shape: int) -> np.ndarray:
 
 
 labels = np.array([0, 2, 1, 4], dtype=np.int64)
+_R2 = np.random.default_rng(43)
+_P = _R2.uniform(-2.0, 2.0, size=(3, 4))
+
+
+def _away(*shape: int) -> np.ndarray:
+    """Differences in +-[0.2, 1.5]: no kink of |d| within reach of a finite difference."""
+    return _R2.choice([-1.0, 1.0], size=shape) * _R2.uniform(0.2, 1.5, size=shape)
 
 
 def q(*shape: int, dtype: str = "uint8", low: int = 0, high: int = 16) -> np.ndarray:
@@ -187,6 +194,11 @@ CASES = [
     Case("ReduceSumSquare", [f(3, 4)], {"axes": (0,)}),
     Case("LRN", [f(2, 5, 3, 2)], {"size": 3, "alpha": 0.5, "bias": 1.5}),
     Case("LRN", [f(2, 6, 3)], {"size": 4, "alpha": 0.3, "beta": 0.6}),  # an even window
+    # MAE away from its kink at p == t; Huber on both sides of delta (its gradient has
+    # no kink).  Their own generator: the draws above stay as they were.
+    Case("MAELoss", [_P, _P + _away(3, 4)]),
+    Case("HuberLoss", [_P, _P + _away(3, 4) * 1.5], {"delta": 0.7}),
+    Case("HuberLoss", [f(5), f(5)]),
 ]
 
 

@@ -67,7 +67,8 @@ def test_required_instruction_set_is_present() -> None:
         "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt",
         "Square", "Sin", "Cos", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Softmax",
         "LogSoftmax", "ReduceSum", "ReduceMean", "Reshape", "Flatten", "Dropout",
-        "SoftmaxCrossEntropyLoss", "MSELoss", "Accuracy", "RMSE",
+        "SoftmaxCrossEntropyLoss", "MSELoss", "Accuracy", "RMSE", "MAELoss", "HuberLoss",
+        "RegressionSums", "ClassCounts", "PositiveScore",
     }
     assert required <= set(OP_TABLE)
 
@@ -75,5 +76,6 @@ def test_required_instruction_set_is_present() -> None:
 def test_ops_needing_scratch_declare_it() -> None:
     # Ops whose kernels carve scratch from the workspace must size it.
     for name in ("Elu", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "Accuracy",
-                 "RMSE", "MSELoss", "Dropout", "LeakyReluGrad", "EluGrad"):
+                 "RMSE", "MSELoss", "Dropout", "LeakyReluGrad", "EluGrad", "MAELoss",
+                 "HuberLoss", "RegressionSums", "ClassCounts"):
         assert OP_TABLE[name].workspace is not no_workspace, name
