@@ -65,7 +65,7 @@ def model_to_onnx(model: Any) -> Any:
         outputs.append(helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
                                                      ["N", classes]))
         labels = getattr(pre, "labels", None) if pre is not None else None
-        if labels is not None:
+        if labels:
             arr = np.asarray(labels)
             if arr.dtype.kind in "iub":
                 arr = arr.astype(np.int64)
@@ -106,6 +106,32 @@ def _constant(numpy_helper: Any, arr: np.ndarray, name: str) -> Any:
 
 def preprocessing_nodes(pre: Any, into: str, helper: Any, numpy_helper: Any,
                         tp: Any) -> tuple[list[Any], list[Any], list[Any]]:
-    """Nodes that turn the raw inputs into the model's input ``into``; their
-    initializers; the raw inputs."""
-    raise NotImplementedError
+    """Nodes that turn the raw inputs into the model's input ``into`` (the features in
+    :class:`~explore.datasets.table.Preprocess` order: scaled numeric columns, then a
+    one-hot block per categorical column); their initializers; the raw inputs."""
+    nodes, inits, inputs, parts = [], [], [], []
+    if pre.numeric:
+        inputs.append(helper.make_tensor_value_info("x", tp.FLOAT, ["N", len(pre.numeric)]))
+        inits += [numpy_helper.from_array(np.asarray(pre.offset, np.float32), "pre_offset"),
+                  numpy_helper.from_array(np.asarray(pre.scale, np.float32), "pre_scale")]
+        nodes += [helper.make_node("Sub", ["x", "pre_offset"], ["pre_centred"]),
+                  helper.make_node("Div", ["pre_centred", "pre_scale"], ["pre_numeric"])]
+        parts.append("pre_numeric")
+    for i, (column, cats) in enumerate(zip(pre.categorical, pre.categories, strict=True)):
+        ints = all(isinstance(c, int | np.integer) and not isinstance(c, bool) for c in cats)
+        name = f"pre_onehot_{i}"
+        inputs.append(helper.make_tensor_value_info(column, tp.INT64 if ints else tp.STRING,
+                                                    ["N", 1]))
+        attrs = {"cats_int64s": [int(c) for c in cats]} if ints else \
+            {"cats_strings": [str(c) for c in cats]}
+        nodes.append(helper.make_node("OneHotEncoder", [column], [f"{name}_3d"],
+                                      domain="ai.onnx.ml", zeros=1, **attrs))
+        inits.append(numpy_helper.from_array(np.array([-1, len(cats)], np.int64),
+                                             f"{name}_shape"))
+        nodes.append(helper.make_node("Reshape", [f"{name}_3d", f"{name}_shape"], [name]))
+        parts.append(name)
+    if len(parts) == 1:
+        nodes.append(helper.make_node("Identity", parts, [into]))
+    else:
+        nodes.append(helper.make_node("Concat", parts, [into], axis=1))
+    return nodes, inits, inputs

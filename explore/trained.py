@@ -81,7 +81,17 @@ class TrainedModel:
         if pre is not None:
             return np.ascontiguousarray(pre.transform(rows))
         x = np.asarray(rows)
-        return x.reshape(len(x), -1) if x.ndim > 2 else x
+        return self.model_input(x.reshape(len(x), -1) if x.ndim > 2 else x)
+
+    def model_input(self, x: np.ndarray) -> np.ndarray:
+        """Features as the model takes them: images of a pixel scale as exact uint8
+        pixels (see :mod:`explore.datasets.quantize`)."""
+        scale = self.data.pixel_scale
+        if scale is not None and x.dtype != np.uint8:
+            from explore.datasets.quantize import quantize
+
+            return quantize(np.asarray(x, np.float32), scale)
+        return x
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         """The ``scores`` layer for model inputs ``x`` (already preprocessed), in
@@ -120,7 +130,7 @@ class TrainedModel:
         idx = s.argmax(axis=1)
         pre = self.data.preprocess
         labels = getattr(pre, "labels", None) if pre is not None else None
-        return np.asarray(labels)[idx] if labels is not None else idx
+        return np.asarray(labels)[idx] if labels else idx
 
     def to_onnx(self) -> Any:
         """The model as ONNX, preprocessing included (:mod:`explore.onnx_model`)."""
@@ -136,7 +146,8 @@ def evaluate_split(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict[st
 
     std = model.data.target_scale[1] if model.data.target_scale else 1.0
     v = Validation.of(model.vm.program, len(y), std)
-    return v.measure(model.vm, np.ascontiguousarray(x), np.ascontiguousarray(y))
+    return v.measure(model.vm, np.ascontiguousarray(model.model_input(x)),
+                     np.ascontiguousarray(y))
 
 
 def _index(vm: Any, name: str) -> int:
