@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from explore import __version__
 from explore.yamlio import SpaceError
 
 EXIT_USAGE = 2
@@ -63,6 +64,8 @@ def _size(value: str | None, what: str) -> int | None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="explore",
+                      message="%(prog)s %(version)s")
 def main() -> None:
     """Hyperparameter and architecture search that never runs out of memory."""
     import optuna
