@@ -149,3 +149,28 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
     fixed = set(COLUMNS)
     return [c for c in df.columns[df.columns.get_loc("state") + 1:df.columns.get_loc("params")]
             if c not in fixed and not c.startswith("value_")]
+
+
+RUN_COLUMNS = ["budget", "peak", "measured_peak", "packing_efficiency", "workers", "main",
+               "tracker", "workers_overhead", "data", "growth", "arena"]
+
+
+def runs(study: optuna.Study) -> pd.DataFrame:
+    """One row per ``explore run`` of the study: the budget, the planned peak (constants
+    and heaps at their most), the peak the system measured for the run's processes
+    (PSS), packing efficiency, workers, and the measured constants (bytes).
+
+    >>> study = optuna.create_study(study_name="r", storage="sqlite:///:memory:")
+    >>> runs(study).empty
+    True
+    """
+    rows = []
+    for r in study.user_attrs.get("runs", []):
+        rows.append({"budget": r.get("budget"), "peak": r.get("peak"),
+                     "measured_peak": r.get("measured_peak"),
+                     "packing_efficiency": r.get("packing_efficiency"),
+                     "workers": r.get("workers", len(r.get("overheads", []))),
+                     "main": r.get("main"), "tracker": r.get("tracker"),
+                     "workers_overhead": sum(r.get("overheads", [])), "data": r.get("data"),
+                     "growth": r.get("growth"), "arena": r.get("arena")})
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
