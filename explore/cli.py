@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from explore import __version__
 from explore.yamlio import SpaceError
 
 EXIT_USAGE = 2
@@ -63,6 +65,8 @@ def _size(value: str | None, what: str) -> int | None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="explore",
+                      message="%(prog)s %(version)s")
 def main() -> None:
     """Hyperparameter and architecture search that never runs out of memory."""
     import optuna
@@ -287,8 +291,12 @@ def _value(text: str) -> Any:
 
 
 def _open(space_file: str | None, storage: str | None, study_name: str | None) -> Any:
+    """The study to show or export.  A SQLite file that does not exist is an error (exit
+    status 2), not an empty database created by looking."""
     import optuna
 
+    from explore.results import storage_url
+    from explore.storages import open_storage
     from explore.study import default_storage
 
     if space_file is None and (storage is None or study_name is None):
@@ -297,8 +305,14 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
         space = _space(space_file)
         storage = storage or default_storage(space_file)
         study_name = study_name or space.name
+    assert storage is not None
     try:
-        return optuna.load_study(study_name=study_name, storage=str(storage))
+        url = storage_url(storage)
+    except FileNotFoundError as e:
+        _fail(f"no study {study_name!r}: {e}; has `explore run` been run?")
+    try:
+        return optuna.load_study(study_name=study_name,
+                                 storage=open_storage(url) if isinstance(url, str) else url)
     except KeyError:
         _fail(f"no study {study_name!r} in {storage}")
 
@@ -308,8 +322,9 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
 @click.option("--storage")
 @click.option("--study", "study_name")
 def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
-    """Summarise a study: counts, best trial, the best few trials."""
-    from explore.results import frame
+    """Summarise a study: counts, best trial, and the best few trials with their final
+    metrics and every parameter that varies (those the same in every trial below)."""
+    from explore.results import frame, metric_columns
 
     study = _open(space_file, storage, study_name)
     _summary(study, _last_run(study))
@@ -318,13 +333,47 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
     if len(done) and "value" in done and done["value"].notna().any():
         asc = study.directions[0].name == "MINIMIZE"
         top = done.sort_values("value", ascending=asc).head(5)
-        t = Table(title="best trials", header_style="bold")
-        for col in ("trial", "value", "batch", "bytes", "params"):
-            t.add_column(col)
+        varying, same = _split_params(list(df["params"]))
+        shown = [c for c in [*metric_columns(df), "train_seconds"] if top[c].notna().any()]
+        # the batch trained with, where the space lets the engine choose it
+        auto = any(p.get("batch_size") == "auto" for p in top["params"])
+        t = Table(title="best trials", header_style="bold", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False)  # the width for the values
+        for col in ("trial", "value", *shown, *varying, *(["batch"] if auto else []),
+                    "bytes"):
+            t.add_column(col, overflow="fold")  # wrapped, never cut short
         for _, r in top.iterrows():
-            t.add_row(str(r["number"]), f"{r['value']:.4g}", str(r["batch_size"]),
-                      f"{r['total_bytes']:,}", json.dumps(r["params"])[:80])
+            t.add_row(str(r["number"]), f"{r['value']:.4g}", *(_num(r[c]) for c in shown),
+                      *(_param(r["params"].get(k, "-")) for k in varying),
+                      *([str(r["batch_size"])] if auto else []), f"{r['total_bytes']:,}")
         out.print(t)
+        if same:
+            out.print("the same in every trial: " + ", ".join(
+                f"{k}={_param(v)}" for k, v in same.items()), highlight=False)
+
+
+def _split_params(params: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The parameters whose value differs between trials (in the order the trials list
+    them), and the others with their one value.
+
+    >>> _split_params([{"lr": 0.1, "optimizer": "adam"}, {"lr": 0.2, "optimizer": "adam"}])
+    (['lr'], {'optimizer': 'adam'})
+    """
+    params = [p for p in params if isinstance(p, dict)]
+    keys = list(dict.fromkeys(k for p in params for k in p))
+    varying = [k for k in keys if len({json.dumps(p.get(k), sort_keys=True)
+                                       for p in params}) > 1]
+    return varying, {k: next(p[k] for p in params if k in p) for k in keys
+                     if k not in varying}
+
+
+def _param(v: Any) -> str:
+    """A parameter's value in full: floats as Python writes them back exactly."""
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _num(v: Any) -> str:
+    return "-" if v is None or v != v else f"{v:.4g}"
 
 
 @main.command()
@@ -349,8 +398,8 @@ def export(space_file: str | None, storage: str | None, study_name: str | None, 
         else:
             try:
                 df.to_parquet(tmp, index=False)
-            except ImportError as e:
-                _fail(f"parquet needs pyarrow: pip install pyarrow ({e})")
+            except ImportError as e:  # pyarrow is a dependency: a broken installation
+                _fail(f"parquet needs pyarrow, which did not import: {e}")
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)

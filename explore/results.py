@@ -9,31 +9,87 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import optuna
 import pandas as pd
 
+from explore.storages import open_storage
 from explore.study import PARAMS_ATTR, RECORD_ATTR
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
            *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches", "pauses",
-           "placed_at", "start", "end", "wall_s", "busy_s", "fail_reason"]
+           "placed_at", "start", "end", "wall_s", "busy_s", "train_seconds", "fail_reason"]
 
 
-def load(storage: str | Any, study: str) -> pd.DataFrame:
-    """Trials of ``study`` in ``storage`` (a URL or an Optuna storage): parameters (one
-    column each, prefixed ``p_``, plus the full dict in ``params``), objective
-    value(s), state, planned bytes per zone, batch size, rounds run, worker, switches,
-    pauses at pruning rungs (:mod:`explore.rungs`), start and end (seconds from the
-    run's start) and wall time."""
-    return frame(optuna.load_study(study_name=study, storage=storage))
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite storage URL; None for another storage or an
+    in-memory database.
+
+    >>> sqlite_file("sqlite:////tmp/x.db"), sqlite_file("sqlite+pysqlite:///x.db?timeout=5")
+    (PosixPath('/tmp/x.db'), PosixPath('x.db'))
+    >>> sqlite_file("sqlite:///:memory:"), sqlite_file("postgresql://host/db")
+    (None, None)
+    """
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.split("+", 1)[0].lower() != "sqlite":
+        return None
+    name = rest.split("?", 1)[0]
+    return None if name in ("", ":memory:") else Path(name)
+
+
+def storage_url(storage: str | Path | optuna.storages.BaseStorage
+                ) -> str | optuna.storages.BaseStorage:
+    """What Optuna opens for ``storage``: an Optuna storage as it is, a storage URL, or
+    a plain path to a SQLite file (``search_spaces/quick.db``, a :class:`~pathlib.Path`)
+    as a ``sqlite:///`` URL.  A SQLite file that does not exist raises
+    :class:`FileNotFoundError` naming it: opening it would create an empty one.
+
+    >>> storage_url("sqlite:///:memory:")
+    'sqlite:///:memory:'
+    >>> storage_url("no/such/study.db")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no SQLite database no/such/study.db (is the path right?)
+    """
+    if isinstance(storage, optuna.storages.BaseStorage):
+        return storage
+    text = str(storage)
+    if isinstance(storage, Path) or "://" not in text:
+        db: Path | None = Path(text)
+        url = f"sqlite:///{Path(text).resolve()}"
+    else:
+        db, url = sqlite_file(text), text
+    if db is not None and not db.is_file():
+        raise FileNotFoundError(f"no SQLite database {db} (is the path right?)")
+    return url
+
+
+def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.DataFrame:
+    """Trials of ``study`` in ``storage`` (a path to the SQLite file, a storage URL or an
+    Optuna storage; a SQLite file that does not exist is a :class:`FileNotFoundError`,
+    and none is created): parameters (one column each, prefixed ``p_``, plus the full
+    dict in ``params``), objective value(s), the final validation metrics (one column
+    each, named after the metric: ``accuracy``, ``loss``, ``f1``, ``rmse``, ... as the
+    trials recorded them), state, planned bytes per zone, batch size, rounds run,
+    worker, switches, pauses at pruning rungs (:mod:`explore.rungs`), start and end
+    (seconds from the run's start), wall time and training time (``train_seconds``)."""
+    url = storage_url(storage)
+    try:
+        s = optuna.load_study(study_name=study,
+                              storage=open_storage(url) if isinstance(url, str) else url)
+    except KeyError:
+        raise KeyError(f"no study {study!r} in {storage}") from None
+    return frame(s)
 
 
 def frame(s: optuna.Study) -> pd.DataFrame:
     """The trials of an open study, as :func:`load` reads them."""
     rows = []
+    values: list[str] = ["value"]
+    measured: dict[str, None] = {}  # the metric columns, in the order first recorded
     for t in s.get_trials(deepcopy=False):
         ua = {**t.user_attrs, **t.user_attrs.get(RECORD_ATTR, {})}
         zones = ua.get("planned_bytes") or {}
@@ -46,25 +102,53 @@ def frame(s: optuna.Study) -> pd.DataFrame:
             "arena_offset": ua.get("arena_offset"), "placed_at": ua.get("placed_at"),
             "switches": ua.get("switches"), "pauses": ua.get("pauses"),
             "start": ua.get("start"), "end": ua.get("end"),
-            "busy_s": ua.get("busy_s"), "fail_reason": ua.get("fail_reason"),
+            "busy_s": ua.get("busy_s"), "train_seconds": ua.get("train_seconds"),
+            "fail_reason": ua.get("fail_reason"),
         }
         row["wall_s"] = (row["end"] - row["start"]) if row["end"] is not None and \
             row["start"] is not None else None
-        values = t.values or []
+        trial_values = t.values or []
         if len(s.directions) == 1:
-            row["value"] = values[0] if values else None
+            row["value"] = trial_values[0] if trial_values else None
         else:
             row["value"] = None
-            for i, v in enumerate(values):
+            for i, v in enumerate(trial_values):
                 row[f"value_{i}"] = v
+            values = ["value", *(f"value_{i}" for i in range(len(s.directions)))]
+        # The final validation metrics; a study recorded before they were kept has its
+        # accuracy alone.
+        final = ua.get("metrics")
+        if not isinstance(final, dict):
+            final = {"accuracy": ua["accuracy"]} if ua.get("accuracy") is not None else {}
+        for name, v in final.items():
+            col = metric_column(name)
+            measured[col] = None
+            row[col] = v
         for k, v in t.params.items():
             row[f"p_{k}"] = v
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
-    first = [c for c in COLUMNS if c in df.columns]
+    first = [c for c in ["number", "state", *values, *measured, *COLUMNS] if c in df.columns]
+    first = list(dict.fromkeys(first))
     return df[first + [c for c in df.columns if c not in first]]
+
+
+def metric_column(name: str) -> str:
+    """The column of metric ``name``: its name, unless a column of the frame has it.
+
+    >>> metric_column("accuracy"), metric_column("rounds")
+    ('accuracy', 'metric_rounds')
+    """
+    return f"metric_{name}" if name in COLUMNS or name.startswith(("value", "p_")) else name
+
+
+def metric_columns(df: pd.DataFrame) -> list[str]:
+    """The final-metric columns of a frame from :func:`frame` (those after the values)."""
+    fixed = set(COLUMNS)
+    return [c for c in df.columns[df.columns.get_loc("state") + 1:df.columns.get_loc("params")]
+            if c not in fixed and not c.startswith("value_")]
 
 
 RUN_COLUMNS = ["budget", "peak", "measured_peak", "packing_efficiency", "workers", "main",

@@ -70,12 +70,14 @@ def open_study(space: Space, storage: str, name: str | None = None) -> optuna.St
 
 
 def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
-    """An in-memory study with ``study``'s finished trials, its directions, sampler and
-    pruner: the scheduler works on it and writes each trial back once, when it ends
+    """An in-memory study with ``study``'s name, finished trials, directions, sampler
+    and pruner: the scheduler works on it and writes each trial back once, when it ends
     (:class:`StudyWriter`).  Optuna's relational storage reads every trial back for each
     ask, report and prune decision (13 ms a time for 60 trials in SQLite): over a
     search of small models that took a third of a core from the workers."""
-    work = optuna.create_study(directions=list(study.directions),
+    # The stored study's name: Hyperband assigns a trial to a bracket by a hash of the
+    # study's name and the trial's number, and an unnamed study gets a random one.
+    work = optuna.create_study(study_name=study.study_name, directions=list(study.directions),
                                sampler=make_sampler(space), pruner=make_pruner(space))
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     if done:

@@ -109,6 +109,18 @@ class Scheduler:
         # would stop can be paused at the rung instead (explore.rungs).
         self.gated = space.pruner.pause and len(self.study.directions) == 1 and \
             pauses(self.study.pruner)
+        # Reproducible runs: with a sampler seed and one worker, the sampler and the
+        # pruner must see the same history at the same points whatever the timing.  So
+        # the next trial is asked only once every trial in hand has been told or paused,
+        # and the worker runs one round at a time of the trial chosen here (every trial
+        # gated, one "continue" at a time): what it runs and the order its reports
+        # arrive in no longer depend on when messages cross.  It costs a round trip a
+        # round and the look-ahead, so unseeded and multi-worker runs keep both.
+        self.lockstep = space.sampler.seed is not None and workers == 1
+        if self.lockstep:
+            self.trials_per_worker = 1
+        self.ready: list[tuple[Worker, Placement]] = []  # lockstep: to continue, in turn
+        self.in_flight: int | None = None  # lockstep: the trial the worker is running
         self.remaining = 0
         self.memory = MemorySampler(self.stats, enabled=device == "cpu",
                                     this_process=main is None)
@@ -260,6 +272,7 @@ class Scheduler:
                         self._prune(w, p)
                     self._place()
                     continue
+                self._go()
                 self._events()
                 self._place()
         finally:
@@ -340,9 +353,12 @@ class Scheduler:
             seed = self.space.budget.seed + trial.number
             save_to = self.keeper.stage(trial.number) if self.keeper else None
             if not self._send(w, Start(trial.number, prog, spot.offset, seed,
-                                       self.space.budget.rounds, cand.train_batch, self.gated,
-                                       self.target_std, save_to)):
+                                       self.space.budget.rounds, cand.train_batch,
+                                       self.gated or self.lockstep, self.target_std,
+                                       save_to)):
                 still.append((trial, cand, requeued))  # its placement went with the worker
+            elif self.lockstep:
+                self.in_flight = trial.number
         self.waiting = still + self.waiting
         self._sample()
 
@@ -377,6 +393,8 @@ class Scheduler:
     def _handle(self, w: Worker, msg: FromWorker) -> None:
         if not isinstance(msg, Report | Done | TrialFailed):
             return  # Ready and ArenaOpened come only while a worker starts
+        if msg.number == self.in_flight:  # lockstep: the worker waits for the next word
+            self.in_flight = None
         p = w.residents.get(msg.number)
         if p is None:
             return
@@ -402,8 +420,8 @@ class Scheduler:
                     self._sample()
                     return
                 self._resume_promoted()
-            if self.gated:
-                self._send(w, Continue(msg.number))
+            if self.gated or self.lockstep:
+                self._continue(w, p)
         elif isinstance(msg, Done):
             self._release(w, p)
             self._note(p.trial, pauses=p.pauses)
@@ -445,7 +463,28 @@ class Scheduler:
                 p.paused = None
                 self.stats.counts["paused"] -= 1
                 self.stats.counts["resumed"] += 1
-                self._send(w, Continue(p.trial.number))
+                self._continue(w, p)
+
+    def _continue(self, w: Worker, p: Placement) -> None:
+        """Let a trial waiting after its report run on; in lockstep, when its turn comes
+        (:meth:`_go`)."""
+        if self.lockstep:
+            self.ready.append((w, p))
+        else:
+            self._send(w, Continue(p.trial.number))
+
+    def _go(self) -> None:
+        """Lockstep: when the worker runs nothing, continue one of the trials ready to go
+        on, depth first as a worker would pick (the furthest along, then the oldest)."""
+        self.ready = [(w, p) for w, p in self.ready
+                      if self.workers.get(w.index) is w and p.trial.number in w.residents]
+        if self.in_flight is not None or not self.ready:
+            return
+        w, p = max(self.ready, key=lambda wp: (frozen(self.study, wp[1].trial).last_step or 0,
+                                               -wp[1].trial.number))
+        self.ready.remove((w, p))
+        self.in_flight = p.trial.number
+        self._send(w, Continue(p.trial.number))
 
     @staticmethod
     def _value(metric: str, measured: dict[str, float], p: Placement) -> float:
@@ -466,6 +505,7 @@ class Scheduler:
             return  # already handled
         code = w.process.exitcode
         del self.workers[w.index]
+        self.in_flight = None  # lockstep: what it ran went with it
         for p in list(w.residents.values()):
             self._fail(p.trial, f"worker {w.index} (pid {w.pid}) died with exit code {code}")
             if not p.requeued:  # once more, as a new trial with the same parameters

@@ -1,5 +1,5 @@
-"""The analysis notebook runs headless against a small study made here, and draws
-its four pictures."""
+"""The analysis notebook runs headless against a small study made here, shows the best
+trials with their final metrics, and draws its four pictures."""
 
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setenv("EXPLORE_STORAGE", storage)
     monkeypatch.setenv("EXPLORE_STUDY", "tiny")
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # the kernel imports this tree's explore, whatever an installed copy points at
+    root = str(NOTEBOOK.parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -47,4 +51,9 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
     texts = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
              for o in c.get("outputs", []) if o.get("output_type") == "stream"]
     assert any("measured_peak" in s and "budget" in s for s in texts), texts
+    # the best trials with the final metrics the run recorded
+    assert any(s.startswith("final metrics:") and "accuracy" in s for s in texts), texts
+    best = [o for c in nb.cells if c.get("id") == "e4a9f0c6" for o in c.get("outputs", [])
+            if o.get("output_type") == "execute_result"]
+    assert best and "accuracy" in best[0]["data"]["text/plain"]
     assert os.environ["EXPLORE_STUDY"] == "tiny"

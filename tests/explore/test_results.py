@@ -1,0 +1,157 @@
+"""Reading a study back: ``explore.results.load`` from a path, a URL or a storage,
+the final metrics as columns, and ``explore show`` / ``export`` / ``--version``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from rich.console import Console
+
+import explore
+from explore import cli
+from explore.cli import main
+from explore.results import COLUMNS, load, metric_columns
+from explore.study import RECORD_ATTR
+
+LRS = [0.012345678901234567, 0.2718281828459045, 0.0031415926535897933]
+
+
+def record(i: int, optimizer: str, lr: float, **extra: object) -> dict[str, object]:
+    return {"params": {"depth": 1, "widths": [32], "optimizer": optimizer, "lr": lr,
+                       "batch_size": 64},
+            "planned_bytes": {"forward": 100, "gradient": 50, "optimizer": 20,
+                              "workspace": 30},
+            "total_bytes": 200 + i, "batch_size": 64, "rounds": 3, "worker": 0, **extra}
+
+
+def make_study(db: Path, *, new: bool = True) -> None:
+    """Three complete trials as ``explore run`` records them: with ``metrics`` and
+    ``train_seconds`` (``new``), or as studies before them did (accuracy alone)."""
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{db}",
+                                direction="maximize")
+    dists = {"optimizer": CategoricalDistribution(["adam", "sgd"]),
+             "lr": FloatDistribution(1e-3, 0.3, log=True)}
+    for i, (opt, lr) in enumerate(zip(["adam", "sgd", "adam"], LRS, strict=True)):
+        acc = 0.5 + 0.1 * i
+        extra: dict[str, object] = {"metrics": {"accuracy": acc, "loss": 1.0 - acc,
+                                                "f1": acc - 0.05, "roc_auc": acc + 0.05},
+                                    "train_seconds": 1.5 + i} if new else {"accuracy": acc}
+        study.add_trial(optuna.trial.create_trial(
+            params={"optimizer": opt, "lr": lr}, distributions=dists, value=acc,
+            user_attrs={RECORD_ATTR: record(i, opt, lr, **extra)}))
+
+
+def test_load_takes_a_path_a_url_or_a_storage(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    make_study(db)
+    frames = [load(db, "s"), load(str(db), "s"), load(f"sqlite:///{db}", "s"),
+              load(optuna.storages.RDBStorage(f"sqlite:///{db}"), "s")]
+    for df in frames[1:]:
+        pd.testing.assert_frame_equal(df, frames[0])
+    assert list(frames[0]["p_lr"]) == LRS
+
+
+def test_a_missing_database_is_named_and_not_created(tmp_path: Path) -> None:
+    for missing in (tmp_path / "none.db", str(tmp_path / "none.db"),
+                    f"sqlite:///{tmp_path / 'none.db'}"):
+        with pytest.raises(FileNotFoundError, match=r"none\.db"):
+            load(missing, "s")
+    assert list(tmp_path.iterdir()) == []
+    make_study(tmp_path / "s.db")
+    with pytest.raises(KeyError, match="no study 'other'"):
+        load(tmp_path / "s.db", "other")
+
+
+def test_the_final_metrics_are_columns_after_the_value(tmp_path: Path) -> None:
+    make_study(tmp_path / "s.db")
+    df = load(tmp_path / "s.db", "s")
+    assert list(df.columns[:7]) == ["number", "state", "value", "accuracy", "loss", "f1",
+                                    "roc_auc"]
+    assert metric_columns(df) == ["accuracy", "loss", "f1", "roc_auc"]
+    assert list(df["train_seconds"]) == [1.5, 2.5, 3.5]
+    assert (df["accuracy"] == df["value"]).all()
+    assert set(COLUMNS) <= set(df.columns)
+
+
+def test_a_study_recorded_before_the_metrics_still_loads(tmp_path: Path) -> None:
+    make_study(tmp_path / "s.db", new=False)
+    df = load(tmp_path / "s.db", "s")
+    assert metric_columns(df) == ["accuracy"]  # what such a study recorded
+    assert df["train_seconds"].isna().all()
+    assert list(df["value"]) == list(df["accuracy"])
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output == f"explore {explore.__version__}\n"
+
+
+def test_show_prints_the_parameters_in_full_and_the_metrics(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    monkeypatch.setattr(cli, "out", Console(width=160))
+    make_study(tmp_path / "s.db")
+    result = CliRunner().invoke(main, ["show", "--storage", str(tmp_path / "s.db"),
+                                       "--study", "s"])
+    assert result.exit_code == 0, result.output
+    table = result.output[result.output.index("best trials"):]
+    header = table.splitlines()[1].split()
+    assert header == ["trial", "value", "accuracy", "loss", "f1", "roc_auc",
+                      "train_seconds", "optimizer", "lr", "bytes"]
+    for lr in LRS:  # every digit, as the sampler chose it
+        assert repr(lr) in table
+    assert "sgd" in table and "adam" in table
+    assert "the same in every trial: depth=1, widths=[32], batch_size=64" in table
+
+
+def test_show_of_an_old_study(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(cli, "out", Console(width=160))
+    make_study(tmp_path / "s.db", new=False)
+    result = CliRunner().invoke(main, ["show", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                                       "--study", "s"])
+    assert result.exit_code == 0, result.output
+    header = result.output[result.output.index("best trials"):].splitlines()[1].split()
+    assert header[:3] == ["trial", "value", "accuracy"] and "train_seconds" not in header
+
+
+@pytest.mark.parametrize("command", ["show", "export"])
+def test_show_and_export_of_a_missing_study_create_nothing(tmp_path: Path,
+                                                           command: str) -> None:
+    out = ["--output", str(tmp_path / "t.csv")] if command == "export" else []
+    for storage in (str(tmp_path / "none.db"), f"sqlite:///{tmp_path / 'none.db'}"):
+        result = CliRunner().invoke(main, [command, "--storage", storage, "--study", "s",
+                                           *out])
+        assert result.exit_code == 2, result.output
+        assert "none.db" in result.output and "no study 's'" in result.output
+    space = tmp_path / "tiny.yaml"  # the default storage: tiny.db beside the space
+    space.write_text("name: tiny\ndataset: digits\nbudget: {trials: 1, rounds: 1, "
+                     "memory: 64MB}\n")
+    result = CliRunner().invoke(main, [command, str(space), *out])
+    assert result.exit_code == 2 and "tiny.db" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+    make_study(tmp_path / "s.db")  # a database without the study asked for
+    result = CliRunner().invoke(main, [command, "--storage", str(tmp_path / "s.db"),
+                                       "--study", "other", *out])
+    assert result.exit_code == 2 and "no study 'other'" in result.output
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_export_parquet_reads_back_with_pandas(tmp_path: Path) -> None:
+    make_study(tmp_path / "s.db")
+    target = tmp_path / "trials.parquet"
+    result = CliRunner().invoke(main, ["export", "--storage", str(tmp_path / "s.db"),
+                                       "--study", "s", "--format", "parquet",
+                                       "--output", str(target)])
+    assert result.exit_code == 0, result.output
+    back = pd.read_parquet(target)
+    df = load(tmp_path / "s.db", "s")
+    assert list(back.columns) == list(df.columns)
+    assert list(back["p_lr"]) == LRS and list(back["f1"]) == list(df["f1"])
+    assert list(back["train_seconds"]) == [1.5, 2.5, 3.5]
+    assert all(math.isclose(a, b) for a, b in zip(back["value"], df["value"], strict=True))
+    assert '"optimizer": "sgd"' in back["params"][1]
