@@ -439,8 +439,8 @@ class TableDataset(BaseDataset):
         text = [c for c in feats if c not in cats and not _numeric(frame[col[c]])]
         if text:
             raise DataError(f"{s.where}: the columns {_listing(text)} are not numeric; "
-                            f"declare them categorical (categorical: [{', '.join(text)}]) "
-                            f"or leave them out of the features", key="categorical")
+                            f"list them under categorical (one-hot encoded) or leave them "
+                            f"out of the features", key="categorical")
         types = _pd().api.types
         ints = {c: bool(types.is_integer_dtype(frame[col[c]]) or
                         types.is_bool_dtype(frame[col[c]])) for c in cats}
