@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import BudgetError, CalcGraph, Program, compile_graph
-from explore import datasets, families
+from explore import families
 from explore.optimizers import build_optimizer
 from explore.space import Space
 
 
 def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True) -> CalcGraph:
     """The CalcGraph of ``params`` for the space's data set, by the space's family."""
-    return families.get(space.model.family).build(params, datasets.get(space.dataset.name),
-                                                  eval_loss=eval_loss)
+    return families.get(space.model.family).build(params, space.data, eval_loss=eval_loss)
 
 
 @dataclass
@@ -91,7 +90,8 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candi
     else:
         train = int(bs)
         fit = None
-    n_valid = space.dataset.valid or datasets.get(space.dataset.name).valid
+    head = space.dataset.heads[1] if space.dataset is not None else None
+    n_valid = space.data.valid if head is None else min(head, space.data.valid)
     want = max(train, min(space.training.eval_batch_size, n_valid))
     if fit is not None:
         want = min(want, fit)

@@ -27,9 +27,19 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from explore import datasets, families, metrics, pruners, samplers
+from explore.datasets import BaseDataset, DataError
+from explore.datasets.table import resolve
 from explore.ranges import (  # the parameter types are part of the schema's vocabulary
     Choice,
     FloatRange,
@@ -91,9 +101,99 @@ FamilyName = Annotated[str, BeforeValidator(families.FAMILIES.check)]
 
 
 class Dataset(Strict):
-    name: DatasetName
+    """The ``dataset:`` section: a registered name, or a file of the user's::
+
+        dataset: digits                               # a name: mnist, digits, iris, ...
+        dataset: {name: mnist, train: 5000, valid: 2000}  # the first n rows of a split
+        dataset:
+          path: data/churn.csv      # relative to the YAML file: .csv, .parquet, .npz
+          target: churned           # a column (tables) or an array name (.npz)
+          features: [age, plan]     # default: every other column
+          categorical: [plan]       # one-hot encoded; categories learned on train
+          valid: 0.2                # a fraction (stratified for classification) or a
+          test: 0.1                 #   path; test only reports the final model
+          scale: standard           # none | standard | minmax, fitted on train only
+          task: classification      # or regression; inferred from the target if omitted
+          seed: 0                   # the split's seed
+        dataset: {x: X.npy, y: y.npy}                 # arrays, memory-mapped
+
+    Exactly one of ``name``, ``path`` or ``x`` and ``y``.  An integer ``train`` or
+    ``valid`` keeps that many rows of the split (any dataset); a fraction or a path
+    makes the split.  Named sets take the table options that they support (the
+    scikit-learn tables: ``valid``/``test`` fractions, ``scale``, ``seed``).  Relative
+    paths are resolved against the YAML file's folder (:func:`load_space`), or the
+    current one for a space given from Python.  What the data says is checked when it
+    is resolved (:attr:`Space.data`)."""
+
+    name: DatasetName | None = None
+    path: Path | None = None
+    x: Path | None = None
+    y: Path | None = None
+    target: str | None = None
+    features: list[str] | None = None
+    categorical: list[str] = Field(default_factory=list)
     train: int | None = Field(None, ge=1)  # use only the first n training samples
-    valid: int | None = Field(None, ge=1)
+    valid: int | float | Path | None = None  # head count, fraction or file
+    test: float | Path | None = None
+    scale: Literal["none", "standard", "minmax"] | None = None
+    task: Literal["classification", "regression"] | None = None
+    seed: int | None = None
+
+    @field_validator("path", "x", "y", "valid", "test", mode="after")
+    @classmethod
+    def _relative(cls, v: Any, info: ValidationInfo) -> Any:
+        base = (info.context or {}).get("base")
+        return Path(base) / v if isinstance(v, Path) and base is not None and \
+            not v.is_absolute() else v
+
+    @field_validator("valid", mode="after")
+    @classmethod
+    def _valid(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+            raise ValueError("a row count of at least 1, a fraction in (0, 1) or a file")
+        if isinstance(v, float) and not 0 < v < 1:
+            raise ValueError(f"a fraction in (0, 1), got {v}")
+        return v
+
+    @field_validator("test", mode="after")
+    @classmethod
+    def _test(cls, v: Any) -> Any:
+        if isinstance(v, float) and not 0 <= v < 1:
+            raise ValueError(f"a fraction in [0, 1), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Dataset:
+        sources = [k for k in ("name", "path") if getattr(self, k) is not None]
+        if self.x is not None or self.y is not None:
+            if self.x is None or self.y is None:
+                raise ValueError("x and y go together: the features and the target .npy "
+                                 "files")
+            sources.append("x and y")
+        if len(sources) != 1:
+            raise ValueError("exactly one of name (a built-in dataset), path (a .csv, "
+                             ".parquet or .npz file) or x and y (.npy files)"
+                             + (f"; got {' and '.join(sources)}" if sources else ""))
+        if self.name is not None or self.x is not None:
+            what = "a named dataset" if self.name is not None else "x and y arrays"
+            for k in ("target", "features"):
+                if getattr(self, k) is not None:
+                    raise ValueError(f"{k} is for a table file (path:); {what} has none")
+            if self.categorical:
+                raise ValueError(f"categorical is for a table file (path:); {what} has none")
+        if self.name is not None and self.task is not None:
+            raise ValueError("task is for your own data: a named dataset has its own")
+        if self.path is not None and self.path.suffix.lower() in (".csv", ".parquet") and \
+                self.target is None:
+            raise ValueError("target: name the column to predict")
+        return self
+
+    @property
+    def heads(self) -> tuple[int | None, int | None]:
+        """The row counts to keep of the training and validation splits (None: all)."""
+        valid = self.valid if isinstance(self.valid, int) and \
+            not isinstance(self.valid, bool) else None
+        return self.train, valid
 
 
 def _dataset(v: Any) -> Any:
@@ -172,7 +272,8 @@ class Training(Strict):
 
 class Space(Strict):
     name: str | None = None
-    dataset: Annotated[Dataset, BeforeValidator(_dataset)]
+    # None: the data is given from Python (with_data)
+    dataset: Annotated[Dataset | None, BeforeValidator(_dataset)] = None
     objectives: list[Objective] = Field(
         default_factory=lambda: [Objective(metric="accuracy")], min_length=1, max_length=3)
     budget: Budget
@@ -184,6 +285,38 @@ class Space(Strict):
     # Optuna's artifact store at ``artifacts`` (default: next to a SQLite study).
     keep_models: int = Field(3, ge=0)
     artifacts: str | None = None
+
+    _data: BaseDataset | None = PrivateAttr(default=None)
+
+    @property
+    def data(self) -> BaseDataset:
+        """The data set the ``dataset`` section names, resolved once (a file is read and
+        checked then: :class:`~explore.datasets.DataError`) and kept, so compiling many
+        candidates reads nothing; or the one given to :meth:`with_data`."""
+        if self._data is None:
+            if self.dataset is None:
+                raise DataError("the space names no dataset: give one in its dataset "
+                                "section or bind one with Space.with_data(...)")
+            self._data = resolve(self.dataset)
+        return self._data
+
+    def with_data(self, data: BaseDataset) -> Space:
+        """A copy of the space bound to ``data`` (from Python: a
+        :func:`~explore.datasets.from_python` table, say); its ``dataset`` section's row
+        counts (``train``, ``valid``) still apply.
+
+        >>> from explore.datasets import from_python
+        >>> ds = from_python(([[0.0], [1.0], [2.0], [3.0], [4.0]], [0, 1, 0, 1, 0]))
+        >>> s = parse_space({"budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})
+        >>> s.with_data(ds).data is ds, s.dataset is None
+        (True, True)
+        """
+        if not isinstance(data, BaseDataset):
+            raise TypeError(f"with_data takes a dataset (explore.datasets.from_python(...) "
+                            f"makes one of a DataFrame or arrays), not {type(data).__name__}")
+        out = self.model_copy()
+        out._data = data
+        return out
 
     def params(self) -> dict[str, Any]:
         """Every parameter by its name (model ones first: depth before the layers)."""
@@ -219,10 +352,14 @@ class Space(Strict):
 # -- loading --------------------------------------------------------------------------------
 
 
-def parse_space(data: Any, doc: Document | None = None) -> Space:
-    """Validate ``data`` (already read) as a :class:`Space`; every error at once."""
+def parse_space(data: Any, doc: Document | None = None, resolve_data: bool = True) -> Space:
+    """Validate ``data`` (already read) as a :class:`Space`; every error at once.  Data
+    file paths are relative to ``doc``'s folder, or the current one.  With
+    ``resolve_data`` the dataset is resolved too (:attr:`Space.data`: a file is read and
+    checked), and what is wrong with it is an error of the ``dataset`` section."""
+    base = Path(doc.file).parent if doc else Path.cwd()
     try:
-        return Space.model_validate(data)
+        space = Space.model_validate(data, context={"base": base})
     except ValidationError as e:
         file = doc.file if doc else "<space>"
         errors = []
@@ -235,15 +372,28 @@ def parse_space(data: Any, doc: Document | None = None) -> Space:
                 msg = "unknown key"
             errors.append(SourceError(file, line, ".".join(map(str, loc)), msg))
         raise SpaceError(errors) from None
+    if resolve_data and space.dataset is not None:
+        try:
+            space.data  # noqa: B018 (resolved and kept)
+        except DataError as e:
+            loc = ("dataset", e.key) if e.key else ("dataset",)
+            raise SpaceError([SourceError(doc.file if doc else "<space>",
+                                          doc.line(loc) if doc else None,
+                                          ".".join(loc), str(e))]) from e
+    return space
 
 
-def load_space(path: str | Path) -> Space:
-    """Read and validate a search-space file (raises :class:`SpaceError`)."""
+def load_space(path: str | Path, resolve_data: bool = True) -> Space:
+    """Read and validate a search-space file (raises :class:`SpaceError`); with
+    ``resolve_data`` its dataset is resolved too (a data file read and checked)."""
     doc = load_file(path)
     if not isinstance(doc.data, dict):
         raise SpaceError([SourceError(doc.file, 1, "", "a search space is a mapping of keys "
                                       "(dataset, budget, model, training, ...)")])
-    space = parse_space(doc.data, doc)
+    space = parse_space(doc.data, doc, resolve_data)
+    if space.dataset is None:
+        raise SpaceError([SourceError(doc.file, 1, "dataset", "Field required: a name "
+                                      f"({', '.join(datasets.names())}) or a file (path:)")])
     if space.name is None:
         space = space.model_copy(update={"name": Path(path).stem})
     return space

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -20,11 +20,18 @@ from explore.datasets.errors import DataError
 from explore.datasets.quantize import quantize
 from explore.registry import Registry
 
+if TYPE_CHECKING:
+    from explore.datasets.preprocess import Preprocess
+
+TASKS = ("classification", "regression")
+
 
 @dataclass(frozen=True)
 class Split:
-    x: np.ndarray  # float32 [n, features] in [0, 1], or uint8 pixels (load_compact)
-    y: np.ndarray  # int64 [n]
+    x: np.ndarray  # float32 [n, features], or uint8 pixels (load_compact)
+    # int64 [n] class indices 0..C-1 (classification), or float32 [n] targets
+    # standardized with the dataset's target_scale (regression)
+    y: np.ndarray
 
     def __len__(self) -> int:
         return len(self.y)
@@ -39,7 +46,9 @@ class Dataset:
     train: Split
     valid: Split
     test: Split
-    classes: int
+    classes: int  # 0 for regression
+    task: str = "classification"  # or "regression"
+    target_scale: tuple[float, float] | None = None  # regression: the y's (mean, std)
 
     @property
     def features(self) -> int:
@@ -55,16 +64,33 @@ def plain_empty(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 class BaseDataset(ABC):
-    """A data set by name.  The class attributes are known without loading it: the
-    scheduler and ``explore size`` compile candidates from them alone."""
+    """A data set.  The attributes are known without loading its arrays: the scheduler
+    and ``explore size`` compile candidates from them alone.  A built-in one states them
+    as class attributes; a file's (:class:`~explore.datasets.table.TableDataset`) knows
+    them once it has read the file, as instance attributes."""
 
-    features: ClassVar[int]  # input values per sample
-    classes: ClassVar[int]
-    image: ClassVar[tuple[int, int, int]]  # (channels, height, width) of the features
-    valid: ClassVar[int]  # samples in the validation split
+    features: int  # input values per sample (after one-hot encoding, for tables)
+    classes: int  # classes of a classification; 0 for a regression
+    # (channels, height, width) of the features; None for tables, which are no images
+    image: tuple[int, int, int] | None = None
+    valid: int  # samples in the validation split
     # Images of k * pixel_scale (k in 0..255) are kept as uint8 and dequantized exactly
     # by the model's first op; None keeps float32 features.
-    pixel_scale: ClassVar[float | None] = None
+    pixel_scale: float | None = None
+    task: str = "classification"  # or "regression"
+    # The fitted preprocessing of a table (explore.datasets.table.Preprocess); None
+    # for built-ins with fixed scaling.
+    preprocess: Preprocess | None = None
+    # Regression: the training target's (mean, std).  The splits' y are standardized
+    # with it, (y - mean) / std; predictions are multiplied back (Preprocess.unscale).
+    target_scale: tuple[float, float] | None = None
+    # The table options (valid/test fractions, scale, seed) that configure() takes.
+    options: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def outputs(self) -> int:
+        """Values the model predicts per sample: the classes, or 1 for a regression."""
+        return 1 if self.task == "regression" else self.classes
 
     @abstractmethod
     def load(self) -> Dataset:
@@ -82,6 +108,17 @@ class BaseDataset(ABC):
         pickle) and so never holds the float32 set."""
         return compact(self.load(), train, valid, self.pixel_scale, empty)
 
+    def configure(self, **options: Any) -> BaseDataset:
+        """This data set with the table ``options`` (those in :attr:`options`:
+        ``valid``/``test`` fractions, ``scale``, ``seed``); without any, itself.  A
+        built-in with fixed splits and scaling accepts none (:class:`DataError`)."""
+        given = {k: v for k, v in options.items() if v is not None}
+        if not given:
+            return self
+        raise DataError(f"this dataset has fixed splits and scaling; it takes no "
+                        f"{', '.join(given)} (only row counts: train, valid)",
+                        key=next(iter(given)))
+
 
 def compact(data: Dataset, train: int | None, valid: int | None, scale: float | None,
             empty: Empty = plain_empty) -> Dataset:
@@ -94,11 +131,11 @@ def compact(data: Dataset, train: int | None, valid: int | None, scale: float | 
         packed = scale is not None and s.x.dtype != np.uint8
         x = empty(f"x_{name}", s.x.shape, np.uint8 if scale is not None else s.x.dtype)
         x[...] = quantize(s.x, scale) if packed and scale is not None else s.x
-        y = empty(f"y_{name}", s.y.shape, np.int64)
+        y = empty(f"y_{name}", s.y.shape, np.float32 if data.task == "regression" else np.int64)
         y[...] = s.y
         out.append(Split(x, y))
     none = Split(out[0].x[:0], out[0].y[:0])
-    return Dataset(data.name, out[0], out[1], none, data.classes)
+    return Dataset(data.name, out[0], out[1], none, data.classes, data.task, data.target_scale)
 
 
 DATASETS: Registry[BaseDataset] = Registry("dataset", error=DataError)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from explore import datasets
 from explore.datasets import Dataset, compact
 from explore.shared import SharedArrays
 from explore.space import Space
@@ -10,15 +9,19 @@ from explore.space import Space
 NAMES = ("x_train", "y_train", "x_valid", "y_valid")
 
 
+def _heads(space: Space) -> tuple[int | None, int | None]:
+    return space.dataset.heads if space.dataset is not None else (None, None)
+
+
 def load_shared(space: Space) -> SharedArrays:
-    """The space's rows of its data set (``dataset.train``/``valid`` heads, images as
-    uint8 where the dataset has a pixel scale), loaded straight into a new shared file:
-    the data exists once, compact, from the first byte read.  Raises the dataset's
+    """The space's rows of its data set (:attr:`Space.data`: the ``dataset`` section's
+    ``train``/``valid`` heads, images as uint8 where the dataset has a pixel scale, a
+    table's rows preprocessed), loaded straight into a new shared file: the data exists
+    once, compact, from the first byte read.  Raises the dataset's
     :class:`~explore.datasets.DataError`; nothing is left behind then."""
     shared = SharedArrays()
     try:
-        data = datasets.get(space.dataset.name).load_compact(
-            space.dataset.train, space.dataset.valid, empty=shared.empty)
+        data = space.data.load_compact(*_heads(space), empty=shared.empty)
         # A dataset that ignored ``empty`` gave arrays of its own: copy those in.
         for name, a in zip(NAMES, (data.train.x, data.train.y, data.valid.x, data.valid.y),
                            strict=True):
@@ -35,8 +38,7 @@ def share_dataset(space: Space, data: Dataset) -> SharedArrays:
     shared file, as :func:`load_shared` would have loaded it."""
     shared = SharedArrays()
     try:
-        compact(data, space.dataset.train, space.dataset.valid,
-                datasets.get(space.dataset.name).pixel_scale, empty=shared.empty)
+        compact(data, *_heads(space), space.data.pixel_scale, empty=shared.empty)
     except BaseException:
         shared.close()
         raise

@@ -1,0 +1,163 @@
+"""The preprocessing a table's data set learned on its training split
+(:class:`Preprocess`): stored with the study, it turns raw rows into the model's
+features and the model's outputs back into labels or target units."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from explore.datasets.errors import DataError
+
+
+def _pd() -> Any:
+    """pandas, imported when a table needs it: it is 30 MB of every process's memory,
+    and the run's workers and a built-in's run never need it."""
+    import pandas
+
+    return pandas
+
+
+def _is_frame(x: Any) -> bool:
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(x, pd.DataFrame)
+
+
+def _plain(v: Any) -> Any:
+    """A JSON value of a numpy scalar (labels, categories)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """What was learned on the training split, to turn raw rows into the model's
+    features (and its outputs back into labels or target units).  Stored with the
+    study as :meth:`to_dict`.
+
+    The features are, in this order: the numeric columns in ``columns`` order, each
+    ``(x - offset) / scale``, then for each categorical column in ``columns`` order
+    one 0/1 feature per category (``feature_names`` says ``column=category``); a
+    category not seen in training is all zeros.
+
+    >>> p = Preprocess(columns=("age", "plan"), numeric=("age",), offset=(40.0,),
+    ...                scale=(10.0,), categorical=("plan",), categories=(("a", "b"),),
+    ...                labels=("no", "yes"))
+    >>> import pandas as pd
+    >>> p.transform(pd.DataFrame({"age": [50, 30], "plan": ["b", "z"]})).tolist()
+    [[1.0, 0.0, 1.0], [-1.0, 0.0, 0.0]]
+    >>> p.labels_of(np.array([1, 0])).tolist()
+    ['yes', 'no']
+    >>> Preprocess.from_dict(p.to_dict()) == p
+    True
+    """
+
+    columns: tuple[str, ...]  # the raw input columns, in order
+    numeric: tuple[str, ...]  # those scaled, in columns order
+    offset: tuple[float, ...]  # per numeric column
+    scale: tuple[float, ...]
+    categorical: tuple[str, ...] = ()  # those one-hot encoded, in columns order
+    categories: tuple[tuple[Any, ...], ...] = ()  # per categorical column (str or int)
+    task: str = "classification"
+    labels: tuple[Any, ...] = ()  # the original class labels of indices 0..C-1
+    target_scale: tuple[float, float] | None = None  # regression: the y's (mean, std)
+    scaling: str = "standard"  # how offset and scale were fitted (none, standard, minmax)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return (*self.numeric, *(f"{c}={v}" for c, cats in zip(self.categorical,
+                                                                self.categories,
+                                                                strict=True) for v in cats))
+
+    @property
+    def features(self) -> int:
+        return len(self.numeric) + sum(len(c) for c in self.categories)
+
+    def transform(self, rows: Any) -> np.ndarray:
+        """float32 ``[n, features]`` of raw ``rows``: a DataFrame (columns by name) or
+        a numeric array of the numeric columns in ``columns`` order (its trailing axes
+        flattened: images)."""
+        if _is_frame(rows):
+            missing = [c for c in self.columns if c not in rows.columns]
+            if missing:
+                raise DataError(f"rows lack the columns {', '.join(map(repr, missing))}")
+            num = rows[list(self.numeric)].to_numpy(np.float64) if self.numeric else \
+                np.empty((len(rows), 0))
+            cats = [rows[c].to_numpy() for c in self.categorical]
+        else:
+            if self.categorical:
+                raise DataError("rows with categorical columns must be a DataFrame")
+            num = np.asarray(rows)
+            num = num.reshape(len(num), -1) if num.ndim != 2 else num
+            if num.shape[1] != len(self.numeric):
+                raise DataError(f"rows have {num.shape[1]} values; expected "
+                                f"{len(self.numeric)} ({', '.join(self.numeric[:5])}...)")
+            cats = []
+        out = np.empty((len(num), self.features), np.float32)
+        self.transform_into(num, cats, out)
+        return out
+
+    def transform_into(self, numeric: np.ndarray, categorical: Sequence[np.ndarray],
+                       out: np.ndarray) -> None:
+        """Write the features of a block of rows into ``out`` (float32 ``[k,
+        features]``): ``numeric`` is ``[k, len(numeric)]``, ``categorical`` one array
+        of raw values per categorical column."""
+        k = len(numeric)
+        nn = len(self.numeric)
+        if nn:
+            block = np.subtract(numeric, np.asarray(self.offset), dtype=np.float64)
+            block /= np.asarray(self.scale)
+            out[:, :nn] = block
+        at = nn
+        for values, cats in zip(categorical, self.categories, strict=True):
+            part = out[:, at:at + len(cats)]
+            part[...] = 0
+            codes = _codes(values, cats)
+            hit = codes >= 0
+            part[np.flatnonzero(hit), codes[hit]] = 1
+            at += len(cats)
+        assert at == out.shape[1] and len(out) == k
+
+    def labels_of(self, classes: np.ndarray) -> np.ndarray:
+        """The original labels of class indices (a classification's predictions)."""
+        return np.asarray(self.labels, dtype=object if any(
+            isinstance(v, str) for v in self.labels) else None)[np.asarray(classes)]
+
+    def unscale(self, y: np.ndarray) -> np.ndarray:
+        """A regression's standardized outputs in the target's units."""
+        mean, std = self.target_scale or (0.0, 1.0)
+        return np.asarray(y, np.float64) * std + mean
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (lists, strings, numbers, None)."""
+        return {"columns": list(self.columns), "numeric": list(self.numeric),
+                "offset": [float(v) for v in self.offset],
+                "scale": [float(v) for v in self.scale],
+                "categorical": list(self.categorical),
+                "categories": [[_plain(v) for v in c] for c in self.categories],
+                "task": self.task, "labels": [_plain(v) for v in self.labels],
+                "target_scale": None if self.target_scale is None else
+                [float(v) for v in self.target_scale],
+                "scaling": self.scaling, "feature_names": list(self.feature_names)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Preprocess:
+        ts = d.get("target_scale")
+        return cls(columns=tuple(d["columns"]), numeric=tuple(d["numeric"]),
+                   offset=tuple(float(v) for v in d["offset"]),
+                   scale=tuple(float(v) for v in d["scale"]),
+                   categorical=tuple(d.get("categorical", ())),
+                   categories=tuple(tuple(c) for c in d.get("categories", ())),
+                   task=d.get("task", "classification"), labels=tuple(d.get("labels", ())),
+                   target_scale=None if ts is None else (float(ts[0]), float(ts[1])),
+                   scaling=d.get("scaling", "standard"))
+
+
+def _codes(values: np.ndarray, cats: tuple[Any, ...]) -> np.ndarray:
+    """Index of each value among ``cats`` (-1 where absent), text compared as text."""
+    if cats and isinstance(cats[0], str):
+        values = np.asarray(values).astype(str)
+    return np.asarray(_pd().Index(list(cats)).get_indexer(values), np.int64)
