@@ -24,6 +24,7 @@ from typing import Any
 import click
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.live import Live
 from rich.table import Table
 
@@ -36,18 +37,21 @@ out = Console()
 
 
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     sys.exit(EXIT_USAGE)
 
 
-def _space(path: str) -> Any:
+def _space(path: str, resolve_data: bool = True) -> Any:
+    """The space of ``path`` (exit status 2 with every error); its data file is read
+    and checked only with ``resolve_data`` (commands that read a study need only the
+    space's name)."""
     from explore.space import load_space
 
     try:
-        return load_space(path)
+        return load_space(path, resolve_data=resolve_data)
     except SpaceError as e:
         for item in e.errors:
-            err.print(f"[red]{item}[/]", highlight=False)
+            err.print(f"[red]{escape(str(item))}[/]", highlight=False)
         err.print(f"{len(e.errors)} error(s); nothing was run or written.", highlight=False)
         sys.exit(EXIT_USAGE)
 
@@ -302,7 +306,7 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
     if space_file is None and (storage is None or study_name is None):
         _fail("give SPACE_FILE, or both --storage and --study")
     if space_file is not None:
-        space = _space(space_file)
+        space = _space(space_file, resolve_data=False)
         storage = storage or default_storage(space_file)
         study_name = study_name or space.name
     assert storage is not None
@@ -415,7 +419,7 @@ def _model(space_file: str | None, storage: str | None, study_name: str | None,
     if space_file is None and (storage is None or study_name is None):
         _fail("give SPACE_FILE, or both --storage and --study")
     if space_file is not None:
-        space = _space(space_file)
+        space = _space(space_file, resolve_data=False)
         storage = storage or default_storage(space_file)
         study_name = study_name or space.name
     assert storage is not None and study_name is not None

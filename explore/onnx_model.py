@@ -42,7 +42,11 @@ def model_to_onnx(model: Any) -> Any:
     inputs = list(g.input)
     pre = model.data.preprocess
     if pre is not None:
-        front, front_inits, front_inputs = preprocessing_nodes(pre, "x", helper,
+        # the model's own input becomes the preprocessing's output; the raw numeric
+        # columns take the name x
+        for n in nodes:
+            n.input[:] = ["model_input" if i == "x" else i for i in n.input]
+        front, front_inits, front_inputs = preprocessing_nodes(pre, "model_input", helper,
                                                                 numpy_helper, TensorProto)
         nodes = front + nodes
         inits = front_inits + inits

@@ -54,14 +54,24 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     from explore.study import default_storage
 
     source: Path | None = None
+    options: dict[str, Any] = {}
     try:
         if isinstance(space, Space):
             sp = space
         elif isinstance(space, Mapping):
-            sp = parse_space(dict(space))
+            raw = dict(space)
+            section = raw.get("dataset")
+            if data is not None and isinstance(section, Mapping):
+                # the section's table options apply to the data given; its source is
+                # replaced by it (and need not be there)
+                options = {k: v for k, v in section.items() if k in TABLE_OPTIONS}
+                raw["dataset"] = None
+            sp = parse_space(raw, resolve_data=data is None)
         else:
             source = Path(space)
-            sp = load_space(source)
+            sp = load_space(source, resolve_data=data is None)
+            if data is not None and sp.dataset is not None:
+                options = _table_options(sp)
     except SpaceError as e:
         raise RunRefused(f"{len(e.errors)} error(s) in the search space", e.errors) from None
     except (OSError, ValueError) as e:
@@ -84,7 +94,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         if data is not None:
             from explore.datasets.table import from_python
 
-            sp = sp.with_data(from_python(data, target=target, **_table_options(sp)))
+            sp = sp.with_data(from_python(data, target=target, **options))
         ds = sp.data
     except DataError as e:
         raise RunRefused(str(e)) from None
@@ -99,11 +109,13 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     return Prepared(sp, url, study or sp.name, source)
 
 
+TABLE_OPTIONS = ("features", "categorical", "valid", "test", "scale", "task", "seed")
+
+
 def _table_options(space: Any) -> dict[str, Any]:
     """The dataset section's table options, for data given from Python."""
     d = space.dataset
-    keys = ("features", "categorical", "valid", "test", "scale", "task", "seed")
-    return {k: getattr(d, k) for k in keys if getattr(d, k, None) is not None}
+    return {k: getattr(d, k) for k in TABLE_OPTIONS if getattr(d, k, None)}
 
 
 def check_objectives(space: Any, ds: Any) -> None:

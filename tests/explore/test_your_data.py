@@ -43,7 +43,8 @@ def onnx_inputs(df: pd.DataFrame, numeric: list[str], categorical: list[str]
                 ) -> dict[str, np.ndarray]:
     feeds = {"x": df[numeric].to_numpy(np.float32)}
     for c in categorical:
-        feeds[c] = df[[c]].to_numpy().astype(object if df[c].dtype == object else np.int64)
+        ints = pd.api.types.is_integer_dtype(df[c])
+        feeds[c] = df[[c]].to_numpy().astype(np.int64 if ints else object)
     return feeds
 
 
@@ -58,7 +59,7 @@ def test_a_csv_classification_from_the_cli(tmp_path: Path) -> None:
         "          test: 0.25, scale: standard}\n"
         "objectives: [{metric: f1}]\n"
         "budget: {trials: 4, rounds: 8, memory: 400MB, workers: 2}\n"
-        "sampler: {name: random, seed: 0}\n"
+        "sampler: {name: random, seed: 0}\npruner: none\n"
         "model: {depth: {int: [0, 1]}, width: 16}\n"
         "training: {lr: 0.02, batch_size: 16}\n"
         "keep_models: 2\n")
@@ -110,7 +111,7 @@ def test_a_dataframe_regression_from_python(tmp_path: Path) -> None:
     space = {"name": "reg", "dataset": {"categorical": ["kind"], "valid": 0.2, "test": 0.2},
              "objectives": [{"metric": "rmse"}],
              "budget": {"trials": 3, "rounds": 15, "memory": "2GB", "workers": 1},
-             "sampler": {"name": "random", "seed": 1},
+             "sampler": {"name": "random", "seed": 1}, "pruner": "none",
              "model": {"depth": 1, "width": 16},
              "training": {"loss": {"choice": ["mse", "huber"]}, "lr": 0.02,
                           "batch_size": 16},
@@ -119,6 +120,7 @@ def test_a_dataframe_regression_from_python(tmp_path: Path) -> None:
     study = explore.run(space, data=df, target="y", storage=storage)
     assert study.study_name == "reg" and len(study.trials) == 3
     for t in study.trials:
+        assert t.state.name == "COMPLETE", t.user_attrs
         m = t.user_attrs[RECORD_ATTR]["metrics"]
         assert set(m) >= {"loss", "rmse", "mae", "r2"} and "accuracy" not in m
         assert t.value == m["rmse"]
