@@ -36,15 +36,16 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     :class:`explore.runner.RunRefused` (a ValueError) for bad input, before anything
     is written.
 
-    >>> import explore, numpy as np
+    >>> import explore, numpy as np, tempfile
     >>> x = np.random.default_rng(0).normal(size=(200, 3)).astype("float32")
-    >>> study = explore.run({"dataset": {"task": "regression"},
-    ...                      "objectives": [{"metric": "r2"}],
-    ...                      "budget": {"trials": 2, "rounds": 2, "memory": "1GB"},
-    ...                      "keep_models": 0},
-    ...                     data=(x, x @ [1.0, 2.0, 0.5]), storage="sqlite:///:memory:")
-    >>> len(study.trials)
-    2
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     study = explore.run({"dataset": {"task": "regression"},
+    ...                          "objectives": [{"metric": "r2"}],
+    ...                          "budget": {"trials": 2, "rounds": 2, "memory": "1GB"},
+    ...                          "keep_models": 0},
+    ...                         data=(x, x @ [1.0, 2.0, 0.5]), storage=f"sqlite:///{d}/r.db")
+    ...     print(len(study.trials), sorted(study.trials[0].user_attrs["explore"]["metrics"]))
+    2 ['loss', 'mae', 'r2', 'rmse', 'train_loss']
     """
     from explore.runner import execute, prepare
 

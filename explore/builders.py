@@ -2,16 +2,21 @@
 (:mod:`explore.families`; the optimizers are :mod:`explore.optimizers`).
 
 The MLP family: ``depth`` hidden dense layers of ``widths[i]`` units with
-``activations[i]`` and ``dropouts[i]``, a linear classifier and softmax
-cross-entropy.  Paths: ``train`` (BACKWARD_ENABLED, with dropout) and ``eval``
-(FORWARD_ONLY, the same layers without dropout, giving ``accuracy`` and
-``eval_loss``): evaluation never applies a training-time dropout mask, and the
-planner lets the two paths share their temporaries.
+``activations[i]`` and ``dropouts[i]``, then a linear classifier and softmax
+cross-entropy, or one linear output and a regression loss.  Paths: ``train``
+(BACKWARD_ENABLED, with dropout) and ``eval`` (FORWARD_ONLY, the same layers without
+dropout, ending in what the task's metrics read): evaluation never applies a
+training-time dropout mask, and the planner lets the two paths share their
+temporaries.
 
 >>> g = build_graph({"depth": 2, "widths": [16, 8], "activations": ["relu", "tanh"],
 ...                  "dropouts": [0.1, 0.0], "init": "he_uniform"}, n_in=64, n_classes=10)
 >>> [p.name for p in g.paths], g.outputs
-(['train', 'eval'], ['loss', 'accuracy', 'eval_loss'])
+(['train', 'eval'], ['loss', 'accuracy', 'class_counts', 'eval_loss'])
+>>> build_graph({"depth": 0, "widths": [], "activations": [], "dropouts": [],
+...              "init": "he_uniform", "loss": "huber"}, n_in=8, n_classes=0,
+...              task="regression").outputs
+['loss', 'regression_sums', 'eval_loss']
 """
 
 from __future__ import annotations

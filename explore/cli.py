@@ -24,8 +24,8 @@ from typing import Any
 import click
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from explore import __version__
@@ -94,7 +94,7 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
 
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
-                       workers=workers, memory=memory, device=device)
+                       workers=workers, memory=_size(memory, "--memory"), device=device)
         budget = prep.space.budget
         display = _Display(budget.memory, budget.trials, 0, quiet)
         with display:

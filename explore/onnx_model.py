@@ -103,8 +103,8 @@ def _constant(numpy_helper: Any, arr: np.ndarray, name: str) -> Any:
     if arr.dtype == object:
         from onnx import TensorProto, helper
 
-        return helper.make_tensor(name, TensorProto.STRING, list(arr.shape),
-                                  [str(v).encode() for v in arr.reshape(-1)])
+        values: Any = [str(v).encode() for v in arr.reshape(-1)]
+        return helper.make_tensor(name, TensorProto.STRING, list(arr.shape), values)
     return numpy_helper.from_array(arr, name)
 
 

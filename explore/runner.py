@@ -87,9 +87,9 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         if v is not None})
     sp = sp.model_copy(update={"budget": budget})
     if storage is not None and not storage.strip():
-        raise RunRefused("--storage is empty: give an Optuna storage URL")
+        raise RunRefused("storage is empty: give an Optuna storage URL")
     if study is not None and not study.strip():
-        raise RunRefused("--study is empty: give a study name")
+        raise RunRefused("study is empty: give a study name")
     try:
         if data is not None:
             from explore.datasets.table import from_python
@@ -106,7 +106,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
     url = storage or (default_storage(source) if source is not None
                       else default_storage(Path.cwd() / f"{sp.name}.yaml"))
-    return Prepared(sp, url, study or sp.name, source)
+    return Prepared(sp, url, study or sp.name or "explore", source)
 
 
 TABLE_OPTIONS = ("features", "categorical", "valid", "test", "scale", "task", "seed")

@@ -49,9 +49,9 @@ class StoredData:
 
             pre = Preprocess.from_dict(r["preprocess"])
         return cls(r["task"], int(r["features"]), int(r.get("classes") or 0),
-                   tuple(r["image"]) if r.get("image") else None,  # type: ignore[arg-type]
+                   tuple(r["image"]) if r.get("image") else None,
                    r.get("pixel_scale"),
-                   tuple(r["target_scale"]) if r.get("target_scale") else None,  # type: ignore[arg-type]
+                   tuple(r["target_scale"]) if r.get("target_scale") else None,
                    pre)
 
     @property
@@ -168,10 +168,10 @@ def find_model(study: optuna.Study, trial: int | None = None
         raise ModelError(f"study {study.study_name!r} keeps no models: run it with "
                          "keep_models > 0 (the default is 3)")
     artifacts = {m["artifact"] for m in kept}
-    by_artifact = {}
+    by_artifact: dict[str, optuna.trial.FrozenTrial] = {}
     for t in study.get_trials(deepcopy=False):
         a = (t.user_attrs.get(RECORD_ATTR) or {}).get("model")
-        if a in artifacts:
+        if isinstance(a, str) and a in artifacts:
             by_artifact[a] = t
     if trial is None:
         for m in kept:

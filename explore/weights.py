@@ -48,7 +48,7 @@ def save_weights(vm: Any, path: str | Path) -> list[str]:
                 with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array_header_2_0(
                         f, np.lib.format.header_data_from_array_1_0(arr))
-                    f.write(memoryview(arr.reshape(-1)).cast("B"))
+                    f.write(arr.reshape(-1).data.cast("B"))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

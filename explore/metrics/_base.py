@@ -60,7 +60,7 @@ class _Registry(Registry[BaseMetric]):
         add = super().register(name)
 
         def named(cls: C) -> C:
-            cls.name = name
+            cls.name = name  # type: ignore[attr-defined]
             return add(cls)
 
         return named

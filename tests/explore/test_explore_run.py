@@ -136,7 +136,7 @@ def test_size_prints_the_plan_as_json(tmp_path: Path) -> None:
     got = json.loads(result.output)
     space = load_space(f)
     p = fixed(space, {"width": 32})
-    graph = build_graph(p, 64, 10, eval_loss=False, pixel_scale=1 / 16)
+    graph = build_graph(p, 64, 10, pixel_scale=1 / 16)  # every metric: loss too
     prog = compile_graph(graph, batch_size=got["compiled_batch"], optimizer=build_optimizer(p))
     assert got["zones"] == prog.zone_bytes and got["total_bytes"] == prog.total_bytes
     assert got["batch_size"] == 32 and got["compiled_batch"] == 359  # the validation set
