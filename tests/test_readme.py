@@ -10,21 +10,36 @@ from pathlib import Path
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
+def example(containing: str) -> str:
+    """The README's python example that contains ``containing``."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+              if containing in b]
+    assert len(blocks) == 1, f"one python example in the README has {containing!r}"
+    return blocks[0]
+
+
 def test_readme_example_runs_and_learns(capsys) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert blocks, "the README has a python example"
-    exec(compile(blocks[0], "README.md", "exec"), {})
+    exec(compile(example("rmse"), "README.md", "exec"), {})
     out = capsys.readouterr().out
     rmse = float(re.search(r"rmse ([\d.e-]+)", out).group(1))  # type: ignore[union-attr]
     assert rmse < 0.05
 
 
 def test_readme_model_switching_example_runs(capsys, tmp_path, monkeypatch) -> None:
-    block = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[1]
-    block = block.replace("/tmp/trial0.npz", str(tmp_path / "trial0.npz"))
+    block = example("switches").replace("/tmp/trial0.npz", str(tmp_path / "trial0.npz"))
     exec(compile(block, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert out.startswith("30 switches") and (tmp_path / "trial0.npz").exists()
+
+
+def test_readme_python_api_example_searches_a_frame_and_predicts(capsys, tmp_path,
+                                                                monkeypatch) -> None:
+    """explore.run on a DataFrame, then the best kept model predicts its labels."""
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example("explore.run("), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert (tmp_path / "churn.db").exists() and (tmp_path / "churn.artifacts").is_dir()
+    assert "'yes'" in out or "'no'" in out
 
 
 def test_readme_gives_exactly_two_setup_commands() -> None:
