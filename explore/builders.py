@@ -162,7 +162,8 @@ def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
     if not blocks:
         return [], (0, 0, 0)
     if image is None:
-        raise BuildError("a CNN needs the input's image shape (channels, height, width)")
+        raise BuildError("family cnn needs images (a data set with an image shape: "
+                         "channels, height, width); this one is a table: use family mlp")
     k = int(params["kernel"])
     if k < 1 or k % 2 == 0:
         raise BuildError(f"kernel must be odd (same padding), got {k}")

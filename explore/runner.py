@@ -99,6 +99,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     except DataError as e:
         raise RunRefused(str(e)) from None
     check_objectives(sp, ds)
+    check_model(sp)
     if budget.device == "gpu":
         from engine.runtime.backends import gpu_available
 
@@ -131,6 +132,20 @@ def check_objectives(space: Any, ds: Any) -> None:
             raise RunRefused(f"objective {o.metric!r} does not apply to this data set "
                              f"({task}" + (f", {classes} classes" if classes else "") +
                              f"); objectives that do: {can}")
+
+
+def check_model(space: Any) -> None:
+    """The space's first candidate (every range at its low end) must make a model of
+    the data set: a family that does not suit the data (a CNN on a table that is not
+    an image) is refused before any study, not failed trial by trial."""
+    from explore.builders import BuildError
+    from explore.candidate import graph_of
+    from explore.sampling import fixed
+
+    try:
+        graph_of(space, fixed(space))
+    except BuildError as e:
+        raise RunRefused(f"model: {e}") from None
 
 
 def data_record(ds: Any) -> dict[str, Any]:

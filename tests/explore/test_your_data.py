@@ -156,3 +156,35 @@ def test_export_model_of_a_study_without_kept_models_says_so(tmp_path: Path) -> 
             "--output", tmp_path / "m.onnx")
     assert r.returncode == 2 and "keeps no models" in r.stderr
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_built_in_image_set_model_exports_with_its_pixels_as_input(tmp_path: Path) -> None:
+    """digits keeps its compact uint8 pixels: the exported CNN (batch norm folded to its
+    running statistics) takes them and agrees with the engine on the test split."""
+    from explore.datasets import load_digits
+
+    space = tmp_path / "d.yaml"
+    space.write_text("dataset: digits\nbudget: {trials: 1, rounds: 2, memory: 400MB}\n"
+                     "pruner: none\nmodel: {family: cnn, blocks: 1, channels: 8, "
+                     "batch_norm: true, depth: 1, width: 16}\n"
+                     "training: {lr: 0.01, batch_size: 32}\n")
+    assert explore_run(space).exit_code == 0
+    model = explore.load_model(tmp_path / "d.db", "d")
+    test = load_digits().test
+    sess = ort.InferenceSession(model.to_onnx().SerializeToString())
+    (x,) = sess.get_inputs()
+    assert x.name == "x" and x.type == "tensor(uint8)"
+    probs, labels = sess.run(["probabilities", "label"], {"x": model.features(test.x)})
+    np.testing.assert_allclose(probs, model.predict_proba(test.x), atol=1e-5)
+    assert (labels == model.predict(test.x)).all()
+    assert (labels == test.y).mean() > 0.8
+
+
+def test_a_family_that_does_not_suit_the_data_is_refused_before_any_study(
+        tmp_path: Path) -> None:
+    space = tmp_path / "c.yaml"
+    space.write_text("dataset: iris\nbudget: {trials: 1, rounds: 1, memory: 400MB}\n"
+                     "model: {family: cnn, blocks: 1}\n")
+    r = explore_run(space)
+    assert r.exit_code == 2 and "family cnn needs images" in r.output, r.output
+    assert not (tmp_path / "c.db").exists()
