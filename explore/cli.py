@@ -342,15 +342,18 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
         # the batch trained with, where the space lets the engine choose it
         auto = any(p.get("batch_size") == "auto" for p in top["params"])
         t = Table(title="best trials", header_style="bold", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False)  # the width for the values
-        for col in ("trial", "value", *shown, *varying, *(["batch"] if auto else []),
-                    "bytes"):
+                  show_edge=False, pad_edge=False)
+        for col in ("trial", "value", *shown, *(["batch"] if auto else []), "bytes"):
             t.add_column(col, overflow="fold")  # wrapped, never cut short
         for _, r in top.iterrows():
             t.add_row(str(r["number"]), f"{r['value']:.4g}", *(_num(r[c]) for c in shown),
-                      *(_param(r["params"].get(k, "-")) for k in varying),
                       *([str(r["batch_size"])] if auto else []), f"{r['total_bytes']:,}")
         out.print(t)
+        # Parameters in full (as the sampler chose them), one line per trial: a column
+        # each squeezed the values into slivers on a terminal's width.
+        for _, r in top.iterrows():
+            out.print(f"trial {r['number']}: " + "  ".join(
+                f"{k}={_param(r['params'].get(k, '-'))}" for k in varying), highlight=False)
         if same:
             out.print("the same in every trial: " + ", ".join(
                 f"{k}={_param(v)}" for k, v in same.items()), highlight=False)
