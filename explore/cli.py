@@ -299,17 +299,10 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
     status 2), not an empty database created by looking."""
     import optuna
 
-    from explore.results import storage_url
     from explore.storages import open_storage
-    from explore.study import default_storage
+    from explore.study import storage_url
 
-    if space_file is None and (storage is None or study_name is None):
-        _fail("give SPACE_FILE, or both --storage and --study")
-    if space_file is not None:
-        space = _space(space_file, resolve_data=False)
-        storage = storage or default_storage(space_file)
-        study_name = study_name or space.name
-    assert storage is not None
+    storage, study_name = _where(space_file, storage, study_name)
     try:
         url = storage_url(storage)
     except FileNotFoundError as e:
@@ -413,11 +406,11 @@ def export(space_file: str | None, storage: str | None, study_name: str | None, 
     out.print(f"{len(df)} trials -> {target}")
 
 
-def _model(space_file: str | None, storage: str | None, study_name: str | None,
-           trial: int | None) -> Any:
-    """The kept model a command names (exit status 2 with the reason if none)."""
+def _where(space_file: str | None, storage: str | None, study_name: str | None
+           ) -> tuple[str, str]:
+    """The storage and study a command names: by its space file (the study next to it,
+    named after it) or by --storage and --study (exit status 2 if neither)."""
     from explore.study import default_storage
-    from explore.trained import ModelError, load_model
 
     if space_file is None and (storage is None or study_name is None):
         _fail("give SPACE_FILE, or both --storage and --study")
@@ -426,6 +419,15 @@ def _model(space_file: str | None, storage: str | None, study_name: str | None,
         storage = storage or default_storage(space_file)
         study_name = study_name or space.name
     assert storage is not None and study_name is not None
+    return storage, study_name
+
+
+def _model(space_file: str | None, storage: str | None, study_name: str | None,
+           trial: int | None) -> Any:
+    """The kept model a command names (exit status 2 with the reason if none)."""
+    from explore.trained import ModelError, load_model
+
+    storage, study_name = _where(space_file, storage, study_name)
     try:
         return load_model(storage, study_name, trial)
     except ModelError as e:

@@ -16,55 +16,12 @@ import optuna
 import pandas as pd
 
 from explore.storages import open_storage
-from explore.study import PARAMS_ATTR, RECORD_ATTR
+from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
            *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches", "pauses",
            "placed_at", "start", "end", "wall_s", "busy_s", "train_seconds", "fail_reason"]
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The database file of a SQLite storage URL; None for another storage or an
-    in-memory database.
-
-    >>> sqlite_file("sqlite:////tmp/x.db"), sqlite_file("sqlite+pysqlite:///x.db?timeout=5")
-    (PosixPath('/tmp/x.db'), PosixPath('x.db'))
-    >>> sqlite_file("sqlite:///:memory:"), sqlite_file("postgresql://host/db")
-    (None, None)
-    """
-    scheme, sep, rest = url.partition(":///")
-    if not sep or scheme.split("+", 1)[0].lower() != "sqlite":
-        return None
-    name = rest.split("?", 1)[0]
-    return None if name in ("", ":memory:") else Path(name)
-
-
-def storage_url(storage: str | Path | optuna.storages.BaseStorage
-                ) -> str | optuna.storages.BaseStorage:
-    """What Optuna opens for ``storage``: an Optuna storage as it is, a storage URL, or
-    a plain path to a SQLite file (``search_spaces/quick.db``, a :class:`~pathlib.Path`)
-    as a ``sqlite:///`` URL.  A SQLite file that does not exist raises
-    :class:`FileNotFoundError` naming it: opening it would create an empty one.
-
-    >>> storage_url("sqlite:///:memory:")
-    'sqlite:///:memory:'
-    >>> storage_url("no/such/study.db")
-    Traceback (most recent call last):
-    ...
-    FileNotFoundError: no SQLite database no/such/study.db (is the path right?)
-    """
-    if isinstance(storage, optuna.storages.BaseStorage):
-        return storage
-    text = str(storage)
-    if isinstance(storage, Path) or "://" not in text:
-        db: Path | None = Path(text)
-        url = f"sqlite:///{Path(text).resolve()}"
-    else:
-        db, url = sqlite_file(text), text
-    if db is not None and not db.is_file():
-        raise FileNotFoundError(f"no SQLite database {db} (is the path right?)")
-    return url
 
 
 def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.DataFrame:

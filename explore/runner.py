@@ -172,7 +172,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     from explore.keeper import ModelKeeper, default_artifacts
     from explore.scheduler import Scheduler, SchedulerError
     from explore.scheduler.shared_data import load_shared
-    from explore.study import open_study
+    from explore.study import open_study, sqlite_file
 
     space = prep.space
     budget = space.budget
@@ -221,13 +221,6 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     except SchedulerError as e:
         raise refuse(str(e)) from None
     return study, record_run(study, stats)
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` storage URL (None for any other storage)."""
-    prefix = "sqlite:///"
-    return Path(url[len(prefix):]) if url.startswith(prefix) and len(url) > len(prefix) \
-        and ":memory:" not in url else None
 
 
 def close_interrupted(study: optuna.Study) -> None:

@@ -39,6 +39,49 @@ def default_storage(space_path: str | Path) -> str:
     return f"sqlite:///{p.with_suffix('.db')}"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite storage URL; None for another storage or an
+    in-memory database.
+
+    >>> sqlite_file("sqlite:////tmp/x.db"), sqlite_file("sqlite+pysqlite:///x.db?timeout=5")
+    (PosixPath('/tmp/x.db'), PosixPath('x.db'))
+    >>> sqlite_file("sqlite:///:memory:"), sqlite_file("postgresql://host/db")
+    (None, None)
+    """
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.split("+", 1)[0].lower() != "sqlite":
+        return None
+    name = rest.split("?", 1)[0]
+    return None if name in ("", ":memory:") else Path(name)
+
+
+def storage_url(storage: str | Path | optuna.storages.BaseStorage
+                ) -> str | optuna.storages.BaseStorage:
+    """What Optuna opens for ``storage``: an Optuna storage as it is, a storage URL, or
+    a plain path to a SQLite file (``search_spaces/quick.db``, a :class:`~pathlib.Path`)
+    as a ``sqlite:///`` URL.  A SQLite file that does not exist raises
+    :class:`FileNotFoundError` naming it: opening it would create an empty one.
+
+    >>> storage_url("sqlite:///:memory:")
+    'sqlite:///:memory:'
+    >>> storage_url("no/such/study.db")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no SQLite database no/such/study.db (is the path right?)
+    """
+    if isinstance(storage, optuna.storages.BaseStorage):
+        return storage
+    text = str(storage)
+    if isinstance(storage, Path) or "://" not in text:
+        db: Path | None = Path(text)
+        url = f"sqlite:///{Path(text).resolve()}"
+    else:
+        db, url = sqlite_file(text), text
+    if db is not None and not db.is_file():
+        raise FileNotFoundError(f"no SQLite database {db} (is the path right?)")
+    return url
+
+
 def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
     """A new Optuna sampler for the space (:mod:`explore.samplers`)."""
     s = space.sampler

@@ -234,15 +234,12 @@ def read_model(study: optuna.Study, artifact: str, number: int) -> dict[str, np.
 def open_stored(storage: str | Path | Any, study: str) -> optuna.Study:
     """Load ``study`` from a URL, a SQLite file's path or a storage object, creating
     nothing (:class:`ModelError` if there is no such file or study)."""
-    url: Any = storage
-    if isinstance(storage, Path) or (isinstance(storage, str) and "://" not in storage):
-        p = Path(storage)
-        if not p.is_file():
-            raise ModelError(f"no such study file: {p}")
-        url = f"sqlite:///{p.resolve()}"
-    elif isinstance(storage, str) and storage.startswith("sqlite:///") and \
-            ":memory:" not in storage and not Path(storage[len("sqlite:///"):]).is_file():
-        raise ModelError(f"no such study file: {storage[len('sqlite:///'):]}")
+    from explore.study import storage_url
+
+    try:
+        url = storage_url(storage)
+    except FileNotFoundError as e:
+        raise ModelError(str(e)) from None
     try:
         return optuna.load_study(study_name=study, storage=url)
     except KeyError:

@@ -87,6 +87,11 @@ def test_a_csv_classification_from_the_cli(tmp_path: Path) -> None:
     assert set(got["metrics"]) == {"accuracy", "loss", "f1", "roc_auc"}
     assert got["rows"] == 60 and 0.0 <= got["metrics"]["accuracy"] <= 1.0
 
+    dropped = next(t.number for t in done if t.user_attrs[RECORD_ATTR].get("model") is None)
+    no = cli("export-model", space, "--trial", str(dropped), "--output", tmp_path / "no.onnx")
+    assert no.returncode == 2 and f"trial {dropped} of study 'churn' has no kept model" \
+        in no.stderr, no.stderr
+    assert not (tmp_path / "no.onnx").exists()
     out = tmp_path / "model.onnx"
     ex = cli("export-model", space, "--output", out)
     assert ex.returncode == 0, ex.stderr
