@@ -52,18 +52,19 @@ class ModelKeeper:
         self.study, self.k, self.minimize = study, k, minimize
         self.directory = Path(directory).resolve()
         self.staging = self.directory / ".staging"
-        self.store: FileSystemArtifactStore | None = None
+        self.store = FileSystemArtifactStore(str(self.directory)) if k > 0 else None
         self.kept: list[dict[str, Any]] = list(study.user_attrs.get(MODELS_ATTR, []))
-        if k > 0:
-            self.staging.mkdir(parents=True, exist_ok=True)
-            self.store = FileSystemArtifactStore(str(self.directory))
-            if study.user_attrs.get(ARTIFACTS_ATTR) != str(self.directory):
-                study.set_user_attr(ARTIFACTS_ATTR, str(self.directory))
+        # Made when the first trial is placed, so that a run refused before then leaves
+        # no directory behind.
+        self.made = False
 
     def stage(self, number: int) -> str | None:
         """Where the worker writes trial ``number``'s weights (None: none are kept)."""
         if self.store is None:
             return None
+        if not self.made:
+            self.staging.mkdir(parents=True, exist_ok=True)
+            self.made = True
         return str(self.staging / f"{os.getpid()}-trial-{number}.npz")
 
     def _ranks(self, value: float) -> bool:
@@ -84,6 +85,8 @@ class ModelKeeper:
             value = float(trial.values[0])
             if value != value or not self._ranks(value):  # NaN never ranks
                 return trial
+            if self.study.user_attrs.get(ARTIFACTS_ATTR) != str(self.directory):
+                self.study.set_user_attr(ARTIFACTS_ATTR, str(self.directory))
             artifact = upload_artifact(artifact_store=self.store, file_path=staged,
                                        study_or_trial=self.study,
                                        mimetype="application/x-npz")
@@ -102,9 +105,12 @@ class ModelKeeper:
                 Path(staged).unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Remove what a stopped run left staged."""
+        """Remove what a stopped run left staged (and the store's directory, if the run
+        kept nothing in it)."""
         if self.staging.is_dir():
             for f in self.staging.glob(f"{os.getpid()}-*"):
                 f.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # another run's files still staged
                 self.staging.rmdir()
+            with contextlib.suppress(OSError):  # models kept in it
+                self.directory.rmdir()

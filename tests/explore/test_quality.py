@@ -35,3 +35,24 @@ def test_the_shipped_tabular_spaces_reach_their_quality(tmp_path: Path, space: s
     got = json.loads(ev.stdout)
     assert got["rows"] > 0
     assert got["metrics"][metric] >= least, got
+    # the exported model, on the raw rows, predicts what the engine does
+    import numpy as np
+    import onnxruntime as ort
+    from sklearn import datasets
+
+    import explore
+
+    model = explore.load_model(tmp_path / f"{space}.db", space)
+    onnx_file = tmp_path / "model.onnx"
+    ex = subprocess.run([sys.executable, "-m", "explore.cli", "export-model", str(f),
+                         "--output", str(onnx_file)], capture_output=True, text=True,
+                        timeout=120)
+    assert ex.returncode == 0, ex.stderr
+    raw = (datasets.load_breast_cancer() if space == "tabular" else
+           datasets.load_diabetes(scaled=False)).data.astype(np.float32)
+    out = ort.InferenceSession(str(onnx_file)).run(None, {"x": raw})
+    if space == "tabular":
+        np.testing.assert_allclose(out[0], model.predict_proba(raw), rtol=1e-4, atol=1e-5)
+        assert (out[1] == model.predict(raw)).all()
+    else:
+        np.testing.assert_allclose(out[0], model.predict(raw), rtol=1e-4, atol=1e-3)
