@@ -32,7 +32,9 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     storage URL (default: a SQLite file next to the space file, or ``<name>.db`` in the
     working directory for a dict), ``study`` the study's name (default: the space's);
     ``trials``, ``workers`` and ``memory`` override the space's budget.  The budget
-    counts the whole run, this process included.  Raises
+    counts the whole run: its worker processes, the data, and what this process grows
+    by from the call on (what it held before, a notebook's own data, is not the
+    run's).  Raises
     :class:`explore.runner.RunRefused` (a ValueError) for bad input, before anything
     is written.
 
@@ -41,17 +43,19 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     >>> with tempfile.TemporaryDirectory() as d:
     ...     study = explore.run({"dataset": {"task": "regression"},
     ...                          "objectives": [{"metric": "r2"}],
-    ...                          "budget": {"trials": 2, "rounds": 2, "memory": "1GB"},
+    ...                          "budget": {"trials": 2, "rounds": 2, "memory": "400MB"},
     ...                          "keep_models": 0},
     ...                         data=(x, x @ [1.0, 2.0, 0.5]), storage=f"sqlite:///{d}/r.db")
     ...     print(len(study.trials), sorted(study.trials[0].user_attrs["explore"]["metrics"]))
     2 ['loss', 'mae', 'r2', 'rmse', 'train_loss']
     """
+    from explore.procmem import pss
     from explore.runner import execute, prepare
 
+    before = pss()
     prep = prepare(space, data=data, target=target, storage=storage, study=study,
                    trials=trials, workers=workers, memory=memory)
-    result, _ = execute(prep)
+    result, _ = execute(prep, baseline=before)
     return result
 
 

@@ -164,10 +164,12 @@ def data_record(ds: Any) -> dict[str, Any]:
 
 
 def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
-            main: int | None = None) -> tuple[optuna.Study, dict[str, Any] | None]:
+            main: int | None = None, baseline: int = 0
+            ) -> tuple[optuna.Study, dict[str, Any] | None]:
     """Run the prepared search; returns the study and the record of this run (None
     when the study already had its trials).  Raises :class:`RunRefused` (nothing
-    written) when the budget cannot hold the run."""
+    written) when the budget cannot hold the run.  ``baseline``: this process's memory
+    before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
     from explore.datasets import DataError
     from explore.keeper import ModelKeeper, default_artifacts
     from explore.scheduler import Scheduler, SchedulerError
@@ -210,7 +212,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                              space.keep_models, space.objectives[0].dir == "minimize")
     try:
         sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
-                          device=budget.device, progress=progress, main=main, keeper=keeper)
+                          device=budget.device, progress=progress, main=main, keeper=keeper,
+                          baseline=baseline)
     except BaseException:
         data.close()
         raise

@@ -80,7 +80,7 @@ class Scheduler:
     def __init__(self, space: Space, study: optuna.Study, data: Dataset | SharedArrays, *,
                  workers: int, memory: int, device: str, progress: Progress | None = None,
                  trials_per_worker: int | None = None, main: int | None = None,
-                 keeper: ModelKeeper | None = None) -> None:
+                 keeper: ModelKeeper | None = None, baseline: int = 0) -> None:
         self.space, self.device = space, device
         self.keeper = keeper  # keeps the best trials' weights, if any
         scale = getattr(space.data, "target_scale", None)
@@ -90,6 +90,9 @@ class Scheduler:
         self.n_workers = workers  # asked for
         self.n_running = workers  # started: fewer when the budget holds fewer
         self.main = main
+        # What this process held before the run began (a notebook's own data), which is
+        # not the run's: only what the process grows beyond it is charged.
+        self.baseline = baseline
         # Trials a worker holds at once: by default one running and one ready (the
         # worker starts it only when the other ends), which keeps the sampler and the
         # pruner about as well informed as a sequential search; more packs memory.
@@ -123,7 +126,7 @@ class Scheduler:
         self.in_flight: int | None = None  # lockstep: the trial the worker is running
         self.remaining = 0
         self.memory = MemorySampler(self.stats, enabled=device == "cpu",
-                                    this_process=main is None)
+                                    this_process=main is None, baseline=baseline)
         self.t0 = time.time()
 
     # -- workers -------------------------------------------------------------------------
@@ -149,7 +152,7 @@ class Scheduler:
         elif self.device == "cpu":  # on a GPU the host processes hold none of the budget
             gc.collect()
             release_heap_memory()  # what loading the data freed goes back to the system
-            s.main = max(0, pss() - s.data)  # it wrote every page of the data
+            s.main = max(0, pss() - s.data - self.baseline)  # it wrote every data page
         key = machine_key(self.device)
         known = load_constants(key)
         if known is None:  # the first run here: start one worker to measure one (even

@@ -107,13 +107,14 @@ class MemorySampler:
     the heaps they hold, measured together), so a heap given back a moment before the
     scheduler hears of it is never taken for growth."""
 
-    def __init__(self, stats: RunStats, enabled: bool = True, this_process: bool = True
-                 ) -> None:
+    def __init__(self, stats: RunStats, enabled: bool = True, this_process: bool = True,
+                 baseline: int = 0) -> None:
         self.stats = stats
         self.enabled = enabled  # on a GPU the budget is device memory, not the host's
         # Whether this process is the run's (measured), or a bigger one (a test, a
         # notebook) of which the run is charged ``stats.main`` as it said.
         self.this_process = this_process
+        self.baseline = baseline  # of this process, not the run's (see Scheduler)
         self._at = -SAMPLE_EVERY
 
     def measure(self, workers: Iterable[Worker], now: bool = False) -> None:
@@ -124,7 +125,7 @@ class MemorySampler:
         s = self.stats
         ws = list(workers)
         pids = {w.pid for w in ws}
-        main = pss() if self.this_process else s.main
+        main = max(0, pss() - self.baseline) if self.this_process else s.main
         others = {c: pss(c) for c in children()}
         tracker = sum(v for c, v in others.items() if c not in pids)
         s.measured_peak = max(s.measured_peak, main + sum(others.values()))

@@ -115,7 +115,7 @@ def test_a_dataframe_regression_from_python(tmp_path: Path) -> None:
     df["y"] = 100 + 20 * df["a"] - 3 * df["b"] + 10 * (df["kind"] == 2) + rng.normal(0, 1, n)
     space = {"name": "reg", "dataset": {"categorical": ["kind"], "valid": 0.2, "test": 0.2},
              "objectives": [{"metric": "rmse"}],
-             "budget": {"trials": 3, "rounds": 15, "memory": "2GB", "workers": 1},
+             "budget": {"trials": 3, "rounds": 15, "memory": "400MB", "workers": 1},
              "sampler": {"name": "random", "seed": 1}, "pruner": "none",
              "model": {"depth": 1, "width": 16},
              "training": {"loss": {"choice": ["mse", "huber"]}, "lr": 0.02,
@@ -193,3 +193,26 @@ def test_a_family_that_does_not_suit_the_data_is_refused_before_any_study(
     r = explore_run(space)
     assert r.exit_code == 2 and "family cnn needs images" in r.output, r.output
     assert not (tmp_path / "c.db").exists()
+
+
+def test_explore_run_charges_what_the_run_adds_not_what_the_notebook_holds(
+        tmp_path: Path) -> None:
+    """A notebook holding 400 MB of its own runs a search with a 300 MB budget: the run
+    is charged what the process grows by from the call on, plus its workers; its
+    measured peak stays within the budget."""
+    code = f"""
+import numpy as np, explore
+held = np.ones(400_000_000 // 8)            # the notebook's own data, every page touched
+x = np.random.default_rng(0).normal(size=(300, 4)).astype("float32")
+study = explore.run({{"dataset": {{"task": "regression"}}, "objectives": [{{"metric": "r2"}}],
+                     "budget": {{"trials": 2, "rounds": 2, "memory": "300MB"}},
+                     "keep_models": 0}},
+                    data=(x, x.sum(axis=1)), storage="sqlite:///{tmp_path / 'n.db'}")
+run = study.user_attrs["runs"][-1]
+print(len(study.trials), run["measured_peak"], run["budget"])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    trials, peak, budget = map(int, r.stdout.split())
+    assert trials == 2 and 0 < peak <= budget == 300_000_000
