@@ -55,7 +55,7 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     A classification ends in ``n_classes`` scores and softmax cross-entropy against
     int64 labels ``y``; a regression in one output and ``params["loss"]`` (``mse``,
     ``mae`` or ``huber``) against a float32 target ``y``.  The eval path's last layer
-    is named ``scores`` (what an exported model computes), and it ends in the ops the
+    is named ``logits`` (what an exported model computes), and it ends in the ops the
     metrics read (:mod:`explore.metrics.evaluation`): ``accuracy``, ``class_counts``
     and, for two classes, ``positive_score``; or ``regression_sums``; and
     ``eval_loss`` unless ``eval_loss`` is False."""
@@ -111,7 +111,7 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
             h = path.Flatten(h)
         for i, (w, b) in enumerate(layers):
             last = i == len(layers) - 1
-            h = path.Gemm(h, w, b, **({"outputs": ["scores"]} if last and not training
+            h = path.Gemm(h, w, b, **({"outputs": ["logits"]} if last and not training
                                       else {}))
             if i < depth:
                 h = path.op(acts[i], h)

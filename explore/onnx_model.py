@@ -1,6 +1,6 @@
 """A kept model as one ONNX file that takes raw rows and gives predictions.
 
-The engine exports the eval path up to its ``scores`` layer
+The engine exports the eval path up to its ``logits`` layer
 (:func:`engine.onnx_io.export.export_onnx`, trained weights as initializers); around it
 go, as ONNX nodes:
 
@@ -34,7 +34,7 @@ def model_to_onnx(model: Any) -> Any:
 
     from engine.onnx_io.export import export_onnx
 
-    core = export_onnx(model.graph, outputs=["scores"], vm=model.vm,
+    core = export_onnx(model.graph, outputs=["logits"], vm=model.vm,
                        name=f"{model.study}-trial-{model.trial}")
     g = core.graph
     nodes = list(g.node)
@@ -58,14 +58,14 @@ def model_to_onnx(model: Any) -> Any:
         inits += [numpy_helper.from_array(np.array(std, np.float32), "target_std"),
                   numpy_helper.from_array(np.array(mean, np.float32), "target_mean"),
                   numpy_helper.from_array(np.array([-1], np.int64), "flat_shape")]
-        back += [helper.make_node("Mul", ["scores", "target_std"], ["scaled"]),
+        back += [helper.make_node("Mul", ["logits", "target_std"], ["scaled"]),
                  helper.make_node("Add", ["scaled", "target_mean"], ["unflat"]),
                  helper.make_node("Reshape", ["unflat", "flat_shape"], ["prediction"])]
         outputs.append(helper.make_tensor_value_info("prediction", TensorProto.FLOAT, ["N"]))
     else:
         classes = model.data.classes
-        back += [helper.make_node("Softmax", ["scores"], ["probabilities"], axis=1),
-                 helper.make_node("ArgMax", ["scores"], ["class_index"], axis=1, keepdims=0)]
+        back += [helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
+                 helper.make_node("ArgMax", ["logits"], ["class_index"], axis=1, keepdims=0)]
         outputs.append(helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
                                                      ["N", classes]))
         labels = getattr(pre, "labels", None) if pre is not None else None

@@ -62,7 +62,7 @@ class StoredData:
 @dataclass
 class TrainedModel:
     """A trial's model, weights loaded: ``vm`` runs its ``eval`` path, whose last
-    layer ``scores`` is what :meth:`predict` reads.
+    layer ``logits`` is what :meth:`predict` reads.
 
     ``predict(rows)`` gives the class labels (as the data had them) or the
     regression's values in the target's units; ``predict_proba(rows)`` the class
@@ -93,8 +93,8 @@ class TrainedModel:
             return quantize(np.asarray(x, np.float32), scale)
         return x
 
-    def scores(self, x: np.ndarray) -> np.ndarray:
-        """The ``scores`` layer for model inputs ``x`` (already preprocessed), in
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """The ``logits`` layer for model inputs ``x`` (already preprocessed), in
         batches of at most the compiled batch."""
         vm = self.vm
         want = np.dtype(vm.program.buffers[_index(vm, "x")].dtype)
@@ -107,7 +107,7 @@ class TrainedModel:
             vm.set("x", chunk)
             vm.set("y", np.zeros(len(chunk), ydt))
             vm.forward("eval")
-            out[start:start + len(chunk)] = vm.get("scores").reshape(len(chunk), -1)
+            out[start:start + len(chunk)] = vm.get("logits").reshape(len(chunk), -1)
         return out
 
     def predict_proba(self, rows: Any) -> np.ndarray:
@@ -115,7 +115,7 @@ class TrainedModel:
         if self.data.task != "classification":
             raise ValueError("predict_proba is for a classification; this model is a "
                              f"{self.data.task}")
-        s = self.scores(self.features(rows))
+        s = self.logits(self.features(rows))
         s = s - s.max(axis=1, keepdims=True)
         e = np.exp(s)
         return e / e.sum(axis=1, keepdims=True)
@@ -123,7 +123,7 @@ class TrainedModel:
     def predict(self, rows: Any) -> np.ndarray:
         """Labels as the data had them (classification) or values in the target's
         units (regression)."""
-        s = self.scores(self.features(rows))
+        s = self.logits(self.features(rows))
         if self.data.task == "regression":
             mean, std = self.data.target_scale or (0.0, 1.0)
             return s[:, 0] * std + mean
@@ -206,7 +206,7 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None) 
                   t.user_attrs.get(PARAMS_ATTR) or t.params)
     graph = families.get(space["model"]["family"]).build(params, data)  # type: ignore[arg-type]
     prog = compile_graph(graph, batch_size=PREDICT_BATCH, optimizer=build_optimizer(params),
-                         keep=["scores"])
+                         keep=["logits"])
     vm = VM(prog)
     for name, value in read_model(s, artifact, t.number).items():
         vm.assign(name, value)

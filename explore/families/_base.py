@@ -2,7 +2,7 @@
 
 A family turns one candidate's sampled parameters (:func:`explore.sampling.suggest`)
 into a :class:`~engine.CalcGraph` for the data set's task, with a ``train`` path (the
-loss) and an ``eval`` path whose last layer is ``scores`` (what an exported model
+loss) and an ``eval`` path whose last layer is ``logits`` (what an exported model
 computes) and whose outputs are what the task's metrics read
 (:mod:`explore.metrics.evaluation`; ``eval_loss`` when asked for), and says which model
 sections it accepts.  Families run in the scheduler's process only: what crosses to a worker
