@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def run(space: Any, data: Any = None, target: str | None = None, storage: str | None = None,
         study: str | None = None, trials: int | None = None, workers: int | None = None,
-        memory: int | str | None = None) -> optuna.Study:
+        memory: int | str | None = None, builder: Any = None) -> optuna.Study:
     """Run a search, as ``explore run`` does, and return its Optuna study.
 
     ``space`` is a search-space file or a dict of the YAML's structure.  ``data``
@@ -31,7 +31,10 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     (valid, test, scale, categorical, task) apply to it.  ``storage`` is an Optuna
     storage URL (default: a SQLite file next to the space file, or ``<name>.db`` in the
     working directory for a dict), ``study`` the study's name (default: the space's);
-    ``trials``, ``workers`` and ``memory`` override the space's budget.  The budget
+    ``trials``, ``workers`` and ``memory`` override the space's budget.  ``builder``,
+    a function ``build(trial) -> engine.nn.Module | CalcGraph`` that asks the trial
+    for its own parameters, makes each trial's model (:mod:`explore.model_builders`;
+    the space's ``model.builder`` names one from a file).  The budget
     counts the whole run: its worker processes, the data, and what this process grows
     by from the call on (what it held before, a notebook's own data, is not the
     run's).  Raises
@@ -54,17 +57,18 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
 
     before = pss()
     prep = prepare(space, data=data, target=target, storage=storage, study=study,
-                   trials=trials, workers=workers, memory=memory)
+                   trials=trials, workers=workers, memory=memory, builder=builder)
     result, _ = execute(prep, baseline=before)
     return result
 
 
-def load_model(storage: Any, study: str, trial: int | None = None) -> TrainedModel:
+def load_model(storage: Any, study: str, trial: int | None = None,
+               builder: Any = None) -> TrainedModel:
     """The kept model of ``trial`` (default: the best kept) of ``study``, ready to
     predict: see :func:`explore.trained.load_model`."""
     from explore.trained import load_model as load
 
-    return load(storage, study, trial)
+    return load(storage, study, trial, builder)
 
 
 __all__ = ["__version__", "load_model", "run"]

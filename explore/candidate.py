@@ -23,10 +23,29 @@ from explore import families
 from explore.optimizers import build_optimizer
 from explore.space import Space
 
+BUILDER_PARAMS = "builder_params"  # in a builder trial's params: what the builder chose
 
-def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True) -> CalcGraph:
-    """The CalcGraph of ``params`` for the space's data set, by the space's family."""
-    return families.get(space.model.family).build(params, space.data, eval_loss=eval_loss)
+
+def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True,
+             trial: Any = None) -> CalcGraph:
+    """The CalcGraph of ``params`` for the space's data set, by the space's family, or
+    by its model builder (:mod:`explore.model_builders`): called with ``trial`` (the live
+    Optuna trial, which then records what the builder chose in
+    ``params["builder_params"]``), else replaying ``params["builder_params"]``, else
+    with every range at its low end."""
+    if not space.uses_builder:
+        return families.get(space.model.family).build(params, space.data,
+                                                       eval_loss=eval_loss)
+    from explore.model_builders import LowTrial, call_builder, graph_of_model, replay
+
+    if trial is None:
+        chosen = params.get(BUILDER_PARAMS)
+        trial = replay(chosen) if chosen is not None else LowTrial()
+    before = set(trial.params)  # what the space's own ranges asked already
+    result = call_builder(space.builder, trial)
+    if BUILDER_PARAMS not in params:
+        params[BUILDER_PARAMS] = {k: v for k, v in trial.params.items() if k not in before}
+    return graph_of_model(result, space.data, params)
 
 
 @dataclass
@@ -69,14 +88,16 @@ def halvings(top: int, bottom: int) -> tuple[int, ...]:
     return (*out, bottom) if top > bottom else ()
 
 
-def compile_candidate(space: Space, params: dict[str, Any], share: int) -> Candidate:
+def compile_candidate(space: Space, params: dict[str, Any], share: int,
+                      graph: CalcGraph | None = None) -> Candidate:
     """Compile ``params``; ``batch_size: auto`` takes the largest batch whose heap fits
     ``share`` bytes (at most ``training.auto_max_batch``).  The program is compiled for
     ``training.eval_batch_size`` when that is bigger and fits: training then runs on a
     prefix of each buffer (the engine's smaller last batch), and validation in chunks
     of the full size (twice as fast at 512 as at 64).  Raises
     :class:`~engine.BudgetError` when even batch 1 does not fit."""
-    graph = graph_of(space, params)  # every metric of the task is reported, loss too
+    if graph is None:  # every metric of the task is reported, loss too
+        graph = graph_of(space, params)
     opt = build_optimizer(params)
     device = space.budget.device
     bs = params["batch_size"]

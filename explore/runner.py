@@ -22,6 +22,7 @@ import optuna
 from explore.yamlio import SourceError, SpaceError
 
 DATA_ATTR = "data"  # study user attribute: what a model of the study takes and gives
+BUILDER_DIR_ATTR = "builder_dir"  # study user attribute: where its model builder imports
 SPACE_ATTR = "space"  # study user attribute: the space it was run with (JSON)
 
 
@@ -47,7 +48,8 @@ class Prepared:
 def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             target: str | None = None, storage: str | None = None,
             study: str | None = None, trials: int | None = None, workers: int | None = None,
-            memory: int | str | None = None, device: str | None = None) -> Prepared:
+            memory: int | str | None = None, device: str | None = None,
+            builder: Any = None) -> Prepared:
     """Read and check everything a run needs; raises :class:`RunRefused`."""
     from explore.datasets import DataError
     from explore.space import Space, load_space, parse_size, parse_space
@@ -98,6 +100,11 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         ds = sp.data
     except DataError as e:
         raise RunRefused(str(e)) from None
+    if builder is not None:
+        try:
+            sp = sp.with_builder(builder)
+        except TypeError as e:
+            raise RunRefused(str(e)) from None
     check_objectives(sp, ds)
     check_model(sp)
     if budget.device == "gpu":
@@ -142,6 +149,8 @@ def check_model(space: Any) -> None:
     from explore.candidate import graph_of
     from explore.sampling import fixed
 
+    if space.uses_builder:
+        return  # the user's code: each trial's failure is its own, with its traceback
     try:
         graph_of(space, fixed(space))
     except BuildError as e:
@@ -219,11 +228,24 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         raise
     try:
         study.set_user_attr(DATA_ATTR, data_record(space.data))
-        study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
+        study.set_user_attr(SPACE_ATTR, space_record(space))
+        if space.model._base is not None:
+            study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
         stats = sched.run(remaining)
     except SchedulerError as e:
         raise refuse(str(e)) from None
     return study, record_run(study, stats)
+
+
+def space_record(space: Any) -> dict[str, Any]:
+    """The space as stored with its study; a builder given as a function is recorded by
+    its importable name, where it has one."""
+    from explore.model_builders import spec_of
+
+    out: dict[str, Any] = space.model_dump(mode="json")
+    if space._builder is not None and space.model.builder is None:
+        out["model"]["builder"] = spec_of(space._builder)
+    return out
 
 
 def close_interrupted(study: optuna.Study) -> None:

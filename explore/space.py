@@ -239,6 +239,27 @@ def _named(v: Any) -> Any:
 
 class Model(Strict):
     family: FamilyName = "mlp"
+    # A Python function, "module:function", that builds each trial's model and asks the
+    # trial for its own parameters (explore.model_builders); the other keys then unused.
+    builder: str | None = None
+    _base: Path | None = PrivateAttr(default=None)  # the space's folder: where to import
+
+    @model_validator(mode="after")
+    def _builder(self, info: ValidationInfo) -> Model:
+        if self.builder is None:
+            return self
+        module, sep, attr = self.builder.partition(":")
+        if not (sep and module and attr):
+            raise ValueError(f"builder {self.builder!r}: write module:function, e.g. "
+                             "my_models:build")
+        unused = [k for k, f in type(self).model_fields.items()
+                  if k not in ("family", "builder") and getattr(self, k) != f.default]
+        if unused:
+            raise ValueError(f"{', '.join(unused)}: a model builder asks the trial for its "
+                             "own parameters; the family's keys are not used with builder")
+        base = (info.context or {}).get("base")
+        self._base = Path(base) if base is not None else None
+        return self
     depth: Param = 2  # hidden dense layers (after the convolution blocks of a cnn)
     width: Param = 64
     activation: Param = "relu"
@@ -254,6 +275,8 @@ class Model(Strict):
 
     @model_validator(mode="after")
     def _family(self) -> Model:
+        if self.builder is not None:
+            return self
         families.get(self.family).check({k: getattr(self, k) for k in type(self).model_fields})
         return self
 
@@ -287,6 +310,7 @@ class Space(Strict):
     artifacts: str | None = None
 
     _data: BaseDataset | None = PrivateAttr(default=None)
+    _builder: Any = PrivateAttr(default=None)
 
     @property
     def data(self) -> BaseDataset:
@@ -316,6 +340,33 @@ class Space(Strict):
                             f"makes one of a DataFrame or arrays), not {type(data).__name__}")
         out = self.model_copy()
         out._data = data
+        return out
+
+    @property
+    def uses_builder(self) -> bool:
+        """Whether each trial's model comes from a Python builder (model.builder, or
+        one bound with :meth:`with_builder`)."""
+        return self._builder is not None or self.model.builder is not None
+
+    @property
+    def builder(self) -> Any:
+        """The model builder function (imported once from ``model.builder``; raises
+        :class:`~explore.model_builders.BuilderError` when it cannot be)."""
+        if self._builder is None:
+            from explore.model_builders import BuilderError, load_builder
+
+            if self.model.builder is None:
+                raise BuilderError("the space has no model builder")
+            self._builder = load_builder(self.model.builder, self.model._base)
+        return self._builder
+
+    def with_builder(self, fn: Any) -> Space:
+        """A copy of the space whose trials' models come from ``fn(trial)``."""
+        if not callable(fn):
+            raise TypeError(f"a model builder is a function of the trial, not a "
+                            f"{type(fn).__name__}")
+        out = self.model_copy()
+        out._builder = fn
         return out
 
     def params(self) -> dict[str, Any]:
@@ -380,6 +431,15 @@ def parse_space(data: Any, doc: Document | None = None, resolve_data: bool = Tru
             raise SpaceError([SourceError(doc.file if doc else "<space>",
                                           doc.line(loc) if doc else None,
                                           ".".join(loc), str(e))]) from e
+    if space.model.builder is not None:
+        from explore.model_builders import BuilderError
+
+        try:
+            space.builder  # noqa: B018 (imported and kept)
+        except BuilderError as e:
+            raise SpaceError([SourceError(doc.file if doc else "<space>",
+                                          doc.line(("model", "builder")) if doc else None,
+                                          "model.builder", str(e))]) from e
     return space
 
 

@@ -186,14 +186,16 @@ def find_model(study: optuna.Study, trial: int | None = None
                      f"kept: trials {numbers or 'none'} (keep_models keeps the best few)")
 
 
-def load_model(storage: str | Path | Any, study: str, trial: int | None = None) -> TrainedModel:
+def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
+               builder: Any = None) -> TrainedModel:
     """The kept model of ``trial`` (default: the best kept) of ``study`` in
     ``storage`` (a URL, a SQLite file's path or an Optuna storage), ready to predict.
-    Raises :class:`ModelError` when there is none."""
+    A study whose models came from a Python builder rebuilds them with it: the one it
+    recorded (``module:function``), or ``builder`` (a function defined in a notebook
+    cannot be imported again).  Raises :class:`ModelError` when there is none."""
     from engine import VM, compile_graph
-    from explore import families
     from explore.optimizers import build_optimizer
-    from explore.runner import DATA_ATTR, SPACE_ATTR
+    from explore.runner import BUILDER_DIR_ATTR, DATA_ATTR, SPACE_ATTR
 
     s = open_stored(storage, study)
     t, artifact = find_model(s, trial)
@@ -204,13 +206,40 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None) 
     data = StoredData.from_record(record)
     params = dict((t.user_attrs.get(RECORD_ATTR) or {}).get(PARAMS_ATTR) or
                   t.user_attrs.get(PARAMS_ATTR) or t.params)
-    graph = families.get(space["model"]["family"]).build(params, data)  # type: ignore[arg-type]
+    graph = rebuild(space, params, data, builder, s.user_attrs.get(BUILDER_DIR_ATTR))
     prog = compile_graph(graph, batch_size=PREDICT_BATCH, optimizer=build_optimizer(params),
                          keep=["logits"])
     vm = VM(prog)
     for name, value in read_model(s, artifact, t.number).items():
         vm.assign(name, value)
     return TrainedModel(vm, graph, data, params, t.number, study)
+
+
+def rebuild(space: dict[str, Any], params: dict[str, Any], data: StoredData,
+            builder: Any = None, builder_dir: str | None = None) -> Any:
+    """A trial's CalcGraph again, from its recorded parameters: by its family, or by the
+    space's model builder replaying what it chose."""
+    from explore import families
+    from explore.candidate import BUILDER_PARAMS
+    from explore.model_builders import (
+        BuilderError,
+        call_builder,
+        graph_of_model,
+        load_builder,
+        replay,
+    )
+
+    spec = space["model"].get("builder")
+    if builder is None and spec is None:
+        return families.get(space["model"]["family"]).build(params, data)  # type: ignore[arg-type]
+    try:
+        fn = builder or load_builder(spec, builder_dir)
+        return graph_of_model(call_builder(fn, replay(params.get(BUILDER_PARAMS) or {})),
+                              data, params)
+    except BuilderError as e:
+        raise ModelError(f"cannot rebuild the model: {e}" + (
+            "" if spec else "; its builder was a function defined where it cannot be "
+            "imported again: pass it, load_model(..., builder=build)")) from None
 
 
 def read_model(study: optuna.Study, artifact: str, number: int) -> dict[str, np.ndarray]:

@@ -22,9 +22,10 @@ from optuna.trial import TrialState
 
 from engine import BudgetError
 from engine.alignment import align_down, align_up
+from engine.errors import EngineError
 from explore import metrics, sampling
 from explore.builders import BuildError
-from explore.candidate import Candidate, compile_candidate
+from explore.candidate import Candidate, compile_candidate, graph_of
 from explore.datasets import Dataset
 from explore.keeper import ModelKeeper
 from explore.optuna_adapter import frozen_trial as frozen
@@ -211,9 +212,12 @@ class Scheduler:
         params = sampling.fixed(self.space)
         if params["batch_size"] == "auto":
             params["batch_size"] = 1
+        # a builder's model is the user's code: what it raises is its trial's failure
+        failing = (BudgetError, BuildError, EngineError) if self.space.uses_builder else \
+            (BudgetError, BuildError)
         try:
             cand = compile_candidate(self.space, params, 1 << 62)
-        except (BudgetError, BuildError):
+        except failing:
             return 0  # it fails on its own, when asked for, with its reason
         return align_up(min(p.total_bytes for p in cand.fitting()))
 
@@ -314,11 +318,18 @@ class Scheduler:
         trial = self.study.ask()
         params = suggest(trial, self.space)
         self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
+        # The user's model code fails its own trial, whatever it raised; the run goes on.
+        user = (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
         try:
-            cand = compile_candidate(self.space, params, self.stats.arena)
-        except (BudgetError, BuildError) as e:
-            self._fail(trial, f"does not fit: {e}" if isinstance(e, BudgetError) else str(e),
-                       never_started=True)
+            graph = graph_of(self.space, params, trial=trial) if self.space.uses_builder \
+                else None
+            cand = compile_candidate(self.space, params, self.stats.arena, graph=graph)
+        except BudgetError as e:
+            self._fail(trial, f"does not fit: {e}", never_started=True)
+            return
+        except user as e:
+            self._fail(trial, str(e) if isinstance(e, BuildError) else
+                       f"{type(e).__name__}: {e}", never_started=True)
             return
         self.waiting.append((trial, cand, requeued))
 
