@@ -242,6 +242,7 @@ def _summary(study: Any, run: dict[str, Any] | None) -> None:
 def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: bool) -> None:
     """Print the exact plan of one candidate of SPACE_FILE."""
     from engine import BudgetError, compile_graph
+    from engine.errors import EngineError
     from explore.builders import BuildError
     from explore.candidate import compile_candidate, graph_of
     from explore.optimizers import build_optimizer
@@ -256,17 +257,27 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
         overrides[k.strip()] = _value(v.strip())
     budget = _size(memory, "--memory")
     try:
+        graph = None
+        if space.uses_builder:  # the builder's own parameters: answered from --params
+            from explore.model_builders import LowTrial
+
+            # the model's keys are the builder's; the space keeps its training ones
+            mine = set(space.params()) - set(type(space.model).model_fields)
+            given = {k: v for k, v in overrides.items() if k not in mine}
+            overrides = {k: v for k, v in overrides.items() if k in mine}
         p = fixed(space, overrides)
         if p["batch_size"] == "auto" and budget is None:
             p["batch_size"] = space.training.auto_max_batch
-        cand = compile_candidate(space, p, budget or 1 << 62)
+        if space.uses_builder:
+            graph = graph_of(space, p, trial=LowTrial(given))
+        cand = compile_candidate(space, p, budget or 1 << 62, graph=graph)
         # the engine's search for the largest batch that fits (engine.max_batch)
-        biggest = compile_graph(graph_of(space, p), memory=budget,
+        biggest = compile_graph(graph or graph_of(space, p), memory=budget,
                                 optimizer=build_optimizer(p),
                                 device=space.budget.device).batch_size if budget else None
     except KeyError as e:
         _fail(f"--params: {e.args[0]}")
-    except (BuildError, BudgetError, ValueError) as e:
+    except (BuildError, BudgetError, EngineError, ValueError) as e:
         _fail(str(e))
     prog = cand.program
     result: dict[str, Any] = {"zones": dict(prog.zone_bytes), "total_bytes": prog.total_bytes,

@@ -80,18 +80,22 @@ class LowTrial:
     number = 0
     params: dict[str, Any]
 
-    def __init__(self) -> None:
+    def __init__(self, given: Mapping[str, Any] | None = None) -> None:
+        self.given = dict(given or {})  # values that win over the low ends
         self.params = {}
         self.user_attrs: dict[str, Any] = {}
 
+    def _answer(self, name: str, low: Any) -> Any:
+        return self.params.setdefault(name, self.given.get(name, low))
+
     def suggest_int(self, name: str, low: int, high: int, **kw: Any) -> int:
-        return int(self.params.setdefault(name, int(low)))
+        return int(self._answer(name, int(low)))
 
     def suggest_float(self, name: str, low: float, high: float, **kw: Any) -> float:
-        return float(self.params.setdefault(name, float(low)))
+        return float(self._answer(name, float(low)))
 
     def suggest_categorical(self, name: str, choices: Any) -> Any:
-        return self.params.setdefault(name, next(iter(choices)))
+        return self._answer(name, next(iter(choices)))
 
     def set_user_attr(self, key: str, value: Any) -> None:
         self.user_attrs[key] = value

@@ -88,12 +88,16 @@ def test_a_builder_that_cannot_be_imported_names_its_line(tmp_path: Path) -> Non
     assert r.exit_code == 2 and "cannot import 'no_such_module'" in r.output
 
 
-def test_explore_size_sizes_a_builders_smallest_model(tmp_path: Path) -> None:
-    r = cli("size", space(tmp_path), "--json")
+@pytest.mark.parametrize("given", [{}, {"width": 32, "act": "tanh"}])
+def test_explore_size_sizes_a_builders_model(tmp_path: Path, given: dict) -> None:
+    """The smallest model (every range at its low end), or the one --params names."""
+    args = [x for k, v in given.items() for x in ("--params", f"{k}={v}")]
+    r = cli("size", space(tmp_path), *args, "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    want = build_graph({"depth": 1, "widths": [8], "activations": ["relu"],
-                        "dropouts": [0.0], "init": "he_uniform"}, 64, 10, pixel_scale=1 / 16)
+    want = build_graph({"depth": 1, "widths": [given.get("width", 8)],
+                        "activations": [given.get("act", "relu")], "dropouts": [0.0],
+                        "init": "he_uniform"}, 64, 10, pixel_scale=1 / 16)
     from engine import compile_graph
     from explore.optimizers import build_optimizer
     from explore.sampling import fixed
