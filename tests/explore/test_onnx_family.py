@@ -449,3 +449,15 @@ def test_the_space_records_the_resolved_file_and_its_settings(
     assert names[names.index("residual") + 1:names.index("loss")] == ["onnx", "freeze", "head"]
     plain = parse_space({"dataset": "digits", "budget": budget}, resolve_data=False)
     assert "onnx" not in plain.params()
+
+
+def test_the_example_space_loads(tmp_path: Path) -> None:
+    space = load_space(ROOT / "search_spaces" / "onnx_mnist.yaml", resolve_data=False)
+    assert space.model.family == "onnx" and space.model.head == 1
+    assert Path(space.params()["onnx"]) == ROOT / "search_spaces" / "models" / "lenet.onnx"
+    g = ONNX.build(space.params() | {"freeze": "conv*"},
+                   SimpleNamespace(features=784, classes=10, image=(1, 28, 28),
+                                   pixel_scale=1 / 256, task="classification"))
+    trainable = {k for k, v in g.variables.items() if v.kind is Kind.PARAMETER and v.trainable}
+    assert trainable == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
+                         "fc3.bias"}
