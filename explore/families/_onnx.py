@@ -17,9 +17,9 @@ paths, in the conventions of :func:`explore.builders.build_graph`:
   keeps uint8 pixels; reshaped from flattened rows to the model's input shape, e.g.
   ``[N, 784] -> [N, 1, 28, 28]``);
 - its first output, less a final Softmax or LogSoftmax (and a Dropout or Identity
-  after the scores; flattened to ``[N, scores]``), is ``logits`` on the ``eval`` path, which ends in the task's
-  metric ops; the ``train`` path (first) runs the same nodes in training mode into the
-  task's loss;
+  after the scores; flattened to ``[N, scores]``), is ``logits`` on the ``eval`` path,
+  which ends in the task's metric ops; the ``train`` path (first) runs the same nodes
+  in training mode into the task's loss;
 - the initializers are parameters with the file's values: trainable when they are
   floats, not a batch norm's running statistics and not matched by a ``freeze`` glob (a
   batch norm whose running statistics are frozen runs on them in training too, so
