@@ -253,7 +253,8 @@ class Model(Strict):
             raise ValueError(f"builder {self.builder!r}: write module:function, e.g. "
                              "my_models:build")
         unused = [k for k, f in type(self).model_fields.items()
-                  if k not in ("family", "builder") and getattr(self, k) != f.default]
+                  if k not in ("family", "builder") and
+                  getattr(self, k) != f.get_default(call_default_factory=True)]
         if unused:
             raise ValueError(f"{', '.join(unused)}: a model builder asks the trial for its "
                              "own parameters; the family's keys are not used with builder")
@@ -272,11 +273,65 @@ class Model(Strict):
     pool: Param = True  # cnn: 2x2 max pooling after each block
     batch_norm: Param = False  # cnn: batch normalisation between convolution and relu
     residual: Param = False  # cnn: add a block's input to its output where shapes agree
+    # family onnx (implied by onnx): a model of the user's, trained (explore.families._onnx)
+    onnx: Path | None = None  # the .onnx file, relative to the YAML file
+    freeze: list[str] | Param = Field(default_factory=list)  # parameters kept (globs)
+    head: int = Field(0, ge=0)  # the last N weight layers re-initialised, resized
+
+    @model_validator(mode="before")
+    @classmethod
+    def _onnx_family(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("onnx") is not None and "family" not in data:
+            return {**data, "family": "onnx"}
+        return data
+
+    @field_validator("onnx", mode="after")
+    @classmethod
+    def _onnx_file(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        """Resolved against the YAML file's folder; the file must import as a model."""
+        if v is None:
+            return v
+        base = (info.context or {}).get("base")
+        if not v.is_absolute():
+            v = Path(base or Path.cwd()) / v
+        v = v.resolve()
+        from explore.families._onnx import load
+
+        try:
+            load(v)
+        except Exception as e:  # the importer's errors, as the schema's
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("freeze", mode="after")
+    @classmethod
+    def _freeze(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, Range) and not isinstance(v, Choice):
+            raise ValueError("freeze is a list of parameter names (globs), or a choice of "
+                             "comma-separated globs")
+        path = info.data.get("onnx")
+        if path is not None:
+            from explore.families._onnx import check_freeze, load
+
+            check_freeze(load(path), v)
+        return v
+
+    @field_validator("head", mode="after")
+    @classmethod
+    def _head(cls, v: int, info: ValidationInfo) -> int:
+        path = info.data.get("onnx")
+        if path is not None:
+            from explore.families._onnx import check_head, load
+
+            check_head(load(path), v)
+        return v
 
     @model_validator(mode="after")
     def _family(self) -> Model:
         if self.builder is not None:
             return self
+        if self.onnx is not None and self.family != "onnx":
+            raise ValueError(f"onnx is the file of family onnx, not of family {self.family}")
         families.get(self.family).check({k: getattr(self, k) for k in type(self).model_fields})
         return self
 
@@ -375,6 +430,9 @@ class Space(Strict):
                                                    "dropout", "init", "channels", "kernel",
                                                    "stride", "pool", "batch_norm",
                                                    "residual")}
+        if self.model.onnx is not None:  # fixed values: each trial's record rebuilds it
+            out.update(onnx=str(self.model.onnx), freeze=self.model.freeze,
+                       head=self.model.head)
         out.update({k: getattr(self.training, k) for k in ("loss", "optimizer", "lr",
                                                            "momentum", "weight_decay",
                                                            "batch_size")})
