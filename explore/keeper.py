@@ -57,6 +57,7 @@ class ModelKeeper:
         # Made when the first trial is placed, so that a run refused before then leaves
         # no directory behind.
         self.made = False
+        self.uploaded: dict[str, Any] | None = None  # by keep(), ranked by written()
 
     def stage(self, number: int) -> str | None:
         """Where the worker writes trial ``number``'s weights (None: none are kept)."""
@@ -74,10 +75,15 @@ class ModelKeeper:
         worst = self.kept[-1]["value"]
         return value < worst if self.minimize else value > worst
 
+    def keeping(self, staged: str) -> _Keeping:
+        """The study writer's work for a finished trial whose weights are ``staged``."""
+        return _Keeping(self, staged)
+
     def keep(self, trial: FrozenTrial, staged: str | None) -> FrozenTrial:
-        """Upload ``staged`` if ``trial`` (COMPLETE) is among the best so far, record its
-        artifact id in the trial, and drop a model pushed out; the staging file goes
-        either way.  Returns the trial to write."""
+        """Upload ``staged`` if ``trial`` (COMPLETE) is among the best so far and record
+        its artifact id in the trial (:meth:`written` then ranks it, under the number
+        the storage gave it); the staging file goes either way.  Returns the trial to
+        write."""
         try:
             if self.store is None or staged is None or not os.path.exists(staged) or \
                     trial.state != TrialState.COMPLETE or trial.values is None:
@@ -92,17 +98,26 @@ class ModelKeeper:
                                        mimetype="application/x-npz")
             record = {**trial.user_attrs.get(RECORD_ATTR, {}), "model": artifact}
             trial.user_attrs = {**trial.user_attrs, RECORD_ATTR: record}
-            self.kept.append({"trial": trial.number, "value": value, "artifact": artifact})
-            self.kept.sort(key=lambda m: m["value"], reverse=not self.minimize)
-            for gone in self.kept[self.k:]:
-                with contextlib.suppress(Exception):  # already gone: nothing to free
-                    self.store.remove(gone["artifact"])
-            self.kept = self.kept[:self.k]
-            self.study.set_user_attr(MODELS_ATTR, self.kept)
+            self.uploaded = {"trial": None, "value": value, "artifact": artifact}
             return trial
         finally:
             if staged is not None:
                 Path(staged).unlink(missing_ok=True)
+
+    def written(self, number: int) -> None:
+        """The trial last given to :meth:`keep` is stored as ``number``: rank its
+        model, if it was uploaded, and drop the one it pushes out of the ``k`` best."""
+        entry, self.uploaded = self.uploaded, None
+        if entry is None or self.store is None:
+            return
+        entry["trial"] = number
+        self.kept.append(entry)
+        self.kept.sort(key=lambda m: m["value"], reverse=not self.minimize)
+        for gone in self.kept[self.k:]:
+            with contextlib.suppress(Exception):  # already gone: nothing to free
+                self.store.remove(gone["artifact"])
+        self.kept = self.kept[:self.k]
+        self.study.set_user_attr(MODELS_ATTR, self.kept)
 
     def close(self) -> None:
         """Remove what a stopped run left staged (and the store's directory, if the run
@@ -114,3 +129,16 @@ class ModelKeeper:
                 self.staging.rmdir()
             with contextlib.suppress(OSError):  # models kept in it
                 self.directory.rmdir()
+
+
+class _Keeping:
+    """:class:`ModelKeeper`'s part in writing one trial (``explore.study.Keep``)."""
+
+    def __init__(self, keeper: ModelKeeper, staged: str) -> None:
+        self.keeper, self.staged = keeper, staged
+
+    def before(self, trial: FrozenTrial) -> FrozenTrial:
+        return self.keeper.keep(trial, self.staged)
+
+    def after(self, number: int) -> None:
+        self.keeper.written(number)

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -136,13 +135,22 @@ def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
 STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial fills
 
 
-def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+def add_trial(study: optuna.Study, trial: FrozenTrial) -> int:
+    """``study.add_trial(trial)``, returning the number the stored trial got (the
+    working copy numbers trials as they were asked, the storage as they end)."""
+    storage = storage_of(study)
+    trial_id = storage.create_new_trial(storage.get_study_id_from_name(study.study_name),
+                                        template_trial=trial)
+    return storage.get_trial_number_from_id(trial_id)
+
+
+def write_trial(study: optuna.Study, trial: FrozenTrial) -> int:
     """Add a finished trial to ``study``, or fill in the stored trial it was enqueued
-    as (left WAITING, it would run again in every later run)."""
+    as (left WAITING, it would run again in every later run); returns its number in
+    the storage."""
     target = trial.user_attrs.get(STORED_ID)
     if target is None:
-        study.add_trial(trial)
-        return
+        return add_trial(study, trial)
     attrs = {k: v for k, v in trial.user_attrs.items() if k != STORED_ID}
     storage = storage_of(study)
     try:
@@ -150,11 +158,10 @@ def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
     except (KeyError, RuntimeError):  # gone, or finished meanwhile by someone else
         claimed = False
     if not claimed:  # another process took it: keep this result as a trial of its own
-        study.add_trial(optuna.trial.create_trial(
+        return add_trial(study, optuna.trial.create_trial(
             state=trial.state, values=trial.values, params=trial.params,
             distributions=trial.distributions, user_attrs=attrs,
             system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values))
-        return
     for name, value in trial.params.items():
         dist = trial.distributions[name]
         storage.set_trial_param(target, name, dist.to_internal_repr(value), dist)
@@ -165,6 +172,15 @@ def write_trial(study: optuna.Study, trial: FrozenTrial) -> None:
     for k, v in trial.system_attrs.items():
         storage.set_trial_system_attr(target, k, v)
     storage.set_trial_state_values(target, trial.state, trial.values)
+    return storage.get_trial_number_from_id(target)
+
+
+class Keep(Protocol):
+    """Work around a trial's write (see :meth:`StudyWriter.put`)."""
+
+    def before(self, trial: FrozenTrial) -> FrozenTrial: ...
+
+    def after(self, number: int) -> None: ...
 
 
 class StudyWriter:
@@ -186,25 +202,26 @@ class StudyWriter:
 
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
-        self.queue: queue.Queue[tuple[FrozenTrial, Callable[[FrozenTrial], FrozenTrial]
-                                      | None] | None] = queue.Queue()
+        self.queue: queue.Queue[tuple[FrozenTrial, Keep | None] | None] = queue.Queue()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="explore-study-writer",
                                        daemon=True)
         self.thread.start()
 
-    def put(self, trial: FrozenTrial,
-            before: Callable[[FrozenTrial], FrozenTrial] | None = None) -> None:
-        """Write ``trial``; ``before`` (on the writer's thread) may first do slow work
-        the trial's record depends on (keeping its model) and return it amended."""
-        self.queue.put((trial, before))
+    def put(self, trial: FrozenTrial, keep: Keep | None = None) -> None:
+        """Write ``trial``; with ``keep`` (on the writer's thread), first do slow work
+        the trial's record depends on (``keep.before``: keeping its model, returning
+        the trial amended), and afterwards tell it the stored number (``keep.after``)."""
+        self.queue.put((trial, keep))
 
     def _run(self) -> None:
         while (item := self.queue.get()) is not None:
-            trial, before = item
+            trial, keep = item
             if self.error is None:  # after a failure, the rest would fail the same way
                 try:
-                    write_trial(self.study, before(trial) if before else trial)
+                    number = write_trial(self.study, keep.before(trial) if keep else trial)
+                    if keep is not None:
+                        keep.after(number)
                 except BaseException as e:  # re-raised by close()
                     self.error = e
 

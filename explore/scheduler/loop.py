@@ -302,9 +302,8 @@ class Scheduler:
     def _tell(self, trial: optuna.trial.Trial, values: Any = None,
               state: TrialState | None = None, saved: str | None = None) -> None:
         self.study.tell(trial, values, state=state)
-        keeper = self.keeper
-        self.writer.put(frozen(self.study, trial), None if keeper is None or saved is None
-                        else (lambda t: keeper.keep(t, saved)))
+        self.writer.put(frozen(self.study, trial), None if self.keeper is None or saved is None
+                        else self.keeper.keeping(saved))
 
     def _in_hand(self) -> int:
         """Trials held and not paused: what the sampler's look-ahead is counted in."""

@@ -75,6 +75,9 @@ def test_a_csv_classification_from_the_cli(tmp_path: Path) -> None:
         assert t.value == m["f1"]
     kept = study.user_attrs[MODELS_ATTR]
     assert len(kept) == 2
+    by_number = {t.number: t for t in study.trials}  # as stored, not as asked
+    for k in kept:
+        assert by_number[k["trial"]].user_attrs[RECORD_ATTR]["model"] == k["artifact"]
     best = sorted((t.value for t in done), reverse=True)[:2]
     assert [k["value"] for k in kept] == best
     # only the kept models stay in the store
