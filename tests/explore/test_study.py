@@ -108,11 +108,12 @@ def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
     writer.close()
     assert [t.value for t in stored.trials] == [3.0, 1.0, 2.0]
 
-    class Broken:
-        def add_trial(self, trial: object) -> None:
+    class FullDisk(optuna.storages.InMemoryStorage):
+        def create_new_trial(self, study_id: int, template_trial: object = None) -> int:
             raise OSError("disk full")
 
-    writer = StudyWriter(Broken())  # type: ignore[arg-type]
+    broken = optuna.create_study(storage=FullDisk())
+    writer = StudyWriter(broken)
     writer.put(frozen(work, work.trials[0]))
     with pytest.raises(OSError, match="disk full"):
         writer.close()
