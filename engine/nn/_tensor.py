@@ -469,7 +469,8 @@ def index(x: Tensor, key: Any) -> Tensor:
     if Ellipsis in items:
         at = items.index(Ellipsis)
         items[at:at + 1] = [slice(None)] * (x.ndim - n_axes)
-    items += [slice(None)] * (x.ndim - n_axes)
+    else:
+        items += [slice(None)] * (x.ndim - n_axes)
     starts, ends, axes, steps = [], [], [], []
     squeeze, new_axes = [], []
     axis = out_pos = 0

@@ -104,6 +104,12 @@ class Parameter(_Ops):
                              "them) as attributes in __init__, not inside forward")
         return tracer.tensor(name)
 
+    def __getattr__(self, name: str) -> Any:
+        # While traced, a parameter has the tensor methods (w.T, w.reshape(...), ...).
+        if not name.startswith("_") and hasattr(Tensor, name) and tracing():
+            return getattr(self._t(), name)
+        raise AttributeError(f"'Parameter' object has no attribute {name!r}")
+
     @property
     def has_value(self) -> bool:
         """Whether values were drawn or set (else the graph carries the init)."""
