@@ -120,7 +120,7 @@ class _Ops:
         return self._no_value(".numpy()")
 
     def _compare(self, other: Any) -> Any:
-        raise TraceError("comparing traced tensors (<, <=, >, >=) is not supported: "
+        raise TraceError("comparing traced tensors (==, !=, <, <=, >, >=) is not supported: "
                          "engine.nn has no boolean tensors, and Python branches cannot "
                          "depend on values")
 
@@ -215,6 +215,14 @@ class Tensor(_Ops):
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.desc})"
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._compare(other))
+
+    def __ne__(self, other: object) -> bool:
+        return bool(self._compare(other))
+
+    __hash__ = object.__hash__
 
     def __len__(self) -> int:
         if self.desc.batched:

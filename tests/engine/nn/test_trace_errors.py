@@ -61,6 +61,14 @@ def test_if_on_a_traced_value() -> None:
     expect(forward, "MARK-if", "comparing traced tensors")
 
 
+def test_equality_of_traced_values() -> None:
+    def forward(self: Any, x: Any) -> Any:
+        h = self.fc(x)
+        return h if h == 0 else -h  # MARK-eq
+
+    expect(forward, "MARK-eq", "comparing traced tensors")
+
+
 def test_bool_of_a_traced_value() -> None:
     def forward(self: Any, x: Any) -> Any:
         h = self.fc(x)
