@@ -7,7 +7,10 @@ statistics as outputs 1 and 2; a model trained by this engine keeps them as
 non-trainable parameters instead (``running_update=1``): the op writes the new values
 into its ``input_mean`` and ``input_var`` in place, so they live in the forward zone
 with the other parameters, are saved and restored by model switching, and are what
-the inference path (``training_mode=0``) reads.
+the inference path (``training_mode=0``) reads.  ``unbiased=1`` (an engine attribute,
+for PyTorch's ``BatchNorm``) updates the running variance with the batch's unbiased
+variance, ``var * n / (n - 1)`` over the ``n`` values per channel; normalisation itself
+always uses the biased one, as ONNX and PyTorch do.
 
 The kernels reduce the variance from the output buffer used as scratch, and batch
 normalisation's gradient reuses ``dX`` the same way, so their workspace holds a few
@@ -119,6 +122,9 @@ def _bn(k: KernelArgs) -> Step:
     extra = [o.reshape(cshape) for o in k.outs[1:]]
     training = int(k.attrs["training_mode"])
     update = int(k.attrs["running_update"])
+    count = x.size // max(x.shape[1], 1)  # values per channel at the bound batch
+    # PyTorch's running variance is the batch's unbiased estimate: n / (n - 1) times it
+    correction = count / (count - 1) if int(k.attrs["unbiased"]) and count > 1 else 1.0
 
     def coefficients(m: Any, v: Any) -> None:
         """y = x * a + b with a = scale / sqrt(v + eps), b = bias - m * a."""
@@ -142,20 +148,21 @@ def _bn(k: KernelArgs) -> Step:
         xp.multiply(x, a, out=y)
         xp.add(y, b, out=y)
         if training:
-            _update(xp, extra, update, r_mean, r_var, mean, var, momentum, a)
+            _update(xp, extra, update, r_mean, r_var, mean, var, momentum, a, correction)
 
     return step
 
 
 def _update(xp: Any, extra: list[Any], update: int, r_mean: Any, r_var: Any, mean: Any,
-            var: Any, momentum: float, tmp: Any) -> None:
+            var: Any, momentum: float, tmp: Any, correction: float = 1.0) -> None:
     """The new running statistics, ``momentum * running + (1 - momentum) * batch``: into
-    the outputs ONNX names, and with ``running_update`` into the running inputs."""
+    the outputs ONNX names, and with ``running_update`` into the running inputs.  The
+    batch's variance is multiplied by ``correction`` (``n / (n - 1)`` with ``unbiased``)."""
     for i, (run, batch) in enumerate(((r_mean, mean), (r_var, var))):
         targets = ([extra[i]] if i < len(extra) else []) + ([run] if update else [])
         if not targets:
             continue
-        xp.multiply(batch, 1.0 - momentum, out=tmp)
+        xp.multiply(batch, (1.0 - momentum) * (correction if i else 1.0), out=tmp)
         first = targets[0]
         xp.multiply(run, momentum, out=first)
         xp.add(first, tmp, out=first)
@@ -397,11 +404,12 @@ OPS = [
     OpDef(name="BatchNormalization", shape=_bn_shape, kernel=_bn, grad=_g_bn, workspace=_bn_ws,
           num_inputs=(5, 5), num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
           attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "running_update": 0,
-                 "spatial": 1}, stacking=NOT_STACKED,
+                 "spatial": 1, "unbiased": 0}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="BatchNormalization", import_=_import_bn,
-                        engine_attrs=frozenset({"running_update"})),
+                        engine_attrs=frozenset({"running_update", "unbiased"})),
           doc="ONNX BatchNormalization; with running_update=1 (training) the running mean "
-              "and variance inputs are updated in place"),
+              "and variance inputs are updated in place; with unbiased=1 the running "
+              "variance takes the batch's unbiased variance (PyTorch)"),
     OpDef(name="BatchNormalizationGrad", shape=_bn_grad_shape, kernel=_bn_grad,
           grad=FIRST_ORDER_ONLY, workspace=_bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
           attrs={"epsilon": 1e-5, "training_mode": 0}, stacking=MADE_AFTER_STACKING,

@@ -1,0 +1,427 @@
+"""The functional forms (PyTorch's ``torch.nn.functional``), each recording ops of the
+engine's table on the path being traced.
+
+Where the table has the op, it is used (``relu`` is ``Relu``, ``conv2d`` is ``Conv``,
+``cross_entropy`` is ``SoftmaxCrossEntropyLoss``...); the rest are composed of
+differentiable ops: ``silu`` is ``x * Sigmoid(x)``, ``gelu`` is ``0.5 x (1 + erf(x /
+sqrt 2))`` with erf as Abramowitz & Stegun's 7.1.26 (an absolute error below 1.5e-7,
+float32 rounding) or, with ``approximate="tanh"``, PyTorch's tanh form;
+``binary_cross_entropy_with_logits`` is ``mean(Softplus(x) - x * y)``.
+
+>>> from engine import nn
+>>> F = nn.functional
+>>> class M(nn.Module):
+...     def forward(self, x):
+...         return F.log_softmax(F.silu(x), dim=1)
+>>> g = nn.to_graph(M(), inputs={"x": (0, 3)}, loss=None)
+>>> [n.op for n in g.paths[0].nodes]
+['Sigmoid', 'Mul', 'LogSoftmax']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from engine.nn._tensor import Tensor, _axis, _Ops, as_tensor, reshape
+from engine.nn._trace import TraceError
+
+__all__ = [
+    "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits",
+    "cat", "conv2d", "cross_entropy", "dequantize_linear", "dropout", "elu", "embedding",
+    "flatten", "gelu", "global_avg_pool", "huber_loss", "l1_loss", "layer_norm", "leaky_relu",
+    "linear", "log_softmax", "max_pool2d", "mse_loss", "relu", "sigmoid", "silu", "softmax",
+    "softplus", "tanh",
+]
+
+
+def _t(x: Any) -> Tensor:
+    if not isinstance(x, _Ops):
+        raise TraceError(f"expected a traced tensor, got {type(x).__name__}")
+    return x._t()
+
+
+def _unary(op: str, x: Any, **attrs: Any) -> Tensor:
+    t = _t(x)
+    return t._emit(op, t, **attrs)
+
+
+# -- activations ---------------------------------------------------------------------------
+
+
+def relu(x: Any, inplace: bool = False) -> Tensor:
+    """``max(x, 0)``: Relu."""
+    return _unary("Relu", x)
+
+
+def tanh(x: Any) -> Tensor:
+    """Tanh."""
+    return _unary("Tanh", x)
+
+
+def sigmoid(x: Any) -> Tensor:
+    """Sigmoid."""
+    return _unary("Sigmoid", x)
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """LeakyRelu(alpha=negative_slope)."""
+    return _unary("LeakyRelu", x, alpha=float(negative_slope))
+
+
+def elu(x: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """Elu(alpha)."""
+    return _unary("Elu", x, alpha=float(alpha))
+
+
+def silu(x: Any, inplace: bool = False) -> Tensor:
+    """``x * sigmoid(x)``: Sigmoid and Mul."""
+    t = _t(x)
+    return t * sigmoid(t)
+
+
+# Abramowitz & Stegun 7.1.26: erf(z) = 1 - t (a1 + t (a2 + ...)) exp(-z^2), t = 1/(1 + p z)
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf(x: Any) -> Tensor:
+    """The error function, composed of differentiable ops (Abs, Sign, Reciprocal, Exp,
+    Mul, Add): Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7."""
+    z = _t(x)
+    a = abs(z)
+    t = 1.0 / (a * _ERF_P + 1.0)
+    poly = t * _ERF_A[4]
+    for c in reversed(_ERF_A[:4]):
+        poly = (poly + c) * t
+    tail = poly * (-(a * a)).exp()
+    return z._emit("Sign", z) * (1.0 - tail)
+
+
+def gelu(x: Any, approximate: str = "none") -> Tensor:
+    """``x * Phi(x)``: with ``approximate="none"`` (PyTorch's default) through :func:`erf`,
+    with ``"tanh"`` as ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    t = _t(x)
+    if approximate == "tanh":
+        inner = (t + t * t * t * 0.044715) * math.sqrt(2.0 / math.pi)
+        return t * (tanh(inner) + 1.0) * 0.5
+    if approximate != "none":
+        raise TraceError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return t * (erf(t * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+
+
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta x)) / beta``: Softplus (computed as ``logaddexp(0, x)``, which
+    equals ``x`` in float32 beyond PyTorch's linear ``threshold``)."""
+    t = _t(x)
+    if beta == 1.0:
+        return _unary("Softplus", t)
+    return _unary("Softplus", t * float(beta)) * (1.0 / float(beta))
+
+
+def _dim(x: Tensor, dim: int | None, name: str) -> int:
+    if dim is None:
+        raise TraceError(f"{name}: give dim= (PyTorch's implicit choice of dim is deprecated)")
+    return _axis(dim, x.ndim)
+
+
+def softmax(x: Any, dim: int | None = None) -> Tensor:
+    """Softmax along ``dim``."""
+    t = _t(x)
+    return t._emit("Softmax", t, axis=_dim(t, dim, "softmax"))
+
+
+def log_softmax(x: Any, dim: int | None = None) -> Tensor:
+    """LogSoftmax along ``dim``."""
+    t = _t(x)
+    return t._emit("LogSoftmax", t, axis=_dim(t, dim, "log_softmax"))
+
+
+def dropout(x: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Dropout(ratio=p) where ``training`` (zeroes with probability ``p``, scales the rest
+    by ``1/(1-p)``); the input itself otherwise, and on a FORWARD_ONLY path."""
+    t = _t(x)
+    if not 0.0 <= p < 1.0:
+        raise TraceError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0.0 or not t.tracer.training:
+        return t
+    return t._emit("Dropout", t, ratio=float(p))
+
+
+# -- layers --------------------------------------------------------------------------------
+
+
+def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
+    """``x @ weight.T + bias`` with PyTorch's ``weight [out, in]``: one Gemm (transB=1)
+    for a 2-D input, MatMulT and Add for more dimensions."""
+    t, w = _t(x), _t(weight)
+    b = None if bias is None else _t(bias)
+    if t.ndim == 2:
+        return t._emit("Gemm", t, w, *([b] if b is not None else []), transB=1)
+    y = t._emit("MatMulT", t, w, transB=1)
+    return y if b is None else y + b
+
+
+def _pair(v: Any, name: str) -> tuple[int, int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    if isinstance(v, Sequence) and len(v) == 2 and all(isinstance(i, int) for i in v):
+        return (int(v[0]), int(v[1]))
+    raise TraceError(f"{name} must be an int or a pair of ints, got {v!r}")
+
+
+def conv_pads(padding: Any, kernel: tuple[int, int], dilation: tuple[int, int],
+              stride: tuple[int, int]) -> tuple[int, int, int, int]:
+    """ONNX pads ``(top, left, bottom, right)`` of PyTorch's ``padding``: an int, a pair,
+    ``"valid"`` or ``"same"`` (stride 1; an odd total puts the extra row/column at the
+    end, as PyTorch does)."""
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if padding == "same":
+        if stride != (1, 1):
+            raise TraceError("padding='same' needs stride 1 (as in PyTorch)")
+        tot = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+        return (tot[0] // 2, tot[1] // 2, tot[0] - tot[0] // 2, tot[1] - tot[1] // 2)
+    if isinstance(padding, str):
+        raise TraceError(f"padding must be 'same', 'valid', an int or a pair, got {padding!r}")
+    ph, pw = _pair(padding, "padding")
+    return (ph, pw, ph, pw)
+
+
+_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, padding_mode: str = "zeros") -> Tensor:
+    """Conv over ``[b, C, H, W]`` with ``weight [out, C/groups, kh, kw]``; ``padding_mode``
+    other than zeros pads first with Pad (reflect, edge, wrap)."""
+    t, w = _t(x), _t(weight)
+    if t.ndim != 4:
+        raise TraceError(f"conv2d needs a 4-D input [batch, channels, height, width], got "
+                         f"{t.shape}")
+    if w.ndim != 4:
+        raise TraceError(f"conv2d needs a 4-D weight, got {w.shape}")
+    kernel = (int(w.desc.shape[2]), int(w.desc.shape[3]))
+    st, dl = _pair(stride, "stride"), _pair(dilation, "dilation")
+    pads = conv_pads(padding, kernel, dl, st)
+    if padding_mode != "zeros":
+        mode = _PAD_MODES.get(padding_mode)
+        if mode is None:
+            raise TraceError(f"padding_mode must be zeros, reflect, replicate or circular, got "
+                             f"{padding_mode!r}")
+        if any(pads):
+            t = t._emit("Pad", t, pads=pads, mode=mode, axes=(2, 3))
+        pads = (0, 0, 0, 0)
+    ins = [t, w] + ([_t(bias)] if bias is not None else [])
+    return t._emit("Conv", *ins, kernel_shape=kernel, strides=st, dilations=dl, pads=pads,
+                   group=int(groups))
+
+
+def _pool_args(kernel_size: Any, stride: Any, padding: Any, t: Tensor, name: str
+               ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int]]:
+    if t.ndim != 4:
+        raise TraceError(f"{name} needs a 4-D input [batch, channels, height, width], got "
+                         f"{t.shape}")
+    k = _pair(kernel_size, "kernel_size")
+    s = k if stride is None or stride == [] else _pair(stride, "stride")
+    p = _pair(padding, "padding")
+    if p[0] * 2 > k[0] or p[1] * 2 > k[1]:
+        raise TraceError(f"{name}: padding {p} is more than half the kernel {k}")
+    return k, s, (p[0], p[1], p[0], p[1])
+
+
+def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False
+               ) -> Tensor:
+    """MaxPool (pads are -inf; ``ceil_mode`` as PyTorch)."""
+    t = _t(x)
+    if return_indices:
+        raise TraceError("max_pool2d(return_indices=True) is not supported")
+    k, s, p = _pool_args(kernel_size, stride, padding, t, "max_pool2d")
+    return t._emit("MaxPool", t, kernel_shape=k, strides=s, pads=p,
+                   dilations=_pair(dilation, "dilation"), ceil_mode=int(bool(ceil_mode)))
+
+
+def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+    """AveragePool (``count_include_pad`` as PyTorch, default True)."""
+    t = _t(x)
+    if divisor_override is not None:
+        raise TraceError("avg_pool2d(divisor_override=...) is not supported")
+    k, s, p = _pool_args(kernel_size, stride, padding, t, "avg_pool2d")
+    return t._emit("AveragePool", t, kernel_shape=k, strides=s, pads=p,
+                   ceil_mode=int(bool(ceil_mode)), count_include_pad=int(bool(count_include_pad)))
+
+
+def global_avg_pool(x: Any) -> Tensor:
+    """The mean over the spatial axes, ``[b, C, H, W] -> [b, C, 1, 1]``: GlobalAveragePool
+    (PyTorch's ``adaptive_avg_pool2d(x, 1)``)."""
+    return _unary("GlobalAveragePool", x)
+
+
+def adaptive_avg_pool2d(x: Any, output_size: Any) -> Tensor:
+    """GlobalAveragePool for an output of 1x1; AveragePool where the output size divides
+    the input's (equal windows); anything else is a :class:`TraceError`."""
+    t = _t(x)
+    if t.ndim != 4:
+        raise TraceError(f"adaptive_avg_pool2d needs a 4-D input, got {t.shape}")
+    h, w = int(t.desc.shape[2]), int(t.desc.shape[3])
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    oh, ow = oh or h, ow or w
+    if (oh, ow) == (1, 1):
+        return global_avg_pool(t)
+    if h % oh or w % ow:
+        raise TraceError(f"adaptive_avg_pool2d to {(oh, ow)} from {(h, w)}: only sizes that "
+                         "divide the input are supported (equal windows)")
+    return avg_pool2d(t, (h // oh, w // ow))
+
+
+def _param_or_const(value: Any, fill: float, like: Tensor, n: int) -> Tensor:
+    if value is not None:
+        return _t(value)
+    import numpy as np
+
+    return as_tensor(np.full((n,), fill, dtype=np.float32), like=like)
+
+
+def batch_norm(x: Any, running_mean: Any, running_var: Any, weight: Any = None,
+               bias: Any = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:
+    """BatchNormalization over ``[b, C, ...]``.  Training (on a BACKWARD_ENABLED path)
+    normalises with the batch's statistics and updates the running ones in place with
+    PyTorch's meaning of ``momentum`` (the op's momentum is ``1 - momentum``) and its
+    unbiased running variance (``unbiased=1``); otherwise the running statistics are
+    read.  ``running_mean``/``running_var`` must be the module's buffers, or None (then
+    training always uses the batch's statistics)."""
+    t = _t(x)
+    if t.ndim < 2:
+        raise TraceError(f"batch_norm needs [batch, channels, ...], got {t.shape}")
+    if momentum is None:
+        raise TraceError("batch_norm(momentum=None) (a cumulative average) is not supported")
+    c = int(t.desc.shape[1])
+    tr = t.tracer
+    scale = _param_or_const(weight, 1.0, t, c)
+    shift = _param_or_const(bias, 0.0, t, c)
+    has_stats = running_mean is not None and running_var is not None
+    mean = _param_or_const(running_mean, 0.0, t, c)
+    var = _param_or_const(running_var, 1.0, t, c)
+    batch_stats = training or not has_stats
+    update = training and has_stats and tr.path.mode.value == "backward_enabled"
+    return t._emit("BatchNormalization", t, scale, shift, mean, var, epsilon=float(eps),
+                   momentum=1.0 - float(momentum), training_mode=int(batch_stats),
+                   running_update=int(update), unbiased=int(update))
+
+
+def layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5) -> Tensor:
+    """LayerNormalization over the last ``len(normalized_shape)`` axes."""
+    t = _t(x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else \
+        tuple(normalized_shape)
+    if tuple(t.desc.shape[-len(shape):]) != shape:
+        raise TraceError(f"layer_norm over {shape}: the input {t.shape} does not end in it")
+    import numpy as np
+
+    scale = _t(weight) if weight is not None else as_tensor(np.ones(shape, np.float32), like=t)
+    ins = [t, scale] + ([_t(bias)] if bias is not None else [])
+    return t._emit("LayerNormalization", *ins, axis=-len(shape), epsilon=float(eps))
+
+
+def embedding(input: Any, weight: Any) -> Tensor:
+    """Rows of ``weight [num, dim]`` at the int64 indices ``input``: Gather(axis=0)."""
+    idx, w = _t(input), _t(weight)
+    if idx.dtype not in ("int64", "int32"):
+        raise TraceError(f"embedding indices must be int64, got {idx.dtype}: declare the "
+                         "input as ((0, n), 'int64')")
+    return w._emit("Gather", w, idx, axis=0)
+
+
+def flatten(x: Any, start_dim: int = 1, end_dim: int = -1) -> Tensor:
+    """Axes ``start_dim..end_dim`` merged (Reshape)."""
+    return _t(x).flatten(start_dim, end_dim)
+
+
+def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
+    """Tensors joined along ``dim`` (never the batch axis): Concat."""
+    ts = [_t(x) for x in tensors]
+    if not ts:
+        raise TraceError("cat of no tensors")
+    return ts[0]._emit("Concat", *ts, axis=_axis(dim, ts[0].ndim))
+
+
+concat = cat
+
+
+def dequantize_linear(x: Any, scale: float, zero_point: int = 0) -> Tensor:
+    """``(x - zero_point) * scale`` as float32 of uint8 data: DequantizeLinear (fused
+    into the next Gemm by the compiler, so no float copy of the data exists)."""
+    t = _t(x)
+    return t._emit("DequantizeLinear", t, scale=float(scale), zero_point=int(zero_point))
+
+
+# -- losses --------------------------------------------------------------------------------
+
+
+def _reduction(reduction: str, name: str) -> None:
+    if reduction != "mean":
+        raise TraceError(f"{name}(reduction={reduction!r}): only 'mean' is supported")
+
+
+def cross_entropy(input: Any, target: Any, weight: Any = None,
+                  ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross-entropy of scores ``[b, C, ...]`` against int64 class indices:
+    SoftmaxCrossEntropyLoss (``reduction`` mean, sum or none; ``ignore_index`` when it
+    is not PyTorch's default -100)."""
+    x, y = _t(input), _t(target)
+    if label_smoothing:
+        raise TraceError("cross_entropy(label_smoothing=...) is not supported")
+    if reduction not in ("mean", "sum", "none"):
+        raise TraceError(f"cross_entropy: unknown reduction {reduction!r}")
+    attrs: dict[str, Any] = {"reduction": reduction}
+    if ignore_index != -100:
+        attrs["ignore_index"] = int(ignore_index)
+    ins = [x, y] + ([_t(weight)] if weight is not None else [])
+    return x._emit("SoftmaxCrossEntropyLoss", *ins, **attrs)
+
+
+def _pair_loss(op: str, name: str, input: Any, target: Any, reduction: str,
+               **attrs: Any) -> Tensor:
+    _reduction(reduction, name)
+    x, y = _t(input), _t(target)
+    return x._emit(op, x, y, **attrs)
+
+
+def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """``mean((input - target)^2)``: MSELoss."""
+    return _pair_loss("MSELoss", "mse_loss", input, target, reduction)
+
+
+def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """``mean(|input - target|)``: MAELoss."""
+    return _pair_loss("MAELoss", "l1_loss", input, target, reduction)
+
+
+def huber_loss(input: Any, target: Any, reduction: str = "mean",
+               delta: float = 1.0) -> Tensor:
+    """PyTorch's HuberLoss: HuberLoss(delta)."""
+    return _pair_loss("HuberLoss", "huber_loss", input, target, reduction, delta=float(delta))
+
+
+def binary_cross_entropy_with_logits(input: Any, target: Any,
+                                     reduction: str = "mean") -> Tensor:
+    """``mean(softplus(x) - x * y)`` (= ``-y log sigmoid(x) - (1-y) log(1 - sigmoid(x))``
+    without overflow): Softplus, Mul, Sub, ReduceMean, all differentiable."""
+    x, y = _t(input), _t(target)
+    per = _unary("Softplus", x) - x * y
+    if reduction == "none":
+        return per
+    if reduction == "sum":
+        return per.sum()
+    _reduction(reduction, "binary_cross_entropy_with_logits")
+    return per.mean()
+
+
+__all__ += ["concat", "erf", "reshape"]

@@ -1,0 +1,345 @@
+"""Layers with PyTorch's constructors, parameter names, shapes and default inits.
+
+Inits (drawn lazily, see :class:`~engine.nn.Parameter`): Linear and Conv2d weight and
+bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (PyTorch's ``kaiming_uniform_(a=sqrt 5)``
+works out to that bound; ``fan_in = in_features`` or ``in_channels/groups * kh * kw``);
+BatchNorm weight 1, bias 0, ``running_mean`` 0, ``running_var`` 1 (buffers:
+non-trainable parameters of the graph); LayerNorm 1 and 0; Embedding ``N(0, 1)``.
+
+>>> from engine import nn
+>>> conv = nn.Conv2d(3, 8, 3, padding="same", groups=1, bias=False)
+>>> [(k, p.shape) for k, p in conv.named_parameters()], conv.weight.init.high
+([('weight', (8, 3, 3, 3))], 0.19245008972987526)
+>>> bn = nn.BatchNorm2d(8)
+>>> [k for k in dict(bn._state_items())]
+['weight', 'bias', 'running_mean', 'running_var']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from engine.graph import Init
+from engine.nn import functional as F
+from engine.nn._tensor import Tensor
+from engine.nn._trace import NNError, TraceError
+from engine.nn.module import Module, Parameter
+
+
+def _bound_uniform(fan_in: int) -> Init:
+    b = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    return Init.uniform(-b, b)
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias``; ``weight [out_features, in_features]``."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        init = _bound_uniform(self.in_features)
+        self.weight = Parameter(shape=(self.out_features, self.in_features), init=init)
+        self.bias = Parameter(shape=(self.out_features,), init=init) if bias else None
+
+    def forward(self, x: Any) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+class Conv2d(Module):
+    """2-D convolution; ``weight [out, in/groups, kh, kw]``; ``padding`` an int, a pair,
+    ``"same"`` or ``"valid"``; ``padding_mode`` zeros, reflect, replicate or circular."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros") -> None:
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise NNError(f"Conv2d: in_channels {in_channels} and out_channels {out_channels} "
+                          f"must be divisible by groups {groups}")
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = _pair(kernel_size)
+        self.stride, self.dilation = _pair(stride), _pair(dilation)
+        self.padding = padding if isinstance(padding, str) else _pair(padding)
+        self.groups, self.padding_mode = int(groups), padding_mode
+        fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
+        init = _bound_uniform(fan_in)
+        self.weight = Parameter(shape=(self.out_channels, self.in_channels // self.groups,
+                                       *self.kernel_size), init=init)
+        self.bias = Parameter(shape=(self.out_channels,), init=init) if bias else None
+
+    def forward(self, x: Any) -> Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups, self.padding_mode)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+class _BatchNorm(Module):
+    _dims: tuple[int, ...] = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True) -> None:
+        super().__init__()
+        if momentum is None:
+            raise NNError(f"{type(self).__name__}(momentum=None) (a cumulative moving average) "
+                          "is not supported: give a momentum")
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        c = (self.num_features,)
+        self.weight = Parameter(shape=c, init=Init.ones()) if affine else None
+        self.bias = Parameter(shape=c, init=Init.zeros()) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", Parameter(shape=c, init=Init.zeros(),
+                                                           requires_grad=False))
+            self.register_buffer("running_var", Parameter(shape=c, init=Init.ones(),
+                                                          requires_grad=False))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+
+    def forward(self, x: Any) -> Tensor:
+        t = F._t(x)
+        if t.ndim not in self._dims:
+            dims = " or ".join(map(str, self._dims))
+            raise TraceError(f"{type(self).__name__} expects a {dims}-D input, got {t.shape}")
+        return F.batch_norm(t, self.running_mean, self.running_var, self.weight, self.bias,
+                            self.training or not self.track_running_stats, self.momentum,
+                            self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation of ``[b, C]`` or ``[b, C, L]`` (PyTorch's momentum: the
+    running statistics move ``momentum`` of the way to the batch's, whose variance is
+    the unbiased one)."""
+
+    _dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation of ``[b, C, H, W]`` (see :class:`BatchNorm1d`)."""
+
+    _dims = (4,)
+
+
+class LayerNorm(Module):
+    """Normalisation over the last axes, ``normalized_shape``."""
+
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True) -> None:
+        super().__init__()
+        shape = (int(normalized_shape),) if isinstance(normalized_shape, int) else \
+            tuple(int(d) for d in normalized_shape)
+        self.normalized_shape, self.eps = shape, float(eps)
+        self.weight = Parameter(shape=shape, init=Init.ones()) if elementwise_affine else None
+        self.bias = Parameter(shape=shape, init=Init.zeros()) if elementwise_affine and bias \
+            else None
+
+    def forward(self, x: Any) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class Dropout(Module):
+    """Dropout with probability ``p`` in training mode (the train path); nothing in eval."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise NNError(f"Dropout probability must be in [0, 1), got {p}")
+        self.p = float(p)
+
+    def forward(self, x: Any) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class MaxPool2d(Module):
+    """Max pooling (stride defaults to the kernel size)."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+                 return_indices: bool = False, ceil_mode: bool = False) -> None:
+        super().__init__()
+        if return_indices:
+            raise NNError("MaxPool2d(return_indices=True) is not supported")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def forward(self, x: Any) -> Tensor:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode)
+
+
+class AvgPool2d(Module):
+    """Average pooling (stride defaults to the kernel size; PyTorch's
+    ``count_include_pad=True``)."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None) -> None:
+        super().__init__()
+        if divisor_override is not None:
+            raise NNError("AvgPool2d(divisor_override=...) is not supported")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, x: Any) -> Tensor:
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling to ``output_size``: GlobalAveragePool for 1 (or (1, 1))."""
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Any) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class Flatten(Module):
+    """Axes ``start_dim..end_dim`` merged (default from 1: everything but the batch)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Any) -> Tensor:
+        return F.flatten(x, self.start_dim, self.end_dim)
+
+
+class Embedding(Module):
+    """Rows of ``weight [num_embeddings, embedding_dim]`` (init ``N(0, 1)``) at int64
+    indices."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None
+                 ) -> None:
+        super().__init__()
+        if padding_idx is not None:
+            raise NNError("Embedding(padding_idx=...) is not supported")
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.weight = Parameter(shape=(self.num_embeddings, self.embedding_dim),
+                                init=Init.normal(0.0, 1.0))
+
+    def forward(self, x: Any) -> Tensor:
+        return F.embedding(x, self.weight)
+
+
+# -- activations ---------------------------------------------------------------------------
+
+
+class Identity(Module):
+    """The input, unchanged (no op)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+class ReLU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Tensor:
+        return F.relu(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Any) -> Tensor:
+        return F.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x: Any) -> Tensor:
+        return F.sigmoid(x)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope = float(negative_slope)
+
+    def forward(self, x: Any) -> Tensor:
+        return F.leaky_relu(x, self.negative_slope)
+
+
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x: Any) -> Tensor:
+        return F.elu(x, self.alpha)
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: Any) -> Tensor:
+        return F.gelu(x, self.approximate)
+
+
+class SiLU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Tensor:
+        return F.silu(x)
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = float(beta), float(threshold)
+
+    def forward(self, x: Any) -> Tensor:
+        return F.softplus(x, self.beta, self.threshold)
+
+
+class Softmax(Module):
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Any) -> Tensor:
+        return F.softmax(x, self.dim)
+
+
+class LogSoftmax(Module):
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Any) -> Tensor:
+        return F.log_softmax(x, self.dim)
+
+
+LAYERS: Sequence[str] = (
+    "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "MaxPool2d",
+    "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "Embedding", "Identity", "ReLU", "Tanh",
+    "Sigmoid", "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Softmax", "LogSoftmax",
+)
