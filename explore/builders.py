@@ -1,200 +1,276 @@
-"""Layers: sampled parameters -> a CalcGraph, shared by the model families
-(:mod:`explore.families`; the optimizers are :mod:`explore.optimizers`).
+"""The built-in model families' networks, written with :mod:`engine.nn` (the one way a
+model is built) and traced for the data set's task.
 
 The MLP family: ``depth`` hidden dense layers of ``widths[i]`` units with
 ``activations[i]`` and ``dropouts[i]``, then a linear classifier and softmax
-cross-entropy, or one linear output and a regression loss.  Paths: ``train``
-(BACKWARD_ENABLED, with dropout) and ``eval`` (FORWARD_ONLY, the same layers without
-dropout, ending in what the task's metrics read): evaluation never applies a
-training-time dropout mask, and the planner lets the two paths share their
-temporaries.
+cross-entropy, or one linear output and a regression loss.  The CNN family puts
+``blocks`` convolution blocks in front (convolution with "same" padding, optional batch
+norm, Relu, optional residual add and 2x2 max pooling); the ResNet family a stem and
+``blocks`` stages of ``stage_blocks`` residual blocks with batch norm, each stage
+``channels[i]`` wide and the stages after the first downsampled by ``stride``, then
+global average pooling.  :func:`engine.nn.to_graph` gives the paths ``train``
+(BACKWARD_ENABLED, with dropout and batch statistics) and ``eval`` (FORWARD_ONLY, the
+same layers without dropout, ending in what the task's metrics read); the planner lets
+the two share their temporaries.  Parameters have PyTorch's names (``dense.0.weight``).
 
 >>> g = build_graph({"depth": 2, "widths": [16, 8], "activations": ["relu", "tanh"],
 ...                  "dropouts": [0.1, 0.0], "init": "he_uniform"}, n_in=64, n_classes=10)
 >>> [p.name for p in g.paths], g.outputs
-(['train', 'eval'], ['loss', 'accuracy', 'class_counts', 'eval_loss'])
+(['train', 'eval'], ['loss', 'logits', 'accuracy', 'class_counts', 'eval_loss'])
 >>> build_graph({"depth": 0, "widths": [], "activations": [], "dropouts": [],
 ...              "init": "he_uniform", "loss": "huber"}, n_in=8, n_classes=0,
 ...              task="regression").outputs
-['loss', 'regression_sums', 'eval_loss']
+['loss', 'logits', 'regression_sums', 'eval_loss']
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from engine import CalcGraph, Init, Mode
+from engine import CalcGraph, Init, nn
 
-ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "leaky_relu": "LeakyRelu",
-               "elu": "Elu"}
-INITS = {"xavier_uniform": Init.xavier_uniform, "xavier_normal": Init.xavier_normal,
-         "he_uniform": Init.he_uniform, "he_normal": Init.he_normal,
-         "lecun_normal": Init.lecun_normal, "normal": lambda: Init.normal(0.0, 0.05),
-         "uniform": lambda: Init.uniform(-0.05, 0.05)}
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "leaky_relu": nn.LeakyReLU,
+    "elu": nn.ELU}
+# Dense weights' init by name, given the layer's fans (a Linear weight is [out, in]).
+INITS: dict[str, Callable[[int, int], Init]] = {
+    "xavier_uniform": lambda i, o: Init.xavier_uniform(fan_in=i, fan_out=o),
+    "xavier_normal": lambda i, o: Init.xavier_normal(fan_in=i, fan_out=o),
+    "he_uniform": lambda i, o: Init.he_uniform(fan_in=i),
+    "he_normal": lambda i, o: Init.he_normal(fan_in=i),
+    "lecun_normal": lambda i, o: Init.lecun_normal(fan_in=i),
+    "normal": lambda i, o: Init.normal(0.0, 0.05),
+    "uniform": lambda i, o: Init.uniform(-0.05, 0.05)}
+LOSSES = {"classification": ("cross_entropy",), "regression": ("mse", "mae", "huber")}
+REGRESSION_LOSS_OPS = {"mse": "MSELoss", "mae": "MAELoss", "huber": "HuberLoss"}
 
 
 class BuildError(ValueError):
     """Parameters that do not make a model (an unknown activation, ...)."""
 
 
-LOSSES = {"classification": ("cross_entropy",), "regression": ("mse", "mae", "huber")}
-REGRESSION_LOSS_OPS = {"mse": "MSELoss", "mae": "MAELoss", "huber": "HuberLoss"}
-
-
 def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
                 eval_loss: bool = True, image: tuple[int, int, int] | None = None,
-                pixel_scale: float | None = None, task: str = "classification") -> CalcGraph:
-    """The model of ``params``: with ``blocks`` > 0 (the CNN family) the input rows are
-    viewed as ``image`` (channels, height, width) and go through that many blocks of
-    convolution (``kernel``, "same" padding), Relu and, with ``pool``, 2x2 max pooling,
-    before the dense layers.  With ``pixel_scale`` the input ``x`` is uint8 pixels (a
-    quarter of the bytes of float32, in the shared data set and per mini-batch) that
-    the model dequantizes, ``x * pixel_scale``, as its first op.
-
-    A classification ends in ``n_classes`` scores and softmax cross-entropy against
-    int64 labels ``y``; a regression in one output and ``params["loss"]`` (``mse``,
-    ``mae`` or ``huber``) against a float32 target ``y``.  The eval path's last layer
-    is named ``logits`` (what an exported model computes), and it ends in the ops the
-    metrics read (:mod:`explore.metrics.evaluation`): ``accuracy``, ``class_counts``
-    and, for two classes, ``positive_score``; or ``regression_sums``; and
+                pixel_scale: float | None = None, task: str = "classification",
+                family: str | None = None) -> CalcGraph:
+    """The model of ``params`` traced for ``task``: with ``blocks`` > 0 the CNN family
+    (or, with ``family="resnet"``, the ResNet family) on rows viewed as ``image``
+    (channels, height, width), else the MLP.  With ``pixel_scale`` the input ``x`` is
+    uint8 pixels (a quarter of the bytes of float32, in the shared data set and per
+    mini-batch) that the model dequantizes, ``x * pixel_scale``, as its first op (fused
+    into the first layer by the compiler).  A classification ends in ``n_classes``
+    logits and softmax cross-entropy against int64 labels ``y``; a regression in one
+    output and ``params["loss"]`` (``mse``, ``mae`` or ``huber``) against a float32
+    target.  The eval path's outputs are ``logits`` (what an exported model computes)
+    and what the task's metrics read (:mod:`explore.metrics.evaluation`), with
     ``eval_loss`` unless ``eval_loss`` is False."""
     if task not in LOSSES:
         raise BuildError(f"unknown task {task!r}; known: {', '.join(LOSSES)}")
-    loss_name = str(params.get("loss") or "auto").lower()
-    if loss_name == "auto":
-        loss_name = LOSSES[task][0]
-    if loss_name not in LOSSES[task]:
-        raise BuildError(f"loss {loss_name!r} does not suit a {task}; use "
-                         f"{' or '.join(LOSSES[task])}")
-    regression = task == "regression"
-    depth = int(params["depth"])
+    loss = _loss(params, task)
+    outputs = 1 if task == "regression" else n_classes
     blocks = int(params.get("blocks") or 0)
-    widths = [int(w) for w in params["widths"]]
-    acts = [_activation(a) for a in params["activations"]]
-    drops = [float(d) for d in params["dropouts"]]
-    if min(widths, default=1) < 1:
-        raise BuildError(f"widths must be positive, got {widths}")
-    init = _init(params["init"])
-    g = CalcGraph(name="cnn" if blocks else "mlp")
-    x = g.placeholder("x", (0, n_in), dtype="uint8" if pixel_scale else "float32")
-    y = g.placeholder("y", (0,), dtype="float32" if regression else "int64")
-    convs, shape = _conv_params(g, params, blocks, image, init)
-    flat = shape[0] * shape[1] * shape[2] if blocks else n_in
-    sizes = [flat, *widths[:depth], 1 if regression else n_classes]
-    layers = []
-    for i in range(len(sizes) - 1):
-        w = g.parameter(f"w{i}", (sizes[i], sizes[i + 1]), init=init())
-        b = g.parameter(f"b{i}", (sizes[i + 1],), init=Init.zeros())
-        layers.append((w, b))
-    train = g.path("train", Mode.BACKWARD_ENABLED)
-    ev = g.path("eval", Mode.FORWARD_ONLY)
-    outs: dict[bool, tuple[Any, Any]] = {}
-    for path, training in ((train, True), (ev, False)):
-        h = path.DequantizeLinear(x, scale=pixel_scale) if pixel_scale else x
-        if blocks:
-            assert image is not None
-            h = path.Reshape(h, shape=(0, *image))
-            for blk in convs:
-                k = g.variables[blk.weight.name].desc.shape[-1]  # type: ignore[union-attr]
-                bias = () if blk.bias is None else (blk.bias,)
-                z = path.Conv(h, blk.weight, *bias, pads=(k // 2,) * 4,
-                              strides=(blk.stride,) * 2)
-                if blk.norm is not None:  # batch statistics in training, running ones else
-                    z = path.BatchNormalization(z, *blk.norm, training_mode=int(training),
-                                                running_update=int(training))
-                if blk.residual:
-                    z = path.Add(z, h)
-                h = path.Relu(z)
-                if blk.pooled:
-                    h = path.MaxPool(h, kernel_shape=(2, 2), strides=(2, 2))
-            h = path.Flatten(h)
-        for i, (w, b) in enumerate(layers):
-            last = i == len(layers) - 1
-            h = path.Gemm(h, w, b, **({"outputs": ["logits"]} if last and not training
-                                      else {}))
-            if i < depth:
-                h = path.op(acts[i], h)
-                if training and drops[i] > 0:
-                    h = path.Dropout(h, ratio=drops[i])
-        if regression:
-            h = path.Reshape(h, shape=(0,))  # [b, 1] -> [b], as the target
-        loss = None
-        if training or eval_loss:
-            name = "loss" if training else "eval_loss"
-            if regression:
-                loss = path.op(REGRESSION_LOSS_OPS[loss_name], h, y, outputs=[name])
-            else:
-                loss, _ = path.SoftmaxCrossEntropyLoss(
-                    h, y, outputs=[name, "log_prob" if training else "eval_log_prob"])
-        outs[training] = (h, loss)
-    train.set_loss(outs[True][1])
-    scores = outs[False][0]
-    if regression:
-        stats = [ev.RegressionSums(scores, y, outputs=["regression_sums"])]
+    if family == "resnet":
+        net: nn.Module = ResNet(params, _image(image, "resnet"), outputs)
+    elif blocks:
+        net = ConvNet(params, _image(image, "cnn"), outputs)
     else:
-        stats = [ev.Accuracy(scores, y, outputs=["accuracy"]),
-                 ev.ClassCounts(scores, y, outputs=["class_counts"])]
-        if n_classes == 2:
-            stats.append(ev.PositiveScore(scores, outputs=["positive_score"]))
-    # Declared outputs: without eval_loss, dead-code elimination drops its loss.
-    g.output(outs[True][1], *stats, *([outs[False][1]] if eval_loss else []))
-    return g
+        net = Mlp(params, n_in, outputs)
+    if task == "regression":
+        metrics = ["regression_sums"]
+    else:
+        metrics = ["accuracy", "class_counts", *(["positive_score"] if n_classes == 2 else [])]
+    return nn.to_graph(net, inputs={"x": ((0, n_in), "uint8" if pixel_scale else "float32")},
+                       loss=loss, metrics=[*metrics, *(["loss"] if eval_loss else [])],
+                       name=family or ("cnn" if blocks else "mlp"),
+                       dequantize={"x": pixel_scale} if pixel_scale else None)
 
 
-@dataclass
-class ConvBlock:
-    """One convolution block's parameters: conv (bias only without batch norm), batch
-    norm's scale, shift and running statistics, whether it pools and adds its input."""
+class Dense(nn.Module):
+    """``depth`` hidden layers (Linear, activation, dropout) and the output layer; dense
+    weights drawn by ``params["init"]``, biases zero."""
 
-    weight: Any
-    bias: Any | None
-    norm: tuple[Any, Any, Any, Any] | None
-    pooled: bool
-    residual: bool
-    stride: int = 1
+    def __init__(self, params: dict[str, Any], n_in: int, n_out: int) -> None:
+        super().__init__()
+        depth = int(params["depth"])
+        widths = [int(w) for w in params["widths"]][:depth]
+        if min(widths, default=1) < 1:
+            raise BuildError(f"widths must be positive, got {params['widths']}")
+        acts = [_activation(a) for a in params["activations"]]
+        drops = [float(d) for d in params["dropouts"]]
+        init = _init(params["init"])
+        layers: list[nn.Module] = []
+        sizes = [n_in, *widths]
+        for i, width in enumerate(widths):
+            layers += [_linear(sizes[i], width, init), acts[i]()]
+            if drops[i] > 0:
+                layers.append(nn.Dropout(drops[i]))
+        self.dense = nn.Sequential(*layers)
+        self.out = _linear(sizes[-1], n_out, init)
+
+    def forward(self, x: Any) -> Any:
+        return self.out(self.dense(x))
 
 
-def _conv_params(g: CalcGraph, params: dict[str, Any], blocks: int,
-                 image: tuple[int, int, int] | None, init: Any
-                 ) -> tuple[list[ConvBlock], tuple[int, int, int]]:
-    """The convolution blocks and the output shape."""
-    if not blocks:
-        return [], (0, 0, 0)
+class Mlp(nn.Module):
+    """The MLP family."""
+
+    def __init__(self, params: dict[str, Any], n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.head = Dense(params, n_in, n_out)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(x)
+
+
+class ConvBlock(nn.Module):
+    """Convolution ("same" padding; no bias under batch norm, whose shift makes it
+    redundant), optional batch norm, an optional residual add, Relu, optional 2x2 max
+    pooling."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, stride: int, norm: bool,
+                 residual: bool, pooled: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2, bias=not norm)
+        self.conv.weight.init = Init.he_uniform(fan_in=c_in * k * k)
+        if not norm:
+            self.conv.bias.init = Init.zeros()
+        self.norm = nn.BatchNorm2d(c_out) if norm else None
+        self.residual = residual
+        self.pool = nn.MaxPool2d(2, 2) if pooled else None
+
+    def forward(self, x: Any) -> Any:
+        z = self.conv(x)
+        if self.norm is not None:
+            z = self.norm(z)
+        if self.residual:
+            z = z + x
+        h = nn.functional.relu(z)
+        return self.pool(h) if self.pool is not None else h
+
+
+class ConvNet(nn.Module):
+    """The CNN family: ``blocks`` convolution blocks, then the dense layers."""
+
+    def __init__(self, params: dict[str, Any], image: tuple[int, int, int], n_out: int
+                 ) -> None:
+        super().__init__()
+        k = int(params["kernel"])
+        if k < 1 or k % 2 == 0:
+            raise BuildError(f"kernel must be odd (same padding), got {k}")
+        stride = _stride(params)
+        channels = _channels(params)
+        norm = bool(params.get("batch_norm", False))
+        self.image = image
+        c, h, w = image
+        blocks = []
+        for width in channels:
+            h, w = -(-h // stride), -(-w // stride)  # "same" padding: ceil(size / stride)
+            pooled = bool(params.get("pool", True)) and h >= 2 and w >= 2
+            residual = bool(params.get("residual", False)) and width == c and stride == 1
+            blocks.append(ConvBlock(c, width, k, stride, norm, residual, pooled))
+            c, h, w = width, (h // 2 if pooled else h), (w // 2 if pooled else w)
+        self.blocks = nn.Sequential(*blocks)
+        self.head = Dense(params, c * h * w, n_out)
+
+    def forward(self, x: Any) -> Any:
+        h = self.blocks(x.reshape(-1, *self.image))
+        return self.head(h.flatten(1))
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: two 3x3 convolutions with batch norm, added to the input
+    (through a 1x1 convolution with batch norm where the width or the stride changes)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = None
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride,
+                                                    bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: Any) -> Any:
+        h = nn.functional.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return nn.functional.relu(h + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(nn.Module):
+    """The ResNet family: a 3x3 stem with batch norm, ``blocks`` stages of
+    ``stage_blocks`` basic blocks (stage ``i`` is ``channels[i]`` wide; every stage after
+    the first starts with a stride of ``stride``), global average pooling and the dense
+    layers."""
+
+    def __init__(self, params: dict[str, Any], image: tuple[int, int, int], n_out: int
+                 ) -> None:
+        super().__init__()
+        channels = _channels(params)
+        stride = _stride(params)
+        per_stage = int(params.get("stage_blocks") or 1)
+        if per_stage < 1:
+            raise BuildError(f"stage_blocks must be positive, got {per_stage}")
+        self.image = image
+        self.stem = nn.Sequential(nn.Conv2d(image[0], channels[0], 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(channels[0]), nn.ReLU())
+        stages, c = [], channels[0]
+        for i, width in enumerate(channels):
+            blocks = []
+            for j in range(per_stage):
+                blocks.append(BasicBlock(c, width, stride if i and j == 0 else 1))
+                c = width
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.Sequential(*stages)
+        self.head = Dense(params, c, n_out)
+
+    def forward(self, x: Any) -> Any:
+        h = self.stages(self.stem(x.reshape(-1, *self.image)))
+        return self.head(nn.functional.global_avg_pool(h).flatten(1))
+
+
+def _linear(n_in: int, n_out: int, init: Callable[[int, int], Init]) -> nn.Linear:
+    layer = nn.Linear(n_in, n_out)
+    layer.weight.init = init(n_in, n_out)
+    layer.bias.init = Init.zeros()
+    return layer
+
+
+def _image(image: tuple[int, int, int] | None, family: str) -> tuple[int, int, int]:
     if image is None:
-        raise BuildError("family cnn needs images (a data set with an image shape: "
+        raise BuildError(f"family {family} needs images (a data set with an image shape: "
                          "channels, height, width); this one is a table: use family mlp")
-    k = int(params["kernel"])
-    if k < 1 or k % 2 == 0:
-        raise BuildError(f"kernel must be odd (same padding), got {k}")
-    channels = [int(c) for c in params["channels"]]
-    norm = bool(params.get("batch_norm", False))
+    return image
+
+
+def _channels(params: dict[str, Any]) -> list[int]:
+    blocks = int(params.get("blocks") or 0)
+    channels = [int(c) for c in params["channels"]][:blocks]
+    if not channels or min(channels) < 1:
+        raise BuildError(f"channels must be positive, got {params['channels']}")
+    return channels
+
+
+def _stride(params: dict[str, Any]) -> int:
     stride = int(params.get("stride", 1))
     if stride < 1:
         raise BuildError(f"stride must be positive, got {stride}")
-    c, h, w = image
-    out = []
-    for i, width in enumerate(channels[:blocks]):
-        if width < 1:
-            raise BuildError(f"channels must be positive, got {channels}")
-        wt = g.parameter(f"conv{i}", (width, c, k, k), init=Init.he_uniform())
-        # batch norm's shift makes a convolution bias redundant
-        bs = None if norm else g.parameter(f"conv{i}_b", (width,), init=Init.zeros())
-        bn = None
-        if norm:
-            bn = (g.parameter(f"bn{i}_scale", (width,), init=Init.ones()),
-                  g.parameter(f"bn{i}_shift", (width,), init=Init.zeros()),
-                  g.parameter(f"bn{i}_mean", (width,), init=Init.zeros(), trainable=False),
-                  g.parameter(f"bn{i}_var", (width,), init=Init.ones(), trainable=False))
-        h, w = -(-h // stride), -(-w // stride)  # "same" padding: ceil(size / stride)
-        pooled = bool(params.get("pool", True)) and h >= 2 and w >= 2
-        out.append(ConvBlock(wt, bs, bn, pooled, bool(params.get("residual", False)) and
-                             width == c and stride == 1, stride))
-        c, h, w = width, (h // 2 if pooled else h), (w // 2 if pooled else w)
-    return out, (c, h, w)
+    return stride
 
 
-def _activation(name: Any) -> str:
+def _loss(params: dict[str, Any], task: str) -> str:
+    name = str(params.get("loss") or "auto").lower()
+    if name == "auto":
+        name = LOSSES[task][0]
+    if name not in LOSSES[task]:
+        raise BuildError(f"loss {name!r} does not suit a {task}; use "
+                         f"{' or '.join(LOSSES[task])}")
+    return name
+
+
+def _activation(name: Any) -> Callable[[], nn.Module]:
     try:
         return ACTIVATIONS[str(name).lower()]
     except KeyError:
@@ -202,7 +278,7 @@ def _activation(name: Any) -> str:
             from None
 
 
-def _init(name: Any) -> Any:
+def _init(name: Any) -> Callable[[int, int], Init]:
     try:
         return INITS[str(name).lower()]
     except KeyError:

@@ -159,7 +159,7 @@ def graph_of_model(result: Any, dataset: Any, params: Mapping[str, Any]) -> Calc
     if isinstance(result, CalcGraph):
         check_conventions(result, task, classes)
         return result
-    from engine import nn
+    import engine.nn as nn
 
     if not isinstance(result, nn.Module):
         raise BuildError(f"the model builder returned a {type(result).__name__}; it returns "
@@ -168,7 +168,7 @@ def graph_of_model(result: Any, dataset: Any, params: Mapping[str, Any]) -> Calc
     x_spec: Any = ((0, int(dataset.features)), "uint8") if scale else (0, int(dataset.features))
     return nn.to_graph(result, inputs={"x": x_spec}, loss=task_loss(params, task),
                        metrics=task_outputs(task, classes),
-                       **({"dequantize": {"x": scale}} if scale else {}))
+                       dequantize={"x": scale} if scale else None)
 
 
 def check_conventions(g: CalcGraph, task: str, classes: int) -> None:

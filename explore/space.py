@@ -273,6 +273,7 @@ class Model(Strict):
     pool: Param = True  # cnn: 2x2 max pooling after each block
     batch_norm: Param = False  # cnn: batch normalisation between convolution and relu
     residual: Param = False  # cnn: add a block's input to its output where shapes agree
+    stage_blocks: Param = 1  # resnet: residual blocks per stage (blocks: the stages)
     # family onnx (implied by onnx): a model of the user's, trained (explore.families._onnx)
     onnx: Path | None = None  # the .onnx file, relative to the YAML file
     freeze: list[str] | Param = Field(default_factory=list)  # parameters kept (globs)
@@ -429,7 +430,7 @@ class Space(Strict):
         out = {k: getattr(self.model, k) for k in ("depth", "blocks", "width", "activation",
                                                    "dropout", "init", "channels", "kernel",
                                                    "stride", "pool", "batch_norm",
-                                                   "residual")}
+                                                   "residual", "stage_blocks")}
         if self.model.onnx is not None:  # fixed values: each trial's record rebuilds it
             out.update(onnx=str(self.model.onnx), freeze=self.model.freeze,
                        head=self.model.head)

@@ -36,8 +36,8 @@ LossFn = Callable[[Tensor, Tensor], Tensor]
 
 def to_graph(module: Module, inputs: Mapping[str, Any], loss: str | LossFn | None = "cross_entropy",
              metrics: Sequence[str] = (), target: str = "y", name: str | None = None, *,
-             target_shape: Sequence[int] | None = None, target_dtype: str | None = None
-             ) -> CalcGraph:
+             target_shape: Sequence[int] | None = None, target_dtype: str | None = None,
+             dequantize: Mapping[str, float] | None = None) -> CalcGraph:
     """Trace ``module`` into a :class:`~engine.CalcGraph`.
 
     ``inputs``: placeholder name -> shape (a leading ``0`` or ``None`` is the batch) or
@@ -48,6 +48,9 @@ def to_graph(module: Module, inputs: Mapping[str, Any], loss: str | LossFn | Non
     for N-D scores) and float32 for the others, ``[b]`` when the logits are ``[b]`` or
     ``[b, 1]`` (which the regression losses and bce flatten), else the logits' shape;
     ``target_shape``/``target_dtype`` override that (for a callable loss).
+    ``dequantize``: input name -> scale, for uint8 inputs that ``forward`` receives as
+    ``dequantize_linear(x, scale)`` (data kept as exact 8-bit pixels: a quarter of the
+    bytes, and the compiler fuses the conversion into the first layer).
     ``metrics``: names of :data:`METRICS`, each an output of that name (``loss`` is
     ``eval_loss``).  The graph's declared outputs are ``loss``, ``logits`` and the
     metrics.
@@ -71,6 +74,11 @@ def to_graph(module: Module, inputs: Mapping[str, Any], loss: str | LossFn | Non
     if not isinstance(module, Module):
         raise TraceError(f"to_graph needs an engine.nn.Module, got {type(module).__name__}")
     specs = _input_specs(inputs)
+    scales = dict(dequantize or {})
+    unknown = sorted(set(scales) - {key for key, _, _ in specs})
+    if unknown:
+        raise TraceError(f"dequantize names {', '.join(map(repr, unknown))}, which are not "
+                         "inputs")
     if isinstance(loss, str) and loss not in LOSSES:
         raise TraceError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}, or a callable "
                          "loss_fn(logits, y)")
@@ -91,7 +99,7 @@ def to_graph(module: Module, inputs: Mapping[str, Any], loss: str | LossFn | Non
             module.train()
             tracer = Tracer(state, g.path("train", Mode.BACKWARD_ENABLED), training=True)
             with trace(tracer):
-                out = _run(tracer, module, specs)
+                out = _run(tracer, module, specs, scales)
                 value = _loss(tracer, loss, out, state, target, target_info)
                 value = _scalar_loss(value, loss)
                 value = tracer.rename(value, "loss")
@@ -100,7 +108,7 @@ def to_graph(module: Module, inputs: Mapping[str, Any], loss: str | LossFn | Non
         module.eval()
         tracer = Tracer(state, g.path("eval", Mode.FORWARD_ONLY), training=False)
         with trace(tracer):
-            out = _run(tracer, module, specs)
+            out = _run(tracer, module, specs, scales)
             logits = tracer.rename(out, "logits")
             outputs.append("logits")
             outputs += _metrics(tracer, metric_names, loss, logits, state, target, target_info)
@@ -158,9 +166,13 @@ def _declare(state: GraphState, module: Module,
         raise TraceError(str(e)) from None
 
 
-def _run(tracer: Tracer, module: Module, specs: list[tuple[str, tuple[int, ...], DType]]
-         ) -> Tensor:
-    args = [tracer.tensor(key) for key, _, _ in specs]
+def _run(tracer: Tracer, module: Module, specs: list[tuple[str, tuple[int, ...], DType]],
+         scales: Mapping[str, float] | None = None) -> Tensor:
+    from engine.nn.functional import dequantize_linear
+
+    scales = scales or {}
+    args = [dequantize_linear(tracer.tensor(key), scales[key]) if key in scales
+            else tracer.tensor(key) for key, _, _ in specs]
     names = [key for key, _, _ in specs]
     try:
         inspect.signature(module.forward).bind(**dict(zip(names, args, strict=True)))

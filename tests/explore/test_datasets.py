@@ -46,7 +46,7 @@ def test_a_registered_dataset_is_used_by_name(stripes: None, tmp_path: Path) -> 
                                                           "memory": "64MB"}})
     cand = compile_candidate(space, fixed(space), share=8_000_000)
     prog = cand.program
-    assert prog.buffers[prog.params[0].buffer].shape == (16, 64)  # 16 features in
+    assert prog.buffers[prog.params[0].buffer].shape == (64, 16)  # Linear [out, in]: 16 features in
     assert prog.buffers[prog.params[-2].buffer].shape == (64, 2)  # 2 classes out
     data = load("stripes")
     assert datasets.get("stripes").pixel_scale == 1 / 16

@@ -224,7 +224,7 @@ def test_a_strided_cnn_halves_the_image_and_skips_the_residual() -> None:
                                    "stride": 2, "residual": True, "depth": 0}})
     prog = compile_graph(graph_of(space, fixed(space)), batch_size=2)
     # 8x8 digits -> 4x4 -> 2x2, four channels: the dense layer reads 16 values
-    assert prog.buffers[prog.params[-2].buffer].shape == (16, 10)
+    assert prog.buffers[prog.params[-2].buffer].shape == (10, 16)  # Linear: [out, in]
     assert "Add" not in [ins.op for ins in prog.instrs]
 
 

@@ -66,5 +66,5 @@ def test_a_family_checks_its_section(linear: None) -> None:
 
 def test_unknown_families_are_listed() -> None:
     with pytest.raises(SpaceError,
-                       match=r"model\.family: Input should be 'mlp', 'cnn' or 'onnx'"):
+                       match=r"model\.family: Input should be 'mlp', 'cnn', 'onnx' or 'resnet'"):
         parse_space({**SPACE, "model": {"family": "linear"}})

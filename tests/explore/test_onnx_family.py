@@ -446,7 +446,7 @@ def test_the_space_records_the_resolved_file_and_its_settings(
     assert space.model.family == "onnx"
     assert p["onnx"] == str(path.resolve()) and p["freeze"] == ["conv.*"] and p["head"] == 1
     names = list(p)
-    assert names[names.index("residual") + 1:names.index("loss")] == ["onnx", "freeze", "head"]
+    assert names[names.index("stage_blocks") + 1:names.index("loss")] == ["onnx", "freeze", "head"]
     plain = parse_space({"dataset": "digits", "budget": budget}, resolve_data=False)
     assert "onnx" not in plain.params()
 

@@ -408,7 +408,7 @@ def test_a_space_binds_data_from_python_and_compiles_against_it() -> None:
     assert bound.data is ds and space._data is None
     cand = compile_candidate(bound, fixed(bound), share=8_000_000)
     prog = cand.program
-    assert prog.buffers[prog.params[0].buffer].shape == (5, 8)  # 2 numeric + 3 one-hot in
+    assert prog.buffers[prog.params[0].buffer].shape == (8, 5)  # [out, in]: 2 numeric + 3 one-hot
     assert cand.program.batch_size == 18  # validates the split's 18 rows in one chunk
     # the file is read once: the space keeps what it resolved
     s = parse_space({"dataset": "iris", "budget": {"trials": 1, "rounds": 1,
