@@ -133,7 +133,7 @@ class ConvBlock(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2, bias=not norm)
         self.conv.weight.init = Init.he_uniform(fan_in=c_in * k * k)
-        if not norm:
+        if self.conv.bias is not None:
             self.conv.bias.init = Init.zeros()
         self.norm = nn.BatchNorm2d(c_out) if norm else None
         self.residual = residual
@@ -234,7 +234,8 @@ class ResNet(nn.Module):
 def _linear(n_in: int, n_out: int, init: Callable[[int, int], Init]) -> nn.Linear:
     layer = nn.Linear(n_in, n_out)
     layer.weight.init = init(n_in, n_out)
-    layer.bias.init = Init.zeros()
+    if layer.bias is not None:
+        layer.bias.init = Init.zeros()
     return layer
 
 
