@@ -147,5 +147,70 @@ def test_a_calcgraph_that_breaks_the_conventions_fails_its_trial(tmp_path: Path)
 def _clean_modules() -> object:
     """Each test writes its own my_models.py: forget the one imported before."""
     yield
-    for name in ("my_models", "bad"):
+    for name in ("my_models", "bad", "nets"):
         sys.modules.pop(name, None)
+
+
+NN_MODULE = '''
+from engine import nn
+
+
+class Net(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv = nn.Conv2d(1, width, 3, padding=1)
+        self.norm = nn.BatchNorm2d(width)
+        self.head = nn.Linear(width * 16, 10)
+
+    def forward(self, x):
+        h = nn.functional.relu(self.norm(self.conv(x.reshape(-1, 1, 8, 8))))
+        return self.head(nn.functional.max_pool2d(h, 2).flatten(1))
+
+
+def build(trial):
+    return Net(trial.suggest_categorical("width", [4, 8]))
+
+
+def broken(trial):
+    trial.suggest_int("n", 1, 2)
+    return nn.Linear(3, 10)   # the rows have 64 values: a shape mismatch when traced
+'''
+
+
+def test_an_engine_nn_module_from_a_builder_is_traced_trained_and_exported(
+        tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    import numpy as np
+
+    from explore.datasets import load_digits
+
+    (tmp_path / "nets.py").write_text(NN_MODULE)
+    f = tmp_path / "n.yaml"
+    f.write_text("dataset: digits\nbudget: {trials: 3, rounds: 2, memory: 500MB}\n"
+                 "sampler: {name: random, seed: 1}\npruner: none\n"
+                 "model: {builder: 'nets:build'}\ntraining: {lr: 0.01, batch_size: 32}\n")
+    r = explore_run(f)
+    assert r.exit_code == 0, r.output
+    study = optuna.load_study(study_name="n", storage=f"sqlite:///{tmp_path / 'n.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    model = explore.load_model(tmp_path / "n.db", "n")
+    assert "conv.weight" in model.graph.variables and "norm.running_var" in model.graph.variables
+    test = load_digits().test
+    sess = ort.InferenceSession(model.to_onnx().SerializeToString())
+    probs, labels = sess.run(["probabilities", "label"], {"x": model.features(test.x)})
+    np.testing.assert_allclose(probs, model.predict_proba(test.x), atol=1e-5)
+    assert (labels == test.y).mean() > 0.5
+
+
+def test_a_tracing_error_fails_the_trial_naming_the_users_line(tmp_path: Path) -> None:
+    (tmp_path / "nets.py").write_text(NN_MODULE)
+    f = tmp_path / "t.yaml"
+    f.write_text("dataset: digits\nbudget: {trials: 1, rounds: 1, memory: 500MB}\n"
+                 "model: {builder: 'nets:broken'}\n")
+    r = explore_run(f)
+    assert r.exit_code == 0, r.output
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
+    (t,) = study.trials
+    reason = t.user_attrs[RECORD_ATTR]["fail_reason"]
+    assert t.state.name == "FAIL" and "TraceError" in reason, reason
+    assert "inner dimensions differ" in reason and "Linear" in reason, reason
