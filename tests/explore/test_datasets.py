@@ -47,7 +47,7 @@ def test_a_registered_dataset_is_used_by_name(stripes: None, tmp_path: Path) -> 
     cand = compile_candidate(space, fixed(space), share=8_000_000)
     prog = cand.program
     assert prog.buffers[prog.params[0].buffer].shape == (64, 16)  # Linear [out, in]: 16 features in
-    assert prog.buffers[prog.params[-2].buffer].shape == (64, 2)  # 2 classes out
+    assert prog.buffers[prog.params[-2].buffer].shape == (2, 64)  # [out, in]: 2 classes out
     data = load("stripes")
     assert datasets.get("stripes").pixel_scale == 1 / 16
     assert quantize(data.train.x, 1 / 16).max() == 15

@@ -28,7 +28,8 @@ def test_stages_downsample_and_project_where_the_shape_changes() -> None:
     assert "stages.1.0.shortcut.0.weight" in names  # 4 -> 8, stride 2: projected
     assert "stages.1.1.shortcut.0.weight" not in names
     convs = [n for n in g.paths[1].nodes if n.op == "Conv"]
-    assert [n.attrs.get("strides", (1, 1))[0] for n in convs] == [1, 1, 1, 1, 1, 2, 1, 2, 1, 1]  # conv1, conv2, shortcut
+    # stem; stage 0: two blocks; stage 1: conv1, conv2, shortcut, then a block
+    assert [n.attrs.get("strides", (1, 1))[0] for n in convs] == [1, 1, 1, 1, 1, 2, 1, 2, 1, 1]
     with pytest.raises(BuildError, match="needs images"):
         build_graph(P, 64, 10, family="resnet")
 
