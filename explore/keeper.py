@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
 from explore.study import RECORD_ATTR
@@ -52,7 +51,13 @@ class ModelKeeper:
         self.study, self.k, self.minimize = study, k, minimize
         self.directory = Path(directory).resolve()
         self.staging = self.directory / ".staging"
-        self.store = FileSystemArtifactStore(str(self.directory)) if k > 0 else None
+        self.store: Any = None
+        if k > 0:
+            # here, not at import: optuna.artifacts imports boto3 and Google's storage
+            # client where they are installed (14 MB of the scheduler's memory)
+            from optuna.artifacts import FileSystemArtifactStore
+
+            self.store = FileSystemArtifactStore(str(self.directory))
         self.kept: list[dict[str, Any]] = list(study.user_attrs.get(MODELS_ATTR, []))
         # Made when the first trial is placed, so that a run refused before then leaves
         # no directory behind.
@@ -93,6 +98,8 @@ class ModelKeeper:
                 return trial
             if self.study.user_attrs.get(ARTIFACTS_ATTR) != str(self.directory):
                 self.study.set_user_attr(ARTIFACTS_ATTR, str(self.directory))
+            from optuna.artifacts import upload_artifact
+
             artifact = upload_artifact(artifact_store=self.store, file_path=staged,
                                        study_or_trial=self.study,
                                        mimetype="application/x-npz")
