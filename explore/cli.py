@@ -341,6 +341,8 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
     if len(done) and "value" in done and done["value"].notna().any():
         asc = study.directions[0].name == "MINIMIZE"
         top = done.sort_values("value", ascending=asc).head(5)
+        df["params"] = df["params"].map(_shown_params)
+        top = top.assign(params=top["params"].map(_shown_params))
         varying, same = _split_params(list(df["params"]))
         shown = [c for c in [*metric_columns(df), "train_seconds"] if top[c].notna().any()]
         # the batch trained with, where the space lets the engine choose it
@@ -361,6 +363,20 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
         if same:
             out.print("the same in every trial: " + ", ".join(
                 f"{k}={_param(v)}" for k, v in same.items()), highlight=False)
+
+
+def _shown_params(p: Any) -> Any:
+    """A trial's parameters as ``show`` lists them: a model builder's own ones in line
+    with the others, and the built-in families' model keys left out where a builder or
+    an ONNX file made the model (they were not used)."""
+    if not isinstance(p, dict) or not ("builder_params" in p or "onnx" in p):
+        return p
+    from explore.sampling import PER_LAYER
+    from explore.space import Model
+
+    unused = (set(Model.model_fields) | set(PER_LAYER.values())) - {"onnx", "freeze", "head"}
+    return {**{k: v for k, v in p.items() if k not in unused and k != "builder_params"},
+            **p.get("builder_params", {})}
 
 
 def _split_params(params: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:

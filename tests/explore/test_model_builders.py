@@ -75,6 +75,10 @@ def test_a_builder_asks_its_own_parameters_and_its_errors_fail_only_its_trials(
     assert model.params["builder_params"]["width"] <= 40
     ex = cli("export-model", f, "--output", tmp_path / "m.onnx")
     assert ex.returncode == 0, ex.stderr
+    # show lists the builder's own choices with the others, not the unused family keys
+    shown = cli("show", f)
+    assert shown.returncode == 0 and "width=" in shown.stdout and "act=" in shown.stdout
+    assert "depth=" not in shown.stdout and "builder_params" not in shown.stdout
 
 
 def test_a_builder_that_cannot_be_imported_names_its_line(tmp_path: Path) -> None:
