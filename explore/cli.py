@@ -341,8 +341,14 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
     if len(done) and "value" in done and done["value"].notna().any():
         asc = study.directions[0].name == "MINIMIZE"
         top = done.sort_values("value", ascending=asc).head(5)
-        df["params"] = df["params"].map(_shown_params)
-        top = top.assign(params=top["params"].map(_shown_params))
+        model = (study.user_attrs.get("space") or {}).get("model") or {}
+        other = bool(model.get("builder") or model.get("onnx"))  # not a built-in family
+
+        def shown_params(p: Any) -> Any:
+            return _shown_params(p, other)
+
+        df["params"] = df["params"].map(shown_params)
+        top = top.assign(params=top["params"].map(shown_params))
         varying, same = _split_params(list(df["params"]))
         shown = [c for c in [*metric_columns(df), "train_seconds"] if top[c].notna().any()]
         # the batch trained with, where the space lets the engine choose it
@@ -365,11 +371,11 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
                 f"{k}={_param(v)}" for k, v in same.items()), highlight=False)
 
 
-def _shown_params(p: Any) -> Any:
+def _shown_params(p: Any, other: bool = False) -> Any:
     """A trial's parameters as ``show`` lists them: a model builder's own ones in line
     with the others, and the built-in families' model keys left out where a builder or
-    an ONNX file made the model (they were not used)."""
-    if not isinstance(p, dict) or not ("builder_params" in p or "onnx" in p):
+    an ONNX file made the model (``other``: they were not used)."""
+    if not isinstance(p, dict) or not (other or "builder_params" in p or "onnx" in p):
         return p
     from explore.sampling import PER_LAYER
     from explore.space import Model
