@@ -25,7 +25,7 @@ the two share their temporaries.  Parameters have PyTorch's names (``dense.0.wei
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine import CalcGraph, Init, nn
@@ -65,9 +65,7 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
     target.  The eval path's outputs are ``logits`` (what an exported model computes)
     and what the task's metrics read (:mod:`explore.metrics.evaluation`), with
     ``eval_loss`` unless ``eval_loss`` is False."""
-    if task not in LOSSES:
-        raise BuildError(f"unknown task {task!r}; known: {', '.join(LOSSES)}")
-    loss = _loss(params, task)
+    loss = task_loss(params, task)
     outputs = 1 if task == "regression" else n_classes
     blocks = int(params.get("blocks") or 0)
     if family == "resnet":
@@ -261,7 +259,15 @@ def _stride(params: dict[str, Any]) -> int:
     return stride
 
 
-def _loss(params: dict[str, Any], task: str) -> str:
+def task_loss(params: Mapping[str, Any], task: str) -> str:
+    """The loss ``params["loss"]`` names for ``task`` (auto: cross-entropy for a
+    classification, mse for a regression); BuildError for one that does not suit it.
+
+    >>> task_loss({"loss": "auto"}, "regression"), task_loss({}, "classification")
+    ('mse', 'cross_entropy')
+    """
+    if task not in LOSSES:
+        raise BuildError(f"unknown task {task!r}; known: {', '.join(LOSSES)}")
     name = str(params.get("loss") or "auto").lower()
     if name == "auto":
         name = LOSSES[task][0]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import CalcGraph, Mode
-from explore.builders import BuildError
+from explore.builders import BuildError, task_loss
 
 Builder = Callable[[Any], Any]
 
@@ -125,20 +125,6 @@ def call_builder(fn: Builder, trial: Any) -> Any:
         tb = traceback.extract_tb(e.__traceback__)[1:]  # from the builder's frame down
         lines = "".join(traceback.format_list(tb)) + f"{type(e).__name__}: {e}"
         raise BuilderError(f"the model builder raised:\n{lines}") from None
-
-
-def task_loss(params: Mapping[str, Any], task: str) -> str:
-    """The engine.nn loss for ``params["loss"]`` and the task (auto: cross-entropy for a
-    classification, mse for a regression)."""
-    from explore.builders import LOSSES
-
-    name = str(params.get("loss") or "auto").lower()
-    if name == "auto":
-        name = LOSSES[task][0]
-    if name not in LOSSES[task]:
-        raise BuildError(f"loss {name!r} does not suit a {task}; use "
-                         f"{' or '.join(LOSSES[task])}")
-    return name
 
 
 def task_outputs(task: str, classes: int) -> list[str]:

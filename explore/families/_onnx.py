@@ -56,7 +56,7 @@ from typing import Any
 
 from engine import CalcGraph, Init, Mode
 from engine.graph import Kind, Node, Variable
-from explore.builders import LOSSES, REGRESSION_LOSS_OPS, BuildError
+from explore.builders import REGRESSION_LOSS_OPS, BuildError, task_loss
 from explore.datasets import BaseDataset
 from explore.families._base import BaseFamily, register
 from explore.ranges import Choice, Range
@@ -258,14 +258,7 @@ class Onnx(BaseFamily):
         except Exception as e:  # the importer's errors: a file that is no model
             raise BuildError(f"model.onnx {path}: {e}") from None
         task = getattr(dataset, "task", "classification")
-        if task not in LOSSES:
-            raise BuildError(f"unknown task {task!r}; known: {', '.join(LOSSES)}")
-        loss_name = str(params.get("loss") or "auto").lower()
-        if loss_name == "auto":
-            loss_name = LOSSES[task][0]
-        if loss_name not in LOSSES[task]:
-            raise BuildError(f"loss {loss_name!r} does not suit a {task}; use "
-                             f"{' or '.join(LOSSES[task])}")
+        loss_name = task_loss(params, task)
         regression = task == "regression"
         outputs = 1 if regression else int(dataset.classes)
         head = int(params.get("head") or 0)
