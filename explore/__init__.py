@@ -3,8 +3,8 @@
 In a notebook::
 
     import explore
-    study = explore.run("search_spaces/tabular.yaml")           # or a dict, data=(X, y)
-    model = explore.load_model(study._storage, study.study_name)  # the best kept model
+    study = explore.run("search_spaces/tabular.yaml")       # or a dict; data=, builder=
+    model = explore.load_model("search_spaces/tabular.db", "tabular")  # best kept model
     model.predict(rows)
 """
 
