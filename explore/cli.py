@@ -310,17 +310,18 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
     status 2), not an empty database created by looking."""
     import optuna
 
-    from explore.storages import open_storage
+    from explore.storages import StorageError
     from explore.study import storage_url
 
     storage, study_name = _where(space_file, storage, study_name)
     try:
-        url = storage_url(storage)
+        opened = storage_url(storage)
     except FileNotFoundError as e:
         _fail(f"no study {study_name!r}: {e}; has `explore run` been run?")
+    except StorageError as e:
+        _fail(str(e))
     try:
-        return optuna.load_study(study_name=study_name,
-                                 storage=open_storage(url) if isinstance(url, str) else url)
+        return optuna.load_study(study_name=study_name, storage=opened)
     except KeyError:
         _fail(f"no study {study_name!r} in {storage}")
 
@@ -458,12 +459,13 @@ def _where(space_file: str | None, storage: str | None, study_name: str | None
 def _model(space_file: str | None, storage: str | None, study_name: str | None,
            trial: int | None) -> Any:
     """The kept model a command names (exit status 2 with the reason if none)."""
+    from explore.storages import StorageError
     from explore.trained import ModelError, load_model
 
     storage, study_name = _where(space_file, storage, study_name)
     try:
         return load_model(storage, study_name, trial)
-    except ModelError as e:
+    except (ModelError, StorageError) as e:
         _fail(str(e))
 
 

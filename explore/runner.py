@@ -53,6 +53,8 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     """Read and check everything a run needs; raises :class:`RunRefused`."""
     from explore.datasets import DataError
     from explore.space import Space, load_space, parse_size, parse_space
+    from explore.storages import StorageError
+    from explore.storages import check as check_storage
     from explore.study import default_storage
 
     source: Path | None = None
@@ -114,6 +116,10 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
     url = storage or (default_storage(source) if source is not None
                       else default_storage(Path.cwd() / f"{sp.name}.yaml"))
+    try:
+        check_storage(url, write=True)  # connects to no server: execute() does
+    except StorageError as e:
+        raise RunRefused(str(e)) from None
     return Prepared(sp, url, study or sp.name or "explore", source)
 
 
@@ -183,6 +189,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     from explore.keeper import ModelKeeper, default_artifacts
     from explore.scheduler import Scheduler, SchedulerError
     from explore.scheduler.shared_data import load_shared
+    from explore.storages import StorageError
     from explore.study import open_study, sqlite_file
 
     space = prep.space
@@ -191,7 +198,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     db_existed = db is not None and db.exists()
     try:
         study = open_study(space, prep.storage, prep.study_name)
-    except ValueError as e:
+    except (StorageError, ValueError) as e:  # a storage that cannot be opened, or
+        # a study of the same name that optimises something else
         raise RunRefused(str(e)) from None
     new_study = not study.get_trials(deepcopy=False) and "runs" not in study.user_attrs
 

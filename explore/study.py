@@ -27,7 +27,7 @@ from explore.optuna_adapter import storage_of, trial_id
 from explore.pruners import PrunerArgs
 from explore.samplers import SamplerArgs
 from explore.space import Space
-from explore.storages import open_storage
+from explore.storages import connect
 
 PARAMS_ATTR = "params"  # the full parameters (per-layer lists) of a trial
 RECORD_ATTR = "explore"  # everything a trial records: sizes, placement, times, reasons
@@ -55,14 +55,16 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def storage_url(storage: str | Path | optuna.storages.BaseStorage
-                ) -> str | optuna.storages.BaseStorage:
-    """What Optuna opens for ``storage``: an Optuna storage as it is, a storage URL, or
-    a plain path to a SQLite file (``search_spaces/quick.db``, a :class:`~pathlib.Path`)
-    as a ``sqlite:///`` URL.  A SQLite file that does not exist raises
-    :class:`FileNotFoundError` naming it: opening it would create an empty one.
+                ) -> optuna.storages.BaseStorage:
+    """The storage ``storage`` names, opened to read a study and creating nothing: an
+    Optuna storage as it is, a storage URL, or a plain path to a SQLite file
+    (``search_spaces/quick.db``, a :class:`~pathlib.Path`).  A SQLite file that does
+    not exist raises :class:`FileNotFoundError` naming it (opening it would create an
+    empty one); a URL that cannot be opened,
+    :class:`~explore.storages.StorageError` (:func:`explore.storages.connect`).
 
-    >>> storage_url("sqlite:///:memory:")
-    'sqlite:///:memory:'
+    >>> type(storage_url("sqlite:///:memory:")).__name__
+    'RDBStorage'
     >>> storage_url("no/such/study.db")
     Traceback (most recent call last):
     ...
@@ -72,13 +74,10 @@ def storage_url(storage: str | Path | optuna.storages.BaseStorage
         return storage
     text = str(storage)
     if isinstance(storage, Path) or "://" not in text:
-        db: Path | None = Path(text)
-        url = f"sqlite:///{Path(text).resolve()}"
-    else:
-        db, url = sqlite_file(text), text
-    if db is not None and not db.is_file():
-        raise FileNotFoundError(f"no SQLite database {db} (is the path right?)")
-    return url
+        if not Path(text).is_file():
+            raise FileNotFoundError(f"no SQLite database {text} (is the path right?)")
+        text = f"sqlite:///{Path(text).resolve()}"
+    return connect(text, write=False)
 
 
 def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
@@ -99,9 +98,11 @@ def make_pruner(space: Space) -> optuna.pruners.BasePruner:
 
 
 def open_study(space: Space, storage: str, name: str | None = None) -> optuna.Study:
-    """Create the study, or load it to resume (same name, same directions)."""
+    """Create the study, or load it to resume (same name, same directions).  The
+    storage is checked first (:func:`explore.storages.connect`: a
+    :class:`~explore.storages.StorageError` says what is wrong with it)."""
     directions: list[Any] = [o.dir for o in space.objectives]
-    study = optuna.create_study(storage=open_storage(storage), study_name=name or space.name,
+    study = optuna.create_study(storage=connect(storage, write=True), study_name=name or space.name,
                                 directions=directions, sampler=make_sampler(space),
                                 pruner=make_pruner(space), load_if_exists=True)
     if [d.name.lower() for d in study.directions] != directions:

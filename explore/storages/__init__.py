@@ -4,6 +4,9 @@ Add one with a module that subclasses :class:`BaseStorage` and registers it unde
 URL scheme (``@register("scheme")``); ``--storage scheme://...`` opens through it as
 soon as the module is imported (the built-in ones are imported here).  A scheme no
 plugin claims (``postgresql``, ``mysql``) goes to Optuna unchanged.
+:func:`connect` checks a URL before it opens it (:class:`StorageError` says what is
+wrong); the CLI, :func:`explore.run` and :func:`explore.load_model` open storages
+through it.
 
 >>> open_storage("postgresql://host/db"), scheme("sqlite+pysqlite:///x.db")
 ('postgresql://host/db', 'sqlite')
@@ -19,6 +22,7 @@ from explore.storages._base import (
     register,
     scheme,
 )
+from explore.storages._check import StorageError, check, connect
 from explore.storages._sqlite import Sqlite
 
 names = STORAGES.names
@@ -26,5 +30,5 @@ names = STORAGES.names
 # Any other implementation in this folder registers by being here.
 import_plugins(__name__, __path__)
 
-__all__ = ["STORAGES", "BaseStorage", "Sqlite", "get", "names", "open_storage", "register",
-           "scheme"]
+__all__ = ["STORAGES", "BaseStorage", "Sqlite", "StorageError", "check", "connect", "get",
+           "names", "open_storage", "register", "scheme"]

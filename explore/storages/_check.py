@@ -1,0 +1,150 @@
+"""Storage URLs checked before use, and opened: the one place that says what is wrong
+with ``--storage`` (not a URL, an unknown scheme, a driver not installed, a SQLite file
+in a folder that is missing or read-only, a server that does not answer).
+
+:func:`connect` checks a URL and opens its storage, raising :class:`StorageError` (the
+CLI's exit status 2) with the reason and what to do.  ``write=False`` (the commands that
+only read a study: show, export, export-model, evaluate, :func:`explore.load_model`)
+creates nothing: a SQLite file must already exist and hold Optuna's tables, and it is
+opened without the write-ahead-log pragma (which would convert a file in another
+journal mode).
+
+>>> try:
+...     check("garbage", write=True)
+... except StorageError as e:
+...     print(str(e)[:34])
+storage 'garbage' is not a URL: wr
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from explore.storages._base import STORAGES, scheme
+
+CONNECT_TIMEOUT = 10  # seconds a database server has to answer
+EXAMPLE = "sqlite:///path/to/study.db or postgresql+psycopg://user@host/db"
+# What to install for a scheme's driver.
+DRIVER_HINTS = {
+    "postgresql": 'pip install -e ".[postgres]" (psycopg 3), and write the URL as '
+                  "postgresql+psycopg://user@host/db",
+    "mysql": "pip install pymysql, and write the URL as mysql+pymysql://user@host/db",
+}
+
+
+class StorageError(ValueError):
+    """A storage URL that cannot be used; the message says why and what to do."""
+
+
+def _shown(url: Any) -> str:
+    """The URL as messages show it, its password hidden."""
+    try:
+        return str(url.render_as_string(hide_password=True))
+    except AttributeError:
+        return str(url)
+
+
+def check(url: str, *, write: bool) -> None:
+    """Raise :class:`StorageError` if ``url`` cannot be opened (for writing, with
+    ``write``); a SQLite file that a read needs and that is not there is a
+    :class:`FileNotFoundError`.  Connects to no server (:func:`connect` does)."""
+    text = url.strip()
+    if not text:
+        raise StorageError(f"storage is empty: give a URL such as {EXAMPLE}")
+    if "://" not in text:
+        raise StorageError(f"storage {url!r} is not a URL: write one such as {EXAMPLE}")
+    s = scheme(text)
+    if s in STORAGES and s != "sqlite":
+        return  # a plugin's URL: the plugin says what is wrong with it when it opens it
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        u = make_url(text)
+    except ArgumentError:
+        raise StorageError(f"storage {url!r} is not a URL: write one such as "
+                           f"{EXAMPLE}") from None
+    try:
+        dialect = u.get_dialect()
+    except NoSuchModuleError:
+        known = ", ".join(sorted({*STORAGES.names(), "postgresql", "mysql"}))
+        raise StorageError(f"storage {_shown(u)}: unknown scheme {u.drivername!r} "
+                           f"(known: {known})") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        hint = DRIVER_HINTS.get(s, f"install the Python driver of {u.drivername}")
+        raise StorageError(f"storage {_shown(u)}: its driver is not installed ({e}); "
+                           f"{hint}") from None
+    if s == "sqlite":
+        _check_sqlite(u.database, _shown(u), write)
+
+
+def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    db = Path(database)
+    if not write:
+        if not db.is_file():
+            raise FileNotFoundError(f"no SQLite database {db} (is the path right?)")
+        with open(db, "rb") as f:
+            if f.read(16) != b"SQLite format 3\0":
+                raise StorageError(f"{db} is not a SQLite database ({shown})")
+        # A connection that only reads writes nothing, and removes the write-ahead
+        # log it opened when it closes.
+        conn = sqlite3.connect(db)
+        try:
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{db}: {e} ({shown})") from None
+        finally:
+            conn.close()
+        if "studies" not in tables:
+            raise StorageError(f"{db} holds no Optuna study: it is a SQLite database "
+                               "of something else")
+        return
+    folder = db.resolve().parent
+    if not folder.is_dir():
+        raise StorageError(f"storage {shown}: the folder {folder} does not exist; "
+                           "create it, or give another path")
+    if db.is_dir():
+        raise StorageError(f"storage {shown}: {db} is a folder, not a database file")
+    if db.exists() and not os.access(db, os.R_OK | os.W_OK):
+        raise StorageError(f"storage {shown}: {db} is read-only; give a file this user "
+                           "may write")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StorageError(f"storage {shown}: the folder {folder} is read-only, and "
+                           "SQLite writes the database and its journal there; give a "
+                           "path in a folder this user may write")
+
+
+def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
+    """Check ``url`` (:func:`check`) and open its storage: by the plugin registered for
+    its scheme, else Optuna's relational storage, waiting at most
+    :data:`CONNECT_TIMEOUT` seconds for a server.  Raises :class:`StorageError`."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    check(url, write=write)
+    s = scheme(url)
+    try:
+        if s in STORAGES and (write or s != "sqlite"):
+            got = STORAGES.get(s).create(url)
+            return optuna.storages.RDBStorage(got) if isinstance(got, str) else got
+        kwargs: dict[str, Any] = {}
+        if s in ("postgresql", "mysql") and "connect_timeout" not in url:
+            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT}
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except SQLAlchemyError as e:
+        from sqlalchemy.engine import make_url
+
+        reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        raise StorageError(f"cannot open storage {_shown(make_url(url))}: {reason}"
+                           ) from None
+    except (ImportError, RuntimeError, OSError) as e:
+        raise StorageError(f"cannot open storage {url}: {e}") from None
