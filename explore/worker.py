@@ -156,6 +156,19 @@ class _Exit(BaseException):
     """The scheduler said exit (a BaseException: it passes the trial's error handler)."""
 
 
+def diverged(loss: Any, which: str, round_: int) -> str | None:
+    """The reason a trial whose ``which`` loss after round ``round_`` is NaN or
+    infinite fails (checked once a round, on the host), or None.
+
+    >>> diverged(float("nan"), "training", 1), diverged(0.3, "training", 1)
+    ('diverged: training loss nan at round 1', None)
+    """
+    if loss is None or bool(np.all(np.isfinite(loss))):
+        return None
+    shown = float(loss) if np.ndim(loss) == 0 else np.asarray(loss).tolist()
+    return f"diverged: {which} loss {shown} at round {round_}"
+
+
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
@@ -263,8 +276,14 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                                    batch=res.batch, stop=stopped)
                 if loss is None:
                     continue
-                metrics = res.validation.measure(res.vm, arrays["x_valid"],
-                                                 arrays["y_valid"])
+                bad = diverged(loss, "training", res.round + 1)
+                metrics = {} if bad else res.validation.measure(res.vm, arrays["x_valid"],
+                                                                arrays["y_valid"])
+                bad = bad or diverged(metrics.get("loss", 0.0), "validation", res.round + 1)
+                if bad:  # a NaN or infinite loss never recovers: the trial fails now
+                    conn.send(TrialFailed(nxt, bad))
+                    drop(nxt)
+                    continue
                 res.busy_s += time.perf_counter() - t0
                 metrics["train_loss"] = loss
                 metrics["train_seconds"] = res.busy_s

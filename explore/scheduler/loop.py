@@ -454,7 +454,9 @@ class Scheduler:
             self._sample()
         else:
             self._release(w, p)
-            self._fail(p.trial, f"error in worker {w.index}: {msg.reason}")
+            # a diverged trial's reason stands alone: the worker had no error
+            self._fail(p.trial, msg.reason if msg.reason.startswith("diverged:")
+                       else f"error in worker {w.index}: {msg.reason}")
 
     def _prune(self, w: Worker, p: Placement) -> None:
         self._send(w, Stop(p.trial.number))
