@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from engine import SGD, VM, CompileError, GraphError, compile_graph
@@ -270,3 +272,42 @@ def test_a_trained_model_with_batch_norm_exports_in_inference_mode(tmp_path: Pat
         vm.get("bias").reshape(1, 4, 1, 1)
     want = np.maximum(b, 0).reshape(4, 64) @ vm.get("fc")
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# -- generated: constant subgraphs of growing size ------------------------------------
+
+def _grown(op: str, a: int, b: int) -> tuple[list[onnx.NodeProto], int]:
+    """A constant of ``a * b`` elements (``b`` for Range) made by ``op``, read by a Neg."""
+    if op == "Expand":
+        nodes = [const("one", np.ones((1, 1), F32)), const("s", np.array([a, b])),
+                 helper.make_node("Expand", ["one", "s"], ["big"], name="make")]
+    elif op == "Tile":
+        nodes = [const("one", np.ones((1, 1), F32)), const("s", np.array([a, b])),
+                 helper.make_node("Tile", ["one", "s"], ["big"], name="make")]
+    elif op == "Range":
+        nodes = [const("a", np.array(0.0, F32)), const("b", np.array(float(a * b), F32)),
+                 const("d", np.array(1.0, F32)),
+                 helper.make_node("Range", ["a", "b", "d"], ["big"], name="make")]
+    else:
+        nodes = [const("s", np.array([a, b])),
+                 helper.make_node("ConstantOfShape", ["s"], ["big"], name="make",
+                                  value=numpy_helper.from_array(np.ones(1, F32), "v"))]
+    return [*nodes, helper.make_node("Neg", ["big"], ["z"], name="neg")], a * b
+
+
+@settings(max_examples=25, deadline=None)
+@given(op=st.sampled_from(["Expand", "Tile", "Range", "ConstantOfShape"]),
+       a=st.integers(1, 1 << 17), b=st.integers(1, 1 << 17))
+def test_growing_constants_fold_or_are_refused_in_bounded_time(op: str, a: int, b: int
+                                                               ) -> None:
+    """Under the cap a constant folds; over it, a GraphError comes before it is made."""
+    nodes, n = _grown(op, a, b)
+    if op == "Range":
+        n = int(np.float32(a * b))  # the limit as a float32 holds it
+    m = folded(nodes, "z")
+    if n * 4 > min(MAX_FOLD_ELEMENTS * 4, 1 << 28) or n > MAX_FOLD_ELEMENTS:
+        refused(lambda: import_onnx(m, freeze=True), "node '(make|neg)'")
+    else:
+        t0 = time.perf_counter()
+        import_onnx(m, freeze=True)
+        assert time.perf_counter() - t0 < 30
