@@ -34,6 +34,7 @@ total            18,112         18,112         18,112          1.000
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -163,7 +164,28 @@ def _compile(graph: CalcGraph, batch_size: int | None, memory: int | None,
             int(memory), f"graph {graph.name!r}",
         )
     plan = plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing, lifetimes)
+    if dev == "cpu":
+        check_fits_machine(plan.total_bytes, f"graph {graph.name!r} at batch {batch_size}")
     return emit(ir, plan, optimizer, dev)
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_machine(nbytes: int, what: str) -> None:
+    """A CPU program is one arena in host memory: one larger than the machine's physical
+    memory can never run (an imported input [N, 2^34] planned 137 GB), so it is a
+    :class:`CompileError` with both numbers, not a program that fails or swaps when a VM
+    allocates it."""
+    total = physical_memory()
+    if total is not None and nbytes > total:
+        raise CompileError(f"{what}: the program needs {nbytes:,} bytes, more than this "
+                           f"machine's {total:,} bytes of physical memory")
 
 
 def _check_batch(batch_size: int | None) -> int:

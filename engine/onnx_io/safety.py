@@ -6,8 +6,9 @@
   the bytes the tensor's shape and element type call for (an ``offset``/``length``
   pair inside the file).
 - **Sizes** are checked before anything is allocated: a tensor (initializer, Constant
-  or graph input) with a negative dimension or more than ``MAX_ELEMENTS`` elements, or
-  whose stored data does not match its shape, is an error naming it.
+  or graph input) with a negative dimension or more than ``MAX_TENSOR_ELEMENTS`` (2^30)
+  elements, or whose stored data does not match its shape, is an error naming it; so
+  are an ``offset`` or ``length`` that is not a number and a location with a NUL byte.
 - **Structure**: ``onnx.checker`` rejects cycles, inputs nothing produces and
   malformed nodes; its message is passed on.  Operators of domains other than the
   default one are refused by the importer, all named.
@@ -34,7 +35,14 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GraphError
-from engine.ops.constant import MAX_ELEMENTS
+
+# One tensor of a model (an initializer, a Constant, a generated weight, an input's
+# row): 2^30 elements, 4 GiB of float32.  The largest single weights of the models this
+# engine runs are a few hundred million elements (VGG's first dense layer, 103 M); the
+# engine-wide 2^34 (64 GiB of float32) let an input [N, 2^34] import and compile to a
+# 137 GB program.  Whole programs are also held to the machine's memory by the
+# compiler (engine.compile.compiler.check_fits_machine).
+MAX_TENSOR_ELEMENTS = 1 << 30
 
 
 def load_model(model: Any) -> Any:
@@ -62,9 +70,9 @@ def load_model(model: Any) -> Any:
     for vi in model.graph.input:
         dims = vi.type.tensor_type.shape.dim
         static = [d.dim_value for d in dims if d.HasField("dim_value")]
-        if any(d < 0 for d in static) or math.prod(static) > MAX_ELEMENTS:
+        if any(d < 0 for d in static) or math.prod(static) > MAX_TENSOR_ELEMENTS:
             raise GraphError(f"input {vi.name!r}: shape {static} is not a tensor this engine "
-                             f"can hold (at most {MAX_ELEMENTS:,} elements)")
+                             f"can hold (at most {MAX_TENSOR_ELEMENTS:,} elements)")
     return model
 
 
@@ -92,9 +100,9 @@ def expected_bytes(tensor: Any) -> int:
 
     dims = list(tensor.dims)
     n = math.prod(dims)
-    if any(d < 0 for d in dims) or n > MAX_ELEMENTS:
+    if any(d < 0 for d in dims) or n > MAX_TENSOR_ELEMENTS:
         raise GraphError(f"tensor {tensor.name!r}: shape {dims} is not a tensor this engine "
-                         f"can hold (at most {MAX_ELEMENTS:,} elements)")
+                         f"can hold (at most {MAX_TENSOR_ELEMENTS:,} elements)")
     try:
         item = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
     except (KeyError, TypeError, ValueError):
@@ -126,6 +134,9 @@ def load_external(tensor: Any, base: str) -> None:
 
     info = {e.key: e.value for e in tensor.external_data}
     location = info.get("location", "")
+    if "\0" in location:
+        raise GraphError(f"tensor {tensor.name!r}: external data location {location!r} has "
+                         "a NUL byte")
     if not location or os.path.isabs(location) or location.startswith(("/", "\\")) or \
             (len(location) > 1 and location[1] == ":"):
         raise GraphError(f"tensor {tensor.name!r}: external data location {location!r} must "
@@ -141,8 +152,13 @@ def load_external(tensor: Any, base: str) -> None:
         raise GraphError(f"tensor {tensor.name!r}: external data file {location!r} is missing "
                          "or not a regular file")
     want = expected_bytes(tensor)
-    offset = int(info.get("offset", 0) or 0)
-    length = int(info.get("length", want) or want)
+    try:
+        offset = int(info.get("offset", 0) or 0)
+        length = int(info.get("length", want) or want)
+    except ValueError:
+        raise GraphError(f"tensor {tensor.name!r}: external data offset "
+                         f"{info.get('offset')!r} or length {info.get('length')!r} is not a "
+                         "number") from None
     size = os.path.getsize(target)
     if offset < 0 or length != want or offset + length > size:
         raise GraphError(f"tensor {tensor.name!r}: external data ({location!r}, offset "

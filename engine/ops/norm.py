@@ -40,7 +40,7 @@ from typing import Any
 
 from engine.alignment import align_up
 from engine.errors import ShapeError
-from engine.graph import TensorDesc
+from engine.graph import Node, TensorDesc
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
@@ -52,7 +52,7 @@ from engine.ops._base import (
     Step,
     need_float,
 )
-from engine.ops._onnx import ENGINE_INTERNAL, ImportContext, OnnxForm
+from engine.ops._onnx import ENGINE_INTERNAL, Exported, ImportContext, OnnxForm
 
 
 def moments(xp: Any, x: Any, axes: Any, mean: Any, istd: Any, scratch: Any, inv_n: float,
@@ -400,12 +400,23 @@ def _import_bn(ctx: ImportContext, node: Any, ins: list[str], attrs: dict[str, A
     return ins, attrs
 
 
+def _export_bn(n: Node, helper: Any, nh: Any) -> Exported:
+    """The inference form, whatever the path did: ``training_mode=0`` and one output, the
+    running statistics (the VM's values: initializers) normalising.  A training-mode
+    node (several outputs in ONNX, the running ones computed, not updated) is not what
+    an exported model runs, and onnxruntime refuses one with a single output."""
+    attrs = {"epsilon": float(n.attrs.get("epsilon", 1e-5)),
+             "momentum": float(n.attrs.get("momentum", 0.9))}
+    return [helper.make_node("BatchNormalization", list(n.inputs[:5]), [n.outputs[0]],
+                             **attrs)], []
+
+
 OPS = [
     OpDef(name="BatchNormalization", shape=_bn_shape, kernel=_bn, grad=_g_bn, workspace=_bn_ws,
           num_inputs=(5, 5), num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
           attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "running_update": 0,
                  "spatial": 1, "unbiased": 0}, stacking=NOT_STACKED,
-          onnx=OnnxForm(name="BatchNormalization", import_=_import_bn,
+          onnx=OnnxForm(name="BatchNormalization", import_=_import_bn, export=_export_bn,
                         engine_attrs=frozenset({"running_update", "unbiased"})),
           doc="ONNX BatchNormalization; with running_update=1 (training) the running mean "
               "and variance inputs are updated in place; with unbiased=1 the running "
