@@ -81,6 +81,8 @@ def halvings(top: int, bottom: int) -> tuple[int, ...]:
     >>> halvings(10_000, 64)
     (5000, 2500, 1250, 625, 312, 156, 78, 64)
     """
+    if bottom < 1:  # the schema refuses such a batch; halving towards it would not end
+        raise ValueError(f"a batch size is at least 1, got {bottom}")
     out, b = [], top // 2
     while b > bottom:
         out.append(b)

@@ -78,11 +78,22 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option given as an empty string is a mistake (an unset variable), not a
+    request for the default."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("is empty; leave the option out for the default")
+    return value
+
+
 @main.command()
 @click.argument("space_file", type=click.Path(dir_okay=False))
-@click.option("--storage", help="an Optuna storage URL (default: SQLite next to the file)")
-@click.option("--study", "study_name", help="the study name (default: the space's name)")
-@click.option("--trials", type=click.IntRange(min=1), help="trials in all (budget.trials)")
+@click.option("--storage", callback=_not_empty,
+              help="an Optuna storage URL (default: SQLite next to the file)")
+@click.option("--study", "study_name", callback=_not_empty,
+              help="the study name (default: the space's name)")
+@click.option("--trials", type=click.IntRange(min=1, max=1_000_000),
+              help="trials in all (budget.trials)")
 @click.option("--workers", type=click.IntRange(min=1, max=256), help="worker processes")
 @click.option("--memory", help="memory budget, e.g. 512MB or 4GiB (budget.memory)")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), help="where trials run")
@@ -247,6 +258,7 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
     from explore.candidate import compile_candidate, graph_of
     from explore.optimizers import build_optimizer
     from explore.sampling import fixed
+    from explore.space import check_value
 
     space = _space(space_file)
     overrides = {}
@@ -255,6 +267,14 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
             _fail(f"--params {item!r}: write KEY=VALUE")
         k, v = item.split("=", 1)
         overrides[k.strip()] = _value(v.strip())
+    builder_keys = set(type(space.model).model_fields) if space.uses_builder else set()
+    for k, v in overrides.items():
+        if k in builder_keys:
+            continue  # the builder's own parameter: its builder says what it may be
+        try:
+            check_value(k, v)
+        except ValueError as e:
+            _fail(f"--params {k}: {e}")
     budget = _size(memory, "--memory")
     try:
         graph = None
@@ -295,6 +315,9 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
 
 
 def _value(text: str) -> Any:
+    """A --params value: an integer, a number, true/false, a [list] or a name."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for conv in (int, float):
         try:
             return conv(text)

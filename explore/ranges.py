@@ -11,9 +11,11 @@ grid is finite) can read them without importing the schema, which imports the pl
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import Strict as StrictMode
 
 
 class Strict(BaseModel):
@@ -23,13 +25,25 @@ class Strict(BaseModel):
 
 
 Scalar = int | float | str | bool
+# Numbers as written: an integer is never a bool, a float or a string ("3"), a float
+# bound is a finite number (an integer is one too), never a string or a bool.
+Int = Annotated[int, StrictMode()]
+Num = Annotated[float, StrictMode(), Field(allow_inf_nan=False)]
+Flag = Annotated[bool, StrictMode()]
+
+
+def finite(v: Any) -> Any:
+    """``v``, unless it is a NaN or infinite float (ValueError)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v} is not a finite number")
+    return v
 
 
 class Range(Strict):
     """Common to every searched parameter."""
 
     when: dict[str, Scalar | list[Scalar]] | None = None  # asked only when these match
-    per_layer: bool = False  # one value per layer (model parameters only)
+    per_layer: Flag = False  # one value per layer (model parameters only)
 
     def values(self) -> list[Any] | None:
         """The finite list of values, if the parameter has one (grid search)."""
@@ -46,13 +60,17 @@ def _check_bounds(lo: float, hi: float, log: bool, stepped: bool) -> None:
 
 
 class IntRange(Range):
-    bounds: tuple[int, int] = Field(alias="int")
-    log: bool = False
-    step: int = Field(1, ge=1)
+    bounds: tuple[Int, Int] = Field(alias="int")
+    log: Flag = False
+    step: Int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> IntRange:
         _check_bounds(*self.bounds, self.log, self.step != 1)
+        lo, hi = self.bounds
+        if (hi - lo) % self.step:
+            raise ValueError(f"step {self.step} does not divide the range [{lo}, {hi}]: "
+                             f"the high bound would never be reached")
         return self
 
     def values(self) -> list[Any] | None:
@@ -60,13 +78,19 @@ class IntRange(Range):
 
 
 class FloatRange(Range):
-    bounds: tuple[float, float] = Field(alias="float")
-    log: bool = False
-    step: float | None = Field(None, gt=0)
+    bounds: tuple[Num, Num] = Field(alias="float")
+    log: Flag = False
+    step: Num | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> FloatRange:
         _check_bounds(*self.bounds, self.log, self.step is not None)
+        lo, hi = self.bounds
+        if self.step is not None:
+            n = (hi - lo) / self.step
+            if not math.isfinite(n) or abs(n - round(n)) > 1e-9 * max(1.0, n):
+                raise ValueError(f"step {self.step} does not divide the range [{lo}, {hi}]: "
+                                 f"the high bound would never be reached")
         return self
 
 
@@ -75,6 +99,8 @@ class Choice(Range):
 
     @model_validator(mode="after")
     def _check(self) -> Choice:
+        for v in self.options:
+            finite(v)
         if len(set(map(repr, self.options))) != len(self.options):
             raise ValueError(f"choices repeat a value: {self.options}")
         return self
@@ -93,7 +119,7 @@ def _param(v: Any) -> Any:
                                           "choice": Choice}
         return kinds_[kinds[0]].model_validate(v)
     if isinstance(v, int | float | str | bool):
-        return v
+        return finite(v)
     raise ValueError(f"a parameter is a value or a range, not {type(v).__name__}")
 
 

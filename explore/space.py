@@ -23,7 +23,10 @@ file, line and key at once (:class:`~explore.yamlio.SpaceError`).
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from explore import datasets, families, metrics, pruners, samplers
+from explore import builders, datasets, families, metrics, optimizers, pruners, samplers
 from explore.datasets import BaseDataset, DataError
 from explore.datasets.table import resolve
 from explore.ranges import (  # the parameter types are part of the schema's vocabulary
@@ -48,6 +51,7 @@ from explore.ranges import (  # the parameter types are part of the schema's voc
     Range,
     Scalar,
     Strict,
+    finite,
 )
 from explore.yamlio import Document, SourceError, SpaceError, load_file
 
@@ -62,31 +66,178 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "G": 10**9}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
+# -- limits (search_spaces/README.md, "Limits"): checked before anything is allocated ----
+MAX_MEMORY = 10**15  # 1 PB: a memory budget beyond it is a typo
+MAX_LAYERS = 64  # depth, blocks, stage_blocks
+MAX_WIDTH = 1_048_576  # width (units per layer), channels (filters per block)
+MAX_KERNEL = 63  # a convolution's kernel side (odd)
+MAX_STRIDE = 64
+MAX_BATCH = 1_048_576  # batch_size, auto_max_batch, eval_batch_size
+MAX_TRIALS = 1_000_000
+MAX_ROUNDS = 100_000
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a message quotes it: a long one cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+
 
 def parse_size(value: Any) -> int:
-    """Bytes from ``512MB``, ``4GiB``, ``1.5 GB`` or a number.
+    """Bytes from ``512MB``, ``4GiB``, ``1.5 GB`` or a number: at least one byte and at
+    most :data:`MAX_MEMORY` (1 PB).
 
     >>> parse_size("512MB"), parse_size("4GiB"), parse_size(1024)
     (512000000, 4294967296, 1024)
     """
     if isinstance(value, bool):
         raise ValueError(f"a size, not {value!r}")
+    shown = _shown(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a size is a finite number of bytes, not {value}")
     if isinstance(value, int | float):
-        n = value
+        n = Decimal(value)
     elif isinstance(value, str) and (m := _SIZE.match(value)):
         unit = m.group(2).upper()
         if unit not in _UNITS:
             raise ValueError(f"unknown unit {m.group(2)!r} in {value!r}; use B, KB, MB, GB, "
                              "KiB, MiB or GiB")
-        n = float(m.group(1)) * _UNITS[unit]
+        try:
+            n = Decimal(m.group(1)) * _UNITS[unit]
+        except InvalidOperation:  # pragma: no cover (the pattern admits only digits)
+            raise ValueError(f"{value!r} is not a size such as 512MB or 4GiB") from None
     else:
-        raise ValueError(f"{value!r} is not a size such as 512MB or 4GiB")
+        raise ValueError(f"{shown} is not a size such as 512MB or 4GiB")
     if n <= 0:
-        raise ValueError(f"a size must be positive, got {value!r}")
+        raise ValueError(f"a size must be positive, got {shown}")
+    if n < 1:
+        raise ValueError(f"{shown} is less than one byte")
+    if n > MAX_MEMORY:
+        raise ValueError(f"{shown} is more than 1 PB ({MAX_MEMORY:,} bytes), the most a "
+                         "budget may be")
     return int(n)
 
 
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+# -- parameters ------------------------------------------------------------------------------
+# What each model and training parameter may be, checked for a fixed value, both bounds
+# of a range and every choice, so that no trial is the first to find out.
+
+
+def _integer(lo: int, hi: int, odd: bool = False) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"an integer, not {_shown(v)}")
+        if not lo <= v <= hi:
+            raise ValueError(f"{_shown(v)} is outside [{lo:,}, {hi:,}]")
+        if odd and v % 2 == 0:
+            raise ValueError(f"{v} is even: the kernel is odd (3, 5, ...) so that padding "
+                             "keeps the image's size")
+    check.numeric = "int"  # type: ignore[attr-defined]
+    return check
+
+
+def _number(lo: float, hi: float | None, lo_open: bool = False,
+            hi_open: bool = False) -> Callable[[Any], None]:
+    where = f"{'(' if lo_open else '['}{lo:g}, {'inf)' if hi is None else f'{hi:g}'}" + \
+        ("" if hi is None else (")" if hi_open else "]"))
+
+    def check(v: Any) -> None:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"a number, not {_shown(v)}")
+        finite(v)
+        if (v < lo or (lo_open and v == lo)) or \
+                (hi is not None and (v > hi or (hi_open and v == hi))):
+            raise ValueError(f"{_shown(v)} is outside {where}")
+    check.numeric = "float"  # type: ignore[attr-defined]
+    return check
+
+
+def _name(what: str, known: Callable[[], list[str]]) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        names = known()
+        if not isinstance(v, str) or v.lower() not in names:
+            raise ValueError(f"unknown {what} {_shown(v)}; known: {', '.join(names)}")
+    return check
+
+
+def _flag(v: Any) -> None:
+    if not isinstance(v, bool):
+        raise ValueError(f"true or false, not {_shown(v)}")
+
+
+def _batch(v: Any) -> None:
+    if v != "auto":
+        try:
+            _integer(1, MAX_BATCH)(v)
+        except ValueError as e:
+            raise ValueError(f"a batch size is 'auto' or an integer in [1, {MAX_BATCH:,}]; "
+                             f"{e}") from None
+
+
+_batch.numeric = "int"  # type: ignore[attr-defined]
+
+
+def _losses() -> list[str]:
+    return ["auto", *dict.fromkeys(n for names in builders.LOSSES.values() for n in names)]
+
+
+RULES: dict[str, Callable[[Any], None]] = {
+    "depth": _integer(0, MAX_LAYERS),  # 0: no hidden layer
+    "blocks": _integer(0, MAX_LAYERS),
+    "width": _integer(1, MAX_WIDTH),
+    "channels": _integer(1, MAX_WIDTH),
+    "activation": _name("activation", lambda: list(builders.ACTIVATIONS)),
+    "dropout": _number(0, 1, hi_open=True),
+    "init": _name("init", lambda: list(builders.INITS)),
+    "kernel": _integer(1, MAX_KERNEL, odd=True),
+    "stride": _integer(1, MAX_STRIDE),
+    "pool": _flag,
+    "batch_norm": _flag,
+    "residual": _flag,
+    "stage_blocks": _integer(1, MAX_LAYERS),
+    "loss": _name("loss", _losses),
+    "optimizer": _name("optimizer", lambda: [n.lower() for n in optimizers.names()]),
+    "lr": _number(0, None, lo_open=True),
+    "momentum": _number(0, 1, hi_open=True),
+    "weight_decay": _number(0, None),
+    "batch_size": _batch,
+}
+
+
+def check_value(name: str, value: Any) -> None:
+    """A ValueError when ``value`` (a fixed value, or a list of per-layer values) is not
+    one ``name`` may take; a name without a rule takes anything."""
+    rule = RULES.get(name)
+    if rule is None:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        rule(v)
+
+
+def check_param(name: str, p: Any) -> Any:
+    """``p`` (a fixed value or a range) if every value it can take suits ``name``."""
+    rule = RULES.get(name)
+    if rule is None:
+        return p
+    numeric = getattr(rule, "numeric", None)
+    if isinstance(p, IntRange | FloatRange):
+        kind = "int" if isinstance(p, IntRange) else "float"
+        if numeric is None or (numeric == "int" and kind == "float"):
+            use = "whole numbers: use int" if numeric else "names or flags: use choice"
+            raise ValueError(f"{name} takes {use} rather than {kind}: [low, high]")
+        for b in p.bounds:
+            rule(b)
+    elif isinstance(p, Choice):
+        for i, v in enumerate(p.options):
+            try:
+                rule(v)
+            except ValueError as e:
+                raise ValueError(f"choice {i}: {e}") from None
+    else:
+        rule(p)
+    return p
 
 # -- sections ------------------------------------------------------------------------------
 
@@ -210,13 +361,41 @@ class Objective(Strict):
 
 
 class Budget(Strict):
-    trials: int = Field(ge=1)
-    rounds: int = Field(ge=1)  # rounds (epochs) per trial
+    trials: int = Field(ge=1, le=MAX_TRIALS, strict=True)
+    rounds: int = Field(ge=1, le=MAX_ROUNDS, strict=True)  # rounds (epochs) per trial
     device: Literal["cpu", "gpu"] = "cpu"
     memory: ByteSize  # for trial heaps, worker overheads and data on the device
-    workers: int = Field(1, ge=1, le=256)
-    trials_per_worker: int = Field(2, ge=1)  # held at once: one running, one ready
-    seed: int = 0
+    workers: int = Field(1, ge=1, le=256, strict=True)
+    # held at once: one running, one ready
+    trials_per_worker: int = Field(2, ge=1, le=64, strict=True)
+    seed: int = Field(0, strict=True)
+
+    @model_validator(mode="after")
+    def _machine(self) -> Budget:
+        have = machine_memory() if self.device == "cpu" else None
+        if have is not None and self.memory > have:
+            raise Located(("memory",), f"{self.memory:,} bytes is more than this machine "
+                          f"has ({have:,} bytes of memory and swap)")
+        return self
+
+
+def machine_memory() -> int | None:
+    """Bytes of physical memory and swap on this machine (a budget above them could
+    never be honoured); None where the system does not say."""
+    import os
+
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(total)
 
 
 class Sampler(Strict):
@@ -274,6 +453,13 @@ class Model(Strict):
     batch_norm: Param = False  # cnn: batch normalisation between convolution and relu
     residual: Param = False  # cnn: add a block's input to its output where shapes agree
     stage_blocks: Param = 1  # resnet: residual blocks per stage (blocks: the stages)
+
+    @field_validator("depth", "width", "activation", "dropout", "init", "blocks", "channels",
+                     "kernel", "stride", "pool", "batch_norm", "residual", "stage_blocks",
+                     mode="after")
+    @classmethod
+    def _rules(cls, v: Any, info: ValidationInfo) -> Any:
+        return check_param(str(info.field_name), v)
     # family onnx (implied by onnx): a model of the user's, trained (explore.families._onnx)
     onnx: Path | None = None  # the .onnx file, relative to the YAML file
     freeze: list[str] | Param = Field(default_factory=list)  # parameters kept (globs)
@@ -345,8 +531,15 @@ class Training(Strict):
     momentum: Param = 0.0
     weight_decay: Param = 0.0
     batch_size: Param = 64  # or "auto": the largest batch that fits the trial's share
-    auto_max_batch: int = Field(512, ge=1)
-    eval_batch_size: int = Field(512, ge=1)  # validation runs in chunks this big
+    auto_max_batch: int = Field(512, ge=1, le=MAX_BATCH, strict=True)
+    # validation runs in chunks this big
+    eval_batch_size: int = Field(512, ge=1, le=MAX_BATCH, strict=True)
+
+    @field_validator("loss", "optimizer", "lr", "momentum", "weight_decay", "batch_size",
+                     mode="after")
+    @classmethod
+    def _rules(cls, v: Any, info: ValidationInfo) -> Any:
+        return check_param(str(info.field_name), v)
 
 
 class Space(Strict):
@@ -443,15 +636,17 @@ class Space(Strict):
     def _cross(self) -> Space:
         params = self.params()
         for name, p in params.items():
+            section = "model" if name in Model.model_fields else "training"
             if isinstance(p, Range) and p.when:
                 for other in p.when:
                     if other not in params:
-                        raise ValueError(f"{name}.when names {other!r}, which is not a "
-                                         f"parameter; parameters: {', '.join(params)}")
+                        raise Located((section, name, "when", other),
+                                      f"names {other!r}, which is not a parameter; "
+                                      f"parameters: {', '.join(params)}")
             if isinstance(p, Range) and p.per_layer and name not in ("width", "activation",
                                                                       "dropout", "channels"):
-                raise ValueError(f"{name}: per_layer applies to width, activation, dropout "
-                                 "and channels only")
+                raise Located((section, name, "per_layer"), "per_layer applies to width, "
+                              "activation, dropout and channels only")
         bs = params["batch_size"]
         if isinstance(bs, str) and bs != "auto":
             raise ValueError(f"training.batch_size is a number, a range or 'auto', not {bs!r}")
@@ -460,6 +655,16 @@ class Space(Strict):
 
 
 # -- loading --------------------------------------------------------------------------------
+
+
+class Located(ValueError):
+    """A check across sections that knows the key at fault (reported at its line, not at
+    the top of the file)."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
 
 
 def parse_space(data: Any, doc: Document | None = None, resolve_data: bool = True) -> Space:
@@ -476,6 +681,9 @@ def parse_space(data: Any, doc: Document | None = None, resolve_data: bool = Tru
         for err in e.errors():
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and
                                                      ("[" in p or p.startswith("function"))))
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, Located):
+                loc = (*loc, *cause.loc)
             line = doc.line(loc) if doc else None
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":

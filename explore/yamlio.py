@@ -3,8 +3,14 @@
 PyYAML's safe composer gives a node tree with positions; this module turns it into
 plain Python while recording, for every key path, the line it was written on, so that
 a validation error can name the file, line and key.  It refuses what a config file
-never needs and an attacker would use: more than ``MAX_NODES`` values after alias
-expansion (an "alias bomb" of nested anchors), recursive aliases and duplicate keys.
+never needs and an attacker would use, each with a message naming the limit: a file of
+more than ``MAX_BYTES``, collections nested deeper than ``MAX_DEPTH`` (checked on the
+parser's events, before the recursive composer could overflow the stack), more than
+``MAX_NODES`` values, as written or after alias expansion (an "alias bomb" of nested
+anchors), recursive aliases and duplicate keys.
+
+Numbers are read as YAML 1.2 reads them: ``1e-3`` and ``1.0e4`` are floats (YAML 1.1,
+PyYAML's default, needs a dot and a signed exponent and reads them as strings).
 
 >>> doc = load_text("a: 1\\nb:\\n  c: [x, y]\\n", "s.yaml")
 >>> doc.data, doc.line(("b", "c", 1))
@@ -13,6 +19,7 @@ expansion (an "alias bomb" of nested anchors), recursive aliases and duplicate k
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +27,19 @@ from typing import Any
 import yaml
 
 MAX_NODES = 10_000
+MAX_BYTES = 1_000_000  # a search space is a few hundred bytes; 1 MB is a mistake
+MAX_DEPTH = 64  # nested mappings and lists (a space needs 4)
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, with YAML 1.2's floats (``1e-3``, ``1.0e4``, ``5.``)."""
+
+
+# Tried after YAML 1.1's resolvers, so ints, 1.1 floats, bools and nulls are unchanged.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+    list("-+0123456789."))
 _SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
 
 Loc = tuple[str | int, ...]
@@ -62,10 +82,21 @@ class Document:
         return self.lines.get((), None)
 
 
+def _too_big(file: str, size: int) -> SpaceError:
+    return SpaceError([SourceError(file, None, "", f"the file has {size:,} bytes, more than "
+                                   f"the {MAX_BYTES:,} a search space may have")])
+
+
 def load_file(path: str | Path) -> Document:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        if p.is_file() and (size := p.stat().st_size) > MAX_BYTES:
+            raise _too_big(str(p), size)
+        with p.open("rb") as f:  # a file that grows, or is not a file, reads no further
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise _too_big(str(p), len(raw))
+        text = raw.decode("utf-8")
     except OSError as e:
         raise SpaceError([SourceError(str(p), None, "", f"cannot read the file: "
                                       f"{e.strerror or e}")]) from None
@@ -74,9 +105,38 @@ def load_file(path: str | Path) -> Document:
     return load_text(text, str(p))
 
 
+def _scan(text: str, file: str) -> bool:
+    """Refuse too deep a nesting, or too many values as written, from the parser's events
+    (no recursion, nothing built); whether the text has aliases."""
+    depth = count = 0
+    aliases = False
+    for event in yaml.parse(text, Loader=_Loader):
+        line = event.start_mark.line + 1 if event.start_mark is not None else None
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpaceError([SourceError(file, line, "",
+                                              f"nested more than {MAX_DEPTH} levels deep; a "
+                                              "search space needs a few")])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases = True
+        if isinstance(event, yaml.NodeEvent):
+            count += 1
+            if count > MAX_NODES:
+                raise SpaceError([SourceError(file, line, "",
+                                              f"more than {MAX_NODES:,} values; a search "
+                                              "space is far smaller")])
+    return aliases
+
+
 def load_text(text: str, file: str = "<text>") -> Document:
+    if len(text) > MAX_BYTES and len(text.encode("utf-8")) > MAX_BYTES:
+        raise _too_big(file, len(text.encode("utf-8")))
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        aliases = _scan(text, file)
+        node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -87,10 +147,13 @@ def load_text(text: str, file: str = "<text>") -> Document:
         raise SpaceError([SourceError(file, line, "", f"YAML syntax: {msg}")]) from None
     except yaml.YAMLError as e:
         raise SpaceError([SourceError(file, None, "", f"YAML: {e}")]) from None
+    except RecursionError:  # pragma: no cover (_scan refuses the depth first)
+        raise SpaceError([SourceError(file, None, "", f"nested more than {MAX_DEPTH} "
+                                      "levels deep")]) from None
     doc = Document(None, file)
     if node is None:
         raise SpaceError([SourceError(file, 1, "", "the file is empty")])
-    builder = _Builder(doc)
+    builder = _Builder(doc, aliases)
     doc.data = builder.build(node, (), set())
     if builder.errors:
         raise SpaceError(builder.errors)
@@ -98,18 +161,21 @@ def load_text(text: str, file: str = "<text>") -> Document:
 
 
 class _Builder:
-    def __init__(self, doc: Document) -> None:
+    def __init__(self, doc: Document, aliases: bool = True) -> None:
         self.doc = doc
+        self.aliases = aliases
         self.count = 0
         self.errors: list[SourceError] = []
-        self.constructor = yaml.SafeLoader("")  # scalar resolution, as safe_load does
+        self.constructor = _Loader("")  # scalar construction, as safe_load does
 
     def build(self, node: yaml.Node, loc: Loc, active: set[int]) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
             raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
-                                          f"more than {MAX_NODES:,} values (nested aliases?)"
-                                          "; a search space is far smaller")])
+                                          f"more than {MAX_NODES:,} values"
+                                          + (" once its nested aliases are expanded" if
+                                             self.aliases else "")
+                                          + "; a search space is far smaller")])
         self.doc.lines.setdefault(loc, node.start_mark.line + 1)
         if id(node) in active:
             raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
@@ -120,6 +186,11 @@ class _Builder:
             except yaml.constructor.ConstructorError as e:
                 self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1,
                                                _key(loc), str(e.problem)))
+                return None
+            except ValueError as e:  # an integer of more than 4,300 digits, say
+                self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1,
+                                               _key(loc), f"cannot read {node.value[:30]!r}"
+                                               f"...: {e}"))
                 return None
         active = active | {id(node)}
         if node.tag not in (_SEQ, _MAP):
@@ -142,9 +213,9 @@ class _Builder:
                     continue
                 try:
                     key = self.constructor.construct_object(knode)
-                except yaml.constructor.ConstructorError as e:
+                except (yaml.constructor.ConstructorError, ValueError) as e:
                     self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
-                                                   _key(loc), str(e.problem)))
+                                                   _key(loc), str(getattr(e, "problem", e))))
                     continue
                 if key in out:
                     self.errors.append(SourceError(

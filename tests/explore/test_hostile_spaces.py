@@ -1,0 +1,218 @@
+"""Hostile or mistaken spaces: each is refused at validation with its file, line and
+key (exit status 2 from the CLI), never a traceback, a hang or a runaway allocation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from explore.candidate import halvings
+from explore.space import load_space, parse_size
+from explore.yamlio import MAX_BYTES, MAX_DEPTH, MAX_NODES, SpaceError, load_text
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = """\
+dataset: digits
+budget: {trials: 2, rounds: 1, memory: 64MB}
+model:
+  depth: 1
+  width: 8
+training:
+  optimizer: adam
+  lr: 0.01
+  batch_size: 32
+"""
+
+
+def _space(tmp_path: Path, text: str) -> Path:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    return f
+
+
+def _refused(tmp_path: Path, text: str, key: str, match: str) -> str:
+    """The one error's text; it names the key, the line the key is on, and ``match``."""
+    f = _space(tmp_path, text)
+    with pytest.raises(SpaceError) as e:
+        load_space(f, resolve_data=False)
+    hits = [x for x in e.value.errors if x.key == key or x.key.startswith(key + ".")]
+    assert hits, [str(x) for x in e.value.errors]
+    line = next(i + 1 for i, t in enumerate(text.splitlines())
+                if t.strip().startswith(key.split(".")[-1] + ":"))
+    assert hits[0].line == line, str(hits[0])
+    assert match in hits[0].message, str(hits[0])
+    return str(hits[0])
+
+
+def _with(section_key: str, value: str) -> str:
+    """BASE with ``model.x`` or ``training.x`` (or ``budget.x``) set to ``value``."""
+    section, key = section_key.split(".")
+    lines = BASE.splitlines()
+    if section == "budget":
+        lines[1] = "budget:\n  trials: 2\n  rounds: 1\n  memory: 64MB"
+        lines[1] = "\n".join(x for x in lines[1].splitlines() if not x.strip().startswith(
+            key + ":")) + f"\n  {key}: {value}"
+        return "\n".join(lines) + "\n"
+    at = lines.index(f"{section}:")
+    kept = [x for x in lines if not (x.startswith("  ") and x.strip().startswith(key + ":")
+                                     and lines.index(x) > at)]
+    at = kept.index(f"{section}:")
+    kept.insert(at + 1, f"  {key}: {value}")
+    return "\n".join(kept) + "\n"
+
+
+# -- class 1: hangs and runaway sizes --------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("training.batch_size", "-1", "[1, 1,048,576]"),
+    ("training.batch_size", "0", "[1, 1,048,576]"),
+    ("training.batch_size", "2000000", "[1, 1,048,576]"),
+    ("model.depth", "100000", "outside [0, 64]"),
+    ("model.blocks", "1000", "outside [0, 64]"),
+    ("model.width", "100000000000000000000", "outside [1, 1,048,576]"),
+    ("model.width", "{int: [8, 2000000]}", "outside [1, 1,048,576]"),
+    ("model.channels", "2000000", "outside [1, 1,048,576]"),
+    ("budget.trials", "10000000000", "less than or equal to 1000000"),
+    ("budget.rounds", "10000000", "less than or equal to 100000"),
+])
+def test_caps(tmp_path: Path, key: str, value: str, match: str) -> None:
+    _refused(tmp_path, _with(key, value), key, match)
+
+
+def test_halvings_refuses_a_batch_below_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        halvings(512, 0)
+    with pytest.raises(ValueError, match="at least 1"):
+        halvings(512, -1)
+
+
+def test_a_file_too_big_too_deep_or_too_long_says_which_limit(tmp_path: Path) -> None:
+    big = _space(tmp_path, "a: 1\n" + "#" * MAX_BYTES)
+    with pytest.raises(SpaceError, match="bytes, more than"):
+        load_space(big)
+    with pytest.raises(SpaceError, match=f"nested more than {MAX_DEPTH} levels"):
+        load_text("a: " + "[" * 500 + "]" * 500)
+    with pytest.raises(SpaceError, match=f"nested more than {MAX_DEPTH} levels"):
+        load_text("a: " + "{b: " * 100 + "1" + "}" * 100)
+    with pytest.raises(SpaceError) as e:
+        load_text("a: [" + ", ".join(["1"] * (MAX_NODES + 1)) + "]")
+    assert f"more than {MAX_NODES:,} values" in str(e.value)
+    assert "alias" not in str(e.value)
+    with pytest.raises(SpaceError, match="4300 digits"):
+        load_text("a: " + "9" * 5000)
+
+
+# -- class 2: values that would crash later ----------------------------------------------------
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("model.dropout", "1.0", "outside [0, 1)"),
+    ("model.dropout", "-0.1", "outside [0, 1)"),
+    ("model.dropout", "{float: [0.0, 1.5]}", "outside [0, 1)"),
+    ("training.lr", ".nan", "finite"),
+    ("training.lr", "{float: [1.0e-4, .inf], log: true}", "finite"),
+    ("training.lr", "fast", "a number, not 'fast'"),
+    ("model.width", "1.0e308", "an integer"),
+    ("model.width", "'16'", "an integer"),
+    ("budget.memory", ".inf", "finite"),
+    ("budget.memory", "1" * 400, "more than 1 PB"),
+    ("budget.memory", "2000TB", "more than 1 PB"),
+    ("budget.memory", "0.5B", "less than one byte"),
+    ("budget.memory", "900TB", "more than this machine has"),
+])
+def test_values_that_would_crash(tmp_path: Path, key: str, value: str, match: str) -> None:
+    _refused(tmp_path, _with(key, value), key, match)
+
+
+def test_parse_size_limits() -> None:
+    for bad in (float("inf"), float("nan"), "1" * 400, 10**400, "0.5B", "0", True):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert parse_size("1.5GB") == 1_500_000_000
+
+
+# -- class 3: semantic errors ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("training.optimizer", "adamm", "known: sgd, adam"),
+    ("training.optimizer", "{choice: [sgd, nesterov]}", "choice 1: unknown optimizer"),
+    ("model.activation", "gelu", "known: relu, tanh"),
+    ("model.init", "glorot", "known: xavier_uniform"),
+    ("training.loss", "hinge", "known: auto, cross_entropy, mse"),
+    ("model.kernel", "4", "even"),
+    ("model.width", "0", "outside [1, 1,048,576]"),
+    ("model.width", "-8", "outside [1, 1,048,576]"),
+    ("model.depth", "-1", "outside [0, 64]"),
+    ("training.lr", "0", "outside (0, inf)"),
+    ("training.lr", "-0.1", "outside (0, inf)"),
+    ("training.momentum", "1.0", "outside [0, 1)"),
+    ("training.momentum", "-0.5", "outside [0, 1)"),
+    ("training.weight_decay", "-1.0e-4", "outside [0, inf)"),
+    ("model.pool", "'yes'", "true or false"),
+])
+def test_semantic_errors(tmp_path: Path, key: str, value: str, match: str) -> None:
+    _refused(tmp_path, _with(key, value), key, match)
+
+
+# -- class 4: silent coercion -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("budget.trials", "true", "integer"),
+    ("model.depth", "2.7", "an integer, not 2.7"),
+    ("model.width", "16.7", "an integer, not 16.7"),
+    ("model.depth", "{float: [1, 3]}", "use int"),
+    ("model.width", "{int: [16, 100], step: 32}", "does not divide"),
+    ("training.lr", "{float: [0.1, 0.5], step: 0.3}", "does not divide"),
+])
+def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) -> None:
+    _refused(tmp_path, _with(key, value), key, match)
+
+
+def test_a_cross_field_error_is_on_its_line(tmp_path: Path) -> None:
+    text = _with("training.momentum", "{float: [0.0, 0.9], when: {optimiser: sgd}}")
+    with pytest.raises(SpaceError) as e:
+        load_space(_space(tmp_path, text), resolve_data=False)
+    [err] = e.value.errors
+    assert err.key == "training.momentum.when.optimiser"
+    assert err.line == text.splitlines().index(
+        "  momentum: {float: [0.0, 0.9], when: {optimiser: sgd}}") + 1
+    assert "not a parameter" in err.message
+
+
+# -- class 5: YAML 1.2 numbers ---------------------------------------------------------------
+
+def test_yaml_12_floats_are_numbers(tmp_path: Path) -> None:
+    text = _with("training.lr", "{float: [1e-4, 1.0e-1], log: true}")
+    space = load_space(_space(tmp_path, text), resolve_data=False)
+    assert space.training.lr.bounds == (1e-4, 0.1)
+    assert load_text("a: 1e3\nb: '1e3'\nc: 7\n").data == {"a": 1000.0, "b": "1e3", "c": 7}
+
+
+# -- the command line ------------------------------------------------------------------------
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "explore.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env=env)
+
+
+def test_cli_refuses_with_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    good = _space(tmp_path, BASE)
+    r = _cli("size", str(good), "--params", "batch_size=-1", cwd=tmp_path)
+    assert r.returncode == 2 and "batch_size" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("size", str(good), "--params", "depth=2.7", cwd=tmp_path)
+    assert r.returncode == 2 and "an integer" in r.stderr and "Traceback" not in r.stderr
+    for opt in ("--storage", "--study"):
+        r = _cli("run", str(good), opt, "", "--quiet", cwd=tmp_path)
+        assert r.returncode == 2 and "is empty" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("run", str(good), "--memory", "1" * 400, "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "1 PB" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(_with("model.kernel", "4"))
+    r = _cli("run", str(bad), "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "bad.yaml:" in r.stderr and "model.kernel" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "s.yaml"]
