@@ -145,6 +145,10 @@ def load_text(text: str, file: str = "<text>") -> Document:
                 e.context_mark.line != mark.line:
             msg += f" (the construct began on line {e.context_mark.line + 1})"
         raise SpaceError([SourceError(file, line, "", f"YAML syntax: {msg}")]) from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow: its line
+        line = text.count("\n", 0, e.position) + 1
+        raise SpaceError([SourceError(file, line, "", f"YAML: character {e.character!r} "
+                                      "is not allowed in a YAML file")]) from None
     except yaml.YAMLError as e:
         raise SpaceError([SourceError(file, None, "", f"YAML: {e}")]) from None
     except RecursionError:  # pragma: no cover (_scan refuses the depth first)
