@@ -32,7 +32,7 @@ from explore import __version__
 from explore.yamlio import SpaceError
 
 EXIT_USAGE = 2
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # whole lines: paths stay copyable
 out = Console()
 
 
