@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from pydantic import ValidationError
 
 from explore.yamlio import SourceError, SpaceError
 
@@ -86,9 +87,15 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         size = parse_size(memory) if memory is not None else None
     except ValueError as e:
         raise RunRefused(f"memory: {e}") from None
-    budget = sp.budget.model_copy(update={k: v for k, v in {
-        "trials": trials, "workers": workers, "memory": size, "device": device}.items()
-        if v is not None})
+    overrides = {k: v for k, v in {"trials": trials, "workers": workers, "memory": size,
+                                   "device": device}.items() if v is not None}
+    try:  # validated as the file's own values are (caps, the machine's memory)
+        budget = type(sp.budget).model_validate({**sp.budget.model_dump(), **overrides})
+    except ValidationError as e:
+        whole = "memory" if "memory" in overrides else "budget"  # the machine check's
+        raise RunRefused("; ".join(f"--{'.'.join(map(str, err['loc'])) or whole}: "
+                                   f"{err['msg'].removeprefix('Value error, ')}"
+                                   for err in e.errors())) from None
     sp = sp.model_copy(update={"budget": budget})
     if storage is not None and not storage.strip():
         raise RunRefused("storage is empty: give an Optuna storage URL")

@@ -216,3 +216,15 @@ def test_cli_refuses_with_exit_2_and_writes_nothing(tmp_path: Path) -> None:
     assert r.returncode == 2 and "bad.yaml:" in r.stderr and "model.kernel" in r.stderr
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "s.yaml"]
+
+
+def test_budget_overrides_are_checked_as_the_files_values_are(tmp_path: Path) -> None:
+    """--memory beyond the machine's memory and swap, and --trials beyond the cap, are
+    refused from the command line too, before anything is written."""
+    good = _space(tmp_path, BASE)
+    r = _cli("run", str(good), "--memory", "900TB", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "--memory" in r.stderr and "more than this machine has" \
+        in r.stderr, r.stderr
+    r = _cli("run", str(good), "--trials", "2000000", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "--trials" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
