@@ -649,8 +649,14 @@ class Space(Strict):
                               "activation, dropout and channels only")
         bs = params["batch_size"]
         if isinstance(bs, str) and bs != "auto":
-            raise ValueError(f"training.batch_size is a number, a range or 'auto', not {bs!r}")
-        samplers.get(self.sampler.name).check(len(self.objectives), params)
+            raise Located(("training", "batch_size"),
+                          f"a number, a range or 'auto', not {bs!r}")
+        try:  # the sampler's own rules (CMA-ES: numbers only, ...): on the sampler's line
+            samplers.get(self.sampler.name).check(len(self.objectives), params)
+        except Located:
+            raise
+        except ValueError as e:
+            raise Located(("sampler", "name"), str(e)) from None
         return self
 
 

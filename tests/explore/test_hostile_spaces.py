@@ -228,3 +228,15 @@ def test_budget_overrides_are_checked_as_the_files_values_are(tmp_path: Path) ->
     r = _cli("run", str(good), "--trials", "2000000", "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and "--trials" in r.stderr and "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+@pytest.mark.parametrize("sampler", ["sampler: cmaes", "sampler: {name: cmaes, seed: 1}"])
+def test_a_samplers_own_rule_is_reported_on_the_samplers_line(tmp_path: Path,
+                                                               sampler: str) -> None:
+    f = _space(tmp_path, "dataset: digits\nobjectives: [{metric: accuracy}, "
+               "{metric: planned_bytes}]\nbudget: {trials: 2, rounds: 1, memory: 64MB}\n"
+               f"{sampler}\n")
+    with pytest.raises(SpaceError) as e:
+        load_space(f)
+    (err,) = e.value.errors
+    assert (err.line, err.key) == (4, "sampler.name") and "one objective" in err.message
