@@ -638,11 +638,17 @@ class Space(Strict):
         for name, p in params.items():
             section = "model" if name in Model.model_fields else "training"
             if isinstance(p, Range) and p.when:
-                for other in p.when:
+                for other, want in p.when.items():
                     if other not in params:
                         raise Located((section, name, "when", other),
                                       f"names {other!r}, which is not a parameter; "
                                       f"parameters: {', '.join(params)}")
+                    wanted = want if isinstance(want, list) else [want]
+                    if not any(can_be(params[other], v) for v in wanted):
+                        raise Located((section, name, "when", other),
+                                      f"{want!r} is never a value of {other} "
+                                      f"({describe(params[other])}): {name} would never "
+                                      "be asked for")
             if isinstance(p, Range) and p.per_layer and name not in ("width", "activation",
                                                                       "dropout", "channels"):
                 raise Located((section, name, "per_layer"), "per_layer applies to width, "
@@ -658,6 +664,38 @@ class Space(Strict):
         except ValueError as e:
             raise Located(("sampler", "name"), str(e)) from None
         return self
+
+
+def can_be(p: Any, v: Any) -> bool:
+    """Whether parameter ``p`` (a fixed value or a range) can take the value ``v``.
+
+    >>> can_be(Choice.model_validate({"choice": ["sgd", "adam"]}), "sgd"), can_be(2, True)
+    (True, False)
+    """
+    def same(a: Any, b: Any) -> bool:  # True is not 1 here
+        return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+    if isinstance(p, Choice):
+        return any(same(v, x) for x in p.options)
+    if isinstance(p, IntRange | FloatRange):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return False
+        lo, hi = p.bounds
+        if not lo <= v <= hi:
+            return False
+        if isinstance(p, IntRange):
+            return float(v).is_integer() and (int(v) - lo) % p.step == 0
+        return True
+    return same(v, p)
+
+
+def describe(p: Any) -> str:
+    """A parameter's values, for a message."""
+    if isinstance(p, Choice):
+        return f"one of {p.options}"
+    if isinstance(p, IntRange | FloatRange):
+        return f"in [{p.bounds[0]}, {p.bounds[1]}]"
+    return f"fixed at {p!r}"
 
 
 # -- loading --------------------------------------------------------------------------------

@@ -240,3 +240,19 @@ def test_a_samplers_own_rule_is_reported_on_the_samplers_line(tmp_path: Path,
         load_space(f)
     (err,) = e.value.errors
     assert (err.line, err.key) == (4, "sampler.name") and "one objective" in err.message
+
+
+def test_a_when_value_no_trial_can_have_is_refused_on_its_line(tmp_path: Path) -> None:
+    """A typo in ``when`` would silently never ask for the parameter."""
+    for cond, ok in (("sgdd", False), ("sgd", True), ("[adam, sgdd]", True)):
+        f = _space(tmp_path, "dataset: digits\nbudget: {trials: 2, rounds: 1, memory: 64MB}\n"
+                   "training:\n  optimizer: {choice: [adam, sgd]}\n"
+                   f"  momentum: {{float: [0.5, 0.9], when: {{optimizer: {cond}}}}}\n")
+        if ok:
+            load_space(f)
+            continue
+        with pytest.raises(SpaceError) as e:
+            load_space(f)
+        (err,) = e.value.errors
+        assert (err.line, err.key) == (5, "training.momentum.when.optimizer")
+        assert "never a value of optimizer" in err.message
