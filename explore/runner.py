@@ -196,8 +196,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     from explore.keeper import ModelKeeper, default_artifacts
     from explore.scheduler import Scheduler, SchedulerError
     from explore.scheduler.shared_data import load_shared
-    from explore.storages import StorageError
-    from explore.study import open_study, sqlite_file
+    from explore.storages import StorageError, sqlite_file
+    from explore.study import open_study
 
     space = prep.space
     budget = space.budget

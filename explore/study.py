@@ -38,22 +38,6 @@ def default_storage(space_path: str | Path) -> str:
     return f"sqlite:///{p.with_suffix('.db')}"
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The database file of a SQLite storage URL; None for another storage or an
-    in-memory database.
-
-    >>> sqlite_file("sqlite:////tmp/x.db"), sqlite_file("sqlite+pysqlite:///x.db?timeout=5")
-    (PosixPath('/tmp/x.db'), PosixPath('x.db'))
-    >>> sqlite_file("sqlite:///:memory:"), sqlite_file("postgresql://host/db")
-    (None, None)
-    """
-    scheme, sep, rest = url.partition(":///")
-    if not sep or scheme.split("+", 1)[0].lower() != "sqlite":
-        return None
-    name = rest.split("?", 1)[0]
-    return None if name in ("", ":memory:") else Path(name)
-
-
 def storage_url(storage: str | Path | optuna.storages.BaseStorage
                 ) -> optuna.storages.BaseStorage:
     """The storage ``storage`` names, opened to read a study and creating nothing: an

@@ -21,6 +21,7 @@ from explore.storages._base import (
     open_storage,
     register,
     scheme,
+    sqlite_file,
 )
 from explore.storages._check import StorageError, check, connect
 from explore.storages._sqlite import Sqlite
@@ -30,5 +31,17 @@ names = STORAGES.names
 # Any other implementation in this folder registers by being here.
 import_plugins(__name__, __path__)
 
-__all__ = ["STORAGES", "BaseStorage", "Sqlite", "StorageError", "check", "connect", "get",
-           "names", "open_storage", "register", "scheme"]
+__all__ = [
+    "STORAGES",
+    "BaseStorage",
+    "Sqlite",
+    "StorageError",
+    "check",
+    "connect",
+    "get",
+    "names",
+    "open_storage",
+    "register",
+    "scheme",
+    "sqlite_file",
+]

@@ -11,6 +11,7 @@ Storages are opened in the scheduler's process and by the CLI; only the writer t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 
 import optuna
 
@@ -40,3 +41,19 @@ def open_storage(url: str) -> optuna.storages.BaseStorage | str:
     itself, for Optuna to open."""
     s = scheme(url)
     return STORAGES.get(s).create(url) if s in STORAGES else url
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite storage URL; None for another storage or an
+    in-memory database.
+
+    >>> sqlite_file("sqlite:////tmp/x.db"), sqlite_file("sqlite+pysqlite:///x.db?timeout=5")
+    (PosixPath('/tmp/x.db'), PosixPath('x.db'))
+    >>> sqlite_file("sqlite:///:memory:"), sqlite_file("postgresql://host/db")
+    (None, None)
+    """
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.split("+", 1)[0].lower() != "sqlite":
+        return None
+    name = rest.split("?", 1)[0]
+    return None if name in ("", ":memory:") else Path(name)

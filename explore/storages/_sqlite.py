@@ -1,4 +1,9 @@
-"""SQLite with write-ahead logging and normal sync."""
+"""SQLite with write-ahead logging and normal sync; an in-memory SQLite URL
+(``sqlite://``, ``sqlite:///``, ``sqlite:///:memory:``) is Optuna's in-memory storage.
+
+>>> type(Sqlite().create("sqlite:///:memory:")).__name__
+'InMemoryStorage'
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from typing import Any
 
 import optuna
 
-from explore.storages._base import BaseStorage, register
+from explore.storages._base import BaseStorage, register, sqlite_file
 
 
 @register("sqlite")
@@ -16,6 +21,9 @@ class Sqlite(BaseStorage):
 
     def create(self, url: str) -> optuna.storages.BaseStorage | str:
         from sqlalchemy import event
+
+        if sqlite_file(url) is None:  # in memory: every SQLAlchemy connection would get a
+            return optuna.storages.InMemoryStorage()  # database of its own
 
         storage = optuna.storages.RDBStorage(url)
 

@@ -132,3 +132,37 @@ def test_explore_size_on_a_mutated_space_exits_0_or_2_without_a_traceback(
     assert r.returncode in (0, 2), r.stdout + r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     assert sorted(p.name for p in d.iterdir()) == ["s.yaml"]  # nothing written
+
+
+OPTIONS = {
+    "--trials": st.one_of(st.integers(-5, 3), st.sampled_from(["", "x", "1.5", "1e9", "true"])),
+    "--workers": st.one_of(st.integers(-2, 3), st.sampled_from(["", "0", "300", "two"])),
+    "--memory": st.sampled_from(["", "0", "-1MB", "0.5B", "1e400", ".inf", "nan", "64MB",
+                                 "400MB", "1" * 40, "100TB", "4GiB", "12 parsecs"]),
+    "--storage": st.sampled_from(["", " ", "garbage", "sqlite:///", "sqlite:////no/dir/x.db",
+                                  "mysql://u@127.0.0.1:1/x", "nosuch://x", "journal:"]),
+    "--study": st.sampled_from(["", " ", "a" * 300, "ok", "ü", "../x"]),
+    "--device": st.sampled_from(["", "cpu", "gpu", "tpu"]),
+}
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(OPTIONS)), st.just(None), min_size=1,
+                       max_size=3).flatmap(lambda keys: st.fixed_dictionaries(
+                           {k: OPTIONS[k] for k in keys})))
+def test_explore_run_with_hostile_options_starts_or_exits_2_without_a_traceback(
+        tmp_path_factory: pytest.TempPathFactory, options: dict[str, Any]) -> None:
+    """Whatever the command line says, ``explore run`` either runs (exit 0) or refuses
+    (exit 2, a message, no traceback) and then leaves nothing beside the space file."""
+    d = tmp_path_factory.mktemp("run")
+    f = Path(d) / "s.yaml"
+    f.write_text("dataset: digits\nbudget: {trials: 1, rounds: 1, memory: 400MB}\n"
+                 "model: {depth: 1, width: 8}\ntraining: {batch_size: 64}\nkeep_models: 0\n")
+    args = [x for k, v in options.items() for x in (k, str(v))]
+    r = subprocess.run([sys.executable, "-m", "explore.cli", "run", str(f), *args, "--quiet"],
+                       capture_output=True, text=True, timeout=180, cwd=d)
+    assert r.returncode in (0, 2), (args, r.stdout + r.stderr)
+    assert "Traceback" not in r.stderr, (args, r.stderr)
+    if r.returncode == 2:
+        assert r.stderr.strip(), args
+        assert sorted(p.name for p in d.iterdir()) == ["s.yaml"], (args, list(d.iterdir()))
