@@ -54,7 +54,7 @@ def _stack_of_4() -> tuple[CalcGraph, Any, int, dict[str, np.ndarray]]:
 
 
 def _onnx_squeezenet() -> tuple[CalcGraph, Any, int, dict[str, np.ndarray]]:
-    onnx = pytest.importorskip("onnx")
+    onnx = pytest.importorskip("onnx", reason="onnx is a core dependency")
     from engine.onnx_io import import_onnx
     from engine.onnx_io.light import data_input, light_models, randomized
 

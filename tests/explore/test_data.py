@@ -123,7 +123,7 @@ def test_digits_are_scikit_learns_read_without_importing_it() -> None:
     import subprocess
     import sys
 
-    sklearn = pytest.importorskip("sklearn.datasets")
+    sklearn = pytest.importorskip("sklearn.datasets", reason="in the dev extra")
     ours = load_digits()
     theirs = sklearn.load_digits()
     order = np.random.default_rng(0).permutation(1797)

@@ -60,7 +60,7 @@ def test_what_each_task_reports() -> None:
 def test_metrics_from_summed_statistics_match_scikit_learn() -> None:
     """Macro F1 and R² from per-batch sums, and ROC AUC from every row's score, equal
     scikit-learn's over the whole set (ties in the scores included)."""
-    sk = pytest.importorskip("sklearn.metrics")
+    sk = pytest.importorskip("sklearn.metrics", reason="scikit-learn comes with the dev extra")
     from explore.metrics.evaluation import Evaluation, compute_all
 
     rng = np.random.default_rng(0)

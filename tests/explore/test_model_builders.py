@@ -184,7 +184,7 @@ def broken(trial):
 
 def test_an_engine_nn_module_from_a_builder_is_traced_trained_and_exported(
         tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
     import numpy as np
 
     from explore.datasets import load_digits

@@ -32,7 +32,7 @@ from explore.yamlio import SpaceError
 from tests.allocations import step_allocations
 from tests.planverify import assert_no_clobber
 
-ort = pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
 ROOT = Path(__file__).resolve().parents[2]
 ONNX = get("onnx")
 

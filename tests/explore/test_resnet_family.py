@@ -56,7 +56,7 @@ def test_a_resnet_is_planned_exactly_and_its_step_allocates_nothing() -> None:
 
 
 def test_a_resnet_search_on_digits_and_its_exported_model(tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
     from explore.datasets import load_digits
 
     f = tmp_path / "r.yaml"

@@ -314,7 +314,7 @@ def test_scikit_learns_tables_are_read_without_importing_it(name: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     features, rows, imported = out.stdout.split()
     assert imported == "False", out.stderr
-    sklearn = pytest.importorskip("sklearn.datasets")
+    sklearn = pytest.importorskip("sklearn.datasets", reason="in the dev extra")
     theirs = getattr(sklearn, f"load_{name}")(**({"scaled": False} if name == "diabetes"
                                                   else {}))
     assert (int(rows), int(features)) == theirs.data.shape

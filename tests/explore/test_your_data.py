@@ -19,7 +19,7 @@ from explore.keeper import MODELS_ATTR
 from explore.study import RECORD_ATTR
 from tests.explore.cli_run import explore_run
 
-ort = pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
 
 
 def churn(n: int = 240, seed: int = 0) -> pd.DataFrame:

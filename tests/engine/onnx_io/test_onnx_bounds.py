@@ -239,7 +239,7 @@ def bn_dropout_model() -> onnx.ModelProto:
 
 
 def test_a_trained_model_with_batch_norm_exports_in_inference_mode(tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
     g = import_onnx(bn_dropout_model(), loss="cross_entropy")
     vm = VM(compile_graph(g, batch_size=4, optimizer=SGD(lr=0.05)))
     rng = np.random.default_rng(1)

@@ -41,7 +41,7 @@ def test_mae_and_huber_match_numpy(dtype: str) -> None:
 
 
 def test_huber_matches_torch() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch: the bench extra; .ci/run installs it")
     p, t = R.normal(size=(7, 3)), R.normal(size=(7, 3))
     for delta in (0.3, 1.0):
         ref = torch.nn.HuberLoss(reduction="mean", delta=delta)(torch.tensor(p),
