@@ -74,12 +74,8 @@ def build_graph(params: dict[str, Any], n_in: int, n_classes: int,
         net = ConvNet(params, _image(image, "cnn"), outputs)
     else:
         net = Mlp(params, n_in, outputs)
-    if task == "regression":
-        metrics = ["regression_sums"]
-    else:
-        metrics = ["accuracy", "class_counts", *(["positive_score"] if n_classes == 2 else [])]
     return nn.to_graph(net, inputs={"x": ((0, n_in), "uint8" if pixel_scale else "float32")},
-                       loss=loss, metrics=[*metrics, *(["loss"] if eval_loss else [])],
+                       loss=loss, metrics=task_outputs(task, n_classes, eval_loss),
                        name=family or ("cnn" if blocks else "mlp"),
                        dequantize={"x": pixel_scale} if pixel_scale else None)
 
@@ -257,6 +253,20 @@ def _stride(params: dict[str, Any]) -> int:
     if stride < 1:
         raise BuildError(f"stride must be positive, got {stride}")
     return stride
+
+
+def task_outputs(task: str, classes: int, eval_loss: bool = True) -> list[str]:
+    """What a model's eval path gives for the task's metrics (engine.nn metric names;
+    ``loss`` is the output ``eval_loss``).
+
+    >>> task_outputs("classification", 2), task_outputs("regression", 0, eval_loss=False)
+    (['accuracy', 'class_counts', 'positive_score', 'loss'], ['regression_sums'])
+    """
+    if task == "regression":
+        stats = ["regression_sums"]
+    else:
+        stats = ["accuracy", "class_counts", *(["positive_score"] if classes == 2 else [])]
+    return [*stats, *(["loss"] if eval_loss else [])]
 
 
 def task_loss(params: Mapping[str, Any], task: str) -> str:

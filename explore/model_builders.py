@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import CalcGraph, Mode
-from explore.builders import BuildError, task_loss
+from explore.builders import BuildError, task_loss, task_outputs
 
 Builder = Callable[[Any], Any]
 
@@ -125,14 +125,6 @@ def call_builder(fn: Builder, trial: Any) -> Any:
         tb = traceback.extract_tb(e.__traceback__)[1:]  # from the builder's frame down
         lines = "".join(traceback.format_list(tb)) + f"{type(e).__name__}: {e}"
         raise BuilderError(f"the model builder raised:\n{lines}") from None
-
-
-def task_outputs(task: str, classes: int) -> list[str]:
-    """What a model's eval path must give for the task's metrics (engine.nn metric
-    names; ``loss`` is the output ``eval_loss``)."""
-    if task == "regression":
-        return ["loss", "regression_sums"]
-    return ["accuracy", "loss", "class_counts", *(["positive_score"] if classes == 2 else [])]
 
 
 def graph_of_model(result: Any, dataset: Any, params: Mapping[str, Any]) -> CalcGraph:
