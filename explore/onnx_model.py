@@ -95,7 +95,9 @@ def model_to_onnx(model: Any) -> Any:
     out.ir_version = 8
     import onnx
 
-    onnx.checker.check_model(out)
+    # the full check also infers every shape and type, so a file that onnxruntime or
+    # another loader would refuse is never written
+    onnx.checker.check_model(out, full_check=True)
     return out
 
 

@@ -29,7 +29,15 @@ Scalar = int | float | str | bool
 # bound is a finite number (an integer is one too), never a string or a bool.
 Int = Annotated[int, StrictMode()]
 Num = Annotated[float, StrictMode(), Field(allow_inf_nan=False)]
-Flag = Annotated[bool, StrictMode()]
+
+
+def _flag(v: Any) -> Any:
+    if not isinstance(v, bool):  # YAML 1.2: yes, on and 1 are not booleans
+        raise ValueError(f"true or false, not {v!r}")
+    return v
+
+
+Flag = Annotated[bool, BeforeValidator(_flag)]
 
 
 def finite(v: Any) -> Any:

@@ -45,8 +45,11 @@ from explore.datasets import BaseDataset, DataError
 from explore.datasets.table import resolve
 from explore.ranges import (  # the parameter types are part of the schema's vocabulary
     Choice,
+    Flag,
     FloatRange,
+    Int,
     IntRange,
+    Num,
     Param,
     Range,
     Scalar,
@@ -283,12 +286,12 @@ class Dataset(Strict):
     target: str | None = None
     features: list[str] | None = None
     categorical: list[str] = Field(default_factory=list)
-    train: int | None = Field(None, ge=1)  # use only the first n training samples
-    valid: int | float | Path | None = None  # head count, fraction or file
-    test: float | Path | None = None
+    train: Int | None = Field(None, ge=1)  # use only the first n training samples
+    valid: Int | Num | Path | None = None  # head count, fraction or file
+    test: Num | Path | None = None
     scale: Literal["none", "standard", "minmax"] | None = None
     task: Literal["classification", "regression"] | None = None
-    seed: int | None = None
+    seed: Int | None = None
 
     @field_validator("path", "x", "y", "valid", "test", mode="after")
     @classmethod
@@ -296,6 +299,15 @@ class Dataset(Strict):
         base = (info.context or {}).get("base")
         return Path(base) / v if isinstance(v, Path) and base is not None and \
             not v.is_absolute() else v
+
+    @field_validator("valid", "test", mode="before")
+    @classmethod
+    def _not_a_flag(cls, v: Any, info: ValidationInfo) -> Any:
+        # one message, not one per member of the union
+        if isinstance(v, bool) or not isinstance(v, int | float | str | Path | None):
+            want = "a row count, " if info.field_name == "valid" else ""
+            raise ValueError(f"{want}a fraction or a file, not {v!r}")
+        return v
 
     @field_validator("valid", mode="after")
     @classmethod
@@ -400,16 +412,16 @@ def machine_memory() -> int | None:
 
 class Sampler(Strict):
     name: SamplerName = "tpe"
-    seed: int | None = None
-    startup_trials: int | None = Field(None, ge=0)
+    seed: Int | None = None
+    startup_trials: Int | None = Field(None, ge=0)
 
 
 class Pruner(Strict):
     name: PrunerName = "median"
-    warmup_rounds: int = Field(1, ge=0)
+    warmup_rounds: Int = Field(1, ge=0)
     # successive_halving and hyperband: a trial not promoted at a rung waits there and
     # resumes if later results promote it (explore.rungs); false: it is pruned at once
-    pause: bool = True
+    pause: Flag = True
 
 
 def _named(v: Any) -> Any:
@@ -463,7 +475,7 @@ class Model(Strict):
     # family onnx (implied by onnx): a model of the user's, trained (explore.families._onnx)
     onnx: Path | None = None  # the .onnx file, relative to the YAML file
     freeze: list[str] | Param = Field(default_factory=list)  # parameters kept (globs)
-    head: int = Field(0, ge=0)  # the last N weight layers re-initialised, resized
+    head: Int = Field(0, ge=0)  # the last N weight layers re-initialised, resized
 
     @model_validator(mode="before")
     @classmethod
@@ -555,7 +567,7 @@ class Space(Strict):
     training: Training = Field(default_factory=Training)
     # The final weights of this many best trials (first objective) are kept, in
     # Optuna's artifact store at ``artifacts`` (default: next to a SQLite study).
-    keep_models: int = Field(3, ge=0)
+    keep_models: Int = Field(3, ge=0, le=MAX_TRIALS)
     artifacts: str | None = None
 
     _data: BaseDataset | None = PrivateAttr(default=None)

@@ -32,15 +32,29 @@ MAX_DEPTH = 64  # nested mappings and lists (a space needs 4)
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader, with YAML 1.2's floats (``1e-3``, ``1.0e4``, ``5.``)."""
+    """The safe loader, with YAML 1.2's floats (``1e-3``, ``1.0e4``, ``5.``) and
+    booleans (``true``/``false``; ``yes`` and ``on`` are strings)."""
 
 
-# Tried after YAML 1.1's resolvers, so ints, 1.1 floats, bools and nulls are unchanged.
+# YAML 1.2's core schema over PyYAML's 1.1 resolvers.  Booleans are true and false only:
+# 1.1 also reads yes, no, on, off, y and n, so a choice of country codes [se, no] or a
+# flag written ``yes`` changed type silently; now they are strings, and a flag given one
+# is refused by name.  Dates are strings too (1.1 made datetime objects, which no
+# parameter takes and no study can store).
+_BOOL, _STAMP = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _STAMP)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+# Tried after 1.1's resolvers, so ints, 1.1 floats and nulls are unchanged.
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
     list("-+0123456789."))
 _SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+# the core schema's scalars; an explicit !!binary or !!timestamp makes bytes or a date
+_SCALARS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null")}
 
 Loc = tuple[str | int, ...]
 
@@ -185,6 +199,12 @@ class _Builder:
             raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
                                           "an alias refers to itself")])
         if isinstance(node, yaml.ScalarNode):
+            if node.tag not in _SCALARS:
+                self.errors.append(SourceError(
+                    self.doc.file, node.start_mark.line + 1, _key(loc),
+                    f"the tag {node.tag!r} is not allowed here: a value is a string, a "
+                    f"number, true, false or null"))
+                return None
             try:
                 return self.constructor.construct_object(node, deep=True)
             except yaml.constructor.ConstructorError as e:

@@ -171,6 +171,34 @@ def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) ->
     _refused(tmp_path, _with(key, value), key, match)
 
 
+@pytest.mark.parametrize(("section", "key", "value", "match"), [
+    ("dataset", "train", "true", "integer"),
+    ("dataset", "train", "2.0", "integer"),
+    ("dataset", "train", "'5'", "integer"),
+    ("dataset", "valid", "true", "a row count, a fraction or a file, not True"),
+    ("dataset", "test", "[0.1]", "a fraction or a file"),
+    ("dataset", "seed", "1.0", "integer"),
+    ("sampler", "seed", "true", "integer"),
+    ("sampler", "startup_trials", "2.0", "integer"),
+    ("pruner", "warmup_rounds", "true", "integer"),
+    ("pruner", "pause", "yes", "true or false, not 'yes'"),
+    ("pruner", "pause", "1", "true or false, not 1"),
+    ("keep_models", "", "true", "integer"),
+    ("keep_models", "", "2.0", "integer"),
+])
+def test_no_silent_coercion_in_any_section(tmp_path: Path, section: str, key: str, value: str,
+                                           match: str) -> None:
+    """Every integer and flag of the schema is as strict as the searched ones."""
+    if not key:  # a top-level key
+        _refused(tmp_path, BASE + f"{section}: {value}\n", section, match)
+        return
+    head = {"dataset": "  name: digits\n", "sampler": "  name: tpe\n",
+            "pruner": "  name: median\n"}[section]
+    base = BASE.replace("dataset: digits\n", "") if section == "dataset" else BASE
+    text = base + f"{section}:\n{head}  {key}: {value}\n"
+    _refused(tmp_path, text, f"{section}.{key}", match)
+
+
 def test_a_cross_field_error_is_on_its_line(tmp_path: Path) -> None:
     text = _with("training.momentum", "{float: [0.0, 0.9], when: {optimiser: sgd}}")
     with pytest.raises(SpaceError) as e:
@@ -189,6 +217,18 @@ def test_yaml_12_floats_are_numbers(tmp_path: Path) -> None:
     space = load_space(_space(tmp_path, text), resolve_data=False)
     assert space.training.lr.bounds == (1e-4, 0.1)
     assert load_text("a: 1e3\nb: '1e3'\nc: 7\n").data == {"a": 1000.0, "b": "1e3", "c": 7}
+
+
+def test_yaml_12_booleans_and_no_dates() -> None:
+    """Only true and false are booleans (1.1's yes, no, on, off are strings), dates are
+    strings, and an explicit tag that makes anything else is refused on its line."""
+    got = load_text("a: yes\nb: [no, se]\nc: True\nd: false\ne: 2001-01-01\n").data
+    assert got == {"a": "yes", "b": ["no", "se"], "c": True, "d": False, "e": "2001-01-01"}
+    for tag in ("!!binary aGVsbG8=", "!!timestamp 2001-01-01", "!mine 3"):
+        with pytest.raises(SpaceError) as e:
+            load_text(f"x: 1\ny: {tag}\n")
+        [err] = e.value.errors
+        assert err.line == 2 and err.key == "y" and "not allowed" in err.message
 
 
 # -- the command line ------------------------------------------------------------------------

@@ -55,7 +55,7 @@ BAD = {
     "python tag": (GOOD + "x: !!python/object/apply:os.system [ls]\n", 7, "x",
                    "is not allowed"),
     "python scalar tag": (GOOD + "x: !!python/name:os.system ''\n", 7, "x",
-                          "could not determine a constructor"),
+                          "is not allowed"),
     "nsga2 single objective": (GOOD + "sampler: nsga2\n", None, "", "nsga2"),
     "grid over a float": (GOOD + "sampler: grid\n", None, "", "grid needs finite"),
     "per layer lr": (GOOD.replace("log: true", "log: true, per_layer: true"), None, "",

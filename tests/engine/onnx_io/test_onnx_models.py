@@ -86,3 +86,60 @@ def test_an_imported_network_trains_with_exactly_its_planned_memory() -> None:
     # numpy's iteration buffer for strided adds (at most 8,192 elements an operand) is
     # all that a step allocates, and it is freed before the call returns
     assert retained < 4096 and peak <= 3 * 8192 * 4 + 4096
+
+
+def exports_in_inference_mode(name: str) -> None:
+    """Imported for training, trained one step, exported: the file passes the full
+    checker, and onnxruntime gives what the original model gives with the trained
+    weights and running statistics put in."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from engine.onnx_io import export_onnx
+
+    m = randomized(onnx.load(MODELS[name]))
+    g = import_onnx(m, loss="cross_entropy")
+    inp = data_input(m)
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    x = np.random.default_rng(2).random((2, *dims[1:]), dtype=np.float32)
+    vm = VM(compile_graph(g, batch_size=2, optimizer=SGD(lr=1e-2, momentum=0.9)))
+    vm.set(inp.name, x)
+    vm.set("labels", np.array([3, 7]))
+    vm.train_step("train")
+    out = m.graph.output[0].name
+    exported = export_onnx(g, outputs=[out], vm=vm)
+    onnx.checker.check_model(exported, full_check=True)
+    modes = [a.i for n in exported.graph.node if n.op_type == "BatchNormalization"
+             for a in n.attribute if a.name == "training_mode"]
+    assert not any(modes)
+    trained = onnx.ModelProto()
+    trained.CopyFrom(m)
+    changed = 0
+    for init in trained.graph.initializer:
+        if init.name in g.variables:
+            new = vm.get(init.name)
+            changed += not np.array_equal(new, numpy_helper.to_array(init))
+            init.CopyFrom(numpy_helper.from_array(np.asarray(new), init.name))
+    assert changed  # the step moved the weights
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+
+    def run(model: onnx.ModelProto) -> np.ndarray:
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        return np.concatenate([sess.run(None, {inp.name: x[i:i + 1]})[0] for i in range(2)])
+
+    got, want = run(exported), run(trained)
+    assert got.shape == want.shape
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_a_trained_model_exports_in_inference_mode(name: str) -> None:
+    exports_in_inference_mode(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(MODELS) - set(SMALL)))
+def test_a_trained_big_model_exports_in_inference_mode(name: str) -> None:
+    exports_in_inference_mode(name)
