@@ -117,10 +117,14 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     check_objectives(sp, ds)
     check_model(sp)
     if budget.device == "gpu":
-        from engine.runtime.backends import gpu_available
+        from engine.runtime.backends import gpu_available, gpu_memory_bytes
 
         if not gpu_available():
             raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
+        have = gpu_memory_bytes()
+        if budget.memory > have:
+            raise RunRefused(f"budget.memory: {budget.memory:,} bytes is more than this "
+                             f"GPU has ({have:,} bytes)")
     url = storage or (default_storage(source) if source is not None
                       else default_storage(Path.cwd() / f"{sp.name}.yaml"))
     try:

@@ -18,9 +18,12 @@ outputs are sized first (``Range`` from its start, limit and delta, ``Expand`` a
 on its constant inputs), and a folded value of more than ``MAX_FOLD_ELEMENTS``
 elements or ``MAX_FOLD_BYTES`` bytes is an error naming the node and the size, as is
 an amplifying operator whose output cannot be sized.  Control flow is folded only
-where it is bounded: a ``Loop`` needs a constant trip count of at most ``MAX_TRIPS``
-and a body with no nested loop; a ``ConstantOfShape`` (a view, never a copy) is held
-to the per-tensor cap, ``MAX_TENSOR_ELEMENTS``.
+where it is bounded: a ``Loop`` or ``If`` whose inputs and outer-scope reads are all
+constants, with no nested control flow, runs node by node with each node bounded as
+above (:mod:`engine.onnx_io.control`); a ``Loop`` needs a constant trip count of at
+most ``MAX_TRIPS``; ``Scan`` and ``SequenceMap`` are never folded.  A
+``ConstantOfShape`` (a view, never a copy) is held to the per-tensor cap,
+``MAX_TENSOR_ELEMENTS``.
 
 >>> import numpy as np
 >>> from onnx import TensorProto, helper
@@ -40,17 +43,14 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GraphError
-from engine.onnx_io.safety import MAX_TENSOR_ELEMENTS
+from engine.onnx_io.control import fold_control, outer_names
+from engine.onnx_io.safety import MAX_FOLD_BYTES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS
 from engine.ops import OP_TABLE
 from engine.ops._onnx import OnnxForm
 
-# A folded constant is materialised by ONNX's reference evaluator (numpy, no streaming):
-# 64 Mi elements or 256 MiB, whichever is smaller, is far above any shape computation
-# or generated weight a real model folds, and far below what a machine holds.
-MAX_FOLD_ELEMENTS = 1 << 26
-MAX_FOLD_BYTES = 1 << 28
 MAX_TRIPS = 1 << 16  # a folded Loop's iterations (10^12 would never return)
 CONTROL = {"Loop", "Scan", "If", "SequenceMap"}
+FOLDED_CONTROL = {"Loop", "If"}  # run node by node, bounded (engine.onnx_io.control)
 # Operators whose output may be much larger than their inputs: folded only when sized
 AMPLIFY = {"Range", "Expand", "Tile", "ConstantOfShape", "Resize", "Upsample", "Pad",
            "OneHot", "EyeLike", "MatMul", "Gemm",
@@ -155,6 +155,18 @@ def fold(nodes: list[Any], consts: dict[str, np.ndarray], shapes: dict[str, tupl
             generated.add(node.output[0])
         elif node.op_type == "Shape" and ins and _shape_known(node, shapes.get(ins[0])):
             consts[node.output[0]] = _shape_of(node, shapes[ins[0]])
+        elif node.op_type in CONTROL:
+            reads = ins + sorted(outer_names(node))
+            if (node.op_type in FOLDED_CONTROL and all(i in consts for i in reads)
+                    and not any(i in weights or (train_generated and i in generated)
+                                for i in reads)):
+                check_bounded(node, consts, opset)
+                for name, arr in zip(node.output, fold_control(node, consts, weights, opset, fold),
+                                     strict=False):
+                    _refuse_size(node, int(arr.size), int(arr.nbytes))
+                    consts[name] = arr
+            else:
+                kept.append(node)
         elif (node.op_type not in RANDOM and ins and all(i in consts for i in ins)
               and not any(i in weights or (train_generated and i in generated)
                           for i in ins)):
@@ -350,7 +362,9 @@ def _inferred_sizes(node: Any, consts: dict[str, np.ndarray], opset: int
             [helper.make_tensor_value_info(o, 0, None) for o in node.output if o],
             [numpy_helper.from_array(np.ascontiguousarray(consts[i]), i) for i in small])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        inferred = shape_inference.infer_shapes(model, data_prop=True)
+        # data propagation follows the values of shape-sized inputs; over a large one it
+        # builds a dimension per element (seconds per call at 10^7 elements)
+        inferred = shape_inference.infer_shapes(model, data_prop=len(small) == len(ins))
     except Exception:  # inference raises whatever it raises: the size is unknown
         return None
     sizes = []

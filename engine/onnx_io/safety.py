@@ -43,6 +43,12 @@ from engine.errors import GraphError
 # 137 GB program.  Whole programs are also held to the machine's memory by the
 # compiler (engine.compile.compiler.check_fits_machine).
 MAX_TENSOR_ELEMENTS = 1 << 30
+# A folded constant is materialised by ONNX's reference evaluator (numpy, no streaming):
+# 64 Mi elements or 256 MiB, whichever is smaller, is far above any shape computation
+# or generated weight a real model folds, and far below what a machine holds
+# (engine.onnx_io.fold).
+MAX_FOLD_ELEMENTS = 1 << 26
+MAX_FOLD_BYTES = 1 << 28
 
 
 def load_model(model: Any) -> Any:

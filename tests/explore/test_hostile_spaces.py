@@ -296,3 +296,21 @@ def test_a_when_value_no_trial_can_have_is_refused_on_its_line(tmp_path: Path) -
         (err,) = e.value.errors
         assert (err.line, err.key) == (5, "training.momentum.when.optimizer")
         assert "never a value of optimizer" in err.message
+
+
+def test_a_gpu_budget_above_the_gpus_memory_is_refused_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a CPU budget is held to the machine's memory, a GPU budget is held to the
+    device's (a 1 GiB device stands in for the real one here)."""
+    import engine.runtime.backends as backends
+    from explore.runner import RunRefused, prepare
+
+    monkeypatch.setattr(backends, "gpu_available", lambda: True)
+    monkeypatch.setattr(backends, "gpu_memory_bytes", lambda device=0: 1 << 30)
+    f = _space(tmp_path, BASE.replace("memory: 64MB", "memory: 2GB, device: gpu"))
+    db = tmp_path / "s.db"
+    with pytest.raises(RunRefused, match=r"budget.memory: 2,000,000,000 bytes is more than "
+                                         r"this GPU has \(1,073,741,824 bytes\)"):
+        prepare(f, storage=f"sqlite:///{db}")
+    assert not db.exists()
+    prepare(f, storage=f"sqlite:///{db}", memory="512MB")  # within the device: accepted

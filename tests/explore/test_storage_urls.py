@@ -93,6 +93,25 @@ def test_a_server_that_does_not_answer_is_a_clear_error_soon() -> None:
     assert time.monotonic() - t < 30
 
 
+@pytest.mark.skipif(importlib.util.find_spec("psycopg") is None, reason="no psycopg")
+def test_a_server_that_accepts_but_never_answers_times_out() -> None:
+    """A host that takes the connection and says nothing (a firewall's black hole, a
+    hung server): the connect timeout ends the wait with a clear error."""
+    import socket
+
+    from explore.storages._check import CONNECT_TIMEOUT
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever reads
+        port = silent.getsockname()[1]
+        t = time.monotonic()
+        with pytest.raises(StorageError, match=r"cannot open storage .*u:\*\*\*@"):
+            connect(f"postgresql+psycopg://u:secret@127.0.0.1:{port}/db")
+        took = time.monotonic() - t
+    assert CONNECT_TIMEOUT - 1 <= took < 3 * CONNECT_TIMEOUT + 5
+
+
 def test_explore_run_and_load_model_refuse_bad_storages(tmp_path: Path) -> None:
     space = {"name": "q", "dataset": "digits",
              "budget": {"trials": 1, "rounds": 1, "memory": "256MB"}}

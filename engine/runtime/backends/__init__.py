@@ -31,4 +31,13 @@ def gpu_available() -> bool:
         return False
 
 
-__all__ = ["Backend", "NumpyBackend", "get_backend", "gpu_available"]
+def gpu_memory_bytes(device: int = 0) -> int:
+    """Total memory of CUDA device ``device``, in bytes.  A property query: it makes no
+    CUDA context, so the process that asks holds no device memory for asking."""
+    from engine.runtime.backends.cupy_backend import import_cupy
+
+    cupy = import_cupy()
+    return int(cupy.cuda.runtime.getDeviceProperties(device)["totalGlobalMem"])
+
+
+__all__ = ["Backend", "NumpyBackend", "get_backend", "gpu_available", "gpu_memory_bytes"]

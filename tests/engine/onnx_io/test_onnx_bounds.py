@@ -21,8 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from engine import SGD, VM, CompileError, GraphError, compile_graph
 from engine.compile import compiler
 from engine.onnx_io import export_onnx, import_onnx
-from engine.onnx_io.fold import MAX_FOLD_ELEMENTS, MAX_TRIPS
-from engine.onnx_io.safety import MAX_TENSOR_ELEMENTS
+from engine.onnx_io.fold import MAX_TRIPS
+from engine.onnx_io.safety import MAX_FOLD_BYTES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS
 from tests.engine.onnx_io.test_onnx_safety import external, model, save
 
 OPSET = 17
@@ -42,8 +42,9 @@ def folded(nodes: list[onnx.NodeProto], out: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
 
 
-def refused(build: Callable[[], object], match: str) -> GraphError:
-    """The error, raised within 10 s having allocated under 64 MB."""
+def refused(build: Callable[[], object], match: str, peak_bytes: int = 64 << 20
+            ) -> GraphError:
+    """The error, raised within 10 s having allocated under ``peak_bytes``."""
     tracemalloc.start()
     t0 = time.perf_counter()
     try:
@@ -53,7 +54,7 @@ def refused(build: Callable[[], object], match: str) -> GraphError:
     finally:
         tracemalloc.stop()
     assert time.perf_counter() - t0 < 10
-    assert peak < 64 << 20, f"{peak:,} bytes allocated before refusing"
+    assert peak < peak_bytes, f"{peak:,} bytes allocated before refusing"
     return info.value
 
 
@@ -150,6 +151,136 @@ def test_a_bounded_loop_folds() -> None:
     vm.set("x", np.zeros((1, 1), F32))
     vm.forward("infer")
     assert vm.get("y").tolist() == [[3.0]]
+
+
+def _body(nodes: list[onnx.NodeProto], carried: list[tuple[str, str]],
+          scans: tuple[str, ...] = (), inits: tuple[onnx.TensorProto, ...] = ()
+          ) -> onnx.GraphProto:
+    """A Loop body: (iteration, condition, carried ins) -> (condition, carried outs,
+    scan outputs); ``carried`` pairs each carried input with its output."""
+    vi = helper.make_tensor_value_info
+    return helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]), *nodes], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond", TensorProto.BOOL, []),
+         *(vi(c, TensorProto.FLOAT, None) for c, _ in carried)],
+        [vi("cond_out", TensorProto.BOOL, []), *(vi(o, TensorProto.FLOAT, None)
+                                                 for _, o in carried),
+         *(vi(o, TensorProto.FLOAT, None) for o in scans)], list(inits))
+
+
+def _loop(trips: int, body: onnx.GraphProto, outs: list[str], v0: np.ndarray) -> list:
+    return [const("m", np.array(trips, np.int64)), const("cond", np.array(True)),
+            const("v0", v0),
+            helper.make_node("Loop", ["m", "cond", "v0"], outs, body=body, name="loop")]
+
+
+def test_a_loop_that_doubles_its_value_is_refused_at_the_cap() -> None:
+    """Concat(v, v) on every iteration: 2^40 elements after 40 iterations; the body
+    node that would pass the cap is refused before it runs."""
+    body = _body([helper.make_node("Concat", ["v", "v"], ["v_out"], axis=0, name="grow")],
+                 [("v", "v_out")])
+    nodes = _loop(40, body, ["big"], np.ones(1, F32))
+    refused(lambda: import_onnx(folded([*nodes, helper.make_node(
+        "ReduceSum", ["big"], ["z"], keepdims=1)], "z"), freeze=True),
+        "node '(grow|loop)'.*at most", peak_bytes=3 * MAX_FOLD_BYTES)  # up to the cap
+
+
+def test_a_loop_over_the_step_cap_is_refused_before_it_runs() -> None:
+    from engine.onnx_io.control import MAX_LOOP_STEPS
+
+    body = _body([helper.make_node("Neg", ["v"], ["w"]),
+                  helper.make_node("Neg", ["w"], ["v_out"])], [("v", "v_out")])
+    trips = MAX_LOOP_STEPS // 3 + 1  # under MAX_TRIPS, over the steps with 3 nodes
+    assert trips <= MAX_TRIPS
+    refused(lambda: import_onnx(folded(_loop(trips, body, ["z"], np.ones(1, F32)), "z"),
+                                freeze=True), "node 'loop'.*node evaluations")
+
+
+def test_a_loop_with_scan_outputs_folds_as_onnxruntime_runs_it() -> None:
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
+    body = _body([helper.make_node("Add", ["v", "one"], ["v_out"]),
+                  helper.make_node("Mul", ["v_out", "v_out"], ["sq"])],
+                 [("v", "v_out")], scans=("sq",),
+                 inits=(numpy_helper.from_array(np.ones(3, F32), "one"),))
+    nodes = [*_loop(4, body, ["last", "squares"], np.arange(3, dtype=F32)),
+             helper.make_node("ReduceSum", ["squares", "axes"], ["s"], keepdims=0),
+             helper.make_node("Add", ["s", "last"], ["z3"]),
+             helper.make_node("Reshape", ["z3", "shape"], ["z"])]
+    nodes.insert(0, const("axes", np.array([0], np.int64)))
+    nodes.insert(0, const("shape", np.array([1, 3], np.int64)))
+    m = folded(nodes, "z")
+    x = np.array([[0.5], [2.0]], F32)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    vm = VM(compile_graph(import_onnx(m, freeze=True), batch_size=2))
+    vm.set("x", x)
+    vm.forward("infer")
+    np.testing.assert_allclose(vm.get("y"), want)
+
+
+def _if(cond: bool, then: list[onnx.NodeProto], other: list[onnx.NodeProto]
+        ) -> list[onnx.NodeProto]:
+    def branch(nodes: list[onnx.NodeProto], name: str) -> onnx.GraphProto:
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(
+            "r_" + name, TensorProto.FLOAT, None)])
+
+    return [const("c", np.array(cond)),
+            helper.make_node("If", ["c"], ["z"], name="if",
+                             then_branch=branch(then, "then"),
+                             else_branch=branch(other, "else"))]
+
+
+def test_an_if_folds_the_branch_its_constant_condition_takes() -> None:
+    for cond, want in ((True, 5.0), (False, -2.0)):
+        nodes = [const("k", np.array([[2.0]], F32)), *_if(
+            cond, [helper.make_node("Add", ["k", "k3"], ["r_then"]),
+                   const("k3", np.array([[3.0]], F32))][::-1],
+            [helper.make_node("Neg", ["k"], ["r_else"])])]
+        vm = VM(compile_graph(import_onnx(folded(nodes, "z"), freeze=True), batch_size=1))
+        vm.set("x", np.zeros((1, 1), F32))
+        vm.forward("infer")
+        assert vm.get("y").tolist() == [[want]]
+
+
+def test_an_expand_hidden_in_an_if_branch_is_refused_before_it_runs() -> None:
+    bomb = [const("one", np.ones((1, 1), F32)), const("s", np.array([40000, 40000])),
+            helper.make_node("Expand", ["one", "s"], ["r_then"], name="expand")]
+    nodes = _if(True, bomb, [const("r_else", np.ones((1, 1), F32))])
+    refused(lambda: import_onnx(folded(nodes, "z"), freeze=True), "node 'expand'")
+
+
+def test_a_loop_reading_the_data_is_not_folded_and_is_a_graph_error() -> None:
+    """Its body reads x from the outer scope: not a constant, and the engine has no Loop
+    op, so it is refused by name, not run."""
+    body = _body([helper.make_node("Add", ["v", "x"], ["v_out"])], [("v", "v_out")])
+    refused(lambda: import_onnx(folded(_loop(3, body, ["z"], np.ones(1, F32)), "z"),
+                                freeze=True), "Loop")
+
+
+@settings(max_examples=20, deadline=None)
+@given(trips=st.integers(0, MAX_TRIPS * 4), grow=st.booleans(),
+       width=st.integers(1, 1 << 12))
+def test_loops_fold_or_are_refused_in_bounded_time(trips: int, grow: bool, width: int
+                                                   ) -> None:
+    """Any trip count, a body that doubles its value or negates it: folded exactly when
+    every step is under the caps, else a GraphError naming the loop or its node."""
+    from engine.onnx_io.control import MAX_LOOP_STEPS
+
+    op = helper.make_node("Concat", ["v", "v"], ["v_out"], axis=0, name="grow") if grow \
+        else helper.make_node("Neg", ["v"], ["v_out"], name="grow")
+    nodes = [*_loop(trips, _body([op], [("v", "v_out")]), ["big"], np.ones(width, F32)),
+             helper.make_node("ReduceSum", ["big"], ["z"], keepdims=1)]
+    final = width * (2 ** trips if grow else 1)
+    ok = trips <= MAX_TRIPS and trips * 2 <= MAX_LOOP_STEPS and final <= MAX_FOLD_ELEMENTS
+    if not ok:
+        refused(lambda: import_onnx(folded(nodes, "z"), freeze=True), "node '(loop|grow)'",
+                peak_bytes=3 * MAX_FOLD_BYTES)
+        return
+    t0 = time.perf_counter()
+    vm = VM(compile_graph(import_onnx(folded(nodes, "z"), freeze=True), batch_size=1))
+    assert time.perf_counter() - t0 < 60
+    vm.set("x", np.zeros((1, 1), F32))
+    vm.forward("infer")
+    assert vm.get("y").tolist() == [[float(final) if grow else width * (-1.0) ** trips]]
 
 
 def test_an_input_over_the_tensor_cap_is_refused() -> None:
