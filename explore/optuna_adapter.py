@@ -28,6 +28,11 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def study_id(study: optuna.Study) -> int:
+    """A study's id in its storage (``_study_id``)."""
+    return int(study._study_id)
+
+
 def trial_id(trial: Trial | FrozenTrial) -> int:
     """A trial's id in its storage, unique across studies (``_trial_id``; a trial's
     ``number`` counts within its study)."""

@@ -225,10 +225,12 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                     f.unlink(missing_ok=True)
         return RunRefused(message)
 
-    close_interrupted(study)
-    done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
-    remaining = budget.trials - done
-    if remaining <= 0:
+    from explore.live import counted
+
+    # The study's total is shared with any other drivers (explore.live): nothing to do
+    # once that many trials ended; trials a dead driver left running are failed and
+    # queued again by the scheduler.
+    if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
         return study, None
     try:
         data = load_shared(space)
@@ -250,7 +252,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         study.set_user_attr(SPACE_ATTR, space_record(space))
         if space.model._base is not None:
             study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
-        stats = sched.run(remaining)
+        stats = sched.run(budget.trials)
     except SchedulerError as e:
         raise refuse(str(e)) from None
     return study, record_run(study, stats)
@@ -265,17 +267,6 @@ def space_record(space: Any) -> dict[str, Any]:
     if space._builder is not None and space.model.builder is None:
         out["model"]["builder"] = spec_of(space._builder)
     return out
-
-
-def close_interrupted(study: optuna.Study) -> None:
-    """Trials left RUNNING by an interrupted run are failed, with the reason."""
-    from optuna.trial import TrialState
-
-    from explore.optuna_adapter import storage_of, trial_id
-
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage_of(study).set_trial_user_attr(trial_id(t), "fail_reason", "interrupted run")
-        study.tell(t.number, state=TrialState.FAIL)
 
 
 def record_run(study: optuna.Study, stats: Any) -> dict[str, Any]:

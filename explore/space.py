@@ -381,6 +381,10 @@ class Budget(Strict):
     # held at once: one running, one ready
     trials_per_worker: int = Field(2, ge=1, le=64, strict=True)
     seed: int = Field(0, strict=True)
+    # seconds a driver may be silent before its running trials are failed as stale and
+    # re-queued by another driver or the next run (explore.live); a driver's heartbeat is
+    # every 5 s, or a quarter of the grace if that is shorter
+    grace: Num = Field(60.0, ge=2, le=86_400)
 
     @model_validator(mode="after")
     def _machine(self) -> Budget:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -176,6 +177,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     from engine.runtime.train import train_epoch
     from engine.runtime.vm import VM
 
+    stay_with_the_driver()
     arrays = attach(data)
     if device == "gpu":
         import cupy
@@ -305,5 +307,25 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 # that answer stops it within STOP_EVERY mini-batches if it is "prune".
                 res.runnable = not res.gated
                 conn.send(Report(nxt, res.round, metrics, res.started, overhead_now()))
-    except (_Exit, EOFError):
-        return
+    except (_Exit, EOFError, BrokenPipeError, ConnectionResetError):
+        return  # told to, or the driver is gone: nothing to report to
+
+
+def stay_with_the_driver() -> None:
+    """Tie this worker's life to its driver's: the kernel kills it when the driver dies
+    (even by ``kill -9``: Linux's parent-death signal), and Ctrl-C, which the terminal
+    sends to every process of the group, is the driver's to handle (it stops the
+    workers itself; a worker's own KeyboardInterrupt only printed tracebacks)."""
+    import multiprocessing
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)  # the driver died before the signal was set: nothing to work for

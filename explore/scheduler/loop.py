@@ -28,6 +28,7 @@ from explore.builders import BuildError
 from explore.candidate import Candidate, compile_candidate, graph_of
 from explore.datasets import Dataset
 from explore.keeper import ModelKeeper
+from explore.live import REFRESH_EVERY, LiveStudy
 from explore.optuna_adapter import frozen_trial as frozen
 from explore.procmem import children, pss
 from explore.protocol import (
@@ -53,7 +54,7 @@ from explore.scheduler.shared_data import share_dataset
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sample
 from explore.shared import SharedArrays
 from explore.space import Space
-from explore.study import PARAMS_ATTR, RECORD_ATTR, StudyWriter, working_copy
+from explore.study import PARAMS_ATTR, RECORD_ATTR
 from explore.worker import release_heap_memory
 
 # A process's PSS gives it a share of each page it maps with others, and other programs
@@ -86,8 +87,12 @@ class Scheduler:
         self.keeper = keeper  # keeps the best trials' weights, if any
         scale = getattr(space.data, "target_scale", None)
         self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit
-        self.stored = study  # where finished trials go, one write each
-        self.study = working_copy(study, space)  # what the sampler and pruner consult
+        self.stored = study  # shared with any other drivers of the study
+        # The stored study kept live (each trial claimed, reported and ended in it) and
+        # the working copy the sampler and pruner consult (explore.live).
+        self.live = LiveStudy(study, space, total=space.budget.trials, device=device,
+                              grace=space.budget.grace)
+        self.study = self.live.work
         self.n_workers = workers  # asked for
         self.n_running = workers  # started: fewer when the budget holds fewer
         self.main = main
@@ -250,25 +255,31 @@ class Scheduler:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, n_trials: int) -> RunStats:
-        self.writer = StudyWriter(self.stored)
+        """Run until the study has ``n_trials`` trials that ended (its total, shared with
+        any other drivers of the study: :mod:`explore.live`).  Ctrl-C fails the trials
+        in hand as interrupted, queues them again and raises KeyboardInterrupt; a failed
+        write to the storage stops the run at once (:class:`~explore.live.WriteFailed`)."""
+        self.live.total = n_trials
         try:
-            self.remaining = n_trials
             self.start()
-            asked = 0
+            next_claim = 0.0  # when to try again after the study had its total claimed
             while True:
+                self.live.check()  # a failed write stops the run here
                 # Ask while what was asked last found room and each worker has at most
                 # `trials_per_worker` trials in hand: candidates wait only when memory is full, and
                 # the sampler is not asked far ahead of the results it learns from.
-                while asked < n_trials and not self.waiting and self._in_hand() < \
+                while time.time() >= next_claim and not self.waiting and self._in_hand() < \
                         self.trials_per_worker * len(self.workers):
-                    asked += 1
-                    self.remaining = n_trials - asked
-                    self._ask()
+                    if not self._ask():
+                        next_claim = time.time() + REFRESH_EVERY / 4
+                        break
                     self._place()
+                self.live.refresh()
                 if not self.waiting and not any(w.residents for w in self.workers.values()):
-                    if asked >= n_trials:
+                    if self.live.settled():
                         self.memory.measure(self.workers.values(), now=True)  # a last reading
                         break
+                    time.sleep(REFRESH_EVERY / 8)  # others' trials run; ours may be re-queued
                     continue
                 if not any(w.active() for w in self.workers.values()):
                     # Only paused trials are held, and nothing runs that could promote
@@ -282,28 +293,52 @@ class Scheduler:
                 self._go()
                 self._events()
                 self._place()
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
         finally:
             self.stop()
             try:
-                self.writer.close()
+                self.live.close()
             finally:
                 if self.keeper is not None:
                     self.keeper.close()
         return self.stats
 
-    def _note(self, trial: optuna.trial.Trial, write: bool = False, **values: Any) -> None:
+    def _interrupted(self) -> None:
+        """Ctrl-C: every trial in hand fails as interrupted and is queued again in the
+        storage for the next run; a second Ctrl-C ends the process at once."""
+        import os
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        held = [p.trial for w in self.workers.values() for p in w.residents.values()]
+        for trial in held + [t for t, _, _ in self.waiting]:
+            self._fail(trial, "interrupted", retry=True)
+        self.waiting = []
+        self.stats.notes.append(f"interrupted: {len(held)} trials in hand failed and queued "
+                                "again for the next run")
+
+    def _note(self, trial: optuna.trial.Trial, write: bool = False, ending: bool = False,
+              **values: Any) -> None:
         """Collect what a trial records; write it as one user attribute (``explore``) when
-        asked: one storage transaction rather than one per value."""
+        asked: one storage transaction rather than one per value.  ``ending``: the trial
+        is about to end, and its end writes the record with its state."""
         record = self.notes.setdefault(trial.number, {})
         record.update(values)
-        if write:
+        if write or ending:
             trial.set_user_attr(RECORD_ATTR, record)
+        if write and not ending:
+            self.live.record(trial, record)
 
     def _tell(self, trial: optuna.trial.Trial, values: Any = None,
-              state: TrialState | None = None, saved: str | None = None) -> None:
-        self.study.tell(trial, values, state=state)
-        self.writer.put(frozen(self.study, trial), None if self.keeper is None or saved is None
-                        else self.keeper.keeping(saved))
+              state: TrialState | None = None, saved: str | None = None,
+              retry: bool = False) -> None:
+        self.live.finish(trial, values, state=state, retry=retry,
+                         keep=None if self.keeper is None or saved is None
+                         else self.keeper.keeping(saved))
 
     def _in_hand(self) -> int:
         """Trials held and not paused: what the sampler's look-ahead is counted in."""
@@ -313,9 +348,18 @@ class Scheduler:
         return sorted(((w, p) for w in self.workers.values() for p in w.residents.values()
                        if p.paused is not None), key=lambda wp: wp[1].trial.number)
 
-    def _ask(self, requeued: bool = False) -> None:
-        trial = self.study.ask()
-        params = suggest(trial, self.space)
+    def _ask(self) -> bool:
+        """Claim a trial of the study (a queued one first), sample it, size it and put
+        it among the waiting; False when the study's total is claimed."""
+        claim = self.live.claim()
+        if claim is None:
+            return False
+        drawn: dict[str, Any] = {}
+        trial = self.live.ask(claim, lambda t: drawn.setdefault("p", suggest(t, self.space)))
+        if trial is None:
+            return False
+        params = drawn["p"]
+        requeued = self.live.requeued(trial)
         self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
         # The user's model code fails its own trial, whatever it raised; the run goes on.
         user = (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
@@ -325,12 +369,13 @@ class Scheduler:
             cand = compile_candidate(self.space, params, self.stats.arena, graph=graph)
         except BudgetError as e:
             self._fail(trial, f"does not fit: {e}", never_started=True)
-            return
+            return True
         except user as e:
             self._fail(trial, str(e) if isinstance(e, BuildError) else
                        f"{type(e).__name__}: {e}", never_started=True)
-            return
+            return True
         self.waiting.append((trial, cand, requeued))
+        return True
 
     def _place(self) -> None:
         still = []
@@ -363,7 +408,7 @@ class Scheduler:
                        batch_size=cand.train_batch, compiled_batch=prog.batch_size,
                        worker=w.index, arena_offset=spot.offset,
                        placed_at=time.time() - self.t0, write=True)
-            seed = self.space.budget.seed + trial.number
+            seed = self.space.budget.seed + self.live.stored_number(trial)
             save_to = self.keeper.stage(trial.number) if self.keeper else None
             if not self._send(w, Start(trial.number, prog, spot.offset, seed,
                                        self.space.budget.rounds, cand.train_batch,
@@ -442,7 +487,7 @@ class Scheduler:
                        start=msg.started - self.t0, end=msg.ended - self.t0,
                        metrics={k: v for k, v in msg.metrics.items() if k != "train_seconds"},
                        train_seconds=msg.metrics.get("train_seconds", msg.busy_s),
-                       write=True)
+                       ending=True)
             values = [self._value(o.metric, msg.metrics, p) for o in self.space.objectives]
             staged = self.keeper.stage(p.trial.number) if self.keeper and msg.saved else None
             self._tell(p.trial, values if len(values) > 1 else values[0], saved=staged)
@@ -465,7 +510,7 @@ class Scheduler:
             self.stats.counts["paused"] -= 1
         start = None if p.started is None else p.started - self.t0
         self._note(p.trial, rounds=frozen(self.study, p.trial).last_step,
-                   pauses=p.pauses, start=start, end=time.time() - self.t0, write=True)
+                   pauses=p.pauses, start=start, end=time.time() - self.t0, ending=True)
         self._tell(p.trial, state=TrialState.PRUNED)
         self.stats.counts["pruned"] += 1
         self._sample()
@@ -509,10 +554,12 @@ class Scheduler:
         w.residents.pop(p.trial.number, None)
         w.free.release(p.offset, p.size)
 
-    def _fail(self, trial: optuna.trial.Trial, reason: str, never_started: bool = False
-              ) -> None:
-        self._note(trial, fail_reason=reason, started=not never_started, write=True)
-        self._tell(trial, state=TrialState.FAIL)
+    def _fail(self, trial: optuna.trial.Trial, reason: str, never_started: bool = False,
+              retry: bool = False) -> None:
+        """Fail ``trial`` with ``reason``; ``retry``: its process died or was interrupted,
+        so a trial with its parameters is queued in the storage (it is not counted)."""
+        self._note(trial, fail_reason=reason, started=not never_started, ending=True)
+        self._tell(trial, state=TrialState.FAIL, retry=retry)
         self.stats.counts["failed"] += 1
 
     def _crashed(self, w: Worker) -> None:
@@ -522,11 +569,11 @@ class Scheduler:
         del self.workers[w.index]
         self.in_flight = None  # lockstep: what it ran went with it
         for p in list(w.residents.values()):
-            self._fail(p.trial, f"worker {w.index} (pid {w.pid}) died with exit code {code}")
-            if not p.requeued:  # once more, as a new trial with the same parameters
-                self.study.enqueue_trial(p.trial.params, user_attrs={"requeued_from":
-                                                                     p.trial.number})
-                self._ask(requeued=True)
+            # once more (unless it already was a repeat), as a queued trial with the
+            # same parameters, which the next claim of any driver takes first
+            self._fail(p.trial, f"worker {w.index} (pid {w.pid}) died with exit code {code}",
+                       retry=not p.requeued)
+        self.live.flush()  # the repeats are queued before this driver claims again
         replacement = await_ready(self._spawn(w.index))
         s = self.stats
         others = s.main + s.tracker + s.data + sum(x.overhead + x.arena

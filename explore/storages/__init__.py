@@ -13,7 +13,7 @@ through it.
 """
 
 from explore.registry import import_plugins
-from explore.storages import _sqlite  # noqa: F401  (registers it)
+from explore.storages import _journal, _sqlite  # noqa: F401  (registers them)
 from explore.storages._base import (
     STORAGES,
     BaseStorage,

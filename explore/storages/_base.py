@@ -25,6 +25,11 @@ class BaseStorage(ABC):
     def create(self, url: str) -> optuna.storages.BaseStorage | str:
         """The Optuna storage of ``url`` (or a URL Optuna opens itself)."""
 
+    def check(self, url: str, write: bool) -> None:
+        """Raise :class:`~explore.storages.StorageError` if ``url`` cannot be opened
+        (for writing, with ``write``; without it nothing may be created)."""
+        return  # optional: most schemes are checked by connecting
+
 
 STORAGES: Registry[BaseStorage] = Registry("storage")
 register = STORAGES.register

@@ -28,7 +28,8 @@ import optuna
 from explore.storages._base import STORAGES, scheme
 
 CONNECT_TIMEOUT = 10  # seconds a database server has to answer
-EXAMPLE = "sqlite:///path/to/study.db or postgresql+psycopg://user@host/db"
+EXAMPLE = ("sqlite:///path/to/study.db, journal:///path/to/study.log or "
+           "postgresql+psycopg://user@host/db")
 # What to install for a scheme's driver.
 DRIVER_HINTS = {
     "postgresql": 'pip install -e ".[postgres]" (psycopg 3), and write the URL as '
@@ -60,7 +61,8 @@ def check(url: str, *, write: bool) -> None:
         raise StorageError(f"storage {url!r} is not a URL: write one such as {EXAMPLE}")
     s = scheme(text)
     if s in STORAGES and s != "sqlite":
-        return  # a plugin's URL: the plugin says what is wrong with it when it opens it
+        STORAGES.get(s).check(text, write)  # a plugin's URL: the plugin says what is wrong
+        return
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 

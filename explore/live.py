@@ -1,0 +1,503 @@
+"""One study, any number of drivers: the stored study kept live, and a working copy.
+
+Every ``explore run`` on the same storage and study name is a *driver*; drivers on one
+machine or many cooperate through the storage alone, as Optuna's own distributed
+optimisation does.  A driver's sampler and pruner still work on an in-memory copy of
+the study (Optuna's relational storage reads every trial back for each ask, report and
+prune decision), but the copy is kept in step with the storage:
+
+- **Claimed when asked.** A trial exists in the storage from the moment it is asked
+  for: created RUNNING with its parameters and the driver's record (host, pid, device)
+  in one write, or a trial queued in the storage (WAITING: re-queued after a crash)
+  taken over atomically.  Its intermediate values are written as they are reported and
+  its result when it ends, by a writer thread, in order.
+- **Refreshed.** At least every :data:`REFRESH_EVERY` seconds, and before each claim,
+  the driver reads what changed in the storage (Optuna's cached storage and the
+  journal read only new and unfinished trials) and mirrors the other drivers' trials
+  into its copy: running ones with their parameters, so TPE's constant liar avoids
+  them; finished ones with their values, for the sampler and the pruner.
+- **A study-wide total.** ``budget.trials`` counts the study's trials that ended on
+  their own (complete, pruned, or failed for a reason of their own: a trial failed
+  because its process died is re-queued and not counted).  A driver claims another
+  only while those and the running ones are fewer; after claiming it checks that fewer
+  than the total come before its trial, and a trial that lost such a race goes back to
+  the queue (WAITING, its parameters fixed) for a later run.
+- **Heartbeats.** The writer records the driver's heartbeat in the study every
+  :data:`HEARTBEAT_EVERY` seconds (a quarter of ``grace`` if that is shorter).  A
+  running trial whose driver has been silent for ``grace`` seconds is failed as stale,
+  with the reason, by any live driver (or the next run), and re-queued once with the
+  same parameters.  A driver waits for trials whose driver has gone quiet before it
+  ends, so a study whose driver died mid-run still ends with its total.
+- **Nothing finished is lost.** A failed write stops the run at once
+  (:class:`WriteFailed`); what was written before stays.
+
+>>> import optuna
+>>> from explore.space import parse_space
+>>> optuna.logging.set_verbosity(optuna.logging.WARNING)
+>>> s = parse_space({"dataset": "digits", "budget": {"trials": 2, "rounds": 1,
+...     "memory": "64MB"}, "sampler": {"name": "random", "seed": 0}})
+>>> stored = optuna.create_study(direction="maximize")
+>>> live = LiveStudy(stored, s, total=2, device="cpu")
+>>> claim = live.claim()
+>>> trial = live.ask(claim, lambda t: {"x": t.suggest_float("x", 0, 1)})
+>>> live.finish(trial, 0.5); live.close()
+>>> [(t.state.name, t.value) for t in stored.trials]
+[('COMPLETE', 0.5)]
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from explore.optuna_adapter import storage_of, study_id, trial_id
+from explore.space import Space
+from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
+
+HEARTBEAT_EVERY = 5.0  # seconds between a driver's heartbeats
+REFRESH_EVERY = 2.0  # seconds between reads of the other drivers' trials
+GRACE = 60.0  # default seconds of silence after which a driver's trials are stale
+HEARTBEAT_PREFIX = "explore:heartbeat:"  # a study system attribute per driver
+REQUEUED_FROM = "requeued_from"  # user attribute: the trial a re-queued one repeats
+
+
+class WriteFailed(RuntimeError):
+    """A write to the study's storage failed: the run stops at once."""
+
+
+def counted(t: FrozenTrial) -> bool:
+    """Whether ``t`` counts towards the study's ``budget.trials``: it ended on its own
+    (a trial failed because its driver or worker died, or by an interrupt, was
+    re-queued and its repeat counts instead)."""
+    if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    return t.state == TrialState.FAIL and not t.user_attrs.get(RECORD_ATTR, {}).get("retried")
+
+
+def driver_name() -> str:
+    """This process's name as a driver: host, pid and a random tag (pids are reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class Claim:
+    """A trial this driver may run: a new one (``stored`` None until it is created
+    with its parameters), or one taken from the storage's queue."""
+
+    stored: FrozenTrial | None = None
+    fixed: dict[str, Any] | None = None  # a queued trial's parameters
+    requeued_from: int | None = None
+
+
+@dataclass
+class Ours:
+    """One of this driver's trials: its id and number in the storage."""
+
+    stored_id: int
+    number: int
+    requeued_from: int | None
+    reported: set[int] = field(default_factory=set)
+
+
+class LiveStudy:
+    """The stored study ``stored`` shared with any other drivers, and the working copy
+    :attr:`work` that this driver's sampler and pruner consult.  ``total``: the study's
+    ``budget.trials``; ``grace``: seconds without a heartbeat after which another
+    driver's running trials are stale."""
+
+    def __init__(self, stored: optuna.Study, space: Space, *, total: int, device: str,
+                 grace: float = GRACE, worker_record: dict[str, Any] | None = None) -> None:
+        self.stored, self.total, self.grace, self.device = stored, total, grace, device
+        self.every = min(HEARTBEAT_EVERY, grace / 4)  # seconds between heartbeats
+        self.storage = storage_of(stored)
+        self.study_id = study_id(stored)
+        # The stored study's name: Hyperband assigns a trial to a bracket by a hash of
+        # the study's name and the trial's number, and an unnamed study gets a random one.
+        self.work = optuna.create_study(study_name=stored.study_name,
+                                        directions=list(stored.directions),
+                                        sampler=make_sampler(space), pruner=make_pruner(space))
+        self.wstorage = storage_of(self.work)
+        self.driver = driver_name()
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.ours: dict[int, Ours] = {}  # working-copy trial id -> stored
+        self.our_ids: set[int] = set()  # stored ids of our trials
+        self.mirrored: dict[int, tuple[int, TrialState, int]] = {}  # stored id -> (work
+        # id, state and intermediate values mirrored)
+        self.view: list[FrozenTrial] = []
+        self.beats: dict[str, float] = {}
+        self.read_at = self.beats_at = 0.0
+        self.stale: list[int] = []  # stored numbers this driver failed as stale
+        self.writer = _Writer(self)
+        self.refresh(force=True)
+
+    # -- reading ---------------------------------------------------------------------------
+    def refresh(self, force: bool = False) -> None:
+        """Read what changed in the storage (if :data:`REFRESH_EVERY` has passed, or
+        ``force``), mirror the other drivers' trials into the working copy, and fail
+        the trials of drivers silent for longer than ``grace``."""
+        now = time.time()
+        if not force and now - self.read_at < REFRESH_EVERY:
+            return
+        self.check()
+        self.read_at = now
+        self.view = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        for t in self.view:
+            if trial_id(t) not in self.our_ids:
+                self._mirror(t)
+        if now - self.beats_at >= self.every or force:
+            self.beats_at = now
+            attrs = self.storage.get_study_system_attrs(self.study_id)
+            self.beats = {k[len(HEARTBEAT_PREFIX):]: float(v) for k, v in attrs.items()
+                          if k.startswith(HEARTBEAT_PREFIX)}
+            for t in self.view:
+                if t.state == TrialState.RUNNING and trial_id(t) not in self.our_ids and \
+                        self._silence(t, now) > self.grace:
+                    self._fail_stale(t, now)
+
+    def _silence(self, t: FrozenTrial, now: float) -> float:
+        """Seconds since the driver of another's running trial was last heard from
+        (infinite for a driver of this host whose process is gone: no need to wait)."""
+        record = t.user_attrs.get(RECORD_ATTR, {})
+        if record.get("host") == self.host and isinstance(record.get("pid"), int) and \
+                not _alive(record["pid"]):
+            return float("inf")
+        driver = record.get("driver")
+        beat = self.beats.get(driver) if driver else None
+        if beat is None:  # never beat (killed at once), or not one of ours: its start
+            start = t.datetime_start
+            beat = start.timestamp() if start is not None else now
+        return now - beat
+
+    def _mirror(self, t: FrozenTrial) -> None:
+        """Another driver's trial into the working copy, or its news."""
+        if t.state == TrialState.WAITING:
+            return
+        known = self.mirrored.get(trial_id(t))
+        if known is None:
+            if t.state == TrialState.RUNNING and RECORD_ATTR not in t.user_attrs:
+                return  # its parameters are being written: mirrored at the next read
+            template = optuna.trial.FrozenTrial(
+                number=0, state=t.state, value=None, values=t.values,
+                datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
+                params=t.params, distributions=t.distributions, user_attrs=t.user_attrs,
+                system_attrs={}, intermediate_values=dict(t.intermediate_values),
+                trial_id=0)
+            wid = self.wstorage.create_new_trial(study_id(self.work), template_trial=template)
+            self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values))
+            return
+        wid, state, steps = known
+        if state == t.state and steps == len(t.intermediate_values):
+            return
+        if state == TrialState.RUNNING:
+            for step, v in t.intermediate_values.items():
+                self.wstorage.set_trial_intermediate_value(wid, step, v)
+            if t.state.is_finished():
+                self.wstorage.set_trial_state_values(wid, t.state, t.values)
+        self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values))
+
+    def counts(self) -> tuple[int, int]:
+        """(trials counted towards the total, trials running), study-wide, as last read."""
+        done = sum(counted(t) for t in self.view)
+        return done, sum(t.state == TrialState.RUNNING for t in self.view)
+
+    def finished(self) -> bool:
+        """Whether the study has its total."""
+        return self.counts()[0] >= self.total
+
+    def settled(self) -> bool:
+        """Whether this driver, holding no trial, may end: the study has its total, or
+        will have it from trials that live drivers run (a trial whose driver has gone
+        quiet is waited for until it ends or turns stale, so it is re-run here)."""
+        self.refresh()
+        done, running = self.counts()
+        if done >= self.total:
+            return True
+        now = time.time()
+        quiet = any(t.state == TrialState.RUNNING and trial_id(t) not in self.our_ids
+                    and self._silence(t, now) > 3 * self.every for t in self.view)
+        return not quiet and done + running >= self.total and \
+            not any(t.state == TrialState.WAITING for t in self.view)
+
+    # -- claiming --------------------------------------------------------------------------
+    def claim(self) -> Claim | None:
+        """A trial this driver may start, or None while the study's total is reached by
+        the trials that ended and those running."""
+        self.refresh(force=True)
+        done, running = self.counts()
+        if done + running >= self.total:
+            return None
+        for t in sorted((t for t in self.view if t.state == TrialState.WAITING),
+                        key=lambda t: t.number):
+            try:
+                taken = self.storage.set_trial_state_values(trial_id(t), TrialState.RUNNING)
+            except (UpdateFinishedTrialError, KeyError, RuntimeError):
+                taken = False
+            if taken:  # ours: no other driver's set_trial_state_values succeeded
+                fixed = t.system_attrs.get("fixed_params") or dict(t.params) or None
+                return Claim(self.storage.get_trial(trial_id(t)), fixed,
+                             t.user_attrs.get(REQUEUED_FROM))
+        return Claim()
+
+    def ask(self, claim: Claim, suggest: Callable[[Trial], Any]) -> Trial | None:
+        """The working copy's trial for ``claim``, its parameters drawn by ``suggest``
+        (given the fixed ones of a queued trial), written to the storage with this
+        driver's record.  None if the claim lost a race for the study's last trials:
+        it is queued again, and the caller stops asking."""
+        if claim.fixed:
+            self.work.enqueue_trial(claim.fixed, skip_if_exists=False)
+        trial = self.work.ask()
+        params = suggest(trial)
+        record = {"driver": self.driver, "host": self.host, "pid": self.pid,
+                  "device": self.device}
+        if claim.requeued_from is not None:
+            record[REQUEUED_FROM] = claim.requeued_from
+        user = {PARAMS_ATTR: params, RECORD_ATTR: record}
+        if claim.stored is None:  # new: created whole, in one write
+            frozen = self.wstorage.get_trial(trial_id(trial))
+            template = optuna.trial.FrozenTrial(
+                number=0, state=TrialState.RUNNING, value=None, values=None,
+                datetime_start=frozen.datetime_start, datetime_complete=None,
+                params=frozen.params, distributions=frozen.distributions, user_attrs=user,
+                system_attrs={}, intermediate_values={}, trial_id=0)
+            sid = self._write(lambda: self.storage.create_new_trial(self.study_id,
+                                                                    template_trial=template))
+        else:
+            sid = trial_id(claim.stored)
+            frozen = self.wstorage.get_trial(trial_id(trial))
+            have = claim.stored.params
+            def fill() -> None:
+                for name, value in frozen.params.items():
+                    if name not in have:
+                        dist = frozen.distributions[name]
+                        self.storage.set_trial_param(sid, name, dist.to_internal_repr(value),
+                                                     dist)
+                self.storage.set_trial_user_attr(sid, PARAMS_ATTR, params)
+                self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+
+            self._write(fill)
+        number = self.storage.get_trial_number_from_id(sid)
+        self.our_ids.add(sid)
+        self.ours[trial_id(trial)] = Ours(sid, number, claim.requeued_from)
+        if self._lost_race(number):
+            self._write(lambda: self.storage.set_trial_system_attr(
+                sid, "fixed_params", dict(self.wstorage.get_trial(trial_id(trial)).params)))
+            self._write(lambda: self.storage.set_trial_state_values(sid, TrialState.WAITING))
+            self.work.tell(trial, state=TrialState.FAIL)  # the sampler skips it
+            del self.ours[trial_id(trial)]
+            self.our_ids.discard(sid)
+            return None
+        return trial
+
+    def _lost_race(self, number: int) -> bool:
+        """Whether the study's total is reached by the trials before ``number`` that
+        ended or run (claims are ordered by their number in the storage)."""
+        self.refresh(force=True)
+        before = [t for t in self.view if t.number < number]
+        return sum(counted(t) or t.state == TrialState.RUNNING for t in before) >= self.total
+
+    def stored_number(self, trial: Trial) -> int:
+        """``trial``'s number in the storage (the one users see)."""
+        return self.ours[trial_id(trial)].number
+
+    def requeued(self, trial: Trial) -> bool:
+        """Whether ``trial`` repeats one that failed when its process died."""
+        return self.ours[trial_id(trial)].requeued_from is not None
+
+    # -- writing (on the writer thread, in order) -------------------------------------------
+    def record(self, trial: Trial, record: dict[str, Any]) -> None:
+        """Write the trial's record (one user attribute)."""
+        sid = self.ours[trial_id(trial)].stored_id
+        full = {"driver": self.driver, "host": self.host, "pid": self.pid,
+                "device": self.device, **record}
+        if (src := self.ours[trial_id(trial)].requeued_from) is not None:
+            full[REQUEUED_FROM] = src
+        self.writer.put(lambda: self.storage.set_trial_user_attr(sid, RECORD_ATTR, full))
+
+    def report(self, trial: Trial, step: int, value: float) -> None:
+        """Write an intermediate value (a dashboard shows it while the trial runs)."""
+        ours = self.ours[trial_id(trial)]
+        ours.reported.add(step)
+        sid = ours.stored_id
+        self.writer.put(lambda: self.storage.set_trial_intermediate_value(sid, step, value))
+
+    def finish(self, trial: Trial, values: Any = None, state: TrialState | None = None,
+               keep: Keep | None = None, retry: bool = False) -> None:
+        """Tell the working copy, then write the result: the trial's user attributes,
+        its remaining intermediate values and its state.  ``retry``: it failed because
+        its process died or was interrupted; a new trial with its parameters is
+        queued (once, unless it was interrupted: then always)."""
+        self.work.tell(trial, values, state=state)
+        frozen = self.wstorage.get_trial(trial_id(trial))
+        ours = self.ours.pop(trial_id(trial))
+
+        def write() -> None:
+            t = keep.before(frozen) if keep is not None else frozen
+            for k, v in t.user_attrs.items():
+                if k == RECORD_ATTR:
+                    v = {"driver": self.driver, "host": self.host, "pid": self.pid,
+                         "device": self.device, **v}
+                    if ours.requeued_from is not None:
+                        v[REQUEUED_FROM] = ours.requeued_from
+                    if retry:
+                        v["retried"] = True
+                self.storage.set_trial_user_attr(ours.stored_id, k, v)
+            for step, v in t.intermediate_values.items():
+                if step not in ours.reported:
+                    self.storage.set_trial_intermediate_value(ours.stored_id, step, v)
+            self.storage.set_trial_state_values(ours.stored_id, t.state, t.values)
+            if retry:
+                self._requeue(frozen.params, ours.number)
+            if keep is not None:
+                keep.after(ours.number)
+
+        self.writer.put(write)
+
+    def _requeue(self, params: dict[str, Any], number: int) -> None:
+        self.stored.enqueue_trial(params, user_attrs={REQUEUED_FROM: number},
+                                  skip_if_exists=False)
+
+    def _fail_stale(self, t: FrozenTrial, now: float) -> None:
+        """Fail another driver's trial whose driver went silent; re-queue it once."""
+        record = dict(t.user_attrs.get(RECORD_ATTR, {}))
+        again = REQUEUED_FROM not in record and REQUEUED_FROM not in t.user_attrs
+        silent = self._silence(t, now)
+        why = f"its driver {record.get('driver', '(unknown)')} " + (
+            "has exited" if silent == float("inf") else
+            f"sent no heartbeat for {silent:.0f} s (grace {self.grace:.0f} s)")
+        record.update(fail_reason=f"stale: {why}", retried=again, failed_by=self.driver)
+        try:
+            self.storage.set_trial_user_attr(trial_id(t), RECORD_ATTR, record)
+            if not self.storage.set_trial_state_values(trial_id(t), TrialState.FAIL):
+                return
+        except (UpdateFinishedTrialError, RuntimeError):
+            return  # finished meanwhile, or another driver failed it first
+        self.stale.append(t.number)
+        if again:
+            self._requeue(dict(t.params), t.number)
+
+    def _write(self, write: Callable[[], Any]) -> Any:
+        """A write on this thread, its failure a :class:`WriteFailed`."""
+        try:
+            return write()
+        except Exception as e:
+            raise WriteFailed(_failed(e)) from None
+
+    def check(self) -> None:
+        """Raise :class:`WriteFailed` if a write failed."""
+        if self.writer.error is not None:
+            raise WriteFailed(self.writer.error)
+
+    def flush(self) -> None:
+        """Wait for every write so far; raise :class:`WriteFailed` if one failed."""
+        self.writer.flush()
+        self.check()
+
+    def close(self) -> None:
+        """Wait for every write; raise :class:`WriteFailed` if one failed."""
+        self.writer.close()
+        self.check()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _failed(e: BaseException) -> str:
+    text = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+class _Writer:
+    """Writes to the storage on a thread of its own, in order, and records the
+    driver's heartbeat every :data:`HEARTBEAT_EVERY` seconds.  After a failed write
+    it writes nothing more (the rest would fail the same way) and keeps the reason."""
+
+    def __init__(self, live: LiveStudy) -> None:
+        self.live = live
+        self.queue: queue.Queue[Callable[[], Any] | None] = queue.Queue()
+        self.error: str | None = None
+        self.beat = 0.0
+        self.thread = threading.Thread(target=self._run, name="explore-study-writer",
+                                       daemon=True)
+        self.thread.start()
+
+    def put(self, write: Callable[[], Any]) -> None:
+        self.queue.put(write)
+
+    def _heartbeat(self) -> None:
+        now = time.time()
+        if now - self.beat >= self.live.every:
+            self.beat = now
+            live = self.live
+            live.storage.set_study_system_attr(live.study_id, HEARTBEAT_PREFIX + live.driver,
+                                               now)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self.queue.get(timeout=self.live.every / 2)
+            except queue.Empty:
+                item = _NOTHING
+            if item is None:
+                return
+            if self.error is not None:
+                if isinstance(item, _Marker):
+                    item()
+                continue
+            try:
+                self._heartbeat()
+                if item is not _NOTHING:
+                    item()
+            except Exception as e:  # re-raised on the scheduler's thread
+                self.error = _failed(e)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every write put so far is done (or failed)."""
+        done = threading.Event()
+        self.queue.put(_Marker(done))
+        if self.thread.is_alive():
+            done.wait(timeout)
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join()
+
+
+class _Marker:
+    """A point in the queue that a flush waits for (reached even after a failure)."""
+
+    def __init__(self, done: threading.Event) -> None:
+        self.done = done
+
+    def __call__(self) -> None:
+        self.done.set()
+
+
+def _nothing() -> None:
+    """A wake-up with nothing to write: the heartbeat is due."""
+
+
+_NOTHING = _nothing
