@@ -92,10 +92,11 @@ def driver_name() -> str:
 
 @dataclass
 class Claim:
-    """A trial this driver may run: a new one (``stored`` None until it is created
-    with its parameters), or one taken from the storage's queue."""
+    """A trial of the storage this driver took (RUNNING, no parameters yet): a new
+    one, or one taken from the queue with the parameters it was queued with."""
 
-    stored: FrozenTrial | None = None
+    stored_id: int
+    number: int
     fixed: dict[str, Any] | None = None  # a queued trial's parameters
     requeued_from: int | None = None
 
@@ -108,6 +109,7 @@ class Ours:
     number: int
     requeued_from: int | None
     reported: set[int] = field(default_factory=set)
+    params: set[str] = field(default_factory=set)  # written to the storage
 
 
 class LiveStudy:
@@ -138,6 +140,8 @@ class LiveStudy:
         self.beats: dict[str, float] = {}
         self.read_at = self.beats_at = 0.0
         self.stale: list[int] = []  # stored numbers this driver failed as stale
+        # grid search runs each point once, across drivers (explore.live._lost)
+        self.unique = space.sampler.name == "grid"
         self.writer = _Writer(self)
         self.refresh(force=True)
 
@@ -191,8 +195,8 @@ class LiveStudy:
                 number=0, state=t.state, value=None, values=t.values,
                 datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
                 params=t.params, distributions=t.distributions, user_attrs=t.user_attrs,
-                system_attrs={}, intermediate_values=dict(t.intermediate_values),
-                trial_id=0)
+                system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
+                intermediate_values=dict(t.intermediate_values), trial_id=0)
             wid = self.wstorage.create_new_trial(study_id(self.work), template_trial=template)
             self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values))
             return
@@ -231,8 +235,9 @@ class LiveStudy:
 
     # -- claiming --------------------------------------------------------------------------
     def claim(self) -> Claim | None:
-        """A trial this driver may start, or None while the study's total is reached by
-        the trials that ended and those running."""
+        """A trial of the study this driver may start: one queued in the storage
+        (WAITING, taken over atomically; the oldest first) or a new empty RUNNING one;
+        None while the trials that ended and those running reach the total."""
         self.refresh(force=True)
         done, running = self.counts()
         if done + running >= self.total:
@@ -241,70 +246,80 @@ class LiveStudy:
                         key=lambda t: t.number):
             try:
                 taken = self.storage.set_trial_state_values(trial_id(t), TrialState.RUNNING)
-            except (UpdateFinishedTrialError, KeyError, RuntimeError):
-                taken = False
-            if taken:  # ours: no other driver's set_trial_state_values succeeded
-                fixed = t.system_attrs.get("fixed_params") or dict(t.params) or None
-                return Claim(self.storage.get_trial(trial_id(t)), fixed,
+            except (UpdateFinishedTrialError, KeyError):
+                taken = False  # finished or taken meanwhile
+            except Exception as e:
+                raise WriteFailed(_failed(e)) from None
+            if taken:  # ours: no other driver's change from WAITING succeeded
+                return Claim(trial_id(t), t.number, t.system_attrs.get("fixed_params"),
                              t.user_attrs.get(REQUEUED_FROM))
-        return Claim()
+        sid = self._write(lambda: self.storage.create_new_trial(self.study_id))
+        return Claim(sid, self.storage.get_trial_number_from_id(sid))
 
     def ask(self, claim: Claim, suggest: Callable[[Trial], Any]) -> Trial | None:
         """The working copy's trial for ``claim``, its parameters drawn by ``suggest``
-        (given the fixed ones of a queued trial), written to the storage with this
-        driver's record.  None if the claim lost a race for the study's last trials:
-        it is queued again, and the caller stops asking."""
-        if claim.fixed:
-            self.work.enqueue_trial(claim.fixed, skip_if_exists=False)
-        trial = self.work.ask()
-        params = suggest(trial)
+        (given the fixed ones of a queued trial) and written to the claimed trial with
+        this driver's record.  First the claim is checked against the trials claimed
+        before it (by their numbers in the storage): if those reach the study's total,
+        or (grid search) one has the same parameters, the stored trial goes back to
+        the queue, empty, and None is returned (a grid point taken is drawn again)."""
+        for _ in range(8):
+            if claim.fixed:
+                self.work.enqueue_trial(claim.fixed, skip_if_exists=False)
+            trial = self.work.ask()
+            params = suggest(trial)
+            frozen = self.wstorage.get_trial(trial_id(trial))
+            lost = self._lost(claim.number, frozen)
+            if lost is None:
+                break
+            self.work.tell(trial, state=TrialState.FAIL)  # never stored: the sampler skips it
+            if lost == "total" or claim.fixed:
+                break
+        if lost is not None:
+            self._write(lambda: self.storage.set_trial_state_values(claim.stored_id,
+                                                                    TrialState.WAITING))
+            return None
         record = {"driver": self.driver, "host": self.host, "pid": self.pid,
                   "device": self.device}
         if claim.requeued_from is not None:
             record[REQUEUED_FROM] = claim.requeued_from
-        user = {PARAMS_ATTR: params, RECORD_ATTR: record}
-        if claim.stored is None:  # new: created whole, in one write
-            frozen = self.wstorage.get_trial(trial_id(trial))
-            template = optuna.trial.FrozenTrial(
-                number=0, state=TrialState.RUNNING, value=None, values=None,
-                datetime_start=frozen.datetime_start, datetime_complete=None,
-                params=frozen.params, distributions=frozen.distributions, user_attrs=user,
-                system_attrs={}, intermediate_values={}, trial_id=0)
-            sid = self._write(lambda: self.storage.create_new_trial(self.study_id,
-                                                                    template_trial=template))
-        else:
-            sid = trial_id(claim.stored)
-            frozen = self.wstorage.get_trial(trial_id(trial))
-            have = claim.stored.params
-            def fill() -> None:
-                for name, value in frozen.params.items():
-                    if name not in have:
-                        dist = frozen.distributions[name]
-                        self.storage.set_trial_param(sid, name, dist.to_internal_repr(value),
-                                                     dist)
-                self.storage.set_trial_user_attr(sid, PARAMS_ATTR, params)
-                self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+        sid = claim.stored_id
 
-            self._write(fill)
-        number = self.storage.get_trial_number_from_id(sid)
+        def write() -> None:  # the record last: others mirror a trial once it is there
+            for name, value in frozen.params.items():
+                dist = frozen.distributions[name]
+                self.storage.set_trial_param(sid, name, dist.to_internal_repr(value), dist)
+            for key, value in frozen.system_attrs.items():  # a grid point's id, say
+                self.storage.set_trial_system_attr(sid, key, value)
+            self.storage.set_trial_user_attr(sid, PARAMS_ATTR, params)
+            self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+
+        self._write(write)
         self.our_ids.add(sid)
-        self.ours[trial_id(trial)] = Ours(sid, number, claim.requeued_from)
-        if self._lost_race(number):
-            self._write(lambda: self.storage.set_trial_system_attr(
-                sid, "fixed_params", dict(self.wstorage.get_trial(trial_id(trial)).params)))
-            self._write(lambda: self.storage.set_trial_state_values(sid, TrialState.WAITING))
-            self.work.tell(trial, state=TrialState.FAIL)  # the sampler skips it
-            del self.ours[trial_id(trial)]
-            self.our_ids.discard(sid)
-            return None
+        self.ours[trial_id(trial)] = Ours(sid, claim.number, claim.requeued_from,
+                                          params=set(frozen.params))
         return trial
 
-    def _lost_race(self, number: int) -> bool:
-        """Whether the study's total is reached by the trials before ``number`` that
-        ended or run (claims are ordered by their number in the storage)."""
-        self.refresh(force=True)
-        before = [t for t in self.view if t.number < number]
-        return sum(counted(t) or t.state == TrialState.RUNNING for t in before) >= self.total
+    def _lost(self, number: int, mine: FrozenTrial) -> str | None:
+        """Why claim ``number`` must give way, or None: "total" if the trials claimed
+        before it that ended or run reach the study's total, "duplicate" if (grid
+        search) one of them has ``mine``'s parameters.  Waits (a few seconds at most)
+        for the parameters of claims before it that are being written."""
+        deadline = time.time() + 5.0
+        while True:
+            self.refresh(force=True)
+            before = [t for t in self.view if t.number < number]
+            if time.time() > deadline or not any(
+                    t.state == TrialState.RUNNING and RECORD_ATTR not in t.user_attrs
+                    and trial_id(t) not in self.our_ids for t in before):
+                break
+            time.sleep(0.01)
+        if sum(counted(t) or t.state == TrialState.RUNNING for t in before) >= self.total:
+            return "total"
+        if self.unique and any(t.params == mine.params and (
+                t.state == TrialState.RUNNING or counted(t)) for t in before):
+            return "duplicate"
+        return None
 
     def stored_number(self, trial: Trial) -> int:
         """``trial``'s number in the storage (the one users see)."""
@@ -324,6 +339,24 @@ class LiveStudy:
             full[REQUEUED_FROM] = src
         self.writer.put(lambda: self.storage.set_trial_user_attr(sid, RECORD_ATTR, full))
 
+    def new_params(self, trial: Trial) -> None:
+        """Write the parameters ``trial`` was given since it was claimed (a model
+        builder asks for its own while the trial is compiled)."""
+        ours = self.ours[trial_id(trial)]
+        frozen = self.wstorage.get_trial(trial_id(trial))
+        new = {k: (v, frozen.distributions[k]) for k, v in frozen.params.items()
+               if k not in ours.params}
+        if not new:
+            return
+        ours.params.update(new)
+        sid = ours.stored_id
+
+        def write() -> None:
+            for name, (value, dist) in new.items():
+                self.storage.set_trial_param(sid, name, dist.to_internal_repr(value), dist)
+
+        self.writer.put(write)
+
     def report(self, trial: Trial, step: int, value: float) -> None:
         """Write an intermediate value (a dashboard shows it while the trial runs)."""
         ours = self.ours[trial_id(trial)]
@@ -337,6 +370,7 @@ class LiveStudy:
         its remaining intermediate values and its state.  ``retry``: it failed because
         its process died or was interrupted; a new trial with its parameters is
         queued (once, unless it was interrupted: then always)."""
+        self.new_params(trial)
         self.work.tell(trial, values, state=state)
         frozen = self.wstorage.get_trial(trial_id(trial))
         ours = self.ours.pop(trial_id(trial))

@@ -273,8 +273,12 @@ class Scheduler:
                     if not self._ask():
                         next_claim = time.time() + REFRESH_EVERY / 4
                         break
+                    done, running = self.live.counts()
+                    self.remaining = max(0, n_trials - done - running)
                     self._place()
                 self.live.refresh()
+                done, running = self.live.counts()
+                self.remaining = max(0, n_trials - done - running)  # not yet claimed
                 if not self.waiting and not any(w.residents for w in self.workers.values()):
                     if self.live.settled():
                         self.memory.measure(self.workers.values(), now=True)  # a last reading
@@ -367,6 +371,8 @@ class Scheduler:
             graph = graph_of(self.space, params, trial=trial) if self.space.uses_builder \
                 else None
             cand = compile_candidate(self.space, params, self.stats.arena, graph=graph)
+            if graph is not None:
+                self.live.new_params(trial)  # the builder's own, seen by other drivers
         except BudgetError as e:
             self._fail(trial, f"does not fit: {e}", never_started=True)
             return True

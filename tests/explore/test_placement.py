@@ -48,7 +48,9 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
                                    free=FreeList([(0, arena)]))}
         sched.stats.arena = arena
         for _ in range(3):
-            sched.waiting.append((sched.study.ask(), cand, False))
+            claim = sched.live.claim()
+            assert claim is not None
+            sched.waiting.append((sched.live.ask(claim, lambda t: None), cand, False))
         sched._place()
         starts = [m for m in pipe.sent if isinstance(m, Start)]
         assert len(starts) == 2 and len(sched.waiting) == 1  # the third waits for room
