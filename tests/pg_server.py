@@ -215,6 +215,9 @@ class PgServer:
         options = ["-p", str(self.port), "-k", str(self.folder)]
         for k, v in SETTINGS.items():
             options += ["-c", f"{k}={v}"]
+        with contextlib.suppress(FileNotFoundError):
+            self.log.unlink()  # a port taken at an earlier try is not this try's error
+        self.running = True  # as far as stop() knows: pg_ctl may time out on a live one
         try:
             self._run("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log),
                       "-w", "-t", f"{START_TIMEOUT:.0f}", "-o", shlex.join(options),
@@ -222,11 +225,11 @@ class PgServer:
         except RuntimeError as e:
             tail = self._log_tail()
             if "could not bind" in tail or "already in use" in tail:
+                self.running = False  # the server exited
                 raise _PortTaken from None
             raise RuntimeError(f"PostgreSQL did not start, or did not accept connections "
                                f"within {START_TIMEOUT:g} s ({e}); its log, {self.log}, "
                                f"ends:\n{tail}") from None
-        self.running = True
         deadline = time.monotonic() + START_TIMEOUT
         while True:  # pg_ctl waited for "ready"; a connection proves it
             try:
