@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -134,6 +133,8 @@ class PgServer:
         self.running = False
         self._run_as: dict[str, Any] = {}  # subprocess arguments: the user to run as
         if os.name == "posix" and os.geteuid() == 0:
+            import pwd  # POSIX only: the tests' conftest imports this module everywhere
+
             try:
                 pw = pwd.getpwnam("postgres")
             except KeyError:
