@@ -2,10 +2,56 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import tempfile
+from collections.abc import Iterator
+from typing import NoReturn
+
+import pytest
+
+from tests.pg_server import PgServer, PostgresUnavailable
 
 # The constants a run measures (explore.scheduler.constants) are remembered per machine;
 # tests keep theirs apart from the user's cache, in one folder for the session, which
 # the subprocesses they start inherit.
 os.environ.setdefault("EXPLORE_CACHE_DIR", tempfile.mkdtemp(prefix="explore-test-cache-"))
+
+
+# -- a real PostgreSQL server (tests/pg_server.py) ---------------------------------------
+def _unavailable(reason: str) -> NoReturn:
+    """Fail in CI (``$CI`` set, and not to 0 or false: the server's tests must run
+    there), skip elsewhere."""
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{reason} (CI is set, so this fails rather than skips)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL server for the whole session (started on first use,
+    stopped and removed at the end); :meth:`PgServer.new_database` gives URLs."""
+    if importlib.util.find_spec("psycopg") is None:
+        _unavailable('psycopg (the dev extra: pip install -e ".[dev]") is not installed')
+    try:
+        server = PgServer()
+    except PostgresUnavailable as e:
+        missing = str(e)
+    else:
+        with server:
+            yield server
+        return
+    _unavailable(missing)  # outside the except: the message alone, no traceback chain
+
+
+_databases = 0
+
+
+@pytest.fixture
+def postgres_url(postgres: PgServer, request: pytest.FixtureRequest) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    global _databases
+    _databases += 1
+    name = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:50].strip("_")
+    return postgres.new_database(f"t{_databases}_{name}")

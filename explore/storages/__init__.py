@@ -20,6 +20,7 @@ from explore.storages._base import (
     get,
     open_storage,
     register,
+    relational,
     scheme,
     sqlite_file,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "names",
     "open_storage",
     "register",
+    "relational",
     "scheme",
     "sqlite_file",
 ]

@@ -10,8 +10,11 @@ Storages are opened in the scheduler's process and by the CLI; only the writer t
 
 from __future__ import annotations
 
+import random
+import time
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -62,3 +65,46 @@ def sqlite_file(url: str) -> Path | None:
         return None
     name = rest.split("?", 1)[0]
     return None if name in ("", ":memory:") else Path(name)
+
+
+SCHEMA_ATTEMPTS = 6  # tries at opening a relational storage whose schema others create
+
+
+def _schema_race(e: Exception) -> bool:
+    """Whether ``e``, raised while Optuna created its tables, is another process
+    creating them at the same moment: a duplicate (a table, a type, an index, the
+    version row) or a deadlock between the two."""
+    from sqlalchemy.exc import DBAPIError, IntegrityError
+
+    if isinstance(e, IntegrityError):
+        return True
+    text = str(getattr(e, "orig", None) or e).lower()
+    return isinstance(e, DBAPIError) and ("already exists" in text or "deadlock" in text)
+
+
+def relational(url: str, engine_kwargs: dict[str, Any] | None = None
+               ) -> optuna.storages.RDBStorage:
+    """Optuna's relational storage of ``url``, created safely when other processes open
+    the same new database at the same moment (two ``explore run`` started together, the
+    workers of a distributed search).
+
+    Optuna creates its schema when it opens a storage: it looks for each table, creates
+    the missing ones, then writes the version row and stamps alembic's revision.  Two
+    processes doing that at once on an empty database both find nothing and both create:
+    the slower one fails (PostgreSQL: a duplicate key in ``pg_type``, or "relation
+    already exists"; SQLite: "table ... already exists", each CREATE TABLE committing on
+    its own; a duplicate alembic revision).  Every statement of that schema is "create
+    if missing", so opening again, after a short random pause, finds what the other
+    created and completes it; a different error, or the same one
+    :data:`SCHEMA_ATTEMPTS` times, is raised.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(1, SCHEMA_ATTEMPTS + 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except DBAPIError as e:
+            if attempt == SCHEMA_ATTEMPTS or not _schema_race(e):
+                raise
+            time.sleep(random.uniform(0.02, 0.1) * attempt)
+    raise AssertionError("unreachable")

@@ -25,7 +25,7 @@ from typing import Any
 
 import optuna
 
-from explore.storages._base import STORAGES, scheme
+from explore.storages._base import STORAGES, relational, scheme
 
 CONNECT_TIMEOUT = 10  # seconds a database server has to answer
 EXAMPLE = ("sqlite:///path/to/study.db, journal:///path/to/study.log or "
@@ -137,11 +137,11 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
     try:
         if s in STORAGES and (write or s != "sqlite"):
             got = STORAGES.get(s).create(url)
-            return optuna.storages.RDBStorage(got) if isinstance(got, str) else got
+            return relational(got) if isinstance(got, str) else got
         kwargs: dict[str, Any] = {}
         if s in ("postgresql", "mysql") and "connect_timeout" not in url:
             kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT}
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        return relational(url, kwargs)
     except SQLAlchemyError as e:
         from sqlalchemy.engine import make_url
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import optuna
 
-from explore.storages._base import BaseStorage, register, sqlite_file
+from explore.storages._base import BaseStorage, register, relational, sqlite_file
 
 
 @register("sqlite")
@@ -25,7 +25,7 @@ class Sqlite(BaseStorage):
         if sqlite_file(url) is None:  # in memory: every SQLAlchemy connection would get a
             return optuna.storages.InMemoryStorage()  # database of its own
 
-        storage = optuna.storages.RDBStorage(url)
+        storage = relational(url)  # two processes may create the file's tables at once
 
         def pragmas(conn: Any, record: Any) -> None:
             cur = conn.cursor()
