@@ -170,6 +170,12 @@ def diverged(loss: Any, which: str, round_: int) -> str | None:
     return f"diverged: {which} loss {shown} at round {round_}"
 
 
+def process_main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
+    """Entry point of a worker process: :func:`main`, tied to its driver's life."""
+    stay_with_the_driver()
+    main(conn, data, device)
+
+
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
@@ -177,7 +183,6 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     from engine.runtime.train import train_epoch
     from engine.runtime.vm import VM
 
-    stay_with_the_driver()
     arrays = attach(data)
     if device == "gpu":
         import cupy

@@ -20,7 +20,7 @@ from explore.protocol import ArenaOpened, Exit, FromWorker, OpenArena, Ready
 from explore.scheduler.errors import SchedulerError
 from explore.scheduler.placement import Worker
 from explore.shared import ArraySpec
-from explore.worker import main as worker_main
+from explore.worker import process_main as worker_main
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
