@@ -32,6 +32,8 @@ from explore import __version__
 from explore.yamlio import SpaceError
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1  # the run began and could not go on (a failed write)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
 err = Console(stderr=True, soft_wrap=True)  # whole lines: paths stay copyable
 out = Console()
 
@@ -101,8 +103,10 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
+    from explore.live import WriteFailed
     from explore.runner import RunRefused, execute, prepare
 
+    prep = None
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
                        workers=workers, memory=_size(memory, "--memory"), device=device)
@@ -112,6 +116,12 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
             study, run_record = execute(prep, progress=display.update)
     except RunRefused as e:
         _refused(e)
+    except KeyboardInterrupt:
+        _stopped(prep, "interrupted: the trials in hand were failed as 'interrupted' and "
+                 "queued again; run the same command to go on", EXIT_INTERRUPTED)
+    except WriteFailed as e:
+        _stopped(prep, f"could not write to the study's storage: {e}; the run stopped at "
+                 "the first failed write", EXIT_FAILED)
     if run_record is None:
         done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         out.print(f"study {study.study_name!r} already has {done} finished trials "
@@ -119,6 +129,24 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         run_record = _last_run(study)
     _summary(study, run_record)
     _next_steps(study, prep)
+
+
+def _stopped(prep: Any, message: str, code: int) -> None:
+    """A run that stopped early: what happened, what the study kept, and the exit
+    status (130 after Ctrl-C, 1 after a failed write)."""
+    err.print(f"[red]{message}[/]", highlight=False)
+    if prep is not None:
+        with contextlib.suppress(Exception):  # the storage itself may be what failed
+            import optuna
+
+            from explore.study import storage_url
+
+            study = optuna.load_study(study_name=prep.study_name,
+                                      storage=storage_url(prep.storage))
+            kept = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+            err.print(f"kept: {kept} finished trials in study {prep.study_name!r} at "
+                      f"{prep.storage}", highlight=False)
+    sys.exit(code)
 
 
 def _refused(e: Any) -> None:
@@ -134,9 +162,13 @@ def _refused(e: Any) -> None:
 def _next_steps(study: Any, prep: Any) -> None:
     """Where the results went and what to do with them."""
     from explore.keeper import MODELS_ATTR
+    from explore.study import default_storage
 
     where = f"--storage '{prep.storage}' --study '{study.study_name}'"
-    target = f"{prep.source}" if prep.source is not None else where
+    default = prep.source is not None and prep.storage == default_storage(prep.source) \
+        and study.study_name == (prep.space.name or "explore")
+    target = str(prep.source) if default else \
+        f"{prep.source} {where}" if prep.source is not None else where
     out.print(f"results: study {study.study_name!r} in {prep.storage}", highlight=False)
     kept = study.user_attrs.get(MODELS_ATTR) or []
     if kept:

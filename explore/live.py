@@ -134,8 +134,8 @@ class LiveStudy:
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.ours: dict[int, Ours] = {}  # working-copy trial id -> stored
         self.our_ids: set[int] = set()  # stored ids of our trials
-        self.mirrored: dict[int, tuple[int, TrialState, int]] = {}  # stored id -> (work
-        # id, state and intermediate values mirrored)
+        # stored id -> (work id; state, intermediate values and parameters mirrored)
+        self.mirrored: dict[int, tuple[int, TrialState, int, int]] = {}
         self.view: list[FrozenTrial] = []
         self.beats: dict[str, float] = {}
         self.read_at = self.beats_at = 0.0
@@ -198,17 +198,25 @@ class LiveStudy:
                 system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
                 intermediate_values=dict(t.intermediate_values), trial_id=0)
             wid = self.wstorage.create_new_trial(study_id(self.work), template_trial=template)
-            self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values))
+            self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values),
+                                          len(t.params))
             return
-        wid, state, steps = known
-        if state == t.state and steps == len(t.intermediate_values):
+        wid, state, steps, n_params = known
+        if (state, steps, n_params) == (t.state, len(t.intermediate_values), len(t.params)):
             return
         if state == TrialState.RUNNING:
+            # a read may have caught its parameters half written (SQLite reads them
+            # apart from its attributes): the rest arrive while it runs
+            have = self.wstorage.get_trial(wid).params
+            for name, value in t.params.items():
+                if name not in have:
+                    dist = t.distributions[name]
+                    self.wstorage.set_trial_param(wid, name, dist.to_internal_repr(value), dist)
             for step, v in t.intermediate_values.items():
                 self.wstorage.set_trial_intermediate_value(wid, step, v)
             if t.state.is_finished():
                 self.wstorage.set_trial_state_values(wid, t.state, t.values)
-        self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values))
+        self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values), len(t.params))
 
     def counts(self) -> tuple[int, int]:
         """(trials counted towards the total, trials running), study-wide, as last read."""
@@ -223,7 +231,7 @@ class LiveStudy:
         """Whether this driver, holding no trial, may end: the study has its total, or
         will have it from trials that live drivers run (a trial whose driver has gone
         quiet is waited for until it ends or turns stale, so it is re-run here)."""
-        self.refresh()
+        self.refresh(force=True)  # an end decided on a stale view could leave trials queued
         done, running = self.counts()
         if done >= self.total:
             return True
@@ -264,16 +272,17 @@ class LiveStudy:
         or (grid search) one has the same parameters, the stored trial goes back to
         the queue, empty, and None is returned (a grid point taken is drawn again)."""
         for _ in range(8):
-            if claim.fixed:
-                self.work.enqueue_trial(claim.fixed, skip_if_exists=False)
-            trial = self.work.ask()
+            trial = self._ask_work(claim.fixed)
             params = suggest(trial)
             frozen = self.wstorage.get_trial(trial_id(trial))
-            lost = self._lost(claim.number, frozen)
+            lost = self._lost(claim.number, params)
             if lost is None:
                 break
-            self.work.tell(trial, state=TrialState.FAIL)  # never stored: the sampler skips it
-            if lost == "total" or claim.fixed:
+            if lost == "total":  # the same point is drawn again at the next claim
+                self.wstorage.set_trial_state_values(trial_id(trial), TrialState.WAITING)
+                break
+            self.work.tell(trial, state=TrialState.FAIL)  # taken: the sampler moves on
+            if claim.fixed:
                 break
         if lost is not None:
             self._write(lambda: self.storage.set_trial_state_values(claim.stored_id,
@@ -300,24 +309,47 @@ class LiveStudy:
                                           params=set(frozen.params))
         return trial
 
-    def _lost(self, number: int, mine: FrozenTrial) -> str | None:
+    def _ask_work(self, fixed: dict[str, Any] | None) -> Trial:
+        """A working-copy trial, with ``fixed`` parameters where a queued trial has
+        them; parameters the sampler cannot take (a grid point of another space: the
+        space changed between runs) are dropped, and the trial is drawn afresh."""
+        if not fixed:
+            return self.work.ask()
+        self.work.enqueue_trial(fixed, skip_if_exists=False)
+        try:
+            return self.work.ask()
+        except ValueError:
+            return self.work.ask()
+
+    def _lost(self, number: int, params: dict[str, Any]) -> str | None:
         """Why claim ``number`` must give way, or None: "total" if the trials claimed
         before it that ended or run reach the study's total, "duplicate" if (grid
-        search) one of them has ``mine``'s parameters.  Waits (a few seconds at most)
-        for the parameters of claims before it that are being written."""
-        deadline = time.time() + 5.0
+        search) one of them has the same ``params``.  Waits (30 s at most) for the
+        parameters of claims before it that are being written."""
+        # A claim's parameters may wait behind other writers (SQLite takes one at a
+        # time); one whose driver went quiet is not waited for (it turns stale).
+        deadline = time.time() + 30.0
         while True:
             self.refresh(force=True)
             before = [t for t in self.view if t.number < number]
-            if time.time() > deadline or not any(
+            now = time.time()
+            if now > deadline or not any(
                     t.state == TrialState.RUNNING and RECORD_ATTR not in t.user_attrs
-                    and trial_id(t) not in self.our_ids for t in before):
+                    and trial_id(t) not in self.our_ids
+                    and self._silence(t, now) <= 3 * self.every for t in before):
                 break
             time.sleep(0.01)
         if sum(counted(t) or t.state == TrialState.RUNNING for t in before) >= self.total:
             return "total"
-        if self.unique and any(t.params == mine.params and (
-                t.state == TrialState.RUNNING or counted(t)) for t in before):
+        # Any trial whose parameters are written, later numbers too: a claim taken from
+        # the queue has an early number but was not waited for by later ones.
+        # (By the parameters as the trial's own user attribute: SQLite reads a trial's
+        # parameters and its attributes in separate statements, so a read between a
+        # writer's two may see its record with parameters missing.)
+        if self.unique and any(
+                t.user_attrs.get(PARAMS_ATTR) == params and t.number != number
+                and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
+                     or counted(t)) for t in self.view):
             return "duplicate"
         return None
 
@@ -405,6 +437,9 @@ class LiveStudy:
         """Fail another driver's trial whose driver went silent; re-queue it once."""
         record = dict(t.user_attrs.get(RECORD_ATTR, {}))
         again = REQUEUED_FROM not in record and REQUEUED_FROM not in t.user_attrs
+        # its parameters are whole once its record is there (written last); a trial
+        # killed before that is queued again as an empty slot
+        params = dict(t.params) if RECORD_ATTR in t.user_attrs else {}
         silent = self._silence(t, now)
         why = f"its driver {record.get('driver', '(unknown)')} " + (
             "has exited" if silent == float("inf") else
@@ -418,7 +453,7 @@ class LiveStudy:
             return  # finished meanwhile, or another driver failed it first
         self.stale.append(t.number)
         if again:
-            self._requeue(dict(t.params), t.number)
+            self._requeue(params, t.number)
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """A write on this thread, its failure a :class:`WriteFailed`."""

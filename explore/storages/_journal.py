@@ -27,6 +27,9 @@ def journal_path(url: str) -> Path:
     return Path(rest.split("?", 1)[0])
 
 
+LOCK_GRACE = 5  # seconds after which a journal's lock file counts as abandoned
+
+
 @register("journal")
 class Journal(BaseStorage):
     """Every write is a line appended under a file lock; every read replays the lines
@@ -59,6 +62,10 @@ class Journal(BaseStorage):
 
         path = str(journal_path(url))
         # An open-lock (a file created with O_EXCL) rather than a symlink lock: it works
-        # on every file system the log may live on, network ones included.
+        # on every file system the log may live on, network ones included.  A writer
+        # holds it for one append (milliseconds); one left by a process killed while
+        # holding it is taken over after LOCK_GRACE seconds (Optuna's default, 30 s,
+        # stalled every driver for that long after a kill -9).
         return optuna.storages.JournalStorage(
-            JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+            JournalFileBackend(path, lock_obj=JournalFileOpenLock(path,
+                                                                  grace_period=LOCK_GRACE)))

@@ -1,0 +1,203 @@
+"""One study, many drivers, and faults: ``explore run`` processes started together on
+one storage cooperate on its total; a driver killed mid-run has its trials failed as
+stale and re-queued by the others; the only driver killed, or stopped with Ctrl-C,
+leaves no process behind and the next run completes the study; a full disk stops the
+run at its first failed write with everything before it kept.
+
+Each storage the issue names is covered: SQLite (one host), Optuna's journal file (one
+host, no server) and a real PostgreSQL server the suite starts (``tests/pg_server.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from tests.explore.drivers import (
+    check_study,
+    descendants,
+    finish,
+    grid_space,
+    pids_alive,
+    start,
+    trials,
+)
+
+
+def _journal(tmp_path: Path) -> str:
+    return f"journal:///{tmp_path / 'grid.log'}"
+
+
+def _sqlite(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'grid.db'}"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> None:
+    """Started at the same instant on a new file: the schema is created once, the grid
+    of 30 is run once, point by point, between them."""
+    storage = (_sqlite if kind == "sqlite" else _journal)(tmp_path)
+    space = grid_space(tmp_path, 30, rounds=20)
+    results = finish([start(space, storage), start(space, storage)])
+    assert all(code == 0 for code, _ in results), results
+    ts = check_study(storage, 30)
+    drivers = {t.user_attrs["explore"]["driver"] for t in ts if t.state.is_finished()}
+    assert len(drivers) == 2  # both took part
+    assert all(t.user_attrs["explore"]["pid"] and t.user_attrs["explore"]["host"]
+               for t in ts if t.state.is_finished())
+
+
+@pytest.mark.slow
+def test_four_drivers_two_workers_each_on_postgres(tmp_path: Path, postgres_url: str) -> None:
+    """The issue's case: four drivers, two workers each, 200 short trials."""
+    space = grid_space(tmp_path, 200, workers=2, memory="400MB")
+    results = finish([start(space, postgres_url) for _ in range(4)], timeout=900)
+    assert all(code == 0 for code, _ in results), results
+    ts = check_study(postgres_url, 200)
+    assert len({t.user_attrs["explore"]["driver"] for t in ts if t.state.is_finished()}) == 4
+
+
+def _running_trials(storage: str, least: int, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            ts = trials(storage)
+        except Exception:  # the study is not there yet
+            ts = []
+        if sum(t.state == TrialState.RUNNING and "explore" in t.user_attrs
+               and "worker" in t.user_attrs["explore"] for t in ts) >= least:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {least} trials ever ran")
+
+
+def _kill_driver_mid_run(tmp_path: Path, storage: str) -> None:
+    space = grid_space(tmp_path, 16, rounds=8, grace=3)
+    victim = start(space, storage)
+    _running_trials(storage, 1)
+    family = descendants(victim.pid)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    others = [start(space, storage), start(space, storage)]
+    results = finish(others)
+    assert all(code == 0 for code, _ in results), results
+    ts = check_study(storage, 16)
+    stale = [t for t in ts if t.state == TrialState.FAIL
+             and t.user_attrs["explore"]["fail_reason"].startswith("stale:")]
+    assert stale and all(t.user_attrs["explore"]["retried"] for t in stale)
+    repeats = {t.user_attrs["explore"].get("requeued_from") for t in ts if t.state.is_finished()}
+    assert {t.number for t in stale} <= repeats  # each ran again, under its own number
+    time.sleep(0.5)
+    assert not pids_alive(family), "a worker outlived its driver"
+
+
+def test_a_driver_killed_mid_run_is_taken_over_on_journal(tmp_path: Path) -> None:
+    _kill_driver_mid_run(tmp_path, _journal(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_run_is_taken_over_on_postgres(tmp_path: Path,
+                                                           postgres_url: str) -> None:
+    _kill_driver_mid_run(tmp_path, postgres_url)
+
+
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str) -> None:
+    """``kill -9`` or Ctrl-C of the only driver: no process is left, nothing finished
+    is lost, Ctrl-C exits 130 and queues its trials again, and the next run completes
+    the study."""
+    storage = _sqlite(tmp_path)
+    space = grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB")
+    driver = start(space, storage)
+    _running_trials(storage, 2)
+    family = descendants(driver.pid)
+    assert family
+    if how == "kill":
+        os.kill(driver.pid, signal.SIGKILL)
+    else:  # the terminal sends Ctrl-C to the whole process group
+        os.killpg(driver.pid, signal.SIGINT)
+    out, _ = driver.communicate(timeout=60)
+    time.sleep(0.5)
+    assert not pids_alive(family), "a worker outlived its driver"
+    before = [t for t in trials(storage) if t.state.is_finished()]
+    if how == "interrupt":
+        assert driver.returncode == 130, out
+        assert "Traceback" not in out and "interrupted" in out
+        failed = [t for t in trials(storage) if t.state == TrialState.FAIL]
+        assert failed and all(t.user_attrs["explore"]["fail_reason"] == "interrupted"
+                              for t in failed)
+        assert any(t.state == TrialState.WAITING for t in trials(storage))  # queued again
+    again = finish([start(space, storage)])
+    assert again[0][0] == 0, again
+    ts = check_study(storage, 10)
+    kept = {t.number: t.state for t in ts}
+    assert all(kept[t.number] == t.state for t in before)  # nothing finished was lost
+
+
+def test_a_killed_worker_is_requeued_under_the_right_number(tmp_path: Path) -> None:
+    storage = _sqlite(tmp_path)
+    space = grid_space(tmp_path, 6, rounds=8, workers=1)
+    driver = start(space, storage)
+    _running_trials(storage, 1)
+    workers = [p for p in descendants(driver.pid)
+               if "explore-worker" in Path(f"/proc/{p}/cmdline").read_bytes().decode(
+                   errors="replace") or _is_worker(p)]
+    assert workers
+    os.kill(workers[0], signal.SIGKILL)
+    code, out = finish([driver])[0]
+    assert code == 0, out
+    ts = check_study(storage, 6)
+    died = [t for t in ts if t.state == TrialState.FAIL]
+    assert died and all("died" in t.user_attrs["explore"]["fail_reason"] for t in died)
+    for t in died:  # the record names the trial that failed, as the storage numbers it
+        repeat = [r for r in ts if r.user_attrs["explore"].get("requeued_from") == t.number]
+        assert len(repeat) == 1 and repeat[0].params == t.params
+
+
+def _is_worker(pid: int) -> bool:
+    """A spawned worker: a child of the driver running multiprocessing's spawn main
+    (the resource tracker runs its own module)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "spawn_main" in cmd
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs as root: {mounted.stderr}")
+    try:
+        storage = f"sqlite:///{disk / 'grid.db'}"
+        space = grid_space(tmp_path, 40, rounds=2)
+        driver = start(space, storage)
+        _running_trials(storage, 1)
+        time.sleep(1.0)
+        filler = disk / "filler"
+        with open(filler, "wb") as f:  # the disk fills up while the run goes on
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        code, out = finish([driver], timeout=120)[0]
+        assert code == 1, out
+        assert "Traceback" not in out
+        assert "could not write to the study's storage" in out, out
+        filler.unlink()  # readable again: every trial written before is there
+        written = [t for t in trials(storage) if t.state.is_finished()]
+        assert len(written) < 40
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
