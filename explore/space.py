@@ -654,19 +654,37 @@ class Space(Strict):
         for name, p in params.items():
             section = "model" if name in Model.model_fields else "training"
             if isinstance(p, Range) and p.when:
+                if name in p.when:
+                    raise Located((section, name, "when", name),
+                                  f"names {name} itself: a parameter cannot depend on its "
+                                  "own value")
                 for other, want in p.when.items():
                     if other not in params:
                         raise Located((section, name, "when", other),
                                       f"names {other!r}, which is not a parameter; "
                                       f"parameters: {', '.join(params)}")
+                    if other in PER_LAYER_NAMES and isinstance(params[other], Range) and \
+                            params[other].per_layer:
+                        raise Located((section, name, "when", other),
+                                      f"names {other}, which has one value per layer "
+                                      "(per_layer): a when names a single value")
+                    if _depends_on(params, other, name):
+                        raise Located((section, name, "when", other),
+                                      f"{other} depends on {name} in turn (through when): "
+                                      "a circular condition, neither would be asked first")
                     wanted = want if isinstance(want, list) else [want]
                     if not any(can_be(params[other], v) for v in wanted):
                         raise Located((section, name, "when", other),
                                       f"{want!r} is never a value of {other} "
                                       f"({describe(params[other])}): {name} would never "
                                       "be asked for")
-            if isinstance(p, Range) and p.per_layer and name not in ("width", "activation",
-                                                                      "dropout", "channels"):
+                if name not in WHEN_DEFAULTS:
+                    raise Located((section, name, "when"),
+                                  f"{name} is a parameter every trial needs, so it cannot "
+                                  "have when: (a trial not asking for it would have no "
+                                  f"value); only {', '.join(WHEN_DEFAULTS)} can, which "
+                                  "are off when not asked")
+            if isinstance(p, Range) and p.per_layer and name not in PER_LAYER_NAMES:
                 raise Located((section, name, "per_layer"), "per_layer applies to width, "
                               "activation, dropout and channels only")
         bs = params["batch_size"]
@@ -680,6 +698,30 @@ class Space(Strict):
         except ValueError as e:
             raise Located(("sampler", "name"), str(e)) from None
         return self
+
+
+# A parameter with ``when`` that a trial does not ask for takes this value (off): one
+# every trial needs (lr, batch_size, width, depth, ...) cannot be conditional.
+WHEN_DEFAULTS: dict[str, Any] = {"momentum": 0.0, "weight_decay": 0.0, "dropout": 0.0,
+                                 "loss": "auto"}
+PER_LAYER_NAMES = ("width", "activation", "dropout", "channels")
+
+
+def _depends_on(params: dict[str, Any], start: str, target: str) -> bool:
+    """Whether ``start``'s ``when`` leads (directly or through others) to ``target``."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        p = params.get(name)
+        if isinstance(p, Range) and p.when:
+            if target in p.when:
+                return True
+            todo.extend(p.when)
+    return False
 
 
 def can_be(p: Any, v: Any) -> bool:

@@ -314,3 +314,58 @@ def test_a_gpu_budget_above_the_gpus_memory_is_refused_before_anything_is_writte
         prepare(f, storage=f"sqlite:///{db}")
     assert not db.exists()
     prepare(f, storage=f"sqlite:///{db}", memory="512MB")  # within the device: accepted
+
+
+# -- conditional parameters ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("training.batch_size", "{int: [8, 16], when: {optimizer: sgd}}", "every trial needs"),
+    ("training.lr", "{float: [0.01, 0.1], when: {optimizer: sgd}}", "every trial needs"),
+    ("model.width", "{int: [8, 16], when: {activation: relu}}", "every trial needs"),
+    ("model.depth", "{int: [1, 2], when: {optimizer: sgd}}", "every trial needs"),
+    ("model.width", "{int: [8, 16], when: {width: 8}}", "itself"),
+    ("training.momentum", "{float: [0.5, 0.9], when: {momentum: 0.5}}", "itself"),
+])
+def test_a_when_on_a_parameter_every_trial_needs_or_on_itself_is_refused(
+        tmp_path: Path, key: str, value: str, match: str) -> None:
+    """A trial that did not ask for lr would have none (a TypeError in some trial
+    later): only parameters that are off when not asked (momentum, weight_decay,
+    dropout, loss) may be conditional."""
+    text = _with(key, value).replace("optimizer: adam", "optimizer: {choice: [adam, sgd]}")
+    text = text.replace("  width: 8\n", "  width: 8\n  activation: {choice: [relu, tanh]}\n") \
+        if "activation" in value else text
+    _refused(tmp_path, text, key, match)
+
+
+def test_a_circular_when_is_refused_on_its_line(tmp_path: Path) -> None:
+    text = (BASE + "  momentum: {float: [0.5, 0.9], when: {weight_decay: 0.1}}\n"
+            "  weight_decay: {choice: [0.0, 0.1], when: {momentum: 0.5}}\n")
+    _refused(tmp_path, text, "training.momentum", "circular")
+
+
+def test_a_when_may_name_a_parameter_asked_later(tmp_path: Path) -> None:
+    """dropout (a model parameter) on the optimizer (a training one): asked after it,
+    and off (0.0 on every layer) when it does not match."""
+    import optuna
+
+    from explore.sampling import fixed, suggest
+
+    text = (BASE.replace("optimizer: adam", "optimizer: {choice: [sgd, adam]}")
+            .replace("  width: 8\n", "  width: 8\n  dropout: {float: [0.1, 0.2], "
+                     "when: {optimizer: adam}}\n"))
+    space = load_space(_space(tmp_path, text), resolve_data=False)
+    assert fixed(space)["dropouts"] == [0.0]  # sgd: the first choice
+    for opt, want in (("adam", [0.15]), ("sgd", [0.0])):
+        p = suggest(optuna.trial.FixedTrial({"optimizer": opt, "dropout": 0.15}), space)
+        assert p["dropouts"] == want and p["optimizer"] == opt
+
+
+def test_a_conditional_required_parameter_is_refused_by_the_cli(tmp_path: Path) -> None:
+    text = _with("training.batch_size", "{int: [8, 16], when: {optimizer: sgd}}").replace(
+        "optimizer: adam", "optimizer: {choice: [adam, sgd]}")
+    f = _space(tmp_path, text)
+    for cmd in ("size", "run"):
+        r = _cli(cmd, str(f), cwd=tmp_path)
+        assert r.returncode == 2 and "training.batch_size.when" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
