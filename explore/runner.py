@@ -131,6 +131,14 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         check_storage(url, write=True)  # connects to no server: execute() does
     except StorageError as e:
         raise RunRefused(str(e)) from None
+    if sp.keep_models > 0 and not sp.artifacts:  # a space's own folder: checked when read
+        from explore.keeper import default_artifacts, directory_problem
+
+        problem = directory_problem(default_artifacts(url))
+        if problem is not None:
+            raise RunRefused(f"keep_models: {problem} (the default folder for the kept "
+                             "models); set artifacts: to a writable folder or keep_models: "
+                             "0")
     return Prepared(sp, url, study or sp.name or "explore", source)
 
 

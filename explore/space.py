@@ -649,6 +649,17 @@ class Space(Strict):
         return out
 
     @model_validator(mode="after")
+    def _artifacts(self) -> Space:
+        if self.keep_models > 0 and self.artifacts:
+            from explore.keeper import directory_problem
+
+            problem = directory_problem(self.artifacts)
+            if problem is not None:
+                raise Located(("artifacts",), f"{problem}; name a folder that exists or "
+                              "can be made, and is writable (or keep_models: 0)")
+        return self
+
+    @model_validator(mode="after")
     def _cross(self) -> Space:
         params = self.params()
         for name, p in params.items():

@@ -369,3 +369,27 @@ def test_a_conditional_required_parameter_is_refused_by_the_cli(tmp_path: Path) 
         assert r.returncode == 2 and "training.batch_size.when" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+# -- the artifact store -------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["/proc/nope", "s.yaml", "s.yaml/models", "/proc"])
+def test_an_artifacts_folder_that_cannot_be_made_is_refused_at_its_line(
+        tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """keep_models with artifacts: a file, or a folder under /proc: refused when the
+    space is read, not by a mkdir after the study is written."""
+    monkeypatch.chdir(tmp_path)
+    _refused(tmp_path, BASE + f"keep_models: 1\nartifacts: {where}\n", "artifacts",
+             "name a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+    load_space(_space(tmp_path, BASE + f"keep_models: 0\nartifacts: {where}\n"),
+               resolve_data=False)  # nothing kept: not used
+
+
+def test_the_default_artifacts_folder_is_checked_before_the_study(tmp_path: Path) -> None:
+    f = _space(tmp_path, BASE + "keep_models: 1\n")
+    (tmp_path / "s.artifacts").write_text("a file where the folder goes")
+    r = _cli("run", str(f), "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "s.artifacts is not a directory" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.artifacts", "s.yaml"]
