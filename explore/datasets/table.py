@@ -317,6 +317,9 @@ class TableDataset(BaseDataset):
         main = sources[0]
         assert main is not None
         self.where = main.where
+        for s, key in zip(sources, (None, "valid", "test"), strict=True):
+            if s is not None:
+                _has_rows(s, key)
         layout = self._layout(main, target, features, categorical)
         self._lay = layout
         for s in sources:
@@ -406,6 +409,9 @@ class TableDataset(BaseDataset):
                 raise DataError(f"{s.where}: the features must be a 2-D array (rows, "
                                 f"features), got shape {x.shape}", key="x")
             width = int(np.prod(x.shape[1:]))
+            if width == 0:
+                raise DataError(f"{s.where}: the features array has shape {x.shape}: no "
+                                f"features to learn from", key="x")
             if s.names is not None and len(s.names) == width:
                 return _Layout(None, list(s.names), [])
             return _Layout(None, [f"x{i}" for i in range(width)], [])
@@ -505,6 +511,9 @@ class TableDataset(BaseDataset):
 
     def _check_target(self, s: _Source, y: np.ndarray, layout: _Layout) -> None:
         name = self._tname()
+        if y.dtype.kind in "cmMV":  # complex, times, raw bytes: neither numbers nor labels
+            raise DataError(f"{s.where}: the target {name} is {y.dtype}: a target is real "
+                            f"numbers or class labels", key="target")
         numeric = _numeric(y) and y.dtype != object
         if numeric and y.dtype.kind in "fc":
             bad = np.flatnonzero(~np.isfinite(y))
@@ -663,6 +672,23 @@ class TableDataset(BaseDataset):
         return codes
 
 
+def _has_rows(s: _Source, key: str | None) -> None:
+    """A source with no rows (a header-only CSV, arrays of length 0) or arrays that are
+    not arrays of rows is refused before anything else is said about it."""
+    if s.frame is None:
+        for what, a in (("features", s.x), ("target", s.y)):
+            if not isinstance(a, np.ndarray):
+                raise DataError(f"{s.where}: the {what} are not an array "
+                                f"({type(a).__name__})", key=key or "x")
+            if a.ndim == 0:
+                raise DataError(f"{s.where}: the {what} are a single value, not an array "
+                                f"of rows", key=key or "x")
+    if s.n == 0:
+        cols = "" if s.frame is None else \
+            f" (columns: {_listing([str(c) for c in s.frame.columns])})"
+        raise DataError(f"{s.where}: no rows{cols}: nothing to learn from", key=key)
+
+
 def _is_fraction(v: Any) -> bool:
     return isinstance(v, float | int) and not isinstance(v, bool)
 
@@ -775,10 +801,17 @@ def _read_pair(x: Path, y: Path) -> _Source:
             raise DataError(f"{p}: no such file", key=key)
     try:
         xs = np.load(x, mmap_mode="r", allow_pickle=False)
-        ys = np.asarray(np.load(y, mmap_mode="r", allow_pickle=False))
+        ys = np.load(y, mmap_mode="r", allow_pickle=False)
     except Exception as e:
         raise DataError(f"{x} / {y}: cannot read them: {e}", key="x") from None
-    return _Source(f"{x}", x=xs, y=ys)
+    for p, a, key in ((x, xs, "x"), (y, ys, "y")):
+        if not isinstance(a, np.ndarray):  # np.load opens an .npz whatever its name
+            for b in (xs, ys):
+                if hasattr(b, "close"):
+                    b.close()
+            raise DataError(f"{p}: not a .npy array but an .npz archive (arrays: "
+                            f"{_listing(list(a.files))}); give it as path:", key=key)
+    return _Source(f"{x}", x=xs, y=np.asarray(ys))
 
 
 def from_file(path: str | Path | None = None, target: str | None = None, *,
