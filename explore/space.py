@@ -512,6 +512,10 @@ class Model(Strict):
         if isinstance(v, Range) and not isinstance(v, Choice):
             raise ValueError("freeze is a list of parameter names (globs), or a choice of "
                              "comma-separated globs")
+        from explore.families._onnx import globs
+
+        for option in v.options if isinstance(v, Choice) else [v]:
+            globs(option)  # a number or a flag is no glob (ValueError)
         path = info.data.get("onnx")
         if path is not None:
             from explore.families._onnx import check_freeze, load
@@ -535,6 +539,13 @@ class Model(Strict):
             return self
         if self.onnx is not None and self.family != "onnx":
             raise ValueError(f"onnx is the file of family onnx, not of family {self.family}")
+        if self.onnx is not None:
+            from explore.families._onnx import check_trainable, load
+
+            try:
+                check_trainable(load(self.onnx), self.freeze, self.head)
+            except ValueError as e:
+                raise Located(("freeze",), str(e)) from None
         families.get(self.family).check({k: getattr(self, k) for k in type(self).model_fields})
         return self
 
