@@ -285,7 +285,10 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
             mine = set(space.params()) - set(type(space.model).model_fields)
             given = {k: v for k, v in overrides.items() if k not in mine}
             overrides = {k: v for k, v in overrides.items() if k in mine}
-        p = fixed(space, overrides)
+        try:
+            p = fixed(space, overrides)
+        except ValueError as e:
+            _fail(f"--params {e}")
         if p["batch_size"] == "auto" and budget is None:
             p["batch_size"] = space.training.auto_max_batch
         if space.uses_builder:

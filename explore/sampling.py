@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from explore.ranges import Choice, FloatRange, IntRange, Range
-from explore.space import WHEN_DEFAULTS, Space
+from explore.space import WHEN_DEFAULTS, Space, can_be, describe
 
 PER_LAYER = {"width": "widths", "activation": "activations", "dropout": "dropouts",
              "channels": "channels"}
@@ -94,21 +94,36 @@ def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, An
 
     out = suggest(_Low(), space)
     overrides = dict(overrides or {})
-    for k in overrides:
+    params = space.params()
+    for k, v in overrides.items():
         if PER_LAYER.get(k, k) not in out:
+            base, _, index = k.rpartition("_")
+            if base in PER_LAYER and index.isdigit():
+                raise KeyError(f"no parameter {k!r}: give per-layer values as one list, "
+                               f"{base}=[first,second,...] (one per layer), or one value "
+                               f"for every layer, {base}=64")
             names = sorted(set(out) - set(PER_LAYER.values())) + list(PER_LAYER)
             raise KeyError(f"no parameter {k!r}; parameters: {', '.join(names)}")
+        if isinstance(v, list) and k not in PER_LAYER:
+            raise ValueError(f"{k} takes one value, not a list (lists are for the per-layer "
+                             f"parameters {', '.join(PER_LAYER)})")
+        p = params.get(k)
+        if isinstance(p, Range):  # a searched parameter: one of its values
+            for x in v if isinstance(v, list) else [v]:
+                if not can_be(p, x):
+                    raise ValueError(f"{k}={x!r} is not a value the space searches: {k} "
+                                     f"is {describe(p)}")
     for c in COUNTS:
         if c in overrides:
             out[c] = int(overrides.pop(c))
-    params = space.params()
     for k, v in overrides.items():
         key = PER_LAYER.get(k, k)
         if k in PER_LAYER:
             n = out[COUNT[k]]
             v = list(v) if isinstance(v, list) else [v] * n
             if len(v) != n:
-                raise ValueError(f"{k}: {len(v)} values for {n} layers")
+                raise ValueError(f"{k}: {len(v)} values for {n} layers ({COUNT[k]} {n}); "
+                                 f"give {COUNT[k]}={len(v)} too, or {n} values")
         out[key] = v
     for name, key in PER_LAYER.items():  # a count override: repeat the last value
         n = out[COUNT[name]]

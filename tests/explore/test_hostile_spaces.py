@@ -393,3 +393,30 @@ def test_the_default_artifacts_folder_is_checked_before_the_study(tmp_path: Path
     assert r.returncode == 2 and "s.artifacts is not a directory" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.artifacts", "s.yaml"]
+
+
+# -- explore size --params --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("depth=[1,2]", "depth takes one value, not a list"),
+    ("lr=[0.01]", "lr takes one value, not a list"),
+    ("depth=64", "depth=64 is not a value the space searches: depth is in [1, 3]"),
+    ("lr=1", "lr is in [0.001, 0.1]"),
+    ("batch_size=17", "batch_size is one of [16, 32]"),
+    ("width=[8,100]", "width=100 is not a value the space searches"),
+    ("width_0=8", "give per-layer values as one list, width=[first,second,...]"),
+    ("width=[8,16]", "give depth=2 too"),
+])
+def test_size_params_outside_the_space_are_refused_naming_the_range(
+        tmp_path: Path, given: str, says: str) -> None:
+    f = _space(tmp_path, "dataset: digits\nbudget: {trials: 1, rounds: 1, memory: 64MB}\n"
+               "model: {depth: {int: [1, 3]}, width: {int: [8, 64], per_layer: true}}\n"
+               "training: {batch_size: {choice: [16, 32]}, "
+               "lr: {float: [0.001, 0.1], log: true}}\n")
+    r = _cli("size", str(f), "--params", given, "--json", cwd=tmp_path)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and says in said and "--params" in said, said
+    assert "Traceback" not in said
+    ok = _cli("size", str(f), "--params", "depth=2", "--params", "width=[8,64]", "--json",
+              cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
