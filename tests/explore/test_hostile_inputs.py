@@ -33,14 +33,12 @@ def _cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
 
 
-def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 def _refused(tmp_path: Path, dataset: str, files: dict[str, bytes], key: str,
              words: str) -> None:
     """The space over ``files`` is refused at ``key`` with ``words``, by load_space and
-    by ``explore run`` (status 2, no traceback, nothing written, no shared memory)."""
+    by ``explore run`` (status 2, no traceback, nothing written).  Refused when the
+    space is read, so before any shared memory is made (a complex target used to leave
+    its /dev/shm file behind)."""
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     f = tmp_path / "s.yaml"
@@ -50,11 +48,10 @@ def _refused(tmp_path: Path, dataset: str, files: dict[str, bytes], key: str,
     [err] = e.value.errors
     assert err.key == key and words in err.message, str(err)
     assert err.line == 1
-    before, shm = sorted(os.listdir(tmp_path)), _shm()
+    before = sorted(os.listdir(tmp_path))
     r = _cli("run", f, "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert sorted(os.listdir(tmp_path)) == before
-    assert _shm() <= shm
 
 
 def _npy(a: np.ndarray) -> bytes:
@@ -103,3 +100,113 @@ NPZ = "{path: data.npz}"
 def test_data_with_no_rows_no_features_or_no_real_target_is_refused(
         tmp_path: Path, dataset: str, files: dict[str, bytes], key: str, words: str) -> None:
     _refused(tmp_path, dataset, files, key, words)
+
+
+# -- a stored study: export, export-model, evaluate -----------------------------------------
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with ``s.yaml`` and its study ``s`` (one trial, its model kept)."""
+    d = tmp_path_factory.mktemp("study")
+    (d / "s.yaml").write_text("dataset: digits\n" + REST.replace("keep_models: 0",
+                                                                  "keep_models: 1"))
+    r = _cli("run", "s.yaml", "--quiet", cwd=d)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+@pytest.fixture
+def stored(study_dir: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    d = tmp_path / "d"
+    shutil.copytree(study_dir, d)
+    return d
+
+
+def _state(d: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under ``d``: its type, size and modification time (links not
+    followed)."""
+    out = {}
+    for p in sorted(d.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(d))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _special(d: Path, kind: str) -> str:
+    """A FIFO, socket, character device (one like /dev/null's), link or folder named
+    ``out.csv`` in ``d``."""
+    import socket
+    import stat
+
+    p = d / "out.csv"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(p))
+        s.close()
+    elif kind == "device":
+        try:
+            os.mknod(p, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    elif kind == "link":
+        (d / "real.csv").write_text("keep me\n")
+        p.symlink_to(d / "real.csv")
+    elif kind == "folder":
+        p.mkdir()
+    return p.name
+
+
+@pytest.mark.parametrize("cmd", ["export", "export-model"])
+@pytest.mark.parametrize(("kind", "says"), [
+    ("fifo", "not a regular file"), ("socket", "not a regular file"),
+    ("device", "not a regular file"), ("link", "a symbolic link"), ("folder", "directory"),
+])
+def test_output_never_replaces_a_special_file_or_follows_a_link(
+        stored: Path, cmd: str, kind: str, says: str) -> None:
+    name = _special(stored, kind)
+    before = _state(stored)
+    r = _cli(cmd, "s.yaml", "--output", name, cwd=stored)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _state(stored) == before
+
+
+@pytest.mark.parametrize("cmd", ["export", "export-model"])
+@pytest.mark.parametrize(("output", "says"), [
+    ("no/such/out.csv", "the folder no/such does not exist"),
+    ("s.db", "the command reads this file"),
+    ("s.yaml", "the command reads this file"),
+    ("", "--output is empty"),
+])
+def test_output_in_a_missing_folder_or_over_what_the_command_reads_is_refused(
+        stored: Path, cmd: str, output: str, says: str) -> None:
+    before = _state(stored)
+    r = _cli(cmd, "s.yaml", "--output", output, cwd=stored)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _state(stored) == before
+
+
+def test_output_replaces_a_regular_file_whole_keeping_its_mode(stored: Path) -> None:
+    (stored / "t.csv").write_text("old\n")
+    os.chmod(stored / "t.csv", 0o640)
+    (stored / ".t.csv.tmp").write_text("not the exporter's\n")  # the old fixed temp name
+    r = _cli("export", "s.yaml", "--output", "t.csv", cwd=stored)
+    assert r.returncode == 0, r.stderr
+    assert (stored / "t.csv").read_text().startswith("number,") or \
+        "number" in (stored / "t.csv").read_text().splitlines()[0]
+    assert (stored / "t.csv").stat().st_mode & 0o777 == 0o640
+    assert (stored / ".t.csv.tmp").read_text() == "not the exporter's\n"
+    assert not [p for p in stored.iterdir() if p.name.startswith(".t.csv.") and
+                p.name != ".t.csv.tmp"]
+
+
+def test_evaluate_with_a_space_of_another_data_set_is_refused(stored: Path) -> None:
+    (stored / "other.yaml").write_text("dataset: iris\n" + REST)
+    r = _cli("evaluate", "other.yaml", "--storage", "sqlite:///s.db", "--study", "s",
+             cwd=stored)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "is not the one study 's' was trained on" in said, said
+    assert "features: 4 where the model has 64" in said and "Traceback" not in said
