@@ -42,30 +42,6 @@ def default_artifacts(storage: str) -> str:
     return str(Path("explore-artifacts").resolve())
 
 
-def directory_problem(directory: str | Path) -> str | None:
-    """Why the artifact store cannot live at ``directory`` (None: it can): it must be a
-    directory, or one that can be made, and writable.  Checked before any study is
-    written; nothing is left behind (a probe folder is made in the nearest existing
-    one and removed at once: as root, permissions say nothing about /proc or /sys)."""
-    try:
-        path = Path(directory).resolve()
-        probe_in = path
-        while not probe_in.exists():
-            if probe_in.is_symlink():  # a dangling link: mkdir would fail
-                return f"{probe_in} is a link to nothing"
-            probe_in = probe_in.parent
-        if not probe_in.is_dir():
-            return f"{probe_in} is not a directory" + \
-                ("" if probe_in == path else f", so {path} cannot be made")
-        probe = probe_in / f".explore-probe-{os.getpid()}-{id(path):x}"
-        os.mkdir(probe)
-        os.rmdir(probe)
-    except (OSError, ValueError) as e:
-        return f"{directory} cannot hold the kept models: {e.strerror or e}" \
-            if isinstance(e, OSError) else f"{directory!r} is not a path: {e}"
-    return None
-
-
 class ModelKeeper:
     """Keeps the ``k`` best models of ``study`` (a stored study) in ``directory``.
     ``minimize``: whether smaller values of the first objective are better."""

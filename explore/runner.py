@@ -132,7 +132,8 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     except StorageError as e:
         raise RunRefused(str(e)) from None
     if sp.keep_models > 0 and not sp.artifacts:  # a space's own folder: checked when read
-        from explore.keeper import default_artifacts, directory_problem
+        from explore.folders import directory_problem
+        from explore.keeper import default_artifacts
 
         problem = directory_problem(default_artifacts(url))
         if problem is not None:

@@ -76,7 +76,7 @@ def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
 
 def _waits(p: Any, todo: list[str]) -> bool:
     """Whether ``p`` names, in its ``when``, a parameter not asked yet."""
-    return isinstance(p, Range) and bool(p.when) and any(k in todo for k in p.when)
+    return isinstance(p, Range) and p.when is not None and any(k in todo for k in p.when)
 
 
 def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -662,7 +662,7 @@ class Space(Strict):
     @model_validator(mode="after")
     def _artifacts(self) -> Space:
         if self.keep_models > 0 and self.artifacts:
-            from explore.keeper import directory_problem
+            from explore.folders import directory_problem
 
             problem = directory_problem(self.artifacts)
             if problem is not None:

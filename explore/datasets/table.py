@@ -303,9 +303,9 @@ class TableDataset(BaseDataset):
             raise DataError(f"scale {scale!r}: one of {', '.join(SCALES)}", key="scale")
         if task is not None and task not in TASKS:
             raise DataError(f"task {task!r}: one of {', '.join(TASKS)}", key="task")
-        for key, v in (("valid", valid), ("test", test)):
+        for opt, v in (("valid", valid), ("test", test)):
             if _is_fraction(v) and not (0 <= v < 1):
-                raise DataError(f"{key}: a fraction in [0, 1), got {v}", key=key)
+                raise DataError(f"{opt}: a fraction in [0, 1), got {v}", key=opt)
         if _is_fraction(valid) and valid <= 0:
             raise DataError("valid: the validation split needs rows (a fraction above 0)",
                             key="valid")
@@ -317,9 +317,9 @@ class TableDataset(BaseDataset):
         main = sources[0]
         assert main is not None
         self.where = main.where
-        for s, key in zip(sources, (None, "valid", "test"), strict=True):
-            if s is not None:
-                _has_rows(s, key)
+        for src, key in zip(sources, (None, "valid", "test"), strict=True):
+            if src is not None:
+                _has_rows(src, key)
         layout = self._layout(main, target, features, categorical)
         self._lay = layout
         for s in sources:
