@@ -101,6 +101,13 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         raise RunRefused("storage is empty: give an Optuna storage URL")
     if study is not None and not study.strip():
         raise RunRefused("study is empty: give a study name")
+    if study is not None:
+        from explore.space import check_study_name
+
+        try:
+            check_study_name(study)
+        except ValueError as e:
+            raise RunRefused(f"study: {e}") from None
     try:
         if data is not None:
             from explore.datasets.table import from_python

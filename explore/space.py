@@ -78,6 +78,7 @@ MAX_STRIDE = 64
 MAX_BATCH = 1_048_576  # batch_size, auto_max_batch, eval_batch_size
 MAX_TRIALS = 1_000_000
 MAX_ROUNDS = 100_000
+MAX_SEED = 2**32 - 1  # numpy's and Optuna's samplers take seeds in [0, 2**32 - 1]
 
 
 def _shown(value: Any) -> str:
@@ -291,7 +292,7 @@ class Dataset(Strict):
     test: Num | Path | None = None
     scale: Literal["none", "standard", "minmax"] | None = None
     task: Literal["classification", "regression"] | None = None
-    seed: Int | None = None
+    seed: Int | None = Field(None, ge=0, le=MAX_SEED)
 
     @field_validator("path", "x", "y", "valid", "test", mode="after")
     @classmethod
@@ -380,7 +381,7 @@ class Budget(Strict):
     workers: int = Field(1, ge=1, le=256, strict=True)
     # held at once: one running, one ready
     trials_per_worker: int = Field(2, ge=1, le=64, strict=True)
-    seed: int = Field(0, strict=True)
+    seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
     # seconds a driver may be silent before its running trials are failed as stale and
     # re-queued by another driver or the next run (explore.live); a driver's heartbeat is
     # every 5 s, or a quarter of the grace if that is shorter
@@ -416,7 +417,7 @@ def machine_memory() -> int | None:
 
 class Sampler(Strict):
     name: SamplerName = "tpe"
-    seed: Int | None = None
+    seed: Int | None = Field(None, ge=0, le=MAX_SEED)
     startup_trials: Int | None = Field(None, ge=0)
 
 
@@ -571,6 +572,13 @@ class Training(Strict):
 
 class Space(Strict):
     name: str | None = None
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_study_name(v)
+        return v
     # None: the data is given from Python (with_data)
     dataset: Annotated[Dataset | None, BeforeValidator(_dataset)] = None
     objectives: list[Objective] = Field(
@@ -744,6 +752,20 @@ def _depends_on(params: dict[str, Any], start: str, target: str) -> bool:
                 return True
             todo.extend(p.when)
     return False
+
+
+def check_study_name(name: str) -> None:
+    """A study name the storage can hold: not blank, UTF-8 (a lone surrogate such as
+    "\\ud800" is not), no control characters (ValueError)."""
+    if not name.strip():
+        raise ValueError("a study name is not blank")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name!r} is not valid text (it cannot be written as UTF-8)"
+                         ) from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ValueError(f"{name!r} holds a control character")
 
 
 def can_be(p: Any, v: Any) -> bool:

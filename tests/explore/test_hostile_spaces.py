@@ -185,6 +185,11 @@ def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) ->
     ("pruner", "pause", "1", "true or false, not 1"),
     ("keep_models", "", "true", "integer"),
     ("keep_models", "", "2.0", "integer"),
+    ("sampler", "seed", "-1", "greater than or equal to 0"),
+    ("sampler", "seed", "4294967296", "less than or equal to 4294967295"),
+    ("dataset", "seed", "-1", "greater than or equal to 0"),
+    ("name", "", '"\\ud800"', "cannot be written as UTF-8"),
+    ("name", "", '"a\\x00b"', "control character"),
 ])
 def test_no_silent_coercion_in_any_section(tmp_path: Path, section: str, key: str, value: str,
                                            match: str) -> None:
@@ -420,3 +425,16 @@ def test_size_params_outside_the_space_are_refused_naming_the_range(
     ok = _cli("size", str(f), "--params", "depth=2", "--params", "width=[8,64]", "--json",
               cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("seed", ["-3", "4294967296", "99999999999999999999"])
+def test_a_budget_seed_outside_32_bits_is_refused_by_run_and_size(tmp_path: Path,
+                                                                   seed: str) -> None:
+    """Optuna's samplers take the seed into numpy's RandomState: one outside [0, 2**32)
+    failed after the study was written."""
+    f = _space(tmp_path, _with("budget.seed", seed))
+    for cmd in ("size", "run"):
+        r = _cli(cmd, str(f), cwd=tmp_path)
+        assert r.returncode == 2 and "budget.seed" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
