@@ -57,6 +57,10 @@ class Range(Strict):
         """The finite list of values, if the parameter has one (grid search)."""
         return None
 
+    def count(self) -> int | None:
+        """How many values :meth:`values` would list, without listing them."""
+        return None
+
 
 def _check_bounds(lo: float, hi: float, log: bool, stepped: bool) -> None:
     if lo > hi:
@@ -83,6 +87,9 @@ class IntRange(Range):
 
     def values(self) -> list[Any] | None:
         return list(range(self.bounds[0], self.bounds[1] + 1, self.step))
+
+    def count(self) -> int | None:
+        return (self.bounds[1] - self.bounds[0]) // self.step + 1
 
 
 class FloatRange(Range):
@@ -115,6 +122,9 @@ class Choice(Range):
 
     def values(self) -> list[Any] | None:
         return list(self.options)
+
+    def count(self) -> int | None:
+        return len(self.options)
 
 
 def _param(v: Any) -> Any:

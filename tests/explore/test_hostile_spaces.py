@@ -438,3 +438,26 @@ def test_a_budget_seed_outside_32_bits_is_refused_by_run_and_size(tmp_path: Path
         assert r.returncode == 2 and "budget.seed" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+@pytest.mark.parametrize(("model", "count"), [
+    ("{depth: 1, width: {int: [1, 1048576]}}", "1,048,576 points"),
+    ("{depth: {int: [1, 64]}, width: {int: [1, 1048576], per_layer: true}}",
+     "about 10^387 points"),
+])
+def test_a_grid_too_big_to_list_is_refused_with_its_count_at_once(
+        tmp_path: Path, model: str, count: str) -> None:
+    """Optuna's grid lists every point; the count is a product, never a listing."""
+    import time
+
+    text = BASE.replace("model:\n  depth: 1\n  width: 8\n", f"model: {model}\n") + \
+        "sampler: grid\n"
+    t0 = time.monotonic()
+    with pytest.raises(SpaceError) as e:
+        load_space(_space(tmp_path, text), resolve_data=False)
+    assert time.monotonic() - t0 < 5
+    [err] = e.value.errors
+    assert err.key == "sampler.name" and err.line == text.splitlines().index(
+        "sampler: grid") + 1 and count in err.message, str(err)
+    small = BASE.replace("  width: 8\n", "  width: {int: [1, 1000]}\n") + "sampler: grid\n"
+    load_space(_space(tmp_path, small), resolve_data=False)
