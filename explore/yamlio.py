@@ -19,7 +19,9 @@ PyYAML's default, needs a dot and a signed exponent and reads them as strings).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +108,14 @@ def load_file(path: str | Path) -> Document:
     try:
         if p.is_file() and (size := p.stat().st_size) > MAX_BYTES:
             raise _too_big(str(p), size)
-        with p.open("rb") as f:  # a file that grows, or is not a file, reads no further
+        # Opened without blocking and checked before reading: a FIFO's open or read
+        # would wait for a writer forever, a device could be read forever.
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:  # a file that grows reads no further
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SpaceError([SourceError(str(p), None, "", "not a regular file (a "
+                                              "FIFO, device or socket): give a YAML "
+                                              "file")])
             raw = f.read(MAX_BYTES + 1)
         if len(raw) > MAX_BYTES:
             raise _too_big(str(p), len(raw))

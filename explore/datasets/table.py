@@ -750,6 +750,11 @@ def _dupes(names: Sequence[str]) -> str:
 # -- files and Python data ----------------------------------------------------------------------
 
 
+def _not_a_file(path: Path) -> str:
+    return "not a regular file (a folder, FIFO, device or socket)" if path.exists() else \
+        "no such file"
+
+
 def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
                key: str = "path") -> _Source:
     suffix = path.suffix.lower()
@@ -757,7 +762,7 @@ def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
         raise DataError(f"{path}: unknown format {path.suffix or '(no suffix)'!r}; data files "
                         f"are {', '.join(FORMATS)}", key=key)
     if not path.is_file():
-        raise DataError(f"{path}: no such file", key=key)
+        raise DataError(f"{path}: {_not_a_file(path)}", key=key)
     try:
         if suffix == ".csv":
             return _Source(str(path), frame=_pd().read_csv(path))
@@ -798,7 +803,7 @@ def _read_pair(x: Path, y: Path) -> _Source:
         if p.suffix.lower() != ".npy":
             raise DataError(f"{p}: x and y are .npy files", key=key)
         if not p.is_file():
-            raise DataError(f"{p}: no such file", key=key)
+            raise DataError(f"{p}: {_not_a_file(p)}", key=key)
     try:
         xs = np.load(x, mmap_mode="r", allow_pickle=False)
         ys = np.load(y, mmap_mode="r", allow_pickle=False)

@@ -210,3 +210,17 @@ def test_evaluate_with_a_space_of_another_data_set_is_refused(stored: Path) -> N
     said = " ".join(r.stderr.split())
     assert r.returncode == 2 and "is not the one study 's' was trained on" in said, said
     assert "features: 4 where the model has 64" in said and "Traceback" not in said
+
+
+def test_a_fifo_as_the_space_or_a_data_file_is_refused_without_blocking(
+        tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "f.yaml")
+    r = _cli("run", "f.yaml", "--quiet", cwd=tmp_path)  # timeout=120: a hang fails
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+    os.mkfifo(tmp_path / "data.csv")
+    (tmp_path / "s.yaml").write_text("dataset: {path: data.csv, target: y}\n" + REST)
+    with pytest.raises(SpaceError) as e:
+        load_space(tmp_path / "s.yaml")
+    [err] = e.value.errors
+    assert err.key == "dataset.path" and "not a regular file" in err.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "f.yaml", "s.yaml"]
