@@ -32,6 +32,7 @@ samples per value: a count or an amount), which makes it a regression.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,10 @@ SCALES = ("none", "standard", "minmax")
 FORMATS = (".csv", ".parquet", ".npz", ".npy")
 CHUNK_BYTES = 4 << 20  # rows read and converted at a time: about this many float64 bytes
 MANY_VALUES = 20  # a target with more distinct values than this may be a regression
+# search_spaces/README.md, "Limits": checked before anything is allocated
+MAX_NPZ_BYTES = 2 << 30  # an .npz's arrays, decompressed (read into memory whole)
+MAX_FEATURES = 100_000  # columns of a table, features of arrays, after one-hot encoding
+MAX_CATEGORIES = 10_000  # categories of one categorical column
 
 __all__ = ["FORMATS", "SCALES", "DataSection", "Preprocess", "TableDataset", "from_file",
            "from_python", "infer_task", "resolve", "split_rows"]
@@ -341,6 +346,18 @@ class TableDataset(BaseDataset):
         # the fitted transformation, from the training rows only
         self.target = layout.target
         categories = tuple(self._categories(main, c, train) for c in layout.categorical)
+        for c, cats in zip(layout.categorical, categories, strict=True):
+            if len(cats) > MAX_CATEGORIES:
+                raise DataError(f"{main.where}: the categorical column {c!r} has "
+                                f"{len(cats):,} categories in the training rows, more than "
+                                f"the {MAX_CATEGORIES:,} a column may one-hot encode to; "
+                                "is it an identifier? leave it out of the features",
+                                key="categorical")
+        width = len(layout.numeric) + sum(map(len, categories))
+        if width > MAX_FEATURES:
+            raise DataError(f"{main.where}: {width:,} features after one-hot encoding, "
+                            f"more than the {MAX_FEATURES:,} a model's input may have",
+                            key="categorical" if categories else "features")
         offset, spread = self._fit(main, train, layout, scale)
         labels: tuple[Any, ...] = ()
         target_scale = None
@@ -409,6 +426,9 @@ class TableDataset(BaseDataset):
                 raise DataError(f"{s.where}: the features must be a 2-D array (rows, "
                                 f"features), got shape {x.shape}", key="x")
             width = int(np.prod(x.shape[1:]))
+            if width > MAX_FEATURES:
+                raise DataError(f"{s.where}: {width:,} features per row, more than the "
+                                f"{MAX_FEATURES:,} a model's input may have", key="x")
             if width == 0:
                 raise DataError(f"{s.where}: the features array has shape {x.shape}: no "
                                 f"features to learn from", key="x")
@@ -732,7 +752,8 @@ def _finite(block: np.ndarray, start: int, where: str, names: Sequence[str]) -> 
 
 
 def _need(s: _Source, wanted: Sequence[str], names: list[str], key: str) -> None:
-    missing = [c for c in wanted if c not in names]
+    have = set(names)
+    missing = [c for c in wanted if c not in have]
     if missing:
         raise DataError(f"{s.where}: no column {missing[0]!r}; columns: {_listing(names)}",
                         key=key)
@@ -750,6 +771,47 @@ def _dupes(names: Sequence[str]) -> str:
 # -- files and Python data ----------------------------------------------------------------------
 
 
+def _npz_fits(path: Path, z: Any, names: list[str]) -> None:
+    """Refuse an ``.npz`` whose arrays would decompress to more than
+    :data:`MAX_NPZ_BYTES`, from their headers, before decompressing anything (a few MB
+    of deflated zeros can declare gigabytes)."""
+    from numpy.lib import format as npy
+
+    total = 0
+    for name in names:
+        with z.zip.open(f"{name}.npy") as f:
+            version = npy.read_magic(f)
+            read = {(1, 0): npy.read_array_header_1_0,
+                    (2, 0): npy.read_array_header_2_0}.get(version)
+            if read is None:
+                raise DataError(f"{path}: array {name!r} is in .npy format {version}; "
+                                "save it with numpy.savez (format 1.0 or 2.0)", key="path")
+            shape, _, dtype = read(f)
+        total += math.prod(shape) * dtype.itemsize
+    if total > MAX_NPZ_BYTES:
+        raise DataError(f"{path}: its arrays would take {total:,} bytes decompressed, more "
+                        f"than the {MAX_NPZ_BYTES:,} an .npz may (it is read into "
+                        "memory whole); give larger data as x: and y: .npy files, which "
+                        "are memory-mapped", key="path")
+
+
+def _csv_columns(path: Path) -> int:
+    """The columns of a CSV's header line (the first 16 MiB of it at most): pandas
+    takes seconds and hundreds of MB to parse a header of 200,000 names alone."""
+    import csv
+
+    with open(path, "rb") as f:
+        line = f.readline(16 << 20).decode("utf-8", "replace")
+    return max((len(r) for r in csv.reader([line.rstrip("\r\n")])), default=0)
+
+
+def _few_columns(path: Path, n: int, key: str) -> None:
+    """A table's columns, from its header, before its rows are read."""
+    if n > MAX_FEATURES + 1:
+        raise DataError(f"{path}: {n:,} columns, more than the {MAX_FEATURES:,} features "
+                        "(and a target) a model's input may have", key=key)
+
+
 def _not_a_file(path: Path) -> str:
     return "not a regular file (a folder, FIFO, device or socket)" if path.exists() else \
         "no such file"
@@ -765,8 +827,12 @@ def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
         raise DataError(f"{path}: {_not_a_file(path)}", key=key)
     try:
         if suffix == ".csv":
+            _few_columns(path, _csv_columns(path), key)
             return _Source(str(path), frame=_pd().read_csv(path))
         if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            _few_columns(path, len(pq.read_schema(path).names), key)
             return _Source(str(path), frame=_pd().read_parquet(path))
         if suffix == ".npy":
             raise DataError(f"{path}: a .npy file holds one array: give x: and y: files "
@@ -791,6 +857,7 @@ def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
                                 f"(features: [name])", key="features")
             else:
                 xname = others[0]
+            _npz_fits(path, z, [xname, tname])
             return _Source(str(path), x=z[xname], y=z[tname])
     except DataError:
         raise

@@ -224,3 +224,64 @@ def test_a_fifo_as_the_space_or_a_data_file_is_refused_without_blocking(
     [err] = e.value.errors
     assert err.key == "dataset.path" and "not a regular file" in err.message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "f.yaml", "s.yaml"]
+
+
+# -- sizes: refused from headers and counts, before anything big is allocated ---------------
+
+def _npy_header(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    import struct
+
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    d += " " * (64 - (10 + len(d) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode()
+
+
+def test_an_npz_declaring_more_than_the_cap_is_refused_before_decompressing(
+        tmp_path: Path) -> None:
+    """A few MB of deflated zeros can declare gigabytes: the header says, and is read
+    first (here the data after it is not even there)."""
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "data.npz", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", _npy_header((10**9, 4)) + b"\0" * 64)
+        z.writestr("y.npy", _npy(Y30))
+    _refused(tmp_path, NPZ, {}, "dataset.path", "32,000,000,240 bytes decompressed")
+
+
+def test_a_csv_wider_than_the_feature_cap_is_refused_from_its_header(tmp_path: Path) -> None:
+    import time
+
+    from explore.datasets.table import MAX_FEATURES
+
+    n = MAX_FEATURES + 1
+    (tmp_path / "data.csv").write_text(",".join(f"c{i}" for i in range(n)) + ",y\n" +
+                                       ",".join("1" for _ in range(n)) + ",0\n")
+    t0 = time.monotonic()
+    _refused(tmp_path, "{path: data.csv, target: y}", {}, "dataset.path",
+             f"{n + 1:,} columns, more than the {MAX_FEATURES:,} features")
+    assert time.monotonic() - t0 < 60  # two reads of the space and a CLI run
+
+
+def test_a_categorical_column_of_too_many_categories_is_refused(tmp_path: Path) -> None:
+    from explore.datasets.table import MAX_CATEGORIES
+
+    rows = "".join(f"{i},k{i},{i % 2}\n" for i in range(int(MAX_CATEGORIES * 1.3)))
+    (tmp_path / "data.csv").write_text("a,cat,y\n" + rows)
+    _refused(tmp_path, "{path: data.csv, target: y, categorical: [cat]}", {},
+             "dataset.categorical", f"more than the {MAX_CATEGORIES:,} a column may")
+
+
+def test_table_rows_larger_than_the_budget_are_refused_before_any_study(
+        tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(3000, 100)), columns=[f"c{i}" for i in range(100)])
+    frame["y"] = np.arange(3000) % 2
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    f = tmp_path / "s.yaml"
+    f.write_text("dataset: {path: data.csv, target: y}\n" +
+                 REST.replace("memory: 256MB", "memory: 1MB"))
+    r = _cli("run", f, "--quiet", cwd=tmp_path)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "3,000 training and validation rows of 100 features" in said
+    assert "more than the budget of 1,000,000 bytes" in said and "Traceback" not in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "s.yaml"]
