@@ -231,7 +231,7 @@ def test_a_fifo_as_the_space_or_a_data_file_is_refused_without_blocking(
 def _npy_header(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
     import struct
 
-    d = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    d = str({"descr": descr, "fortran_order": False, "shape": shape})
     d += " " * (64 - (10 + len(d) + 1) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode()
 
