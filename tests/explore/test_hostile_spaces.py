@@ -224,6 +224,25 @@ def test_yaml_12_floats_are_numbers(tmp_path: Path) -> None:
     assert load_text("a: 1e3\nb: '1e3'\nc: 7\n").data == {"a": 1000.0, "b": "1e3", "c": 7}
 
 
+def test_yaml_12_integers_only() -> None:
+    """1.1's integer forms are strings (1_0 was 10, 1:30 was 90, 010 was 8): refused
+    where a number belongs, on their line; 0o and 0x are 1.2's octal and hex."""
+    got = load_text("a: 1_0\nb: 1:30\nc: 010\nd: 0o17\ne: 0x1F\nf: 0b11\ng: 1_0.5\n").data
+    assert got == {"a": "1_0", "b": "1:30", "c": 10, "d": 15, "e": 31, "f": "0b11",
+                   "g": "1_0.5"}
+    for tagged in ("!!int 1_0", "!!float 1:30.5"):
+        with pytest.raises(SpaceError) as e:
+            load_text(f"x: 1\ny: {tagged}\n")
+        [err] = e.value.errors
+        assert err.line == 2 and "YAML 1.2" in err.message
+
+
+@pytest.mark.parametrize("value", ["1_0", "1:30"])
+def test_a_yaml_11_integer_is_refused_where_a_number_belongs(tmp_path: Path,
+                                                              value: str) -> None:
+    _refused(tmp_path, _with("model.width", value), "model.width", f"not '{value}'")
+
+
 def test_yaml_12_booleans_and_no_dates() -> None:
     """Only true and false are booleans (1.1's yes, no, on, off are strings), dates are
     strings, and an explicit tag that makes anything else is refused on its line."""
