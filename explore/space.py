@@ -605,7 +605,16 @@ class Space(Strict):
             if self.dataset is None:
                 raise DataError("the space names no dataset: give one in its dataset "
                                 "section or bind one with Space.with_data(...)")
-            self._data = resolve(self.dataset)
+            data = resolve(self.dataset)
+            train, valid = self.dataset.heads
+            have = getattr(data, "rows", None)
+            if valid is not None and valid > data.valid:
+                raise DataError(f"{valid:,} validation rows asked for, but the split has "
+                                f"{data.valid:,}", key="valid")
+            if train is not None and have is not None and train > have[0]:
+                raise DataError(f"{train:,} training rows asked for, but the split has "
+                                f"{have[0]:,}", key="train")
+            self._data = data
         return self._data
 
     def with_data(self, data: BaseDataset) -> Space:

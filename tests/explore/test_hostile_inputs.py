@@ -285,3 +285,15 @@ def test_table_rows_larger_than_the_budget_are_refused_before_any_study(
     assert r.returncode == 2 and "3,000 training and validation rows of 100 features" in said
     assert "more than the budget of 1,000,000 bytes" in said and "Traceback" not in said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "s.yaml"]
+
+
+@pytest.mark.parametrize(("option", "says"), [
+    ("valid: 1000", "1,000 validation rows asked for, but the split has 12"),
+    ("train: 1000", "1,000 training rows asked for, but the split has 48"),
+])
+def test_more_head_rows_than_the_split_has_are_refused(tmp_path: Path, option: str,
+                                                      says: str) -> None:
+    rows = "".join(f"{i},{i * 2},{i % 3}\n" for i in range(60))
+    _refused(tmp_path, f"{{path: data.csv, target: y, {option}}}",
+             {"data.csv": ("a,b,y\n" + rows).encode()}, f"dataset.{option.split(':')[0]}",
+             says)
