@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic import Strict as StrictMode
 
 
@@ -111,6 +118,17 @@ class FloatRange(Range):
 
 class Choice(Range):
     options: list[Scalar] = Field(alias="choice", min_length=1)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _scalars(cls, v: Any) -> Any:
+        # one message, not one per member of the Scalar union for each bad option
+        for i, x in enumerate(v if isinstance(v, list) else []):
+            if not isinstance(x, int | float | str | bool):
+                raise ValueError(f"option {i} is a {type(x).__name__}: each choice is one "
+                                 "value (a number, a name, true or false); for one value "
+                                 "per layer use per_layer: true")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> Choice:

@@ -186,7 +186,8 @@ def infer_task(y: np.ndarray) -> str:
     y = np.asarray(y)
     if not _numeric(y) or y.dtype == bool:
         return "classification"
-    if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
+    if y.dtype.kind == "f" and not np.all(np.isfinite(y) & (np.mod(y, 1, where=np.isfinite(y),
+                                                             out=np.zeros_like(y)) == 0)):
         return "regression"
     distinct = len(np.unique(y))
     return "regression" if distinct > MANY_VALUES and distinct > 0.1 * len(y) else \
@@ -462,6 +463,10 @@ class TableDataset(BaseDataset):
             raise DataError(f"{s.where}: no feature columns besides the target {target!r}",
                             key="features")
         col = {str(c): c for c in frame.columns}
+        for c in [*feats, target]:
+            if frame[col[c]].dtype == object:
+                _scalar_cells(s, c, frame[col[c]].to_numpy(),
+                              "target" if c == target else "categorical")
         text = [c for c in feats if c not in cats and not _numeric(frame[col[c]])]
         if text:
             raise DataError(f"{s.where}: the columns {_listing(text)} are not numeric; "
@@ -749,6 +754,16 @@ def _finite(block: np.ndarray, start: int, where: str, names: Sequence[str]) -> 
         r, c = np.argwhere(bad)[0]
         raise DataError(f"{where}: row {start + r + 1}, column {names[c]!r}: "
                         f"{block[r, c]} (values must be finite numbers)")
+
+
+def _scalar_cells(s: _Source, column: str, values: np.ndarray, key: str) -> None:
+    """A cell holding a list, an array or a mapping (a Parquet list column) is no value
+    of a feature or a target."""
+    for i, v in enumerate(values):
+        if isinstance(v, list | tuple | dict | set | np.ndarray):
+            raise DataError(f"{s.where}: row {i + 1}, column {column!r}: holds a list of "
+                            "values, not one (a list column is neither a feature nor a "
+                            "target)", key=key)
 
 
 def _need(s: _Source, wanted: Sequence[str], names: list[str], key: str) -> None:

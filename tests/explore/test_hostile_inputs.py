@@ -297,3 +297,37 @@ def test_more_head_rows_than_the_split_has_are_refused(tmp_path: Path, option: s
     _refused(tmp_path, f"{{path: data.csv, target: y, {option}}}",
              {"data.csv": ("a,b,y\n" + rows).encode()}, f"dataset.{option.split(':')[0]}",
              says)
+
+
+# -- messages: one paragraph, naming the key ------------------------------------------------
+
+@pytest.mark.parametrize(("column", "key"), [("l", "dataset.categorical"),
+                                             ("y", "dataset.target")])
+def test_a_parquet_list_column_is_named_with_its_row(tmp_path: Path, column: str,
+                                                     key: str) -> None:
+    frame = pd.DataFrame({"a": np.arange(30.0), "l": [[1, 2]] * 30, "y": np.arange(30) % 2})
+    if column == "y":
+        frame = pd.DataFrame({"a": np.arange(30.0), "y": [[1, 2]] * 30})
+    cats = ", categorical: [l]" if column == "l" else ""
+    _refused(tmp_path, f"{{path: data.parquet, target: y{cats}}}",
+             {"data.parquet": _parquet(frame)}, key,
+             f"row 1, column '{column}': holds a list of values")
+
+
+def test_an_infinite_target_is_one_error_without_numpys_warnings(tmp_path: Path) -> None:
+    rows = "".join(f"{i},{'inf' if i == 5 else i * 0.37}\n" for i in range(30))
+    (tmp_path / "data.csv").write_text("a,y\n" + rows)
+    (tmp_path / "s.yaml").write_text("dataset: {path: data.csv, target: y}\n" + REST)
+    r = _cli("size", "s.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "row 6, target 'y': inf" in r.stderr, r.stderr
+    assert "Warning" not in r.stderr
+
+
+def test_a_choice_of_lists_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("dataset: digits\n" + REST.replace(
+        "width: 8", "width: {choice: [[8, 16], 32]}"))
+    with pytest.raises(SpaceError) as e:
+        load_space(tmp_path / "s.yaml")
+    [err] = e.value.errors
+    assert err.key == "model.width.choice" and "option 0 is a list" in err.message
+    assert "per_layer: true" in err.message
