@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
 import sys
 import time
 from collections import Counter
@@ -317,7 +319,10 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
             mine = set(space.params()) - set(type(space.model).model_fields)
             given = {k: v for k, v in overrides.items() if k not in mine}
             overrides = {k: v for k, v in overrides.items() if k in mine}
-        p = fixed(space, overrides)
+        try:
+            p = fixed(space, overrides)
+        except ValueError as e:
+            _fail(f"--params {e}")
         if p["batch_size"] == "auto" and budget is None:
             p["batch_size"] = space.training.auto_max_batch
         if space.uses_builder:
@@ -476,12 +481,12 @@ def export(space_file: str | None, storage: str | None, study_name: str | None, 
     """Write the study's trials as a table (one row per trial)."""
     from explore.results import frame
 
+    target = _output(output, space_file, storage, study_name)
     study = _open(space_file, storage, study_name)
     df = frame(study)
     df["params"] = df["params"].map(json.dumps)
-    target = Path(output)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         if fmt == "csv":
             df.to_csv(tmp, index=False)
         else:
@@ -489,10 +494,77 @@ def export(space_file: str | None, storage: str | None, study_name: str | None, 
                 df.to_parquet(tmp, index=False)
             except ImportError as e:  # pyarrow is a dependency: a broken installation
                 _fail(f"parquet needs pyarrow, which did not import: {e}")
-        tmp.replace(target)
+
+    _write_output(target, output, write)
+    out.print(f"{len(df)} trials -> {target}")
+
+
+def _output(output: str, space_file: str | None, storage: str | None,
+            study_name: str | None) -> Path:
+    """``--output`` checked before anything is read or written: its folder exists, and
+    it is a new path or a regular file that is neither a link (not followed or replaced
+    silently) nor a file the command reads (the space, the study's database).  Exit
+    status 2 otherwise."""
+    from explore.storages import sqlite_file
+
+    target = Path(output)
+    if not output.strip():
+        _fail("--output is empty: give the path of the file to write")
+    if target.is_symlink():
+        _fail(f"--output {output}: a symbolic link (to {os.readlink(target)}); give the "
+              "path of the file itself")
+    try:
+        st = target.stat() if target.exists() else None
+    except OSError as e:
+        _fail(f"--output {output}: {e.strerror or e}")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else \
+            "not a regular file (a device, FIFO or socket)"
+        _fail(f"--output {output}: {kind}; give the path of a file to write")
+    folder = target.parent
+    if not folder.is_dir():
+        _fail(f"--output {output}: the folder {folder} does not exist")
+    if st is not None:
+        storage_url, _ = _where(space_file, storage, study_name)
+        db = sqlite_file(storage_url)
+        reads = [Path(space_file)] if space_file else []
+        if db is not None:
+            reads += [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+        for r in reads:
+            with contextlib.suppress(OSError):
+                if os.path.samefile(r, target):
+                    _fail(f"--output {output}: the command reads this file ({r}); give "
+                          "another path")
+    return target
+
+
+def _write_output(target: Path, output: str, write: Any) -> None:
+    """``write(tmp)`` into a new file beside ``target``, then renamed over it: the
+    target is replaced whole or not at all, and a file of the temporary's name is
+    never touched.  A new file gets the usual permissions; a replaced one keeps its."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                    suffix=".tmp")
+    except OSError as e:
+        _fail(f"--output {output}: {e.strerror or e}")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        if target.exists():
+            mode = stat.S_IMODE(target.stat().st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        _fail(f"--output {output}: {e.strerror or e}")
     finally:
         tmp.unlink(missing_ok=True)
-    out.print(f"{len(df)} trials -> {target}")
 
 
 def _where(space_file: str | None, storage: str | None, study_name: str | None
@@ -536,17 +608,10 @@ def export_model(space_file: str | None, storage: str | None, study_name: str | 
     """Write a kept model as ONNX, its preprocessing inside: it takes raw rows."""
     import onnx
 
+    target = _output(output, space_file, storage, study_name)
     model = _model(space_file, storage, study_name, trial)
     proto = model.to_onnx()
-    target = Path(output)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        onnx.save(proto, str(tmp))
-        tmp.replace(target)
-    except OSError as e:
-        _fail(f"--output {output}: {e.strerror or e}")
-    finally:
-        tmp.unlink(missing_ok=True)
+    _write_output(target, output, lambda tmp: onnx.save(proto, str(tmp)))
     ins = ", ".join(f"{i.name}" for i in proto.graph.input)
     outs = ", ".join(o.name for o in proto.graph.output)
     out.print(f"trial {model.trial} of study {model.study!r} -> {target} (inputs: {ins}; "
@@ -563,18 +628,25 @@ def evaluate(space_file: str, storage: str | None, study_name: str | None, trial
              as_json: bool) -> None:
     """Report a kept model's metrics on the test split of SPACE_FILE's data set."""
     from explore.datasets import DataError
-    from explore.trained import evaluate_split
+    from explore.trained import data_mismatch, evaluate_split
 
+    space = _space(space_file)  # first: a refused space leaves the storage unopened
     model = _model(space_file, storage, study_name, trial)
-    space = _space(space_file)
     try:
+        other = data_mismatch(model, space.data)
+        if other is not None:
+            _fail(f"{space_file}: its data set is not the one study {model.study!r} was "
+                  f"trained on ({other}); evaluate with the study's own space file")
         test = space.data.load().test
     except DataError as e:
         _fail(str(e))
     if len(test) == 0:
         _fail(f"{space_file}: the data set has no test split; add dataset.test "
               "(a fraction such as 0.2, or a file)")
-    got = evaluate_split(model, test.x, test.y)
+    try:
+        got = evaluate_split(model, test.x, test.y)
+    except DataError as e:
+        _fail(f"{space_file}: {e}")
     if as_json:
         click.echo(json.dumps({"trial": model.trial, "rows": len(test), "metrics": got}))
         return

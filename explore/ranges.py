@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic import Strict as StrictMode
 
 
@@ -57,6 +64,10 @@ class Range(Strict):
         """The finite list of values, if the parameter has one (grid search)."""
         return None
 
+    def count(self) -> int | None:
+        """How many values :meth:`values` would list, without listing them."""
+        return None
+
 
 def _check_bounds(lo: float, hi: float, log: bool, stepped: bool) -> None:
     if lo > hi:
@@ -84,6 +95,9 @@ class IntRange(Range):
     def values(self) -> list[Any] | None:
         return list(range(self.bounds[0], self.bounds[1] + 1, self.step))
 
+    def count(self) -> int | None:
+        return (self.bounds[1] - self.bounds[0]) // self.step + 1
+
 
 class FloatRange(Range):
     bounds: tuple[Num, Num] = Field(alias="float")
@@ -105,6 +119,17 @@ class FloatRange(Range):
 class Choice(Range):
     options: list[Scalar] = Field(alias="choice", min_length=1)
 
+    @field_validator("options", mode="before")
+    @classmethod
+    def _scalars(cls, v: Any) -> Any:
+        # one message, not one per member of the Scalar union for each bad option
+        for i, x in enumerate(v if isinstance(v, list) else []):
+            if not isinstance(x, int | float | str | bool):
+                raise ValueError(f"option {i} is a {type(x).__name__}: each choice is one "
+                                 "value (a number, a name, true or false); for one value "
+                                 "per layer use per_layer: true")
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> Choice:
         for v in self.options:
@@ -115,6 +140,9 @@ class Choice(Range):
 
     def values(self) -> list[Any] | None:
         return list(self.options)
+
+    def count(self) -> int | None:
+        return len(self.options)
 
 
 def _param(v: Any) -> Any:

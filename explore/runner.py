@@ -101,6 +101,13 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         raise RunRefused("storage is empty: give an Optuna storage URL")
     if study is not None and not study.strip():
         raise RunRefused("study is empty: give a study name")
+    if study is not None:
+        from explore.space import check_study_name
+
+        try:
+            check_study_name(study)
+        except ValueError as e:
+            raise RunRefused(f"study: {e}") from None
     try:
         if data is not None:
             from explore.datasets.table import from_python
@@ -115,6 +122,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         except TypeError as e:
             raise RunRefused(str(e)) from None
     check_objectives(sp, ds)
+    check_data_size(sp, ds)
     check_model(sp)
     if budget.device == "gpu":
         from engine.runtime.backends import gpu_available, gpu_memory_bytes
@@ -131,6 +139,15 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         check_storage(url, write=True)  # connects to no server: execute() does
     except StorageError as e:
         raise RunRefused(str(e)) from None
+    if sp.keep_models > 0 and not sp.artifacts:  # a space's own folder: checked when read
+        from explore.folders import directory_problem
+        from explore.keeper import default_artifacts
+
+        problem = directory_problem(default_artifacts(url))
+        if problem is not None:
+            raise RunRefused(f"keep_models: {problem} (the default folder for the kept "
+                             "models); set artifacts: to a writable folder or keep_models: "
+                             "0")
     return Prepared(sp, url, study or sp.name or "explore", source)
 
 
@@ -156,6 +173,24 @@ def check_objectives(space: Any, ds: Any) -> None:
             raise RunRefused(f"objective {o.metric!r} does not apply to this data set "
                              f"({task}" + (f", {classes} classes" if classes else "") +
                              f"); objectives that do: {can}")
+
+
+def check_data_size(space: Any, ds: Any) -> None:
+    """The run's rows of a table, as the workers share them (float32 features, or uint8
+    pixels, and the targets), must fit the budget on their own: refused before the
+    study and the shared file exist, not by the memory they would exhaust."""
+    rows = getattr(ds, "rows", None)
+    if rows is None:
+        return  # a built-in set: the scheduler's accounting sizes it
+    heads = space.dataset.heads if space.dataset is not None else (None, None)
+    n = sum(r if h is None else min(h, r) for r, h in zip(rows[:2], heads, strict=True))
+    per_row = int(ds.features) * (1 if getattr(ds, "pixel_scale", None) else 4) + 8
+    need = n * per_row
+    if need > space.budget.memory:
+        raise RunRefused(f"dataset: its {n:,} training and validation rows of "
+                         f"{int(ds.features):,} features take {need:,} bytes in memory, "
+                         f"more than the budget of {space.budget.memory:,} bytes; raise "
+                         "budget.memory or use fewer rows (dataset.train, dataset.valid)")
 
 
 def check_model(space: Any) -> None:

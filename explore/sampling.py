@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from explore.ranges import Choice, FloatRange, IntRange, Range
-from explore.space import Space
+from explore.space import WHEN_DEFAULTS, Space, can_be, describe
 
 PER_LAYER = {"width": "widths", "activation": "activations", "dropout": "dropouts",
              "channels": "channels"}
@@ -41,24 +41,42 @@ class TrialLike(Protocol):
 
 
 def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
-    """The parameters of one candidate (per-layer ones as lists)."""
+    """The parameters of one candidate (per-layer ones as lists).  A parameter with
+    ``when`` is asked after the ones it names (the schema refuses circles) and, when
+    they do not match, takes its off value (:data:`~explore.space.WHEN_DEFAULTS`)."""
     params = space.params()
     out: dict[str, Any] = {c: int(_one(trial, c, params[c])) for c in COUNTS}
-    for name, p in params.items():
-        if name in COUNTS:
-            continue
-        if isinstance(p, Range) and p.when and not _applies(p.when, out):
-            out[name] = _default(name)
+    chosen: dict[str, Any] = dict(out)  # single values by parameter name, for when
+    todo = [n for n in params if n not in COUNTS]
+    while todo:
+        name = next((n for n in todo if not _waits(params[n], todo)), todo[0])
+        todo.remove(name)
+        p = params[name]
+        if isinstance(p, Range) and p.when and not _applies(p.when, chosen):
+            value = WHEN_DEFAULTS[name]
+            chosen[name] = value
+            if name in PER_LAYER:
+                out[PER_LAYER[name]] = [value] * out[COUNT[name]]
+            else:
+                out[name] = value
             continue
         if name in PER_LAYER:
             n = out[COUNT[name]]
             if isinstance(p, Range) and p.per_layer:
                 out[PER_LAYER[name]] = [_one(trial, f"{name}_{i}", p) for i in range(n)]
             else:
-                out[PER_LAYER[name]] = [_one(trial, name, p)] * n if n else []
+                one = [_one(trial, name, p)] if n else []
+                out[PER_LAYER[name]] = one * n
+                if one:
+                    chosen[name] = one[0]
         else:
-            out[name] = _one(trial, name, p)
+            out[name] = chosen[name] = _one(trial, name, p)
     return out
+
+
+def _waits(p: Any, todo: list[str]) -> bool:
+    """Whether ``p`` names, in its ``when``, a parameter not asked yet."""
+    return isinstance(p, Range) and p.when is not None and any(k in todo for k in p.when)
 
 
 def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -76,21 +94,36 @@ def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, An
 
     out = suggest(_Low(), space)
     overrides = dict(overrides or {})
-    for k in overrides:
+    params = space.params()
+    for k, v in overrides.items():
         if PER_LAYER.get(k, k) not in out:
+            base, _, index = k.rpartition("_")
+            if base in PER_LAYER and index.isdigit():
+                raise KeyError(f"no parameter {k!r}: give per-layer values as one list, "
+                               f"{base}=[first,second,...] (one per layer), or one value "
+                               f"for every layer, {base}=64")
             names = sorted(set(out) - set(PER_LAYER.values())) + list(PER_LAYER)
             raise KeyError(f"no parameter {k!r}; parameters: {', '.join(names)}")
+        if isinstance(v, list) and k not in PER_LAYER:
+            raise ValueError(f"{k} takes one value, not a list (lists are for the per-layer "
+                             f"parameters {', '.join(PER_LAYER)})")
+        p = params.get(k)
+        if isinstance(p, Range):  # a searched parameter: one of its values
+            for x in v if isinstance(v, list) else [v]:
+                if not can_be(p, x):
+                    raise ValueError(f"{k}={x!r} is not a value the space searches: {k} "
+                                     f"is {describe(p)}")
     for c in COUNTS:
         if c in overrides:
             out[c] = int(overrides.pop(c))
-    params = space.params()
     for k, v in overrides.items():
         key = PER_LAYER.get(k, k)
         if k in PER_LAYER:
             n = out[COUNT[k]]
             v = list(v) if isinstance(v, list) else [v] * n
             if len(v) != n:
-                raise ValueError(f"{k}: {len(v)} values for {n} layers")
+                raise ValueError(f"{k}: {len(v)} values for {n} layers ({COUNT[k]} {n}); "
+                                 f"give {COUNT[k]}={len(v)} too, or {n} values")
         out[key] = v
     for name, key in PER_LAYER.items():  # a count override: repeat the last value
         n = out[COUNT[name]]
@@ -117,7 +150,3 @@ def _applies(when: dict[str, Any], chosen: dict[str, Any]) -> bool:
         if (have not in want) if isinstance(want, list) else (have != want):
             return False
     return True
-
-
-def _default(name: str) -> Any:
-    return {"momentum": 0.0, "weight_decay": 0.0}.get(name)

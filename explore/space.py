@@ -78,6 +78,7 @@ MAX_STRIDE = 64
 MAX_BATCH = 1_048_576  # batch_size, auto_max_batch, eval_batch_size
 MAX_TRIALS = 1_000_000
 MAX_ROUNDS = 100_000
+MAX_SEED = 2**32 - 1  # numpy's and Optuna's samplers take seeds in [0, 2**32 - 1]
 
 
 def _shown(value: Any) -> str:
@@ -291,7 +292,7 @@ class Dataset(Strict):
     test: Num | Path | None = None
     scale: Literal["none", "standard", "minmax"] | None = None
     task: Literal["classification", "regression"] | None = None
-    seed: Int | None = None
+    seed: Int | None = Field(None, ge=0, le=MAX_SEED)
 
     @field_validator("path", "x", "y", "valid", "test", mode="after")
     @classmethod
@@ -380,7 +381,7 @@ class Budget(Strict):
     workers: int = Field(1, ge=1, le=256, strict=True)
     # held at once: one running, one ready
     trials_per_worker: int = Field(2, ge=1, le=64, strict=True)
-    seed: int = Field(0, strict=True)
+    seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
     # seconds a driver may be silent before its running trials are failed as stale and
     # re-queued by another driver or the next run (explore.live); a driver's heartbeat is
     # every 5 s, or a quarter of the grace if that is shorter
@@ -416,7 +417,7 @@ def machine_memory() -> int | None:
 
 class Sampler(Strict):
     name: SamplerName = "tpe"
-    seed: Int | None = None
+    seed: Int | None = Field(None, ge=0, le=MAX_SEED)
     startup_trials: Int | None = Field(None, ge=0)
 
 
@@ -512,6 +513,10 @@ class Model(Strict):
         if isinstance(v, Range) and not isinstance(v, Choice):
             raise ValueError("freeze is a list of parameter names (globs), or a choice of "
                              "comma-separated globs")
+        from explore.families._onnx import globs
+
+        for option in v.options if isinstance(v, Choice) else [v]:
+            globs(option)  # a number or a flag is no glob (ValueError)
         path = info.data.get("onnx")
         if path is not None:
             from explore.families._onnx import check_freeze, load
@@ -535,6 +540,13 @@ class Model(Strict):
             return self
         if self.onnx is not None and self.family != "onnx":
             raise ValueError(f"onnx is the file of family onnx, not of family {self.family}")
+        if self.onnx is not None:
+            from explore.families._onnx import check_trainable, load
+
+            try:
+                check_trainable(load(self.onnx), self.freeze, self.head)
+            except ValueError as e:
+                raise Located(("freeze",), str(e)) from None
         families.get(self.family).check({k: getattr(self, k) for k in type(self).model_fields})
         return self
 
@@ -560,6 +572,13 @@ class Training(Strict):
 
 class Space(Strict):
     name: str | None = None
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_study_name(v)
+        return v
     # None: the data is given from Python (with_data)
     dataset: Annotated[Dataset | None, BeforeValidator(_dataset)] = None
     objectives: list[Objective] = Field(
@@ -586,7 +605,16 @@ class Space(Strict):
             if self.dataset is None:
                 raise DataError("the space names no dataset: give one in its dataset "
                                 "section or bind one with Space.with_data(...)")
-            self._data = resolve(self.dataset)
+            data = resolve(self.dataset)
+            train, valid = self.dataset.heads
+            have = getattr(data, "rows", None)
+            if valid is not None and valid > data.valid:
+                raise DataError(f"{valid:,} validation rows asked for, but the split has "
+                                f"{data.valid:,}", key="valid")
+            if train is not None and have is not None and train > have[0]:
+                raise DataError(f"{train:,} training rows asked for, but the split has "
+                                f"{have[0]:,}", key="train")
+            self._data = data
         return self._data
 
     def with_data(self, data: BaseDataset) -> Space:
@@ -649,24 +677,53 @@ class Space(Strict):
         return out
 
     @model_validator(mode="after")
+    def _artifacts(self) -> Space:
+        if self.keep_models > 0 and self.artifacts:
+            from explore.folders import directory_problem
+
+            problem = directory_problem(self.artifacts)
+            if problem is not None:
+                raise Located(("artifacts",), f"{problem}; name a folder that exists or "
+                              "can be made, and is writable (or keep_models: 0)")
+        return self
+
+    @model_validator(mode="after")
     def _cross(self) -> Space:
         params = self.params()
         for name, p in params.items():
             section = "model" if name in Model.model_fields else "training"
             if isinstance(p, Range) and p.when:
+                if name in p.when:
+                    raise Located((section, name, "when", name),
+                                  f"names {name} itself: a parameter cannot depend on its "
+                                  "own value")
                 for other, want in p.when.items():
                     if other not in params:
                         raise Located((section, name, "when", other),
                                       f"names {other!r}, which is not a parameter; "
                                       f"parameters: {', '.join(params)}")
+                    if other in PER_LAYER_NAMES and isinstance(params[other], Range) and \
+                            params[other].per_layer:
+                        raise Located((section, name, "when", other),
+                                      f"names {other}, which has one value per layer "
+                                      "(per_layer): a when names a single value")
+                    if _depends_on(params, other, name):
+                        raise Located((section, name, "when", other),
+                                      f"{other} depends on {name} in turn (through when): "
+                                      "a circular condition, neither would be asked first")
                     wanted = want if isinstance(want, list) else [want]
                     if not any(can_be(params[other], v) for v in wanted):
                         raise Located((section, name, "when", other),
                                       f"{want!r} is never a value of {other} "
                                       f"({describe(params[other])}): {name} would never "
                                       "be asked for")
-            if isinstance(p, Range) and p.per_layer and name not in ("width", "activation",
-                                                                      "dropout", "channels"):
+                if name not in WHEN_DEFAULTS:
+                    raise Located((section, name, "when"),
+                                  f"{name} is a parameter every trial needs, so it cannot "
+                                  "have when: (a trial not asking for it would have no "
+                                  f"value); only {', '.join(WHEN_DEFAULTS)} can, which "
+                                  "are off when not asked")
+            if isinstance(p, Range) and p.per_layer and name not in PER_LAYER_NAMES:
                 raise Located((section, name, "per_layer"), "per_layer applies to width, "
                               "activation, dropout and channels only")
         bs = params["batch_size"]
@@ -680,6 +737,44 @@ class Space(Strict):
         except ValueError as e:
             raise Located(("sampler", "name"), str(e)) from None
         return self
+
+
+# A parameter with ``when`` that a trial does not ask for takes this value (off): one
+# every trial needs (lr, batch_size, width, depth, ...) cannot be conditional.
+WHEN_DEFAULTS: dict[str, Any] = {"momentum": 0.0, "weight_decay": 0.0, "dropout": 0.0,
+                                 "loss": "auto"}
+PER_LAYER_NAMES = ("width", "activation", "dropout", "channels")
+
+
+def _depends_on(params: dict[str, Any], start: str, target: str) -> bool:
+    """Whether ``start``'s ``when`` leads (directly or through others) to ``target``."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        p = params.get(name)
+        if isinstance(p, Range) and p.when:
+            if target in p.when:
+                return True
+            todo.extend(p.when)
+    return False
+
+
+def check_study_name(name: str) -> None:
+    """A study name the storage can hold: not blank, UTF-8 (a lone surrogate such as
+    "\\ud800" is not), no control characters (ValueError)."""
+    if not name.strip():
+        raise ValueError("a study name is not blank")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name!r} is not valid text (it cannot be written as UTF-8)"
+                         ) from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ValueError(f"{name!r} holds a control character")
 
 
 def can_be(p: Any, v: Any) -> bool:

@@ -139,6 +139,25 @@ class TrainedModel:
         return model_to_onnx(self)
 
 
+def data_mismatch(model: TrainedModel, ds: Any) -> str | None:
+    """What differs between the data set ``ds`` and the one ``model`` was trained on
+    (task, features, classes, image shape, pixel scale, target scale, preprocessing),
+    or None: a model evaluated on rows prepared for another data set measures nothing."""
+    from explore.runner import data_record
+
+    have = StoredData.from_record(data_record(ds))
+    want = model.data
+    for key in ("task", "features", "classes", "image", "pixel_scale", "target_scale"):
+        a, b = getattr(have, key), getattr(want, key)
+        if a != b:
+            return f"{key}: {a!r} where the model has {b!r}"
+    pa = have.preprocess.to_dict() if have.preprocess is not None else None
+    pb = want.preprocess.to_dict() if want.preprocess is not None else None
+    if pa != pb:
+        return "its preprocessing (columns, scaling, categories or labels) differs"
+    return None
+
+
 def evaluate_split(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Every metric of the model's task over preprocessed rows ``x`` and their ``y``
     (as a data set's split holds them), measured by its eval path as in a search."""

@@ -19,7 +19,9 @@ PyYAML's default, needs a dot and a signed exponent and reads them as strings).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,17 +43,46 @@ class _Loader(yaml.SafeLoader):
 # flag written ``yes`` changed type silently; now they are strings, and a flag given one
 # is refused by name.  Dates are strings too (1.1 made datetime objects, which no
 # parameter takes and no study can store).
+# Integers and floats are 1.2's too: decimal, 0o octal and 0x hex integers only, so 1.1's
+# forms (1_000, sexagesimal 1:30 = 90, 010 = 8, 0b1) are strings, refused wherever a
+# number belongs rather than read as another number.
 _BOOL, _STAMP = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _STAMP)]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _STAMP, _INT, _FLOAT)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                               list("tTfF"))
-# Tried after 1.1's resolvers, so ints, 1.1 floats and nulls are unchanged.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
-    list("-+0123456789."))
+_INT_TEXT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_Loader.add_implicit_resolver(_INT, _INT_TEXT, list("-+0123456789"))
+_FLOAT_TEXT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_Loader.add_implicit_resolver(_FLOAT, _FLOAT_TEXT, list("-+0123456789."))
+
+
+def _int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """A 1.2 integer: ``010`` is ten (1.1 read it as octal 8)."""
+    text = str(loader.construct_scalar(node))
+    if not _INT_TEXT.match(text):  # an explicit !!int of another form
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a YAML 1.2 integer (decimal, 0o octal or 0x hex)",
+            node.start_mark)
+    if text.startswith(("0o", "0x")):
+        return int(text, 0)
+    return int(text, 10)
+
+
+def _float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    """A 1.2 float (an explicit ``!!float 1_0.5`` is refused, not read as 10.5)."""
+    text = str(loader.construct_scalar(node))
+    if not _FLOAT_TEXT.match(text):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a YAML 1.2 number", node.start_mark)
+    return float(loader.construct_yaml_float(node))
+
+
+_Loader.add_constructor(_INT, _int)
+_Loader.add_constructor(_FLOAT, _float)
 _SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
 # the core schema's scalars; an explicit !!binary or !!timestamp makes bytes or a date
 _SCALARS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null")}
@@ -106,7 +137,14 @@ def load_file(path: str | Path) -> Document:
     try:
         if p.is_file() and (size := p.stat().st_size) > MAX_BYTES:
             raise _too_big(str(p), size)
-        with p.open("rb") as f:  # a file that grows, or is not a file, reads no further
+        # Opened without blocking and checked before reading: a FIFO's open or read
+        # would wait for a writer forever, a device could be read forever.
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:  # a file that grows reads no further
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SpaceError([SourceError(str(p), None, "", "not a regular file (a "
+                                              "FIFO, device or socket): give a YAML "
+                                              "file")])
             raw = f.read(MAX_BYTES + 1)
         if len(raw) > MAX_BYTES:
             raise _too_big(str(p), len(raw))

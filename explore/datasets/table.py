@@ -32,6 +32,7 @@ samples per value: a count or an amount), which makes it a regression.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,10 @@ SCALES = ("none", "standard", "minmax")
 FORMATS = (".csv", ".parquet", ".npz", ".npy")
 CHUNK_BYTES = 4 << 20  # rows read and converted at a time: about this many float64 bytes
 MANY_VALUES = 20  # a target with more distinct values than this may be a regression
+# search_spaces/README.md, "Limits": checked before anything is allocated
+MAX_NPZ_BYTES = 2 << 30  # an .npz's arrays, decompressed (read into memory whole)
+MAX_FEATURES = 100_000  # columns of a table, features of arrays, after one-hot encoding
+MAX_CATEGORIES = 10_000  # categories of one categorical column
 
 __all__ = ["FORMATS", "SCALES", "DataSection", "Preprocess", "TableDataset", "from_file",
            "from_python", "infer_task", "resolve", "split_rows"]
@@ -181,7 +186,8 @@ def infer_task(y: np.ndarray) -> str:
     y = np.asarray(y)
     if not _numeric(y) or y.dtype == bool:
         return "classification"
-    if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
+    if y.dtype.kind == "f" and not np.all(np.isfinite(y) & (np.mod(y, 1, where=np.isfinite(y),
+                                                             out=np.zeros_like(y)) == 0)):
         return "regression"
     distinct = len(np.unique(y))
     return "regression" if distinct > MANY_VALUES and distinct > 0.1 * len(y) else \
@@ -303,9 +309,9 @@ class TableDataset(BaseDataset):
             raise DataError(f"scale {scale!r}: one of {', '.join(SCALES)}", key="scale")
         if task is not None and task not in TASKS:
             raise DataError(f"task {task!r}: one of {', '.join(TASKS)}", key="task")
-        for key, v in (("valid", valid), ("test", test)):
+        for opt, v in (("valid", valid), ("test", test)):
             if _is_fraction(v) and not (0 <= v < 1):
-                raise DataError(f"{key}: a fraction in [0, 1), got {v}", key=key)
+                raise DataError(f"{opt}: a fraction in [0, 1), got {v}", key=opt)
         if _is_fraction(valid) and valid <= 0:
             raise DataError("valid: the validation split needs rows (a fraction above 0)",
                             key="valid")
@@ -317,6 +323,9 @@ class TableDataset(BaseDataset):
         main = sources[0]
         assert main is not None
         self.where = main.where
+        for src, key in zip(sources, (None, "valid", "test"), strict=True):
+            if src is not None:
+                _has_rows(src, key)
         layout = self._layout(main, target, features, categorical)
         self._lay = layout
         for s in sources:
@@ -338,6 +347,18 @@ class TableDataset(BaseDataset):
         # the fitted transformation, from the training rows only
         self.target = layout.target
         categories = tuple(self._categories(main, c, train) for c in layout.categorical)
+        for c, cats in zip(layout.categorical, categories, strict=True):
+            if len(cats) > MAX_CATEGORIES:
+                raise DataError(f"{main.where}: the categorical column {c!r} has "
+                                f"{len(cats):,} categories in the training rows, more than "
+                                f"the {MAX_CATEGORIES:,} a column may one-hot encode to; "
+                                "is it an identifier? leave it out of the features",
+                                key="categorical")
+        width = len(layout.numeric) + sum(map(len, categories))
+        if width > MAX_FEATURES:
+            raise DataError(f"{main.where}: {width:,} features after one-hot encoding, "
+                            f"more than the {MAX_FEATURES:,} a model's input may have",
+                            key="categorical" if categories else "features")
         offset, spread = self._fit(main, train, layout, scale)
         labels: tuple[Any, ...] = ()
         target_scale = None
@@ -406,6 +427,12 @@ class TableDataset(BaseDataset):
                 raise DataError(f"{s.where}: the features must be a 2-D array (rows, "
                                 f"features), got shape {x.shape}", key="x")
             width = int(np.prod(x.shape[1:]))
+            if width > MAX_FEATURES:
+                raise DataError(f"{s.where}: {width:,} features per row, more than the "
+                                f"{MAX_FEATURES:,} a model's input may have", key="x")
+            if width == 0:
+                raise DataError(f"{s.where}: the features array has shape {x.shape}: no "
+                                f"features to learn from", key="x")
             if s.names is not None and len(s.names) == width:
                 return _Layout(None, list(s.names), [])
             return _Layout(None, [f"x{i}" for i in range(width)], [])
@@ -436,6 +463,10 @@ class TableDataset(BaseDataset):
             raise DataError(f"{s.where}: no feature columns besides the target {target!r}",
                             key="features")
         col = {str(c): c for c in frame.columns}
+        for c in [*feats, target]:
+            if frame[col[c]].dtype == object:
+                _scalar_cells(s, c, frame[col[c]].to_numpy(),
+                              "target" if c == target else "categorical")
         text = [c for c in feats if c not in cats and not _numeric(frame[col[c]])]
         if text:
             raise DataError(f"{s.where}: the columns {_listing(text)} are not numeric; "
@@ -505,6 +536,9 @@ class TableDataset(BaseDataset):
 
     def _check_target(self, s: _Source, y: np.ndarray, layout: _Layout) -> None:
         name = self._tname()
+        if y.dtype.kind in "cmMV":  # complex, times, raw bytes: neither numbers nor labels
+            raise DataError(f"{s.where}: the target {name} is {y.dtype}: a target is real "
+                            f"numbers or class labels", key="target")
         numeric = _numeric(y) and y.dtype != object
         if numeric and y.dtype.kind in "fc":
             bad = np.flatnonzero(~np.isfinite(y))
@@ -663,6 +697,23 @@ class TableDataset(BaseDataset):
         return codes
 
 
+def _has_rows(s: _Source, key: str | None) -> None:
+    """A source with no rows (a header-only CSV, arrays of length 0) or arrays that are
+    not arrays of rows is refused before anything else is said about it."""
+    if s.frame is None:
+        for what, a in (("features", s.x), ("target", s.y)):
+            if not isinstance(a, np.ndarray):
+                raise DataError(f"{s.where}: the {what} are not an array "
+                                f"({type(a).__name__})", key=key or "x")
+            if a.ndim == 0:
+                raise DataError(f"{s.where}: the {what} are a single value, not an array "
+                                f"of rows", key=key or "x")
+    if s.n == 0:
+        cols = "" if s.frame is None else \
+            f" (columns: {_listing([str(c) for c in s.frame.columns])})"
+        raise DataError(f"{s.where}: no rows{cols}: nothing to learn from", key=key)
+
+
 def _is_fraction(v: Any) -> bool:
     return isinstance(v, float | int) and not isinstance(v, bool)
 
@@ -705,8 +756,19 @@ def _finite(block: np.ndarray, start: int, where: str, names: Sequence[str]) -> 
                         f"{block[r, c]} (values must be finite numbers)")
 
 
+def _scalar_cells(s: _Source, column: str, values: np.ndarray, key: str) -> None:
+    """A cell holding a list, an array or a mapping (a Parquet list column) is no value
+    of a feature or a target."""
+    for i, v in enumerate(values):
+        if isinstance(v, list | tuple | dict | set | np.ndarray):
+            raise DataError(f"{s.where}: row {i + 1}, column {column!r}: holds a list of "
+                            "values, not one (a list column is neither a feature nor a "
+                            "target)", key=key)
+
+
 def _need(s: _Source, wanted: Sequence[str], names: list[str], key: str) -> None:
-    missing = [c for c in wanted if c not in names]
+    have = set(names)
+    missing = [c for c in wanted if c not in have]
     if missing:
         raise DataError(f"{s.where}: no column {missing[0]!r}; columns: {_listing(names)}",
                         key=key)
@@ -724,6 +786,52 @@ def _dupes(names: Sequence[str]) -> str:
 # -- files and Python data ----------------------------------------------------------------------
 
 
+def _npz_fits(path: Path, z: Any, names: list[str]) -> None:
+    """Refuse an ``.npz`` whose arrays would decompress to more than
+    :data:`MAX_NPZ_BYTES`, from their headers, before decompressing anything (a few MB
+    of deflated zeros can declare gigabytes)."""
+    from numpy.lib import format as npy
+
+    total = 0
+    for name in names:
+        with z.zip.open(f"{name}.npy") as f:
+            version = npy.read_magic(f)
+            read = {(1, 0): npy.read_array_header_1_0,
+                    (2, 0): npy.read_array_header_2_0}.get(version)
+            if read is None:
+                raise DataError(f"{path}: array {name!r} is in .npy format {version}; "
+                                "save it with numpy.savez (format 1.0 or 2.0)", key="path")
+            shape, _, dtype = read(f)
+        total += math.prod(shape) * dtype.itemsize
+    if total > MAX_NPZ_BYTES:
+        raise DataError(f"{path}: its arrays would take {total:,} bytes decompressed, more "
+                        f"than the {MAX_NPZ_BYTES:,} an .npz may (it is read into "
+                        "memory whole); give larger data as x: and y: .npy files, which "
+                        "are memory-mapped", key="path")
+
+
+def _csv_columns(path: Path) -> int:
+    """The columns of a CSV's header line (the first 16 MiB of it at most): pandas
+    takes seconds and hundreds of MB to parse a header of 200,000 names alone."""
+    import csv
+
+    with open(path, "rb") as f:
+        line = f.readline(16 << 20).decode("utf-8", "replace")
+    return max((len(r) for r in csv.reader([line.rstrip("\r\n")])), default=0)
+
+
+def _few_columns(path: Path, n: int, key: str) -> None:
+    """A table's columns, from its header, before its rows are read."""
+    if n > MAX_FEATURES + 1:
+        raise DataError(f"{path}: {n:,} columns, more than the {MAX_FEATURES:,} features "
+                        "(and a target) a model's input may have", key=key)
+
+
+def _not_a_file(path: Path) -> str:
+    return "not a regular file (a folder, FIFO, device or socket)" if path.exists() else \
+        "no such file"
+
+
 def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
                key: str = "path") -> _Source:
     suffix = path.suffix.lower()
@@ -731,11 +839,15 @@ def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
         raise DataError(f"{path}: unknown format {path.suffix or '(no suffix)'!r}; data files "
                         f"are {', '.join(FORMATS)}", key=key)
     if not path.is_file():
-        raise DataError(f"{path}: no such file", key=key)
+        raise DataError(f"{path}: {_not_a_file(path)}", key=key)
     try:
         if suffix == ".csv":
+            _few_columns(path, _csv_columns(path), key)
             return _Source(str(path), frame=_pd().read_csv(path))
         if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            _few_columns(path, len(pq.read_schema(path).names), key)
             return _Source(str(path), frame=_pd().read_parquet(path))
         if suffix == ".npy":
             raise DataError(f"{path}: a .npy file holds one array: give x: and y: files "
@@ -760,6 +872,7 @@ def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
                                 f"(features: [name])", key="features")
             else:
                 xname = others[0]
+            _npz_fits(path, z, [xname, tname])
             return _Source(str(path), x=z[xname], y=z[tname])
     except DataError:
         raise
@@ -772,13 +885,20 @@ def _read_pair(x: Path, y: Path) -> _Source:
         if p.suffix.lower() != ".npy":
             raise DataError(f"{p}: x and y are .npy files", key=key)
         if not p.is_file():
-            raise DataError(f"{p}: no such file", key=key)
+            raise DataError(f"{p}: {_not_a_file(p)}", key=key)
     try:
         xs = np.load(x, mmap_mode="r", allow_pickle=False)
-        ys = np.asarray(np.load(y, mmap_mode="r", allow_pickle=False))
+        ys = np.load(y, mmap_mode="r", allow_pickle=False)
     except Exception as e:
         raise DataError(f"{x} / {y}: cannot read them: {e}", key="x") from None
-    return _Source(f"{x}", x=xs, y=ys)
+    for p, a, key in ((x, xs, "x"), (y, ys, "y")):
+        if not isinstance(a, np.ndarray):  # np.load opens an .npz whatever its name
+            for b in (xs, ys):
+                if hasattr(b, "close"):
+                    b.close()
+            raise DataError(f"{p}: not a .npy array but an .npz archive (arrays: "
+                            f"{_listing(list(a.files))}); give it as path:", key=key)
+    return _Source(f"{x}", x=xs, y=np.asarray(ys))
 
 
 def from_file(path: str | Path | None = None, target: str | None = None, *,

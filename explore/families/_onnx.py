@@ -220,6 +220,10 @@ def globs(freeze: Any) -> list[str]:
     """
     if freeze is None:
         return []
+    if not isinstance(freeze, str | list | tuple) or \
+            not all(isinstance(g, str) for g in (freeze if not isinstance(freeze, str) else [])):
+        raise ValueError(f"freeze is a list of parameter names (globs) such as ['conv*'], "
+                         f"or one string of comma-separated globs, not {freeze!r}")
     if isinstance(freeze, str):
         return [] if freeze.strip().lower() in ("", "none") else \
             [g.strip() for g in freeze.split(",") if g.strip()]
@@ -235,6 +239,21 @@ def check_freeze(model: Imported, freeze: Any) -> None:
             if not model.matching(g):
                 raise ValueError(f"{g!r} matches no parameter of {os.path.basename(model.path)}"
                                  f"; its parameters: {', '.join(model.params)}")
+
+
+def check_trainable(model: Imported, freeze: Any, head: int) -> None:
+    """Something must be left to train: with no head, ``freeze`` (every option of a
+    choice) must leave a trainable parameter (ValueError)."""
+    if head > 0:
+        return  # the head is always trained
+    values = freeze.options if isinstance(freeze, Choice) else [freeze]
+    for value in values:
+        gs = globs(value)
+        if not any(v.trainable and not any(fnmatch.fnmatchcase(n, g) for g in gs)
+                   for n, v in model.params.items()):
+            raise ValueError(f"freeze {value!r} with head 0 leaves nothing of "
+                             f"{os.path.basename(model.path)} to train; freeze less, or "
+                             "re-initialise a head (head: 1)")
 
 
 def check_head(model: Imported, head: int) -> None:
@@ -265,6 +284,7 @@ class Onnx(BaseFamily):
         try:
             check_head(model, head)
             check_freeze(model, params.get("freeze"))
+            check_trainable(model, params.get("freeze"), head)
         except ValueError as e:
             raise BuildError(str(e)) from None
         shape = _input_shape(model, dataset)

@@ -10,6 +10,8 @@ import optuna
 from explore.ranges import Choice, IntRange, Range
 from explore.samplers._base import BaseSampler, SamplerArgs, register
 
+MAX_POINTS = 10**6  # search_spaces/README.md, "Limits": a grid is listed in memory
+
 
 class _Grid(optuna.samplers.GridSampler):
     """Optuna's grid, for ask/tell: its ``after_trial`` stops the study when the grid
@@ -47,3 +49,36 @@ class Grid(BaseSampler):
         if bad:
             raise ValueError(f"a grid needs finite parameters: {', '.join(bad)} "
                              "are continuous (give them a choice: list)")
+        points = grid_points(params)
+        if points > MAX_POINTS:
+            raise ValueError(f"a grid of {_shown(points)} points is more than the "
+                             f"{MAX_POINTS:,} a grid may have (Optuna lists them all); "
+                             "narrow the ranges, give them a step, or use another sampler")
+
+
+def grid_points(params: Mapping[str, Any]) -> int:
+    """The number of points :func:`grid_space` would have, counted without listing any
+    value (a product of the values' counts: exact, and cheap however large).
+
+    >>> from explore.ranges import IntRange
+    >>> grid_points({"depth": 2, "width": IntRange.model_validate(
+    ...     {"int": [1, 1048576], "per_layer": True})})
+    1099511627776
+    """
+    depth = params["depth"]
+    if isinstance(depth, IntRange):
+        layers = depth.bounds[1]
+    elif isinstance(depth, Choice):
+        layers = max(int(d) for d in depth.options)
+    else:
+        layers = int(depth)
+    total = 1
+    for p in params.values():
+        n = p.count() if isinstance(p, Range) else None
+        if n is not None:
+            total *= n ** (layers if p.per_layer else 1)
+    return total
+
+
+def _shown(n: int) -> str:
+    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"

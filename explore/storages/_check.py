@@ -57,6 +57,9 @@ def check(url: str, *, write: bool) -> None:
     text = url.strip()
     if not text:
         raise StorageError(f"storage is empty: give a URL such as {EXAMPLE}")
+    if "\0" in text or "%00" in text:
+        raise StorageError(f"storage {url!r} holds a null byte (%00), which no file or "
+                           "server name can")
     if "://" not in text:
         raise StorageError(f"storage {url!r} is not a URL: write one such as {EXAMPLE}")
     s = scheme(text)
@@ -84,7 +87,30 @@ def check(url: str, *, write: bool) -> None:
         raise StorageError(f"storage {_shown(u)}: its driver is not installed ({e}); "
                            f"{hint}") from None
     if s == "sqlite":
+        _check_query(u.query, _shown(u))
         _check_sqlite(u.database, _shown(u), write)
+
+
+# What SQLite's driver takes after ``?`` (SQLAlchemy passes these on, ignores others).
+SQLITE_OPTIONS = ("timeout", "isolation_level", "detect_types", "check_same_thread",
+                  "cached_statements", "uri")
+
+
+def _check_query(query: Any, shown: str) -> None:
+    """``?timeout=abc`` is a float() error deep in SQLAlchemy, and ``?mode=ro`` is
+    ignored with a warning (the run would write): both refused here."""
+    for k, v in query.items():
+        if k not in SQLITE_OPTIONS:
+            raise StorageError(f"storage {shown}: SQLite takes no option {k!r} (it would "
+                               f"be ignored); options: {', '.join(SQLITE_OPTIONS)}")
+        if k == "timeout":
+            try:
+                ok = float(v) >= 0 and float(v) < float("inf")
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise StorageError(f"storage {shown}: timeout={v} is not a number of "
+                                   "seconds")
 
 
 def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
@@ -117,6 +143,9 @@ def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
                            "create it, or give another path")
     if db.is_dir():
         raise StorageError(f"storage {shown}: {db} is a folder, not a database file")
+    if db.exists() and not db.is_file():
+        raise StorageError(f"storage {shown}: {db} is not a regular file (a device, FIFO "
+                           "or socket); give the path of a database file")
     if db.exists() and not os.access(db, os.R_OK | os.W_OK):
         raise StorageError(f"storage {shown}: {db} is read-only; give a file this user "
                            "may write")

@@ -185,6 +185,11 @@ def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) ->
     ("pruner", "pause", "1", "true or false, not 1"),
     ("keep_models", "", "true", "integer"),
     ("keep_models", "", "2.0", "integer"),
+    ("sampler", "seed", "-1", "greater than or equal to 0"),
+    ("sampler", "seed", "4294967296", "less than or equal to 4294967295"),
+    ("dataset", "seed", "-1", "greater than or equal to 0"),
+    ("name", "", '"\\ud800"', "cannot be written as UTF-8"),
+    ("name", "", '"a\\x00b"', "control character"),
 ])
 def test_no_silent_coercion_in_any_section(tmp_path: Path, section: str, key: str, value: str,
                                            match: str) -> None:
@@ -217,6 +222,25 @@ def test_yaml_12_floats_are_numbers(tmp_path: Path) -> None:
     space = load_space(_space(tmp_path, text), resolve_data=False)
     assert space.training.lr.bounds == (1e-4, 0.1)
     assert load_text("a: 1e3\nb: '1e3'\nc: 7\n").data == {"a": 1000.0, "b": "1e3", "c": 7}
+
+
+def test_yaml_12_integers_only() -> None:
+    """1.1's integer forms are strings (1_0 was 10, 1:30 was 90, 010 was 8): refused
+    where a number belongs, on their line; 0o and 0x are 1.2's octal and hex."""
+    got = load_text("a: 1_0\nb: 1:30\nc: 010\nd: 0o17\ne: 0x1F\nf: 0b11\ng: 1_0.5\n").data
+    assert got == {"a": "1_0", "b": "1:30", "c": 10, "d": 15, "e": 31, "f": "0b11",
+                   "g": "1_0.5"}
+    for tagged in ("!!int 1_0", "!!float 1:30.5"):
+        with pytest.raises(SpaceError) as e:
+            load_text(f"x: 1\ny: {tagged}\n")
+        [err] = e.value.errors
+        assert err.line == 2 and "YAML 1.2" in err.message
+
+
+@pytest.mark.parametrize("value", ["1_0", "1:30"])
+def test_a_yaml_11_integer_is_refused_where_a_number_belongs(tmp_path: Path,
+                                                              value: str) -> None:
+    _refused(tmp_path, _with("model.width", value), "model.width", f"not '{value}'")
 
 
 def test_yaml_12_booleans_and_no_dates() -> None:
@@ -314,3 +338,145 @@ def test_a_gpu_budget_above_the_gpus_memory_is_refused_before_anything_is_writte
         prepare(f, storage=f"sqlite:///{db}")
     assert not db.exists()
     prepare(f, storage=f"sqlite:///{db}", memory="512MB")  # within the device: accepted
+
+
+# -- conditional parameters ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("training.batch_size", "{int: [8, 16], when: {optimizer: sgd}}", "every trial needs"),
+    ("training.lr", "{float: [0.01, 0.1], when: {optimizer: sgd}}", "every trial needs"),
+    ("model.width", "{int: [8, 16], when: {activation: relu}}", "every trial needs"),
+    ("model.depth", "{int: [1, 2], when: {optimizer: sgd}}", "every trial needs"),
+    ("model.width", "{int: [8, 16], when: {width: 8}}", "itself"),
+    ("training.momentum", "{float: [0.5, 0.9], when: {momentum: 0.5}}", "itself"),
+])
+def test_a_when_on_a_parameter_every_trial_needs_or_on_itself_is_refused(
+        tmp_path: Path, key: str, value: str, match: str) -> None:
+    """A trial that did not ask for lr would have none (a TypeError in some trial
+    later): only parameters that are off when not asked (momentum, weight_decay,
+    dropout, loss) may be conditional."""
+    text = _with(key, value).replace("optimizer: adam", "optimizer: {choice: [adam, sgd]}")
+    text = text.replace("  width: 8\n", "  width: 8\n  activation: {choice: [relu, tanh]}\n") \
+        if "activation" in value else text
+    _refused(tmp_path, text, key, match)
+
+
+def test_a_circular_when_is_refused_on_its_line(tmp_path: Path) -> None:
+    text = (BASE + "  momentum: {float: [0.5, 0.9], when: {weight_decay: 0.1}}\n"
+            "  weight_decay: {choice: [0.0, 0.1], when: {momentum: 0.5}}\n")
+    _refused(tmp_path, text, "training.momentum", "circular")
+
+
+def test_a_when_may_name_a_parameter_asked_later(tmp_path: Path) -> None:
+    """dropout (a model parameter) on the optimizer (a training one): asked after it,
+    and off (0.0 on every layer) when it does not match."""
+    import optuna
+
+    from explore.sampling import fixed, suggest
+
+    text = (BASE.replace("optimizer: adam", "optimizer: {choice: [sgd, adam]}")
+            .replace("  width: 8\n", "  width: 8\n  dropout: {float: [0.1, 0.2], "
+                     "when: {optimizer: adam}}\n"))
+    space = load_space(_space(tmp_path, text), resolve_data=False)
+    assert fixed(space)["dropouts"] == [0.0]  # sgd: the first choice
+    for opt, want in (("adam", [0.15]), ("sgd", [0.0])):
+        p = suggest(optuna.trial.FixedTrial({"optimizer": opt, "dropout": 0.15}), space)
+        assert p["dropouts"] == want and p["optimizer"] == opt
+
+
+def test_a_conditional_required_parameter_is_refused_by_the_cli(tmp_path: Path) -> None:
+    text = _with("training.batch_size", "{int: [8, 16], when: {optimizer: sgd}}").replace(
+        "optimizer: adam", "optimizer: {choice: [adam, sgd]}")
+    f = _space(tmp_path, text)
+    for cmd in ("size", "run"):
+        r = _cli(cmd, str(f), cwd=tmp_path)
+        assert r.returncode == 2 and "training.batch_size.when" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+# -- the artifact store -------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["/proc/nope", "s.yaml", "s.yaml/models", "/proc"])
+def test_an_artifacts_folder_that_cannot_be_made_is_refused_at_its_line(
+        tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """keep_models with artifacts: a file, or a folder under /proc: refused when the
+    space is read, not by a mkdir after the study is written."""
+    monkeypatch.chdir(tmp_path)
+    _refused(tmp_path, BASE + f"keep_models: 1\nartifacts: {where}\n", "artifacts",
+             "name a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+    load_space(_space(tmp_path, BASE + f"keep_models: 0\nartifacts: {where}\n"),
+               resolve_data=False)  # nothing kept: not used
+
+
+def test_the_default_artifacts_folder_is_checked_before_the_study(tmp_path: Path) -> None:
+    f = _space(tmp_path, BASE + "keep_models: 1\n")
+    (tmp_path / "s.artifacts").write_text("a file where the folder goes")
+    r = _cli("run", str(f), "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "s.artifacts is not a directory" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.artifacts", "s.yaml"]
+
+
+# -- explore size --params --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("depth=[1,2]", "depth takes one value, not a list"),
+    ("lr=[0.01]", "lr takes one value, not a list"),
+    ("depth=64", "depth=64 is not a value the space searches: depth is in [1, 3]"),
+    ("lr=1", "lr is in [0.001, 0.1]"),
+    ("batch_size=17", "batch_size is one of [16, 32]"),
+    ("width=[8,100]", "width=100 is not a value the space searches"),
+    ("width_0=8", "give per-layer values as one list, width=[first,second,...]"),
+    ("width=[8,16]", "give depth=2 too"),
+])
+def test_size_params_outside_the_space_are_refused_naming_the_range(
+        tmp_path: Path, given: str, says: str) -> None:
+    f = _space(tmp_path, "dataset: digits\nbudget: {trials: 1, rounds: 1, memory: 64MB}\n"
+               "model: {depth: {int: [1, 3]}, width: {int: [8, 64], per_layer: true}}\n"
+               "training: {batch_size: {choice: [16, 32]}, "
+               "lr: {float: [0.001, 0.1], log: true}}\n")
+    r = _cli("size", str(f), "--params", given, "--json", cwd=tmp_path)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and says in said and "--params" in said, said
+    assert "Traceback" not in said
+    ok = _cli("size", str(f), "--params", "depth=2", "--params", "width=[8,64]", "--json",
+              cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("seed", ["-3", "4294967296", "99999999999999999999"])
+def test_a_budget_seed_outside_32_bits_is_refused_by_run_and_size(tmp_path: Path,
+                                                                   seed: str) -> None:
+    """Optuna's samplers take the seed into numpy's RandomState: one outside [0, 2**32)
+    failed after the study was written."""
+    f = _space(tmp_path, _with("budget.seed", seed))
+    for cmd in ("size", "run"):
+        r = _cli(cmd, str(f), cwd=tmp_path)
+        assert r.returncode == 2 and "budget.seed" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+@pytest.mark.parametrize(("model", "count"), [
+    ("{depth: 1, width: {int: [1, 1048576]}}", "1,048,576 points"),
+    ("{depth: {int: [1, 64]}, width: {int: [1, 1048576], per_layer: true}}",
+     "about 10^387 points"),
+])
+def test_a_grid_too_big_to_list_is_refused_with_its_count_at_once(
+        tmp_path: Path, model: str, count: str) -> None:
+    """Optuna's grid lists every point; the count is a product, never a listing."""
+    import time
+
+    text = BASE.replace("model:\n  depth: 1\n  width: 8\n", f"model: {model}\n") + \
+        "sampler: grid\n"
+    t0 = time.monotonic()
+    with pytest.raises(SpaceError) as e:
+        load_space(_space(tmp_path, text), resolve_data=False)
+    assert time.monotonic() - t0 < 5
+    [err] = e.value.errors
+    assert err.key == "sampler.name" and err.line == text.splitlines().index(
+        "sampler: grid") + 1 and count in err.message, str(err)
+    small = BASE.replace("  width: 8\n", "  width: {int: [1, 1000]}\n") + "sampler: grid\n"
+    load_space(_space(tmp_path, small), resolve_data=False)

@@ -399,6 +399,14 @@ def write(tmp_path: Path, model: str) -> Path:
     ("  family: cnn\n  blocks: 1\n  onnx: m.onnx\n", 3, "model",
      "onnx is the file of family onnx, not of family cnn"),
     ("  family: onnx\n", 3, "model", "family onnx needs onnx: the path of an .onnx file"),
+    ("  onnx: m.onnx\n  freeze: 3\n", 5, "model.freeze",
+     "freeze is a list of parameter names (globs)"),
+    ("  onnx: m.onnx\n  freeze: {choice: ['conv*', 7]}\n", 5, "model.freeze",
+     "not 7"),
+    ("  onnx: m.onnx\n  freeze: ['*']\n  head: 0\n", 5, "model.freeze",
+     "leaves nothing of m.onnx to train"),
+    ("  onnx: m.onnx\n  freeze: {choice: [none, '*']}\n", 5, "model.freeze",
+     "freeze '*' with head 0 leaves nothing"),
 ])
 def test_a_bad_model_section_is_refused_with_file_line_and_key(
         tmp_path: Path, model: str, line: int, key: str, message: str) -> None:
@@ -411,7 +419,9 @@ def test_a_bad_model_section_is_refused_with_file_line_and_key(
 
 
 @pytest.mark.parametrize("model", ["  onnx: missing.onnx\n", "  onnx: junk.onnx\n",
-                                   "  onnx: m.onnx\n  depth: {int: [1, 3]}\n"])
+                                   "  onnx: m.onnx\n  depth: {int: [1, 3]}\n",
+                                   "  onnx: m.onnx\n  freeze: ['*']\n",
+                                   "  onnx: m.onnx\n  freeze: 3\n"])
 def test_explore_run_exits_2_before_any_study(tmp_path: Path, model: str) -> None:
     engine_cnn(tmp_path / "m.onnx")
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf\xff" * 10)

@@ -150,8 +150,14 @@ def test_read_only_commands_create_nothing(stored: Path, storage: str) -> None:
 
 def test_run_refuses_bad_storages_with_exit_status_2(stored: Path) -> None:
     before = files(stored)
+    os.mkfifo(stored / "f.db")
+    before = files(stored)
     for url, says in (("garbage", "not a URL"), ("foo://x", "unknown scheme"),
-                      (f"sqlite:///{stored}/no/x.db", "does not exist")):
+                      (f"sqlite:///{stored}/no/x.db", "does not exist"),
+                      ("sqlite:///%00x.db", "null byte"),
+                      ("sqlite:///x.db?timeout=abc", "timeout=abc is not a number"),
+                      ("sqlite:///x.db?mode=ro", "no option 'mode'"),
+                      ("sqlite:///f.db", "not a regular file")):
         r = cli("run", "q.yaml", "--storage", url, "--quiet", cwd=stored)
         said = " ".join(r.stderr.split())  # as rich wrapped it
         assert r.returncode == 2 and says in said and "Traceback" not in said, said
