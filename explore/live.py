@@ -55,13 +55,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from explore.optuna_adapter import storage_of, study_id, trial_id
+from explore.optuna_adapter import grid_points, storage_of, study_id, trial_id
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
 
@@ -70,6 +71,7 @@ REFRESH_EVERY = 2.0  # seconds between reads of the other drivers' trials
 GRACE = 60.0  # default seconds of silence after which a driver's trials are stale
 HEARTBEAT_PREFIX = "explore:heartbeat:"  # a study system attribute per driver
 REQUEUED_FROM = "requeued_from"  # user attribute: the trial a re-queued one repeats
+CLAIM_ATTR = "explore_claim"  # user attribute: the driver that claimed a trial
 
 
 class WriteFailed(RuntimeError):
@@ -142,6 +144,7 @@ class LiveStudy:
         self.stale: list[int] = []  # stored numbers this driver failed as stale
         # grid search runs each point once, across drivers (explore.live._lost)
         self.unique = space.sampler.name == "grid"
+        self.held: dict[str, Any] | None = None  # a point drawn and lost to the total
         self.writer = _Writer(self)
         self.refresh(force=True)
 
@@ -176,7 +179,7 @@ class LiveStudy:
         if record.get("host") == self.host and isinstance(record.get("pid"), int) and \
                 not _alive(record["pid"]):
             return float("inf")
-        driver = record.get("driver")
+        driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR)
         beat = self.beats.get(driver) if driver else None
         if beat is None:  # never beat (killed at once), or not one of ours: its start
             start = t.datetime_start
@@ -261,7 +264,13 @@ class LiveStudy:
             if taken:  # ours: no other driver's change from WAITING succeeded
                 return Claim(trial_id(t), t.number, t.system_attrs.get("fixed_params"),
                              t.user_attrs.get(REQUEUED_FROM))
-        sid = self._write(lambda: self.storage.create_new_trial(self.study_id))
+        template = optuna.trial.FrozenTrial(
+            number=0, state=TrialState.RUNNING, value=None, values=None,
+            datetime_start=datetime.now(), datetime_complete=None, params={},
+            distributions={}, user_attrs={CLAIM_ATTR: self.driver}, system_attrs={},
+            intermediate_values={}, trial_id=0)
+        sid = self._write(lambda: self.storage.create_new_trial(self.study_id,
+                                                                template_trial=template))
         return Claim(sid, self.storage.get_trial_number_from_id(sid))
 
     def ask(self, claim: Claim, suggest: Callable[[Trial], Any]) -> Trial | None:
@@ -271,18 +280,28 @@ class LiveStudy:
         before it (by their numbers in the storage): if those reach the study's total,
         or (grid search) one has the same parameters, the stored trial goes back to
         the queue, empty, and None is returned (a grid point taken is drawn again)."""
+        fixed = claim.fixed
+        if not fixed and self.held:  # a point this driver drew and lost to the total
+            fixed, self.held = self.held, None
         for _ in range(8):
-            trial = self._ask_work(claim.fixed)
+            trial = self._ask_work(fixed)
             params = suggest(trial)
             frozen = self.wstorage.get_trial(trial_id(trial))
             lost = self._lost(claim.number, params)
             if lost is None:
                 break
+            self.work.tell(trial, state=TrialState.FAIL)  # never stored: the sampler skips it
             if lost == "total":  # the same point is drawn again at the next claim
-                self.wstorage.set_trial_state_values(trial_id(trial), TrialState.WAITING)
+                self.held = dict(self.wstorage.get_trial(trial_id(trial)).params)
                 break
-            self.work.tell(trial, state=TrialState.FAIL)  # taken: the sampler moves on
-            if claim.fixed:
+            # Taken by another driver.  This copy's grid sampler counts the points it
+            # gave up as visited, so near the end it may see the grid exhausted while the
+            # study still lacks a point: take one that no written trial holds.
+            free = self._free_point(claim.number)
+            if free is not None:
+                fixed = free
+                continue
+            if fixed:
                 break
         if lost is not None:
             self._write(lambda: self.storage.set_trial_state_values(claim.stored_id,
@@ -308,6 +327,17 @@ class LiveStudy:
         self.ours[trial_id(trial)] = Ours(sid, claim.number, claim.requeued_from,
                                           params=set(frozen.params))
         return trial
+
+    def _free_point(self, number: int) -> dict[str, Any] | None:
+        """A grid point that no trial of the study holds (running with its parameters
+        written, or counted), the first in the grid's order; None if there is none or the
+        sampler is not a grid."""
+        points = grid_points(self.work.sampler)
+        if not points:
+            return None
+        taken = [t.params for t in self.view if t.number != number and (
+            counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs))]
+        return next((p for p in points if p not in taken), None)
 
     def _ask_work(self, fixed: dict[str, Any] | None) -> Trial:
         """A working-copy trial, with ``fixed`` parameters where a queued trial has
@@ -339,7 +369,8 @@ class LiveStudy:
                     and self._silence(t, now) <= 3 * self.every for t in before):
                 break
             time.sleep(0.01)
-        if sum(counted(t) or t.state == TrialState.RUNNING for t in before) >= self.total:
+        if sum(counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
+               for t in before) >= self.total:
             return "total"
         # Any trial whose parameters are written, later numbers too: a claim taken from
         # the queue has an early number but was not waited for by later ones.

@@ -17,6 +17,8 @@ pruner to a paused trial (:func:`bracket`, :func:`reduction_factor`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import optuna
 from optuna.pruners import HyperbandPruner, SuccessiveHalvingPruner
 from optuna.storages import BaseStorage
@@ -57,3 +59,12 @@ def bracket(pruner: HyperbandPruner, study: optuna.Study, trial: FrozenTrial
 def reduction_factor(pruner: SuccessiveHalvingPruner) -> int:
     """``eta``: a rung promotes the top ``1/eta`` (``_reduction_factor``)."""
     return int(pruner._reduction_factor)
+
+
+def grid_points(sampler: optuna.samplers.BaseSampler) -> list[dict[str, Any]] | None:
+    """Every point of a grid sampler's grid, as parameters (``_all_grids`` and
+    ``_param_names``); None for another sampler."""
+    if not isinstance(sampler, optuna.samplers.GridSampler):
+        return None
+    names = list(sampler._param_names)
+    return [dict(zip(names, g, strict=True)) for g in sampler._all_grids]

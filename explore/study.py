@@ -1,4 +1,5 @@
-"""The Optuna side: storage, samplers, pruners, and what a trial records.
+"""The Optuna side: storage, samplers, pruners, and what a trial records (the study
+kept live while a run goes on: :mod:`explore.live`).
 
 The default storage is a SQLite file next to the search-space file
 (``search_spaces/quick.yaml`` -> ``search_spaces/quick.db``): an embedded database
@@ -14,16 +15,13 @@ named after the space, so running the same command again resumes it.
 
 from __future__ import annotations
 
-import queue
-import threading
 from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from explore import pruners, samplers
-from explore.optuna_adapter import storage_of, trial_id
 from explore.pruners import PrunerArgs
 from explore.samplers import SamplerArgs
 from explore.space import Space
@@ -96,123 +94,11 @@ def open_study(space: Space, storage: str, name: str | None = None) -> optuna.St
     return study
 
 
-def working_copy(study: optuna.Study, space: Space) -> optuna.Study:
-    """An in-memory study with ``study``'s name, finished trials, directions, sampler
-    and pruner: the scheduler works on it and writes each trial back once, when it ends
-    (:class:`StudyWriter`).  Optuna's relational storage reads every trial back for each
-    ask, report and prune decision (13 ms a time for 60 trials in SQLite): over a
-    search of small models that took a third of a core from the workers."""
-    # The stored study's name: Hyperband assigns a trial to a bracket by a hash of the
-    # study's name and the trial's number, and an unnamed study gets a random one.
-    work = optuna.create_study(study_name=study.study_name, directions=list(study.directions),
-                               sampler=make_sampler(space), pruner=make_pruner(space))
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
-    if done:
-        work.add_trials(done)
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        # Trials enqueued in the storage (study.enqueue_trial) run first, with their
-        # parameters, and are written back into the same stored trial.
-        work.enqueue_trial(t.system_attrs.get("fixed_params", t.params),
-                           user_attrs={**t.user_attrs, STORED_ID: trial_id(t)})
-    return work
-
-
-STORED_ID = "explore_stored_id"  # the stored WAITING trial a working-copy trial fills
-
-
-def add_trial(study: optuna.Study, trial: FrozenTrial) -> int:
-    """``study.add_trial(trial)``, returning the number the stored trial got (the
-    working copy numbers trials as they were asked, the storage as they end)."""
-    storage = storage_of(study)
-    trial_id = storage.create_new_trial(storage.get_study_id_from_name(study.study_name),
-                                        template_trial=trial)
-    return storage.get_trial_number_from_id(trial_id)
-
-
-def write_trial(study: optuna.Study, trial: FrozenTrial) -> int:
-    """Add a finished trial to ``study``, or fill in the stored trial it was enqueued
-    as (left WAITING, it would run again in every later run); returns its number in
-    the storage."""
-    target = trial.user_attrs.get(STORED_ID)
-    if target is None:
-        return add_trial(study, trial)
-    attrs = {k: v for k, v in trial.user_attrs.items() if k != STORED_ID}
-    storage = storage_of(study)
-    try:
-        claimed = storage.set_trial_state_values(target, TrialState.RUNNING)
-    except (KeyError, RuntimeError):  # gone, or finished meanwhile by someone else
-        claimed = False
-    if not claimed:  # another process took it: keep this result as a trial of its own
-        return add_trial(study, optuna.trial.create_trial(
-            state=trial.state, values=trial.values, params=trial.params,
-            distributions=trial.distributions, user_attrs=attrs,
-            system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values))
-    for name, value in trial.params.items():
-        dist = trial.distributions[name]
-        storage.set_trial_param(target, name, dist.to_internal_repr(value), dist)
-    for step, v in trial.intermediate_values.items():
-        storage.set_trial_intermediate_value(target, step, v)
-    for k, v in attrs.items():
-        storage.set_trial_user_attr(target, k, v)
-    for k, v in trial.system_attrs.items():
-        storage.set_trial_system_attr(target, k, v)
-    storage.set_trial_state_values(target, trial.state, trial.values)
-    return storage.get_trial_number_from_id(target)
-
-
 class Keep(Protocol):
-    """Work around a trial's write (see :meth:`StudyWriter.put`)."""
+    """Work around a finished trial's write (:meth:`explore.live.LiveStudy.finish`):
+    ``before`` on the writer's thread, first (keeping its model, returning the trial
+    amended), ``after`` with the number the storage gave it."""
 
     def before(self, trial: FrozenTrial) -> FrozenTrial: ...
 
     def after(self, number: int) -> None: ...
-
-
-class StudyWriter:
-    """Writes finished trials to the study's storage on a thread of its own, in the
-    order they finished.  A write to SQLite takes ~40 ms of ORM work; on the
-    scheduler's thread it held up the answers the workers wait for.  ``close()``
-    waits for every write and raises the first one that failed, so a run never
-    reports trials its storage does not hold.
-
-    >>> import optuna
-    >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
-    >>> work, stored = optuna.create_study(), optuna.create_study()
-    >>> t = work.ask(); _ = work.tell(t, 1.0)
-    >>> from explore.optuna_adapter import frozen_trial
-    >>> w = StudyWriter(stored); w.put(frozen_trial(work, t)); w.close()
-    >>> [x.value for x in stored.trials]
-    [1.0]
-    """
-
-    def __init__(self, study: optuna.Study) -> None:
-        self.study = study
-        self.queue: queue.Queue[tuple[FrozenTrial, Keep | None] | None] = queue.Queue()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="explore-study-writer",
-                                       daemon=True)
-        self.thread.start()
-
-    def put(self, trial: FrozenTrial, keep: Keep | None = None) -> None:
-        """Write ``trial``; with ``keep`` (on the writer's thread), first do slow work
-        the trial's record depends on (``keep.before``: keeping its model, returning
-        the trial amended), and afterwards tell it the stored number (``keep.after``)."""
-        self.queue.put((trial, keep))
-
-    def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            trial, keep = item
-            if self.error is None:  # after a failure, the rest would fail the same way
-                try:
-                    number = write_trial(self.study, keep.before(trial) if keep else trial)
-                    if keep is not None:
-                        keep.after(number)
-                except BaseException as e:  # re-raised by close()
-                    self.error = e
-
-    def close(self) -> None:
-        if self.thread.is_alive():
-            self.queue.put(None)
-            self.thread.join()
-        if self.error is not None:
-            raise self.error

@@ -1,12 +1,13 @@
 """The run: ask Optuna for trials, size and place them, and tell it what the workers
-report, until ``n_trials`` more trials have ended.
+report, until the study has ``n_trials`` trials that ended (its total, shared with any
+other drivers of the study).
 
 Everything here runs on the scheduler's one thread; the workers' messages
 (:mod:`explore.protocol`) are read as they come.  A report is passed to the trial's
 pruner at once: "prune" stops the trial, a rung pruner's "prune" may pause it at the
 rung instead (:mod:`explore.rungs`), and every report may promote a paused trial.
-Finished trials are written to the stored study by a writer thread
-(:class:`explore.study.StudyWriter`).
+Each trial is claimed in the stored study when it is asked for, its reports and its end
+written there by a writer thread (:class:`explore.live.LiveStudy`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ space).  A storage plugin, registered under a URL scheme (``sqlite`` for
 ``sqlite:///...``, the part before ``:`` and any ``+driver``), opens the Optuna
 storage for such a URL; a URL of a scheme no plugin claims goes to Optuna as it is.
 Storages are opened in the scheduler's process and by the CLI; only the writer thread
-(:class:`explore.study.StudyWriter`) writes to them during a run.
+(:class:`explore.live.LiveStudy`) writes to them during a run.
 """
 
 from __future__ import annotations

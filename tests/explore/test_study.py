@@ -8,16 +8,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from explore.optuna_adapter import frozen_trial as frozen
+from explore.live import LiveStudy, WriteFailed
 from explore.results import load
 from explore.sampling import fixed, suggest
 from explore.space import parse_space
 from explore.study import (
-    StudyWriter,
     make_pruner,
     make_sampler,
     open_study,
-    working_copy,
 )
 from tests.explore.cli_run import IN_TEST, explore_run
 
@@ -72,9 +70,10 @@ def test_the_working_copy_starts_from_the_stored_trials(tmp_path: Path) -> None:
     stored = open_study(space, f"sqlite:///{tmp_path / 'w.db'}")
     t = stored.ask({"lr": optuna.distributions.FloatDistribution(0.01, 0.1)})
     stored.tell(t, 0.5)
-    work = working_copy(stored, space)
-    assert [x.value for x in work.trials] == [0.5]
-    assert work.trials[0].params == {"lr": t.params["lr"]}
+    live = LiveStudy(stored, space, total=2, device="cpu")
+    assert [x.value for x in live.work.trials] == [0.5]
+    assert live.work.trials[0].params == {"lr": t.params["lr"]}
+    live.close()
 
 
 def test_a_two_objective_run(tmp_path: Path) -> None:
@@ -98,25 +97,38 @@ training: {optimizer: adam, lr: 0.01, batch_size: 32}
     assert df["value_0"].between(0, 1).all()
 
 
-def test_the_writer_keeps_order_and_raises_a_failed_write() -> None:
-    work, stored = optuna.create_study(), optuna.create_study()
-    writer = StudyWriter(stored)
+def test_results_are_written_in_order_and_a_failed_write_stops_the_run() -> None:
+    space = parse_space({**BASE, "name": "order"})
+    stored = optuna.create_study(study_name="order")
+    live = LiveStudy(stored, space, total=3, device="cpu")
     for v in (3.0, 1.0, 2.0):
-        t = work.ask()
-        work.tell(t, v)
-        writer.put(frozen(work, t))
-    writer.close()
-    assert [t.value for t in stored.trials] == [3.0, 1.0, 2.0]
+        claim = live.claim()
+        assert claim is not None
+        t = live.ask(claim, lambda trial: {"x": trial.suggest_float("x", 0, 1)})
+        assert t is not None
+        live.report(t, 1, v / 2)
+        live.finish(t, v)
+    assert live.claim() is None  # the study has its total
+    live.close()
+    assert [(t.value, t.intermediate_values) for t in stored.trials] == [
+        (3.0, {1: 1.5}), (1.0, {1: 0.5}), (2.0, {1: 1.0})]
 
     class FullDisk(optuna.storages.InMemoryStorage):
-        def create_new_trial(self, study_id: int, template_trial: object = None) -> int:
-            raise OSError("disk full")
+        def set_trial_intermediate_value(self, trial_id: int, step: int,
+                                         intermediate_value: float) -> None:
+            raise OSError("No space left on device")
 
-    broken = optuna.create_study(storage=FullDisk())
-    writer = StudyWriter(broken)
-    writer.put(frozen(work, work.trials[0]))
-    with pytest.raises(OSError, match="disk full"):
-        writer.close()
+    broken = optuna.create_study(storage=FullDisk(), study_name="full")
+    live = LiveStudy(broken, space, total=3, device="cpu")
+    claim = live.claim()
+    assert claim is not None
+    t = live.ask(claim, lambda trial: {"x": trial.suggest_float("x", 0, 1)})
+    assert t is not None
+    live.report(t, 1, 0.5)
+    with pytest.raises(WriteFailed, match="No space left on device"):
+        live.flush()
+    with pytest.raises(WriteFailed):
+        live.close()
 
 
 def test_trials_enqueued_in_the_storage_run_first_and_fill_their_stored_trial(
@@ -136,6 +148,5 @@ def test_trials_enqueued_in_the_storage_run_first_and_fill_their_stored_trial(
     assert [t.params["lr"] for t in trials[:2]] == [0.1, 0.01]
     assert all(t.params["optimizer"] == "adam" and t.params["depth"] == 1 for t in trials[:2])
     assert all(len(t.intermediate_values) == 1 and "explore" in t.user_attrs for t in trials)
-    assert all("explore_stored_id" not in t.user_attrs for t in trials)
     df = load(storage, "q")
     assert (df["rounds"] == 2).all() and df.loc[0, "params"]["widths"] == [8]
