@@ -120,16 +120,18 @@ def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
     if not write:
         if not db.is_file():
             raise FileNotFoundError(f"no SQLite database {db} (is the path right?)")
-        with open(db, "rb") as f:
-            if f.read(16) != b"SQLite format 3\0":
-                raise StorageError(f"{db} is not a SQLite database ({shown})")
-        # A connection that only reads writes nothing, and removes the write-ahead
-        # log it opened when it closes.
+        # Read by SQLite alone: closing any other descriptor of the file drops every
+        # POSIX lock this process holds on it, and a writer elsewhere may then rewrite
+        # what this process's open connections are reading ("malformed" images seen in a
+        # process that read a study while a run wrote it).  A connection that only reads
+        # writes nothing, and removes the write-ahead log it opened when it closes.
         conn = sqlite3.connect(db)
         try:
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
+            if "not a database" in str(e):
+                raise StorageError(f"{db} is not a SQLite database ({shown})") from None
             raise StorageError(f"{db}: {e} ({shown})") from None
         finally:
             conn.close()
