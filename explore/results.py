@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from explore.storages import open_storage
+from explore.storages import open_storage, release
 from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
@@ -34,12 +34,14 @@ def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.Da
     worker, switches, pauses at pruning rungs (:mod:`explore.rungs`), start and end
     (seconds from the run's start), wall time and training time (``train_seconds``)."""
     url = storage_url(storage)
+    opened = open_storage(url) if isinstance(url, str) else url
     try:
-        s = optuna.load_study(study_name=study,
-                              storage=open_storage(url) if isinstance(url, str) else url)
+        return frame(optuna.load_study(study_name=study, storage=opened))
     except KeyError:
         raise KeyError(f"no study {study!r} in {storage}") from None
-    return frame(s)
+    finally:
+        if opened is not storage:  # opened here for this read: closed again
+            release(opened)
 
 
 def frame(s: optuna.Study) -> pd.DataFrame:

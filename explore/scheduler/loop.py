@@ -261,10 +261,13 @@ class Scheduler:
         in hand as interrupted, queues them again and raises KeyboardInterrupt; a failed
         write to the storage stops the run at once (:class:`~explore.live.WriteFailed`)."""
         self.live.total = n_trials
+        restore = self._catch_ctrl_c()
         try:
             self.start()
             next_claim = 0.0  # when to try again after the study had its total claimed
             while True:
+                if self.ctrl_c:
+                    raise KeyboardInterrupt
                 self.live.check()  # a failed write stops the run here
                 # Ask while what was asked last found room and each worker has at most
                 # `trials_per_worker` trials in hand: candidates wait only when memory is full, and
@@ -302,6 +305,7 @@ class Scheduler:
             self._interrupted()
             raise
         finally:
+            restore()
             self.stop()
             try:
                 self.live.close()
@@ -310,15 +314,30 @@ class Scheduler:
                     self.keeper.close()
         return self.stats
 
-    def _interrupted(self) -> None:
-        """Ctrl-C: every trial in hand fails as interrupted and is queued again in the
-        storage for the next run; a second Ctrl-C ends the process at once."""
+    def _catch_ctrl_c(self) -> Any:
+        """Ctrl-C sets a flag that the loop acts on between steps (raised anywhere, it
+        broke storage writes half way); a second one ends the process at once.  Returns
+        what puts the previous handler back."""
         import os
         import signal
         import threading
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        self.ctrl_c = False
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.ctrl_c:
+                os._exit(130)
+            self.ctrl_c = True
+
+        previous = signal.signal(signal.SIGINT, handler)
+        return lambda: signal.signal(signal.SIGINT, previous)
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: every trial in hand fails as interrupted and is queued again in the
+        storage for the next run (a second Ctrl-C meanwhile ends the process at once)."""
+        self.ctrl_c = True
         held = [p.trial for w in self.workers.values() for p in w.residents.values()]
         for trial in held + [t for t, _, _ in self.waiting]:
             self._fail(trial, "interrupted", retry=True)
@@ -443,7 +462,7 @@ class Scheduler:
     def _events(self) -> None:
         conns = {w.conn: w for w in self.workers.values()}
         sentinels = {w.process.sentinel: w for w in self.workers.values()}
-        for ready in wait([*conns, *sentinels], timeout=5.0):
+        for ready in wait([*conns, *sentinels], timeout=1.0):  # Ctrl-C is seen within 1 s
             w = conns.get(ready) or sentinels.get(ready)  # type: ignore[call-overload]
             if w is None or w.index not in self.workers:
                 continue

@@ -21,6 +21,7 @@ from explore.storages._base import (
     open_storage,
     register,
     relational,
+    release,
     scheme,
     sqlite_file,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "open_storage",
     "register",
     "relational",
+    "release",
     "scheme",
     "sqlite_file",
 ]

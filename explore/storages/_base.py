@@ -108,3 +108,18 @@ def relational(url: str, engine_kwargs: dict[str, Any] | None = None
                 raise
             time.sleep(random.uniform(0.02, 0.1) * attempt)
     raise AssertionError("unreachable")
+
+
+def release(storage: object) -> None:
+    """Close what a storage opened for one read holds (its session and pooled
+    connections).  A SQLite connection left open in a process that reads a study
+    again and again (a notebook, a monitor) keeps the file's shared-memory index of the
+    moment; once a writer elsewhere has checkpointed and removed the write-ahead log,
+    that process's new connections read a "malformed" image."""
+    inner = getattr(storage, "_backend", storage)  # Optuna's cached wrapper
+    remove = getattr(inner, "remove_session", None)
+    if remove is not None:
+        remove()
+    engine = getattr(inner, "engine", None)
+    if engine is not None:
+        engine.dispose()

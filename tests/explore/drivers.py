@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from explore.live import counted
-from explore.storages import connect
+from explore.storages import connect, release
 
 GRID = """\
 name: grid
@@ -78,9 +78,7 @@ def trials(storage: str, study: str = "grid") -> list[optuna.trial.FrozenTrial]:
     try:
         return optuna.load_study(study_name=study, storage=opened).get_trials(deepcopy=False)
     finally:
-        engine = getattr(opened, "engine", None)
-        if engine is not None:
-            engine.dispose()
+        release(opened)
 
 
 def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.trial.FrozenTrial]:

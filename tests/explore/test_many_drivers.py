@@ -142,7 +142,7 @@ def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str) -> Non
 
 def test_a_killed_worker_is_requeued_under_the_right_number(tmp_path: Path) -> None:
     storage = _sqlite(tmp_path)
-    space = grid_space(tmp_path, 6, rounds=8, workers=1)
+    space = grid_space(tmp_path, 6, rounds=40, workers=1)
     driver = start(space, storage)
     _running_trials(storage, 1)
     workers = [p for p in descendants(driver.pid)
