@@ -141,7 +141,6 @@ class LiveStudy:
         self.view: list[FrozenTrial] = []
         self.beats: dict[str, float] = {}
         self.read_at = self.beats_at = 0.0
-        self.stale: list[int] = []  # stored numbers this driver failed as stale
         # grid search runs each point once, across drivers (explore.live._lost)
         self.unique = space.sampler.name == "grid"
         self.held: dict[str, Any] | None = None  # a point drawn and lost to the total
@@ -226,9 +225,10 @@ class LiveStudy:
         done = sum(counted(t) for t in self.view)
         return done, sum(t.state == TrialState.RUNNING for t in self.view)
 
-    def finished(self) -> bool:
-        """Whether the study has its total."""
-        return self.counts()[0] >= self.total
+    def unclaimed(self) -> int:
+        """Trials of the total that no one has claimed yet, as last read."""
+        done, running = self.counts()
+        return max(0, self.total - done - running)
 
     def settled(self) -> bool:
         """Whether this driver, holding no trial, may end: the study has its total, or
@@ -307,10 +307,7 @@ class LiveStudy:
             self._write(lambda: self.storage.set_trial_state_values(claim.stored_id,
                                                                     TrialState.WAITING))
             return None
-        record = {"driver": self.driver, "host": self.host, "pid": self.pid,
-                  "device": self.device}
-        if claim.requeued_from is not None:
-            record[REQUEUED_FROM] = claim.requeued_from
+        record = self._record({}, claim.requeued_from)
         sid = claim.stored_id
 
         def write() -> None:  # the record last: others mirror a trial once it is there
@@ -395,11 +392,8 @@ class LiveStudy:
     # -- writing (on the writer thread, in order) -------------------------------------------
     def record(self, trial: Trial, record: dict[str, Any]) -> None:
         """Write the trial's record (one user attribute)."""
-        sid = self.ours[trial_id(trial)].stored_id
-        full = {"driver": self.driver, "host": self.host, "pid": self.pid,
-                "device": self.device, **record}
-        if (src := self.ours[trial_id(trial)].requeued_from) is not None:
-            full[REQUEUED_FROM] = src
+        ours = self.ours[trial_id(trial)]
+        sid, full = ours.stored_id, self._record(record, ours.requeued_from)
         self.writer.put(lambda: self.storage.set_trial_user_attr(sid, RECORD_ATTR, full))
 
     def new_params(self, trial: Trial) -> None:
@@ -442,12 +436,8 @@ class LiveStudy:
             t = keep.before(frozen) if keep is not None else frozen
             for k, v in t.user_attrs.items():
                 if k == RECORD_ATTR:
-                    v = {"driver": self.driver, "host": self.host, "pid": self.pid,
-                         "device": self.device, **v}
-                    if ours.requeued_from is not None:
-                        v[REQUEUED_FROM] = ours.requeued_from
-                    if retry:
-                        v["retried"] = True
+                    v = self._record({**v, "retried": True} if retry else v,
+                                     ours.requeued_from)
                 self.storage.set_trial_user_attr(ours.stored_id, k, v)
             for step, v in t.intermediate_values.items():
                 if step not in ours.reported:
@@ -459,6 +449,15 @@ class LiveStudy:
                 keep.after(ours.number)
 
         self.writer.put(write)
+
+    def _record(self, record: dict[str, Any], requeued_from: int | None) -> dict[str, Any]:
+        """A trial's record as stored: who runs it (driver, host, pid, device) first,
+        and the trial it repeats, if any."""
+        full = {"driver": self.driver, "host": self.host, "pid": self.pid,
+                "device": self.device, **record}
+        if requeued_from is not None:
+            full[REQUEUED_FROM] = requeued_from
+        return full
 
     def _requeue(self, params: dict[str, Any], number: int) -> None:
         self.stored.enqueue_trial(params, user_attrs={REQUEUED_FROM: number},
@@ -482,7 +481,6 @@ class LiveStudy:
                 return
         except (UpdateFinishedTrialError, RuntimeError):
             return  # finished meanwhile, or another driver failed it first
-        self.stale.append(t.number)
         if again:
             self._requeue(params, t.number)
 
@@ -559,7 +557,7 @@ class _Writer:
             try:
                 item = self.queue.get(timeout=self.live.every / 2)
             except queue.Empty:
-                item = _NOTHING
+                item = _idle
             if item is None:
                 return
             if self.error is not None:
@@ -568,8 +566,7 @@ class _Writer:
                 continue
             try:
                 self._heartbeat()
-                if item is not _NOTHING:
-                    item()
+                item()
             except Exception as e:  # re-raised on the scheduler's thread
                 self.error = _failed(e)
 
@@ -596,8 +593,5 @@ class _Marker:
         self.done.set()
 
 
-def _nothing() -> None:
+def _idle() -> None:
     """A wake-up with nothing to write: the heartbeat is due."""
-
-
-_NOTHING = _nothing

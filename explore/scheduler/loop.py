@@ -277,12 +277,10 @@ class Scheduler:
                     if not self._ask():
                         next_claim = time.time() + REFRESH_EVERY / 4
                         break
-                    done, running = self.live.counts()
-                    self.remaining = max(0, n_trials - done - running)
+                    self.remaining = self.live.unclaimed()
                     self._place()
                 self.live.refresh()
-                done, running = self.live.counts()
-                self.remaining = max(0, n_trials - done - running)  # not yet claimed
+                self.remaining = self.live.unclaimed()
                 if not self.waiting and not any(w.residents for w in self.workers.values()):
                     if self.live.settled():
                         self.memory.measure(self.workers.values(), now=True)  # a last reading
