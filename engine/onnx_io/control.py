@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GraphError
-from engine.onnx_io.safety import MAX_FOLD_BYTES
+from engine.onnx_io.safety import MAX_FOLD_BYTES, subgraphs
 
 # fold(nodes, consts, shapes, weights, train_generated, opset) -> (consts, kept, generated)
 Fold = Callable[..., tuple[dict[str, np.ndarray], list[Any], set[str]]]
@@ -49,17 +49,12 @@ MAX_LOOP_STEPS = 1 << 16
 
 def outer_names(node: Any) -> set[str]:
     """The names a control-flow node's bodies read from the graph around it."""
-    from onnx import AttributeProto
-
     out: set[str] = set()
-    for a in node.attribute:
-        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) \
-            if a.type == AttributeProto.GRAPHS else []
-        for g in graphs:
-            made = {i.name for i in g.input} | {t.name for t in g.initializer}
-            for n in g.node:
-                out |= {i for i in n.input if i and i not in made}
-                made |= set(n.output)
+    for g in subgraphs(node):
+        made = {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            out |= {i for i in n.input if i and i not in made}
+            made |= set(n.output)
     return out
 
 

@@ -44,7 +44,12 @@ import numpy as np
 
 from engine.errors import GraphError
 from engine.onnx_io.control import fold_control, outer_names
-from engine.onnx_io.safety import MAX_FOLD_BYTES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS
+from engine.onnx_io.safety import (
+    MAX_FOLD_BYTES,
+    MAX_FOLD_ELEMENTS,
+    MAX_TENSOR_ELEMENTS,
+    subgraphs,
+)
 from engine.ops import OP_TABLE
 from engine.ops._onnx import OnnxForm
 
@@ -281,11 +286,7 @@ def check_bounded(node: Any, consts: dict[str, np.ndarray], opset: int) -> None:
 
 
 def _check_control(node: Any, consts: dict[str, np.ndarray]) -> None:
-    from onnx import AttributeProto
-
-    bodies = [a.g for a in node.attribute if a.type == AttributeProto.GRAPH]
-    bodies += [g for a in node.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
-    nested = sorted({n.op_type for b in bodies for n in _all_nodes(b)} & CONTROL)
+    nested = sorted({n.op_type for b in subgraphs(node) for n in _all_nodes(b)} & CONTROL)
     if nested:
         raise GraphError(f"node {_name(node)!r} ({node.op_type}): control flow nested in it "
                          f"({', '.join(nested)}) cannot be bounded; it is not folded")
@@ -304,17 +305,11 @@ def _check_control(node: Any, consts: dict[str, np.ndarray]) -> None:
 
 
 def _all_nodes(graph: Any) -> list[Any]:
-    from onnx import AttributeProto
-
     out = []
     for n in graph.node:
         out.append(n)
-        for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                out.extend(_all_nodes(a.g))
-            elif a.type == AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    out.extend(_all_nodes(g))
+        for g in subgraphs(n):
+            out.extend(_all_nodes(g))
     return out
 
 

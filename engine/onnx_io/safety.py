@@ -82,20 +82,28 @@ def load_model(model: Any) -> Any:
     return model
 
 
+def subgraphs(node: Any) -> list[Any]:
+    """The graphs a node carries in its attributes (a Loop's body, an If's branches)."""
+    from onnx import AttributeProto
+
+    out = []
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
 def _tensors(graph: Any) -> list[Any]:
     """Initializers and Constant values, in subgraphs too."""
     from onnx import AttributeProto
 
     out = list(graph.initializer)
     for node in graph.node:
-        for a in node.attribute:
-            if a.type == AttributeProto.TENSOR:
-                out.append(a.t)
-            elif a.type == AttributeProto.GRAPH:
-                out.extend(_tensors(a.g))
-            elif a.type == AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    out.extend(_tensors(g))
+        out.extend(a.t for a in node.attribute if a.type == AttributeProto.TENSOR)
+        for g in subgraphs(node):
+            out.extend(_tensors(g))
     return out
 
 
