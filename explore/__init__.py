@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 def run(space: Any, data: Any = None, target: str | None = None, storage: str | None = None,
         study: str | None = None, trials: int | None = None, workers: int | None = None,
-        memory: int | str | None = None, builder: Any = None) -> optuna.Study:
+        memory: int | str | None = None, builder: Any = None, device: str | None = None,
+        devices: list[int] | None = None) -> optuna.Study:
     """Run a search, as ``explore run`` does, and return its Optuna study.
 
     ``space`` is a search-space file or a dict of the YAML's structure.  ``data``
@@ -31,7 +32,8 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     (valid, test, scale, categorical, task) apply to it.  ``storage`` is an Optuna
     storage URL (default: a SQLite file next to the space file, or ``<name>.db`` in the
     working directory for a dict), ``study`` the study's name (default: the space's);
-    ``trials``, ``workers`` and ``memory`` override the space's budget.  ``builder``,
+    ``trials``, ``workers``, ``memory``, ``device`` and ``devices`` override the
+    space's budget (with several devices, each gets ``workers`` and ``memory``).  ``builder``,
     a function ``build(trial) -> engine.nn.Module | CalcGraph`` that asks the trial
     for its own parameters, makes each trial's model (:mod:`explore.model_builders`;
     the space's ``model.builder`` names one from a file).  The budget
@@ -57,7 +59,8 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
 
     before = pss()
     prep = prepare(space, data=data, target=target, storage=storage, study=study,
-                   trials=trials, workers=workers, memory=memory, builder=builder)
+                   trials=trials, workers=workers, memory=memory, builder=builder,
+                   device=device, devices=devices)
     result, _ = execute(prep, baseline=before)
     return result
 

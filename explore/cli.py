@@ -72,6 +72,16 @@ def _size(value: str | None, what: str) -> int | None:
     return None
 
 
+def _ordinals(value: str | None) -> list[int] | None:
+    """``--devices 0,1``: the device numbers, each once (the budget checks the rest)."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isdigit() and p.isascii() for p in parts):
+        _fail(f"--devices: {value!r} is not a list of device numbers such as 0,1")
+    return [int(p) for p in parts]
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="explore",
                       message="%(prog)s %(version)s")
@@ -101,9 +111,13 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--workers", type=click.IntRange(min=1, max=256), help="worker processes")
 @click.option("--memory", help="memory budget, e.g. 512MB or 4GiB (budget.memory)")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), help="where trials run")
+@click.option("--devices", metavar="0,1,...",
+              help="several devices of this machine, each with --memory and --workers of "
+                   "its own (budget.devices; simulated on the CPU)")
 @click.option("--quiet", is_flag=True, help="no live progress display")
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
-        workers: int | None, memory: str | None, device: str | None, quiet: bool) -> None:
+        workers: int | None, memory: str | None, device: str | None, devices: str | None,
+        quiet: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
     from explore.live import WriteFailed
     from explore.runner import RunRefused, execute, prepare
@@ -111,9 +125,10 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
     prep = None
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
-                       workers=workers, memory=_size(memory, "--memory"), device=device)
+                       workers=workers, memory=_size(memory, "--memory"), device=device,
+                       devices=_ordinals(devices))
         budget = prep.space.budget
-        display = _Display(budget.memory, budget.trials, 0, quiet)
+        display = _Display(budget.memory * len(budget.ordinals), budget.trials, 0, quiet)
         with display:
             study, run_record = execute(prep, progress=display.update)
     except RunRefused as e:

@@ -50,6 +50,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             target: str | None = None, storage: str | None = None,
             study: str | None = None, trials: int | None = None, workers: int | None = None,
             memory: int | str | None = None, device: str | None = None,
+            devices: list[int] | None = None,
             builder: Any = None) -> Prepared:
     """Read and check everything a run needs; raises :class:`RunRefused`."""
     from explore.datasets import DataError
@@ -88,7 +89,8 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     except ValueError as e:
         raise RunRefused(f"memory: {e}") from None
     overrides = {k: v for k, v in {"trials": trials, "workers": workers, "memory": size,
-                                   "device": device}.items() if v is not None}
+                                   "device": device, "devices": devices}.items()
+                 if v is not None}
     try:  # validated as the file's own values are (caps, the machine's memory)
         budget = type(sp.budget).model_validate({**sp.budget.model_dump(), **overrides})
     except ValidationError as e:
@@ -125,14 +127,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     check_data_size(sp, ds)
     check_model(sp)
     if budget.device == "gpu":
-        from engine.runtime.backends import gpu_available, gpu_memory_bytes
-
-        if not gpu_available():
-            raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
-        have = gpu_memory_bytes()
-        if budget.memory > have:
-            raise RunRefused(f"budget.memory: {budget.memory:,} bytes is more than this "
-                             f"GPU has ({have:,} bytes)")
+        check_gpus(budget)
     url = storage or (default_storage(source) if source is not None
                       else default_storage(Path.cwd() / f"{sp.name}.yaml"))
     try:
@@ -277,8 +272,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                              space.keep_models, space.objectives[0].dir == "minimize")
     try:
         sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
-                          device=budget.device, progress=progress, main=main, keeper=keeper,
-                          baseline=baseline)
+                          device=budget.device, devices=budget.ordinals, progress=progress,
+                          main=main, keeper=keeper, baseline=baseline)
     except BaseException:
         data.close()
         raise
@@ -291,6 +286,27 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     except SchedulerError as e:
         raise refuse(str(e)) from None
     return study, record_run(study, stats)
+
+
+def check_gpus(budget: Any) -> None:
+    """Each GPU the budget names is on this machine and holds its ``memory``; raises
+    :class:`RunRefused`.  Ordinals are CUDA's, counted within ``CUDA_VISIBLE_DEVICES``
+    where that is set."""
+    from engine.runtime.backends import gpu_available, gpu_count, gpu_memory_bytes
+
+    if not gpu_available():
+        raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
+    count = gpu_count()
+    missing = [d for d in budget.ordinals if d >= count]
+    if missing:
+        raise RunRefused(f"--devices: device {missing[0]} is not on this machine, which "
+                         f"has {count} CUDA device{'s' * (count != 1)} "
+                         f"(0 to {count - 1})")
+    for d in budget.ordinals:
+        have = gpu_memory_bytes(d)
+        if budget.memory > have:
+            raise RunRefused(f"budget.memory: {budget.memory:,} bytes is more than GPU "
+                             f"{d} has ({have:,} bytes)")
 
 
 def space_record(space: Any) -> dict[str, Any]:

@@ -79,6 +79,7 @@ MAX_BATCH = 1_048_576  # batch_size, auto_max_batch, eval_batch_size
 MAX_TRIALS = 1_000_000
 MAX_ROUNDS = 100_000
 MAX_SEED = 2**32 - 1  # numpy's and Optuna's samplers take seeds in [0, 2**32 - 1]
+MAX_DEVICES = 64  # budget.devices: more GPUs than one host carries
 
 
 def _shown(value: Any) -> str:
@@ -377,8 +378,13 @@ class Budget(Strict):
     trials: int = Field(ge=1, le=MAX_TRIALS, strict=True)
     rounds: int = Field(ge=1, le=MAX_ROUNDS, strict=True)  # rounds (epochs) per trial
     device: Literal["cpu", "gpu"] = "cpu"
-    memory: ByteSize  # for trial heaps, worker overheads and data on the device
-    workers: int = Field(1, ge=1, le=256, strict=True)
+    # Several devices of this machine (GPU ordinals as CUDA numbers them; on the CPU
+    # simulated): each gets ``memory`` and ``workers`` of its own, and a trial runs on
+    # one of them.  None: one device (the GPU is the process's current one).
+    devices: list[Annotated[int, Field(ge=0, le=1023, strict=True)]] | None = Field(
+        None, min_length=1, max_length=MAX_DEVICES)
+    memory: ByteSize  # for trial heaps, worker overheads and data on each device
+    workers: int = Field(1, ge=1, le=256, strict=True)  # on each device
     # held at once: one running, one ready
     trials_per_worker: int = Field(2, ge=1, le=64, strict=True)
     seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
@@ -387,11 +393,24 @@ class Budget(Strict):
     # every 5 s, or a quarter of the grace if that is shorter
     grace: Num = Field(60.0, ge=2, le=86_400)
 
+    @property
+    def ordinals(self) -> list[int]:
+        """The devices the run uses: ``devices``, or the one device."""
+        return list(self.devices) if self.devices else [0]
+
     @model_validator(mode="after")
     def _machine(self) -> Budget:
+        if self.devices is not None and len(set(self.devices)) < len(self.devices):
+            twice = sorted({d for d in self.devices if self.devices.count(d) > 1})
+            raise Located(("devices",), f"device {twice[0]} is listed twice: each device "
+                          "gets a budget of its own once")
         have = machine_memory() if self.device == "cpu" else None
-        if have is not None and self.memory > have:
-            raise Located(("memory",), f"{self.memory:,} bytes is more than this machine "
+        # simulated devices on the CPU share this machine's memory
+        need = self.memory * len(self.ordinals)
+        if have is not None and need > have:
+            each = f" ({len(self.ordinals)} devices of {self.memory:,})" \
+                if len(self.ordinals) > 1 else ""
+            raise Located(("memory",), f"{need:,} bytes{each} is more than this machine "
                           f"has ({have:,} bytes of memory and swap)")
         return self
 

@@ -75,16 +75,22 @@ class Scheduler:
     """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
     holding at most ``trials_per_worker`` trials that are not paused (default: the
     space's ``budget.trials_per_worker``), within ``memory`` bytes for everything the
-    run's processes use.  ``main`` is what this process is charged: by default its
+    run's processes use.  With several ``devices`` each has ``workers`` and ``memory``
+    of its own (on the CPU simulated: the run's budget is their sum, and each device
+    carries an equal share of the scheduler's and the data's bytes); a trial runs in
+    one worker, so on one device.  ``main`` is what this process is charged: by default its
     whole memory, measured at the start (``explore run``'s process is the run's); a
     caller inside a bigger process (a test, a notebook holding other data) may say what
     of it the run accounts for."""
 
     def __init__(self, space: Space, study: optuna.Study, data: Dataset | SharedArrays, *,
-                 workers: int, memory: int, device: str, progress: Progress | None = None,
+                 workers: int, memory: int, device: str, devices: list[int] | None = None,
+                 progress: Progress | None = None,
                  trials_per_worker: int | None = None, main: int | None = None,
                  keeper: ModelKeeper | None = None, baseline: int = 0) -> None:
         self.space, self.device = space, device
+        self.devices = list(devices) if devices else [0]
+        self.per_device = memory  # each device's budget
         self.keeper = keeper  # keeps the best trials' weights, if any
         scale = getattr(space.data, "target_scale", None)
         self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit
@@ -95,7 +101,8 @@ class Scheduler:
                               grace=space.budget.grace)
         self.study = self.live.work
         self.n_workers = workers  # asked for
-        self.n_running = workers  # started: fewer when the budget holds fewer
+        self.n_running = workers * len(self.devices)  # started: fewer when the budget
+        # holds fewer
         self.main = main
         # What this process held before the run began (a notebook's own data), which is
         # not the run's: only what the process grows beyond it is charged.
@@ -105,7 +112,7 @@ class Scheduler:
         # pruner about as well informed as a sequential search; more packs memory.
         self.trials_per_worker = max(1, trials_per_worker if trials_per_worker is not None
                                      else space.budget.trials_per_worker)
-        self.stats = RunStats(memory)
+        self.stats = RunStats(memory * len(self.devices), devices=self.devices)
         self.progress = progress or (lambda s: None)
         # The run's data: loaded into shared memory by the caller (load_shared), or given
         # as arrays and copied there.  The scheduler owns it from here and frees it in stop().
@@ -126,7 +133,7 @@ class Scheduler:
         # gated, one "continue" at a time): what it runs and the order its reports
         # arrive in no longer depend on when messages cross.  It costs a round trip a
         # round and the look-ahead, so unseeded and multi-worker runs keep both.
-        self.lockstep = space.sampler.seed is not None and workers == 1
+        self.lockstep = space.sampler.seed is not None and workers * len(self.devices) == 1
         if self.lockstep:
             self.trials_per_worker = 1
         self.ready: list[tuple[Worker, Placement]] = []  # lockstep: to continue, in turn
@@ -139,8 +146,10 @@ class Scheduler:
     # -- workers -------------------------------------------------------------------------
     def _spawn(self, index: int) -> Worker:
         # Each worker's share of the cores: of the workers that run (fewer than asked
-        # when the budget holds fewer), once that is known.
-        return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running)
+        # when the budget holds fewer), once that is known.  Workers take the devices
+        # in turn, so each has as many as the others (a replacement keeps its index).
+        return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running,
+                     self.devices[index % len(self.devices)])
 
     def start(self) -> None:
         """Measure what the run costs before any trial, start as many workers as the
@@ -166,29 +175,50 @@ class Scheduler:
             # for a budget about to be refused: the minimum it names must be right)
             self._start_workers(1)
             known = self._measured(key)
-        s.headroom = headroom(s.budget)
-        n = min(self.n_workers, workers_that_fit(s.budget - s.headroom,
-                                                 s.main + known.tracker + s.data,
+        per, ndev = self.per_device, len(self.devices)
+        s.headroom = headroom(per) * ndev
+        n = min(self.n_workers, workers_that_fit(per - headroom(per),
+                                                 self._host_share(known.tracker),
                                                  known.worker, smallest))
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
-        self.n_running = n
-        self._start_workers(n - len(self.workers))
+        self.n_running = n * ndev
+        self._start_workers(n * ndev - len(self.workers))
         known = self._measured(key)
         ws = list(self.workers.values())
         if n < self.n_workers:
-            s.notes.append(f"the budget of {s.budget:,} bytes holds {n} of the {self.n_workers} "
+            where = f"each device's budget of {per:,} bytes" if ndev > 1 else \
+                f"the budget of {per:,} bytes"
+            s.notes.append(f"{where} holds {n} of the {self.n_workers} "
                            f"workers asked for: each costs {known.worker:,} bytes before any "
                            f"trial, beside {s.main + s.tracker:,} for the scheduler and "
                            f"{s.data:,} for the data")
         s.overheads = [w.overhead for w in ws]
-        arena = align_down((s.budget - s.fixed - s.headroom) // len(ws))
-        if arena < smallest:
+        arenas = {d: self._arena_on(d, [w for w in ws if w.device == d])
+                  for d in self.devices}
+        if min(arenas.values()) < smallest:
             raise SchedulerError(self._too_small(smallest, known))
         for w in ws:
-            open_arena(w, arena)
-        s.arena = arena
+            open_arena(w, arenas[w.device])
+        s.arena = min(arenas.values())  # what a candidate is compiled to fit
         self._sample()
+
+    def _host_share(self, tracker: int) -> int:
+        """What each device carries of the processes' bytes that are no worker's (the
+        scheduler, the resource tracker, the data): all of it with one device, an
+        equal share with several simulated on the CPU (on a GPU the host's memory is
+        not the budget's: none is measured there)."""
+        s = self.stats
+        return -(-(s.main + tracker + s.data) // len(self.devices))
+
+    def _arena_on(self, device: int, ws: list[Worker]) -> int:
+        """Each arena of ``ws``, the workers on ``device``: an equal part of what the
+        device's budget leaves beside their overheads, its share of the host's bytes
+        and its headroom."""
+        per = self.per_device
+        left = per - headroom(per) - self._host_share(self.stats.tracker) - \
+            sum(w.overhead for w in ws)
+        return align_down(left // len(ws))
 
     def _start_workers(self, count: int) -> None:
         """Start ``count`` more workers (in parallel) and wait until each is ready."""
@@ -229,16 +259,21 @@ class Scheduler:
 
     def _too_small(self, smallest: int, known: Measured) -> str:
         s = self.stats
-        need = s.main + s.data + smallest + known.worker + known.tracker
+        need = self._host_share(known.tracker) + smallest + known.worker
         # With the headroom, and what the processes measure varies by a fraction of a
         # percent from run to run.
         least = -(-max(need + HEADROOM_MIN, int(need / (1 - HEADROOM))) * 101 // 100
                   // 1_000_000)
-        return (f"a budget of {s.budget:,} bytes cannot hold this run: it takes "
-                f"{s.main:,} bytes for the scheduler, {s.data:,} for the data, "
-                f"{known.worker:,} for a worker, {known.tracker:,} for multiprocessing's "
-                f"resource tracker and {smallest:,} for the smallest candidate of the "
-                f"space, {need:,} in all; --memory {least}MB is the least that would do")
+        ndev = len(self.devices)
+        each = f" on each of {ndev} devices" if ndev > 1 else ""
+        share = f" (each device's share of them: {self._host_share(known.tracker):,})" \
+            if ndev > 1 and self.device == "cpu" else ""
+        return (f"a budget of {self.per_device:,} bytes{each} cannot hold this run: it "
+                f"takes {s.main:,} bytes for the scheduler, {s.data:,} for the data, "
+                f"{known.tracker:,} for multiprocessing's resource tracker{share}, "
+                f"{known.worker:,} for a worker and {smallest:,} for the smallest "
+                f"candidate of the space, {need:,} in all{each}; --memory {least}MB is "
+                f"the least that would do")
 
     def stop(self) -> None:
         stop_all(self.workers.values())
@@ -430,7 +465,7 @@ class Scheduler:
                                                   time.time(), requeued)
             self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
                        batch_size=cand.train_batch, compiled_batch=prog.batch_size,
-                       worker=w.index, arena_offset=spot.offset,
+                       worker=w.index, device_index=w.device, arena_offset=spot.offset,
                        placed_at=time.time() - self.t0, write=True)
             seed = self.space.budget.seed + self.live.stored_number(trial)
             save_to = self.keeper.stage(trial.number) if self.keeper else None
@@ -600,10 +635,12 @@ class Scheduler:
         self.live.flush()  # the repeats are queued before this driver claims again
         replacement = await_ready(self._spawn(w.index))
         s = self.stats
-        others = s.main + s.tracker + s.data + sum(x.overhead + x.arena
-                                                   for x in self.workers.values())
-        open_arena(replacement, min(self.stats.arena, align_down(
-            self.stats.budget - others - replacement.overhead)))
+        # what its device's budget leaves beside the other workers there, as it measures
+        others = self._host_share(s.tracker) + headroom(self.per_device) + \
+            sum(x.overhead + x.arena for x in self.workers.values()
+                if x.device == replacement.device)
+        open_arena(replacement, min(w.arena, align_down(
+            self.per_device - others - replacement.overhead)))
         self.workers[replacement.index] = replacement
         s.overheads = [x.overhead for x in self.workers.values()]
         self._sample()

@@ -45,6 +45,7 @@ class Worker:
     index: int
     process: Any  # multiprocessing.Process
     conn: Connection
+    device: int = 0  # the device (budget.devices) its arena is on
     overhead: int = 0  # measured when it started (after its warm-up)
     overhead_now: int = 0  # as it last reported (0: nothing reported yet)
     arena: int = 0

@@ -89,17 +89,39 @@ def forked_not_vforked() -> Iterator[None]:
         subprocess._USE_VFORK = saved  # type: ignore[misc]
 
 
+@contextlib.contextmanager
+def one_gpu(device: str, ordinal: int) -> Iterator[None]:
+    """Start a GPU worker seeing only GPU ``ordinal`` (as its device 0), through
+    ``CUDA_VISIBLE_DEVICES``: then no library in it (cupy, a user's model code) can
+    touch another device, and its overhead is read on its own.  An ordinal counts
+    within the parent's ``CUDA_VISIBLE_DEVICES`` where that is set, as CUDA's do."""
+    if device != "gpu":
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = [v.strip() for v in saved.split(",")] if saved else None
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[ordinal] if visible else str(ordinal)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
 def spawn(ctx: SpawnContext, index: int, data: dict[str, ArraySpec], device: str,
-          workers: int) -> Worker:
-    """Start worker ``index`` of ``workers`` (it reports its overhead later: see
-    :func:`await_ready`)."""
+          workers: int, ordinal: int = 0) -> Worker:
+    """Start worker ``index`` of ``workers`` on device ``ordinal`` (it reports its
+    overhead later: see :func:`await_ready`)."""
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=worker_main, args=(child, data, device),
                        name=f"explore-worker-{index}", daemon=True)
-    with thread_share(workers), main_left_behind(), forked_not_vforked():
+    with thread_share(workers), main_left_behind(), forked_not_vforked(), \
+            one_gpu(device, ordinal):
         proc.start()
     child.close()
-    return Worker(index, proc, parent)
+    return Worker(index, proc, parent, device=ordinal)
 
 
 def receive(w: Worker, timeout: float) -> FromWorker:

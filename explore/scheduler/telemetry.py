@@ -47,6 +47,7 @@ class RunStats:
     timeline: list[Sample] = field(default_factory=list)
     measured_peak: int = 0  # the process tree's PSS at its highest (procmem.tree_pss)
     notes: list[str] = field(default_factory=list)  # what the run decided and why
+    devices: list[int] = field(default_factory=lambda: [0])  # budget.devices
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
@@ -89,7 +90,7 @@ class RunStats:
         return {"budget": self.budget, "arena": self.arena, "data": self.data,
                 "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
                 "growth": self.growth, "headroom": self.headroom,
-                "workers": len(self.overheads),
+                "workers": len(self.overheads), "devices": self.devices,
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
                 "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]

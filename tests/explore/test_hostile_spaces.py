@@ -330,11 +330,12 @@ def test_a_gpu_budget_above_the_gpus_memory_is_refused_before_anything_is_writte
     from explore.runner import RunRefused, prepare
 
     monkeypatch.setattr(backends, "gpu_available", lambda: True)
+    monkeypatch.setattr(backends, "gpu_count", lambda: 1)
     monkeypatch.setattr(backends, "gpu_memory_bytes", lambda device=0: 1 << 30)
     f = _space(tmp_path, BASE.replace("memory: 64MB", "memory: 2GB, device: gpu"))
     db = tmp_path / "s.db"
     with pytest.raises(RunRefused, match=r"budget.memory: 2,000,000,000 bytes is more than "
-                                         r"this GPU has \(1,073,741,824 bytes\)"):
+                                         r"GPU 0 has \(1,073,741,824 bytes\)"):
         prepare(f, storage=f"sqlite:///{db}")
     assert not db.exists()
     prepare(f, storage=f"sqlite:///{db}", memory="512MB")  # within the device: accepted

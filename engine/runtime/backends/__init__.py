@@ -31,6 +31,16 @@ def gpu_available() -> bool:
         return False
 
 
+def gpu_count() -> int:
+    """CUDA devices this process sees (0 without cupy or a device; never raises)."""
+    try:
+        from engine.runtime.backends.cupy_backend import import_cupy
+
+        return int(import_cupy().cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
 def gpu_memory_bytes(device: int = 0) -> int:
     """Total memory of CUDA device ``device``, in bytes.  A property query: it makes no
     CUDA context, so the process that asks holds no device memory for asking."""
@@ -40,4 +50,5 @@ def gpu_memory_bytes(device: int = 0) -> int:
     return int(cupy.cuda.runtime.getDeviceProperties(device)["totalGlobalMem"])
 
 
-__all__ = ["Backend", "NumpyBackend", "get_backend", "gpu_available", "gpu_memory_bytes"]
+__all__ = ["Backend", "NumpyBackend", "get_backend", "gpu_available", "gpu_count",
+           "gpu_memory_bytes"]
