@@ -297,6 +297,8 @@ class LiveStudy:
             # Taken by another driver.  This copy's grid sampler counts the points it
             # gave up as visited, so near the end it may see the grid exhausted while the
             # study still lacks a point: take one that no written trial holds.
+            if claim.fixed:  # a queued repeat whose point ran meanwhile: not again
+                break
             free = self._free_point(claim.number)
             if free is not None:
                 fixed = free
@@ -304,8 +306,11 @@ class LiveStudy:
             if fixed:
                 break
         if lost is not None:
-            self._write(lambda: self.storage.set_trial_state_values(claim.stored_id,
-                                                                    TrialState.WAITING))
+            if lost == "duplicate" and claim.fixed:
+                self._give_up(claim, "its grid point ran meanwhile as another trial")
+            else:
+                self._write(lambda: self.storage.set_trial_state_values(
+                    claim.stored_id, TrialState.WAITING))
             return None
         record = self._record({}, claim.requeued_from)
         sid = claim.stored_id
@@ -320,10 +325,41 @@ class LiveStudy:
             self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
 
         self._write(write)
+        other = self._same_point(claim.number, params) if self.unique else None
+        if other is not None:
+            # Written at the same moment as another claim of the point, which the check
+            # above could not see: a claim taken from the queue has an early number, so
+            # claims after it did not wait for it, nor it for them.  Both writes are in
+            # now; each side that sees the other gives way (both may: the point is then
+            # drawn again once the grid looks exhausted, see _free_point).
+            self.work.tell(trial, state=TrialState.FAIL)
+            self._give_up(claim, f"its grid point was claimed at the same time by trial "
+                          f"{other}", record)
+            return None
         self.our_ids.add(sid)
         self.ours[trial_id(trial)] = Ours(sid, claim.number, claim.requeued_from,
                                           params=set(frozen.params))
         return trial
+
+    def _same_point(self, number: int, params: dict[str, Any]) -> int | None:
+        """The number of another trial that holds ``params`` (running with its record
+        written, or counted), read afresh; None if there is none."""
+        self.refresh(force=True)
+        return next((t.number for t in self.view if t.number != number
+                     and t.user_attrs.get(PARAMS_ATTR) == params
+                     and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
+                          or counted(t))), None)
+
+    def _give_up(self, claim: Claim, why: str, record: dict[str, Any] | None = None) -> None:
+        """End ``claim`` as a failure that does not count towards the total."""
+        full = {**(record or self._record({}, claim.requeued_from)),
+                "fail_reason": why, "retried": True}
+
+        def write() -> None:
+            self.storage.set_trial_user_attr(claim.stored_id, RECORD_ATTR, full)
+            self.storage.set_trial_state_values(claim.stored_id, TrialState.FAIL)
+
+        self._write(write)
 
     def _free_point(self, number: int) -> dict[str, Any] | None:
         """A grid point that no trial of the study holds (running with its parameters
@@ -334,6 +370,9 @@ class LiveStudy:
             return None
         taken = [t.params for t in self.view if t.number != number and (
             counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs))]
+        # a queued repeat holds its point: it runs once a driver takes it
+        taken += [t.system_attrs["fixed_params"] for t in self.view
+                  if t.state == TrialState.WAITING and t.system_attrs.get("fixed_params")]
         return next((p for p in points if p not in taken), None)
 
     def _ask_work(self, fixed: dict[str, Any] | None) -> Trial:

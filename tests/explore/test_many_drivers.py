@@ -38,6 +38,16 @@ def _sqlite(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'grid.db'}"
 
 
+# Each storage the faults are tried on: PostgreSQL's server starts once per session.
+STORAGES = ["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.slow)]
+
+
+def _storage(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return (_sqlite if kind == "sqlite" else _journal)(tmp_path)
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> None:
     """Started at the same instant on a new file: the schema is created once, the grid
@@ -107,12 +117,14 @@ def test_a_driver_killed_mid_run_is_taken_over_on_postgres(tmp_path: Path,
     _kill_driver_mid_run(tmp_path, postgres_url)
 
 
+@pytest.mark.parametrize("kind", STORAGES)
 @pytest.mark.parametrize("how", ["kill", "interrupt"])
-def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str) -> None:
+def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str, kind: str,
+                                                request: pytest.FixtureRequest) -> None:
     """``kill -9`` or Ctrl-C of the only driver: no process is left, nothing finished
     is lost, Ctrl-C exits 130 and queues its trials again, and the next run completes
     the study."""
-    storage = _sqlite(tmp_path)
+    storage = _storage(kind, tmp_path, request)
     space = grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB")
     driver = start(space, storage)
     _running_trials(storage, 2)
@@ -140,8 +152,10 @@ def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str) -> Non
     assert all(kept[t.number] == t.state for t in before)  # nothing finished was lost
 
 
-def test_a_killed_worker_is_requeued_under_the_right_number(tmp_path: Path) -> None:
-    storage = _sqlite(tmp_path)
+@pytest.mark.parametrize("kind", STORAGES)
+def test_a_killed_worker_is_requeued_under_the_right_number(
+        tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
+    storage = _storage(kind, tmp_path, request)
     space = grid_space(tmp_path, 6, rounds=40, workers=1)
     driver = start(space, storage)
     _running_trials(storage, 1)
