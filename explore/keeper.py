@@ -10,10 +10,15 @@ removed from the store.  The study's user attribute ``models`` lists what is kep
 (``[{"trial", "value", "artifact"}]``, best first) and ``artifacts`` names the store's
 directory, so ``explore export-model`` and :func:`explore.load_model` find them.
 
-The default store is a directory next to a SQLite study (``quick.db`` ->
-``quick.artifacts/``), else ``explore-artifacts/`` in the working directory.
+The default store is a directory next to a SQLite study or a journal file
+(``quick.db`` or ``quick.log`` -> ``quick.artifacts/``), else ``explore-artifacts/`` in
+the working directory.  Several drivers of one study each rank against the list as
+stored when they rank (read again each time), so the list holds the best of all of
+them.
 
 >>> default_artifacts("sqlite:////data/runs/quick.db")
+'/data/runs/quick.artifacts'
+>>> default_artifacts("journal:////data/runs/quick.log")
 '/data/runs/quick.artifacts'
 """
 
@@ -35,10 +40,10 @@ ARTIFACTS_ATTR = "artifacts"  # study user attribute: the artifact store's direc
 
 def default_artifacts(storage: str) -> str:
     """The artifact directory for a storage URL (see the module docstring)."""
-    prefix = "sqlite:///"
-    if storage.startswith(prefix) and len(storage) > len(prefix) and \
-            ":memory:" not in storage:
-        return str(Path(storage[len(prefix):]).with_suffix(".artifacts"))
+    for prefix in ("sqlite:///", "journal:///"):
+        if storage.startswith(prefix) and len(storage) > len(prefix) and \
+                ":memory:" not in storage:
+            return str(Path(storage[len(prefix):]).with_suffix(".artifacts"))
     return str(Path("explore-artifacts").resolve())
 
 
@@ -94,6 +99,7 @@ class ModelKeeper:
                     trial.state != TrialState.COMPLETE or trial.values is None:
                 return trial
             value = float(trial.values[0])
+            self.kept = self._stored()  # other drivers of the study keep models too
             if value != value or not self._ranks(value):  # NaN never ranks
                 return trial
             if self.study.user_attrs.get(ARTIFACTS_ATTR) != str(self.directory):
@@ -118,6 +124,7 @@ class ModelKeeper:
         if entry is None or self.store is None:
             return
         entry["trial"] = number
+        self.kept = [m for m in self._stored() if m["artifact"] != entry["artifact"]]
         self.kept.append(entry)
         self.kept.sort(key=lambda m: m["value"], reverse=not self.minimize)
         for gone in self.kept[self.k:]:
@@ -125,6 +132,10 @@ class ModelKeeper:
                 self.store.remove(gone["artifact"])
         self.kept = self.kept[:self.k]
         self.study.set_user_attr(MODELS_ATTR, self.kept)
+
+    def _stored(self) -> list[dict[str, Any]]:
+        """The kept models as the study lists them now."""
+        return list(self.study.user_attrs.get(MODELS_ATTR, []))
 
     def close(self) -> None:
         """Remove what a stopped run left staged (and the store's directory, if the run
