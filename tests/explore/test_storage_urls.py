@@ -141,7 +141,8 @@ def test_read_only_commands_create_nothing(stored: Path, storage: str) -> None:
     url = storage.format(d=stored)
     before = files(stored)
     for cmd in (["show"], ["export", "--output", "t.csv"],
-                ["export-model", "--output", "m.onnx"], ["evaluate", "q.yaml"]):
+                ["export-model", "--output", "m.onnx"], ["evaluate", "q.yaml"],
+                ["dashboard", "--port", "0"]):
         r = cli(*cmd, "--storage", url, "--study", "q", cwd=stored)
         assert r.returncode == 2, (cmd, r.stdout + r.stderr)
         assert "error:" in r.stderr and "Traceback" not in r.stderr, r.stderr
