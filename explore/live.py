@@ -74,6 +74,13 @@ REQUEUED_FROM = "requeued_from"  # user attribute: the trial a re-queued one rep
 CLAIM_ATTR = "explore_claim"  # user attribute: the driver that claimed a trial
 
 
+# Numbers of a placed trial's record also stored as user attributes of their own (record
+# key -> attribute): what a dashboard shows of a running trial at a glance, its planned
+# heap bytes first (optuna-dashboard lists attributes by name), batch and placement.
+FLAT = {"total_bytes": "bytes_planned", "batch_size": "batch_size", "worker": "worker",
+        "device_index": "device_index"}
+
+
 class WriteFailed(RuntimeError):
     """A write to the study's storage failed: the run stops at once."""
 
@@ -430,10 +437,19 @@ class LiveStudy:
 
     # -- writing (on the writer thread, in order) -------------------------------------------
     def record(self, trial: Trial, record: dict[str, Any]) -> None:
-        """Write the trial's record (one user attribute)."""
+        """Write the trial's record (one user attribute), and the numbers of it a
+        dashboard sorts and plots by as user attributes of their own (:data:`FLAT`):
+        optuna-dashboard shows a dict as one line of JSON, cut at 1,024 characters."""
         ours = self.ours[trial_id(trial)]
         sid, full = ours.stored_id, self._record(record, ours.requeued_from)
-        self.writer.put(lambda: self.storage.set_trial_user_attr(sid, RECORD_ATTR, full))
+        flat = {name: full[k] for k, name in FLAT.items() if isinstance(full.get(k), int)}
+
+        def write() -> None:
+            self.storage.set_trial_user_attr(sid, RECORD_ATTR, full)
+            for k, v in flat.items():
+                self.storage.set_trial_user_attr(sid, k, v)
+
+        self.writer.put(write)
 
     def new_params(self, trial: Trial) -> None:
         """Write the parameters ``trial`` was given since it was claimed (a model

@@ -323,14 +323,19 @@ def test_the_dashboard_shows_running_trials_and_their_planned_bytes(
         trial = placed[0]
         record = trial.user_attrs[RECORD_ATTR]
         expected = [f'"planned_bytes": {json.dumps(record["planned_bytes"])}',
-                    f'"total_bytes": {record["total_bytes"]}']
+                    f'"total_bytes": {record["total_bytes"]}',
+                    ]
+        # its own attributes too, in view without scrolling (explore.live.FLAT)
+        rows = [f'bytes_planned {record["total_bytes"]}', f'worker {record["worker"]}']
+        assert trial.user_attrs["bytes_planned"] == record["total_bytes"]
         with chromium(binary, driver, tmp_path / "profile") as page:
             page.get(f"{url}/trials?numbers={trial.number}")
 
             def shown(_: Any) -> bool:
                 text = page.find_element(By.TAG_NAME, "body").text
+                lines = {" ".join(line.split()) for line in text.splitlines()}
                 return "Running" in text and f"Trial {trial.number}" in text and \
-                    all(e in text for e in expected)
+                    all(e in text for e in expected) and all(r in lines for r in rows)
 
             shot, record_shot = artifacts() / "dashboard.png", artifacts() / "dashboard-record.png"
             shot.parent.mkdir(parents=True, exist_ok=True)
