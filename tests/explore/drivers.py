@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from explore.live import counted
 from explore.storages import connect, release
+from explore.study import RECORD_ATTR
 
 GRID = """\
 name: grid
@@ -89,13 +90,13 @@ def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.tr
     assert len(done) == total, Counter(t.state.name for t in ts)
     points = Counter(tuple(sorted(t.params.items())) for t in done)
     twice = [p for p, n in points.items() if n > 1]
-    assert not twice, [(t.number, t.state.name, t.params, t.user_attrs["explore"].get("driver"),
+    assert not twice, [(t.number, t.state.name, t.params, t.user_attrs[RECORD_ATTR].get("driver"),
                         t.datetime_start) for t in done
                        if tuple(sorted(t.params.items())) in twice]
     assert not [t.number for t in ts if t.state == TrialState.RUNNING]
     for t in ts:
         if t.state == TrialState.FAIL:
-            assert t.user_attrs["explore"]["fail_reason"], t.number
+            assert t.user_attrs[RECORD_ATTR]["fail_reason"], t.number
     return ts
 
 
@@ -129,3 +130,21 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+def running_trials(storage: str, least: int, timeout: float = 120
+                   ) -> list[optuna.trial.FrozenTrial]:
+    """The study's running trials once ``least`` of them are placed (their record has
+    the worker, the arena offset and the planned bytes)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            ts = trials(storage)
+        except Exception:  # the study is not there yet
+            ts = []
+        placed = [t for t in ts if t.state == TrialState.RUNNING
+                  and "worker" in t.user_attrs.get(RECORD_ATTR, {})]
+        if len(placed) >= least:
+            return placed
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {least} trials ever ran")

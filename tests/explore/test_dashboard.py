@@ -30,13 +30,18 @@ from typing import Any
 import optuna
 import pytest
 from click.testing import CliRunner
-from optuna.trial import TrialState
 
 from explore.cli import main
 from explore.storages import connect, release
 from explore.study import RECORD_ATTR
 from tests.conftest import _unavailable
-from tests.explore.drivers import descendants, grid_space, pids_alive, start, trials
+from tests.explore.drivers import (
+    descendants,
+    grid_space,
+    pids_alive,
+    running_trials,
+    start,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMEDRIVER = "/usr/bin/chromedriver"  # Debian's chromium-driver, when not on the PATH
@@ -231,24 +236,6 @@ def test_no_browser_fails_in_ci_and_skips_elsewhere(tmp_path: Path,
 
 
 # -- in a browser ---------------------------------------------------------------------
-def running_trials(storage: str, least: int, timeout: float = 120
-                   ) -> list[optuna.trial.FrozenTrial]:
-    """The study's running trials once ``least`` of them are placed (their record has
-    the worker, the arena offset and the planned bytes)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            ts = trials(storage)
-        except Exception:  # the study is not there yet
-            ts = []
-        placed = [t for t in ts if t.state == TrialState.RUNNING
-                  and "worker" in t.user_attrs.get(RECORD_ATTR, {})]
-        if len(placed) >= least:
-            return placed
-        time.sleep(0.2)
-    raise AssertionError(f"fewer than {least} trials ever ran")
-
-
 @contextlib.contextmanager
 def chromium(binary: str, driver: str, profile: Path) -> Iterator[Any]:
     """Headless Chromium driven by ``driver``; nothing downloaded (the Service names the

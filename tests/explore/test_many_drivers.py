@@ -25,6 +25,7 @@ from tests.explore.drivers import (
     finish,
     grid_space,
     pids_alive,
+    running_trials,
     start,
     trials,
 )
@@ -73,24 +74,10 @@ def test_four_drivers_two_workers_each_on_postgres(tmp_path: Path, postgres_url:
     assert len({t.user_attrs["explore"]["driver"] for t in ts if t.state.is_finished()}) == 4
 
 
-def _running_trials(storage: str, least: int, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            ts = trials(storage)
-        except Exception:  # the study is not there yet
-            ts = []
-        if sum(t.state == TrialState.RUNNING and "explore" in t.user_attrs
-               and "worker" in t.user_attrs["explore"] for t in ts) >= least:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"fewer than {least} trials ever ran")
-
-
 def _kill_driver_mid_run(tmp_path: Path, storage: str) -> None:
     space = grid_space(tmp_path, 16, rounds=8, grace=3)
     victim = start(space, storage)
-    _running_trials(storage, 1)
+    running_trials(storage, 1)
     family = descendants(victim.pid)
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
@@ -127,7 +114,7 @@ def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str, kind: 
     storage = _storage(kind, tmp_path, request)
     space = grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB")
     driver = start(space, storage)
-    _running_trials(storage, 2)
+    running_trials(storage, 2)
     family = descendants(driver.pid)
     assert family
     if how == "kill":
@@ -158,7 +145,7 @@ def test_a_killed_worker_is_requeued_under_the_right_number(
     storage = _storage(kind, tmp_path, request)
     space = grid_space(tmp_path, 6, rounds=40, workers=1)
     driver = start(space, storage)
-    _running_trials(storage, 1)
+    running_trials(storage, 1)
     workers = [p for p in descendants(driver.pid)
                if "explore-worker" in Path(f"/proc/{p}/cmdline").read_bytes().decode(
                    errors="replace") or _is_worker(p)]
@@ -196,7 +183,7 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> 
         storage = f"sqlite:///{disk / 'grid.db'}"
         space = grid_space(tmp_path, 40, rounds=2)
         driver = start(space, storage)
-        _running_trials(storage, 1)
+        running_trials(storage, 1)
         time.sleep(1.0)
         filler = disk / "filler"
         with open(filler, "wb") as f:  # the disk fills up while the run goes on
