@@ -104,26 +104,33 @@ class StorageTime:
     on the scheduler's thread (claims, the writes of :meth:`LiveStudy.ask`, refresh
     reads, failing stale trials) and on the writer's (reports, ends, re-queues,
     heartbeats) apart.  A call's seconds are its wall time: waits for the database's
-    locks and the network included.  Each field is written by one thread only, so
-    there is no lock; read them once the study is closed for the final figures.
+    locks, the network, and for a core while other processes hold them included; its
+    CPU seconds are the calling thread's own (SQLAlchemy, the database's client).  Each
+    field is written by one thread only, so there is no lock; read them once the study
+    is closed for the final figures.
     ``keep_seconds``: the writer's time in the model keeper's part of a trial's end
     (uploading the weights of one of the best and storing the kept list), which goes
     through the study, not through :class:`LiveStudy`'s calls, and is not counted in
     ``writer_calls``."""
 
     scheduler_seconds: float = 0.0
+    scheduler_cpu_seconds: float = 0.0
     scheduler_calls: int = 0
     writer_seconds: float = 0.0
+    writer_cpu_seconds: float = 0.0
     writer_calls: int = 0
     keep_seconds: float = 0.0
 
-    def add(self, seconds: float) -> None:
-        """One call of ``seconds``, counted for the thread that made it."""
+    def add(self, seconds: float, cpu_seconds: float) -> None:
+        """One call of ``seconds`` (``cpu_seconds`` of them the thread's own CPU),
+        counted for the thread that made it."""
         if getattr(_on_writer, "yes", False):
             self.writer_seconds += seconds
+            self.writer_cpu_seconds += cpu_seconds
             self.writer_calls += 1
         else:
             self.scheduler_seconds += seconds
+            self.scheduler_cpu_seconds += cpu_seconds
             self.scheduler_calls += 1
 
     def as_dict(self) -> dict[str, float | int]:
@@ -140,6 +147,7 @@ def storage_times(study: optuna.Study) -> dict[str, dict[str, float | int]]:
 
 _on_writer = threading.local()  # .yes on a writer's thread (StorageTime.add)
 _clock = time.perf_counter  # what StorageTime's seconds are measured with
+_cpu_clock = time.thread_time  # and its CPU seconds
 
 
 class _Timed:
@@ -156,11 +164,11 @@ class _Timed:
         spent = self._spent
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = _clock()
+            t0, c0 = _clock(), _cpu_clock()
             try:
                 return attr(*args, **kwargs)
             finally:
-                spent.add(_clock() - t0)
+                spent.add(_clock() - t0, _cpu_clock() - c0)
 
         setattr(self, name, timed)  # looked up once per name
         return timed

@@ -28,6 +28,7 @@ SPACE = {"dataset": "digits", "budget": {"trials": 2, "rounds": 2, "memory": "30
 # A call's cost on the fake clock: a power of two, so that sums are exact.
 COST = {"get_all_trials": 0.25, "set_trial_intermediate_value": 2.0}
 OTHER = 0.5
+CPU_SHARE = 0.25
 
 
 class Clocks:
@@ -44,11 +45,12 @@ class Clocks:
 
 
 class Recording(InMemoryStorage):
-    """An in-memory storage that records its outermost calls: (thread name, method)."""
+    """An in-memory storage that records its outermost calls: (thread name, method).
+    A call costs its thread COST seconds of wall time, CPU_SHARE of them CPU."""
 
-    def __init__(self, clocks: Clocks) -> None:
+    def __init__(self, clocks: Clocks, cpu: Clocks) -> None:
         super().__init__()
-        self.clocks, self.depth = clocks, threading.local()
+        self.clocks, self.cpu, self.depth = clocks, cpu, threading.local()
         self.calls: list[tuple[str, str]] = []
 
     def __getattribute__(self, name: str) -> Any:
@@ -61,6 +63,7 @@ class Recording(InMemoryStorage):
             if depth == 0:  # not one the storage makes of itself
                 self.calls.append((threading.current_thread().name, name))
                 self.clocks.spend(COST.get(name, OTHER))
+                self.cpu.spend(COST.get(name, OTHER) * CPU_SHARE)
             self.depth.n = depth + 1
             try:
                 return attr(*args, **kwargs)
@@ -72,9 +75,10 @@ class Recording(InMemoryStorage):
 
 @pytest.fixture
 def recording(monkeypatch: pytest.MonkeyPatch) -> Recording:
-    clocks = Clocks()
+    clocks, cpu = Clocks(), Clocks()
     monkeypatch.setattr(explore.live, "_clock", clocks)
-    return Recording(clocks)
+    monkeypatch.setattr(explore.live, "_cpu_clock", cpu)
+    return Recording(clocks, cpu)
 
 
 def expected(calls: list[tuple[str, str]]) -> StorageTime:
@@ -84,9 +88,11 @@ def expected(calls: list[tuple[str, str]]) -> StorageTime:
         cost = COST.get(name, OTHER)
         if thread == "explore-study-writer":
             spent.writer_seconds += cost
+            spent.writer_cpu_seconds += cost * CPU_SHARE
             spent.writer_calls += 1
         else:
             spent.scheduler_seconds += cost
+            spent.scheduler_cpu_seconds += cost * CPU_SHARE
             spent.scheduler_calls += 1
     return spent
 
