@@ -30,6 +30,10 @@ prune decision), but the copy is kept in step with the storage:
   ends, so a study whose driver died mid-run still ends with its total.
 - **Nothing finished is lost.** A failed write stops the run at once
   (:class:`WriteFailed`); what was written before stays.
+- **Measured.** Every call to the storage is timed and counted, the writer's thread
+  apart from the scheduler's (:class:`StorageTime`, :attr:`LiveStudy.storage_time`);
+  the writer's last write stores the figures in the study under the driver's name
+  (:data:`STORAGE_TIME_PREFIX`), so that each driver's are there whatever the others do.
 
 >>> import optuna
 >>> from explore.space import parse_space
@@ -54,12 +58,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from explore.optuna_adapter import grid_points, storage_of, study_id, trial_id
@@ -72,6 +77,7 @@ GRACE = 60.0  # default seconds of silence after which a driver's trials are sta
 HEARTBEAT_PREFIX = "explore:heartbeat:"  # a study system attribute per driver
 REQUEUED_FROM = "requeued_from"  # user attribute: the trial a re-queued one repeats
 CLAIM_ATTR = "explore_claim"  # user attribute: the driver that claimed a trial
+STORAGE_TIME_PREFIX = "explore:storage-time:"  # a study system attribute per driver
 
 
 # Numbers of a placed trial's record also stored as user attributes of their own (record
@@ -97,6 +103,82 @@ def counted(t: FrozenTrial) -> bool:
 def driver_name() -> str:
     """This process's name as a driver: host, pid and a random tag (pids are reused)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class StorageTime:
+    """Seconds this driver spent in calls to the study's storage, and how many calls,
+    on the scheduler's thread (claims, the writes of :meth:`LiveStudy.ask`, refresh
+    reads, failing stale trials) and on the writer's (reports, ends, re-queues,
+    heartbeats) apart.  A call's seconds are its wall time: waits for the database's
+    locks, the network, and for a core while other processes hold them included; its
+    CPU seconds are the calling thread's own (SQLAlchemy, the database's client).  Each
+    field is written by one thread only, so there is no lock; read them once the study
+    is closed for the final figures.
+    ``keep_seconds``: the writer's time in the model keeper's part of a trial's end
+    (uploading the weights of one of the best and storing the kept list), which goes
+    through the study, not through :class:`LiveStudy`'s calls, and is not counted in
+    ``writer_calls``."""
+
+    scheduler_seconds: float = 0.0
+    scheduler_cpu_seconds: float = 0.0
+    scheduler_calls: int = 0
+    writer_seconds: float = 0.0
+    writer_cpu_seconds: float = 0.0
+    writer_calls: int = 0
+    keep_seconds: float = 0.0
+
+    def add(self, seconds: float, cpu_seconds: float) -> None:
+        """One call of ``seconds`` (``cpu_seconds`` of them the thread's own CPU),
+        counted for the thread that made it."""
+        if getattr(_on_writer, "yes", False):
+            self.writer_seconds += seconds
+            self.writer_cpu_seconds += cpu_seconds
+            self.writer_calls += 1
+        else:
+            self.scheduler_seconds += seconds
+            self.scheduler_cpu_seconds += cpu_seconds
+            self.scheduler_calls += 1
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def storage_times(study: optuna.Study) -> dict[str, dict[str, float | int]]:
+    """Each driver's :class:`StorageTime` figures as stored in ``study`` when it
+    closed, by driver name (drivers that stopped on a failed write have none)."""
+    attrs = storage_of(study).get_study_system_attrs(study_id(study))
+    return {k[len(STORAGE_TIME_PREFIX):]: v for k, v in attrs.items()
+            if k.startswith(STORAGE_TIME_PREFIX)}
+
+
+_on_writer = threading.local()  # .yes on a writer's thread (StorageTime.add)
+_clock = time.perf_counter  # what StorageTime's seconds are measured with
+_cpu_clock = time.thread_time  # and its CPU seconds
+
+
+class _Timed:
+    """A storage whose every method call is timed into a :class:`StorageTime`; the
+    rest of it (attributes) is the storage's own."""
+
+    def __init__(self, storage: BaseStorage, spent: StorageTime) -> None:
+        self._storage, self._spent = storage, spent
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._storage, name)
+        if not callable(attr):
+            return attr
+        spent = self._spent
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0, c0 = _clock(), _cpu_clock()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                spent.add(_clock() - t0, _cpu_clock() - c0)
+
+        setattr(self, name, timed)  # looked up once per name
+        return timed
 
 
 @dataclass
@@ -131,7 +213,10 @@ class LiveStudy:
                  grace: float = GRACE, worker_record: dict[str, Any] | None = None) -> None:
         self.stored, self.total, self.grace, self.device = stored, total, grace, device
         self.every = min(HEARTBEAT_EVERY, grace / 4)  # seconds between heartbeats
-        self.storage = storage_of(stored)
+        # Every storage call of this driver goes through `storage`, timed and counted.
+        self.storage_time = StorageTime()
+        self.raw_storage = storage_of(stored)
+        self.storage = cast(BaseStorage, _Timed(self.raw_storage, self.storage_time))
         self.study_id = study_id(stored)
         # The stored study's name: Hyperband assigns a trial to a bracket by a hash of
         # the study's name and the trial's number, and an unnamed study gets a random one.
@@ -488,7 +573,9 @@ class LiveStudy:
         ours = self.ours.pop(trial_id(trial))
 
         def write() -> None:
+            t0 = _clock()
             t = keep.before(frozen) if keep is not None else frozen
+            self.storage_time.keep_seconds += _clock() - t0
             for k, v in t.user_attrs.items():
                 if k == RECORD_ATTR:
                     v = self._record({**v, "retried": True} if retry else v,
@@ -501,7 +588,9 @@ class LiveStudy:
             if retry:
                 self._requeue(frozen.params, ours.number)
             if keep is not None:
+                t0 = _clock()
                 keep.after(ours.number)
+                self.storage_time.keep_seconds += _clock() - t0
 
         self.writer.put(write)
 
@@ -515,8 +604,10 @@ class LiveStudy:
         return full
 
     def _requeue(self, params: dict[str, Any], number: int) -> None:
-        self.stored.enqueue_trial(params, user_attrs={REQUEUED_FROM: number},
-                                  skip_if_exists=False)
+        # what Study.enqueue_trial writes, through this driver's (timed) storage
+        self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
+            state=TrialState.WAITING, system_attrs={"fixed_params": params},
+            user_attrs={REQUEUED_FROM: number}))
 
     def _fail_stale(self, t: FrozenTrial, now: float) -> None:
         """Fail another driver's trial whose driver went silent; re-queue it once."""
@@ -557,9 +648,17 @@ class LiveStudy:
         self.check()
 
     def close(self) -> None:
-        """Wait for every write; raise :class:`WriteFailed` if one failed."""
+        """Store this driver's :attr:`storage_time` in the study (the writer's last
+        write, itself not counted), wait for every write; raise :class:`WriteFailed` if
+        one failed."""
+        if self.writer.thread.is_alive():
+            self.writer.put(self._store_storage_time)
         self.writer.close()
         self.check()
+
+    def _store_storage_time(self) -> None:
+        self.raw_storage.set_study_system_attr(
+            self.study_id, STORAGE_TIME_PREFIX + self.driver, self.storage_time.as_dict())
 
 
 def _alive(pid: int) -> bool:
@@ -608,6 +707,7 @@ class _Writer:
                                                now)
 
     def _run(self) -> None:
+        _on_writer.yes = True  # this thread's storage calls are the writer's
         while True:
             try:
                 item = self.queue.get(timeout=self.live.every / 2)

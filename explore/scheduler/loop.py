@@ -112,7 +112,8 @@ class Scheduler:
         # pruner about as well informed as a sequential search; more packs memory.
         self.trials_per_worker = max(1, trials_per_worker if trials_per_worker is not None
                                      else space.budget.trials_per_worker)
-        self.stats = RunStats(memory * len(self.devices), devices=self.devices)
+        self.stats = RunStats(memory * len(self.devices), devices=self.devices,
+                              storage=self.live.storage_time)
         self.progress = progress or (lambda s: None)
         # The run's data: loaded into shared memory by the caller (load_shared), or given
         # as arrays and copied there.  The scheduler owns it from here and frees it in stop().

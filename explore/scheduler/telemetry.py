@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from explore.live import StorageTime
     from explore.scheduler.placement import Worker
 
 from explore.procmem import children, pss
@@ -51,6 +52,9 @@ class RunStats:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
+    # this driver's time in the study's storage (explore.live.StorageTime), its own
+    # figures as the run goes on: final once the run has returned
+    storage: StorageTime | None = None
 
     @property
     def fixed(self) -> int:
@@ -86,13 +90,15 @@ class RunStats:
     def record_dict(self) -> dict[str, Any]:
         """What a study keeps of the run (``study.user_attrs["runs"]``): the budget, the
         constants charged to it, the planned and the measured peak, packing efficiency,
-        what the run decided, and the packing timeline."""
+        what the run decided, the time spent in the study's storage, and the packing
+        timeline."""
         return {"budget": self.budget, "arena": self.arena, "data": self.data,
                 "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
                 "growth": self.growth, "headroom": self.headroom,
                 "workers": len(self.overheads), "devices": self.devices,
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
+                "storage": self.storage.as_dict() if self.storage is not None else None,
                 "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]
                              for s in self.timeline]}
 
