@@ -1,10 +1,18 @@
 """One training step of ``engine.models.mnist_cnn`` at batch 64 (Adam), this engine
-against PyTorch eager on the CPU with the same thread count, interleaved, median of
-``--repeats`` samples of 20 steps each; with the time of each kind of instruction of
-the engine's step (where it is slower, the breakdown says where the time goes), and
-the step and workspace with each of Conv's forward algorithms (im2col is the default).
+against PyTorch eager on the CPU (``torch.set_num_threads`` at the cores; foreach and
+fused Adam, each with the model in contiguous and in channels-last memory format: the
+fastest of the four is the baseline, named in ``torch_variant``), median of
+``--repeats`` fresh processes per side of the median of 7 samples of 20 steps each.
+Each side runs in its own fresh process (``bench/_sides.py``: one library's idle
+thread pool spinning beside the other's work slows either side on two cores), the sides
+alternating; peak RSS comes from the same processes.  Also the time of each kind of
+instruction of the engine's step (where it is slower, the breakdown says where the
+time goes), and the step and workspace with each of Conv's forward algorithms (im2col
+is the default), each algorithm a side of its own.
 
     python bench/cnn_step.py --json
+
+Measured on MEASURED
 """
 
 from __future__ import annotations
@@ -16,23 +24,28 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import VM, Adam, compile_graph
-from engine.models import mnist_cnn
+from bench._sides import alternate, cores, emit, fastest, median
 
 BATCH = 64
+ALGORITHMS = ("im2col", "direct", "winograd")
+TORCH_VARIANTS = ("fused", "foreach", "fused_channels_last", "foreach_channels_last")
 
 
-def engine_vm(algorithm: str = "im2col") -> VM:
+def engine_vm(algorithm: str = "im2col") -> Any:
+    from engine import VM, Adam, compile_graph
+    from engine.models import mnist_cnn
+
     return VM(compile_graph(mnist_cnn(algorithm=algorithm), batch_size=BATCH,
                             optimizer=Adam(lr=1e-3)))
 
 
-def engine_step(vm: VM, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
+def engine_step(vm: Any, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
     def step() -> None:
         vm.set("x", x, check=False)
         vm.set("y", y, check=False)
@@ -41,7 +54,7 @@ def engine_step(vm: VM, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
     return step
 
 
-def op_breakdown(vm: VM, repeats: int = 20) -> dict[str, float]:
+def op_breakdown(vm: Any, repeats: int = 20) -> dict[str, float]:
     """Milliseconds per step spent in each instruction kind (forward and backward) and
     in the optimizer update, each bound step timed on its own."""
     prog, b = vm.program, vm._binding
@@ -56,18 +69,20 @@ def op_breakdown(vm: VM, repeats: int = 20) -> dict[str, float]:
     return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
-def torch_step(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
+def torch_step(x: np.ndarray, y: np.ndarray, variant: str) -> Callable[[], None]:
     import torch
 
+    torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Unflatten(1, (1, 28, 28)),
         torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Flatten(), torch.nn.Linear(16 * 49, 10))
-    try:
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
+    if variant.endswith("channels_last"):
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    adam = variant.split("_")[0]  # fused or foreach
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=adam == "fused",
+                           foreach=adam == "foreach")
     loss_fn = torch.nn.CrossEntropyLoss()
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
@@ -86,41 +101,76 @@ def timed(step: Callable[[], None], n: int = 20) -> float:
     return (time.perf_counter() - t) / n * 1e3
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args()
-    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
-    import torch
-
-    torch.set_num_threads(threads)
+def child(side: str, samples: int, steps: int) -> None:
+    """One side in this (fresh) process: warm up, then ``samples`` samples of ``steps``
+    steps; their median (ms per step), and for the engine its Conv workspace and (im2col)
+    the per-instruction breakdown."""
     rng = np.random.default_rng(0)
     x = rng.random((BATCH, 784), dtype=np.float32)
     y = rng.integers(0, 10, BATCH)
-    vm = engine_vm()
-    steps = {"engine": engine_step(vm, x, y), "torch": torch_step(x, y)}
-    others = {a: engine_vm(a) for a in ("direct", "winograd")}
-    steps.update({a: engine_step(v, x, y) for a, v in others.items()})
-    for s in steps.values():  # warm up
-        timed(s, 5)
-    samples: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(args.repeats):
-        for k, s in steps.items():
-            samples[k].append(timed(s))
-    out = {"engine_ms_step": round(statistics.median(samples["engine"]), 3),
-           "torch_ms_step": round(statistics.median(samples["torch"]), 3),
-           "threads": threads, "batch": BATCH, "repeats": args.repeats}
-    out["engine_over_torch"] = round(out["engine_ms_step"] / out["torch_ms_step"], 2)
-    out["engine_ms_step_by_conv_algorithm"] = {
-        "im2col": out["engine_ms_step"],
-        **{a: round(statistics.median(samples[a]), 3) for a in others}}
-    # the forward convolutions' own scratch (the zone is the largest of any instruction,
-    # here a gradient's, whichever forward algorithm runs)
+    extra: dict[str, Any] = {}
+    if side.startswith("engine"):
+        algorithm = side.removeprefix("engine").lstrip("_") or "im2col"
+        vm = engine_vm(algorithm)
+        step = engine_step(vm, x, y)
+        # the forward convolutions' own scratch (the zone is the largest of any
+        # instruction, here a gradient's, whichever forward algorithm runs)
+        extra["conv_forward_workspace_bytes"] = max(i.workspace for i in vm.program.instrs
+                                                    if i.op == "Conv")
+    else:
+        import torch
+
+        torch.set_num_threads(cores())
+        step = torch_step(x, y, side.removeprefix("torch_"))
+    timed(step, 5)  # warm up
+    ms = [timed(step, steps) for _ in range(samples)]
+    if side == "engine":
+        extra["ms_by_op"] = op_breakdown(vm, steps)
+    emit({"ms_step": statistics.median(ms), "samples_ms": ms, **extra})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="fresh processes per side, alternating; the median is kept")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 2 samples of 3 steps per process")
+    ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--samples", type=int, default=7, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.side:
+        child(args.side, args.samples, args.steps)
+        return
+    size = ["--samples", "2", "--steps", "3"] if args.quick else []
+    engines = {a: "engine" if a == "im2col" else f"engine_{a}" for a in ALGORITHMS}
+    sides = [*engines.values(), *(f"torch_{v}" for v in TORCH_VARIANTS)]
+    runs = alternate(__file__, {s: ["--side", s, *size] for s in sides}, args.repeats,
+                     log=args.log)
+    ms = {s: median(runs[s], "ms_step") for s in sides}
+    variant = fastest({v: ms[f"torch_{v}"] for v in TORCH_VARIANTS})
+    torch_side = f"torch_{variant}"
+    out: dict[str, Any] = {
+        "engine_ms_step": round(ms["engine"], 3), "torch_ms_step": round(ms[torch_side], 3),
+        "threads": cores(), "batch": BATCH, "repeats": args.repeats}
+    out["engine_over_torch"] = round(ms["engine"] / ms[torch_side], 2)
+    out["speedup_vs_torch"] = round(ms[torch_side] / ms["engine"], 2)
+    out["torch_variant"] = variant
+    out["torch_ms_step_by_variant"] = {v: round(ms[f"torch_{v}"], 3) for v in TORCH_VARIANTS}
+    out["engine_ms_step_runs"] = [round(r["ms_step"], 3) for r in runs["engine"]]
+    out["torch_ms_step_runs"] = [round(r["ms_step"], 3) for r in runs[torch_side]]
+    out["engine_peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs["engine"])
+    out["torch_peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs[torch_side])
+    out["engine_ms_step_by_conv_algorithm"] = {a: round(ms[s], 3) for a, s in engines.items()}
     out["conv_forward_workspace_bytes_by_algorithm"] = {
-        a: max(i.workspace for i in v.program.instrs if i.op == "Conv")
-        for a, v in {"im2col": vm, **others}.items()}
-    out["engine_ms_by_op"] = op_breakdown(vm)
+        a: runs[s][0]["conv_forward_workspace_bytes"] for a, s in engines.items()}
+    kinds = runs["engine"][0]["ms_by_op"]
+    by_op = {k: round(statistics.median(r["ms_by_op"][k] for r in runs["engine"]), 3)
+             for k in kinds}
+    out["engine_ms_by_op"] = dict(sorted(by_op.items(), key=lambda kv: -kv[1]))
+    out["isolation"] = "each side in a fresh process, alternating; medians"
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
 
 

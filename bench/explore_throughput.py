@@ -1,11 +1,13 @@
-"""Trials per minute: ``explore`` against Optuna ``n_jobs=2`` training PyTorch models.
+"""Trials per minute: ``explore`` against Optuna training PyTorch models, with
+``n_jobs=2`` and as two processes on one journal file.
 
 The paper's MNIST MLP space (``search_spaces/paper_mnist.yaml``: the fixed 784-64-64-10
 sigmoid MLP; optimizer, learning rate and init searched; 10,000 training images,
 mini-batches of 64), 60 trials of 10 rounds, the same TPE sampler and the space's
-pruner (none: every trial runs its 10 rounds, as in the paper) on both sides, 2
-workers / 2 jobs, each side in a fresh process, one after the other, in one run.
-Repeat i runs both sides with seed ``--seed + i`` (sampler, inits, shuffling).
+pruner (none: every trial runs its 10 rounds, as in the paper) on every side, 2
+workers / 2 jobs / 2 processes, each side in its own fresh process
+(``bench/_sides.py``), the sides alternating.  Repeat i runs every side with seed
+``--seed + i`` (sampler, inits, shuffling).
 
 ``--pruner median`` (warm-up 2 rounds) prunes on both sides.  Trials per minute then
 hangs on how many trials the pruner lets finish, which hangs on how good the first
@@ -18,16 +20,28 @@ Rounds per minute is the steadier figure there.
   worker plus one ready (the default);
 - explore, packed: the same with as many trials per worker as the arenas hold (what
   the packing efficiency is measured on);
-- baseline: what a user writes: ``study.optimize(objective, n_trials=60, n_jobs=2)``,
-  the objective building a PyTorch model and optimizer (the fastest implementation:
-  fused where PyTorch has it), reporting validation accuracy each round for pruning;
-  one PyTorch thread per job (two jobs on two cores: measured faster than two each).
+- baseline ``njobs``: what a user writes: ``study.optimize(objective, n_trials=60,
+  n_jobs=2)``, the objective building a PyTorch model and optimizer (the fastest
+  implementation: fused where PyTorch has it), reporting validation accuracy each round
+  for pruning; one PyTorch thread per job (two jobs on two cores: measured faster than
+  two each);
+- baseline ``journal``: the strongest a user writes: two processes, each running
+  ``study.optimize(objective, n_trials=30)`` (the trials split so that the total is
+  explore's) on one study in ``JournalStorage(JournalFileBackend(path))``, the same
+  objective, one PyTorch thread each, each its own TPE sampler (process k seeded
+  ``seed + 100000 k``: the same seed would draw the same first trials twice) and
+  pruner.  Both processes import and load their data first; the clock starts when both
+  are ready and stops when the last one is done.
 
 Reported (medians of ``--repeats`` interleaved runs, each side in a fresh process):
-trials per minute (wall time of the whole search, start-up included) and rounds per
-minute (the same ratio without a pruner; with one, the steadier figure), the best
-validation accuracy of each, the packing efficiency of the packed runs, the accounted
-peak and the measured peak resident memory of both.
+trials per minute (wall time of the search, the explore side's start-up of its workers
+included, the baselines' data loading not) and rounds per minute (the same ratio
+without a pruner; with one, the steadier figure), the best validation accuracy of each,
+the packing efficiency of the packed runs, the accounted peak and the measured peak
+resident memory.  Each baseline has its own keys (``baseline_njobs_*``,
+``baseline_journal_*``); ``baseline_*`` without a name and the ratios ``speedup`` and
+``rounds_speedup`` are the better one's by trials per minute, named in
+``baseline_better``.
 The packing efficiency is the time-weighted mean fraction of memory held by trial heaps
 while trials were waiting, twice: ``packing_efficiency`` of the whole budget and
 ``packed_arena_utilisation`` of what the budget leaves for trials once the data set and
@@ -42,6 +56,9 @@ further ahead, and its trials wait for the sampler, not for memory; on two cores
 more would not run more at once.
 
     python bench/explore_throughput.py --json
+    python bench/explore_throughput.py --json --pruner median
+
+Measured on MEASURED
 """
 
 from __future__ import annotations
@@ -49,37 +66,47 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._sides import alternate, median, peak_rss
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = os.path.join(ROOT, "search_spaces", "paper_mnist.yaml")
+SIDES = ("explore", "packed", "njobs", "journal")
+BASELINES = ("njobs", "journal")
 
 
-def vmhwm() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+@dataclass(frozen=True)
+class Size:
+    """How much each side searches: the space's unless ``--quick`` or the options say."""
+
+    trials: int
+    rounds: int
+    train: int
+    valid: int | None  # None: the whole validation split
+
+    def args(self) -> list[str]:
+        return ["--trials", str(self.trials), "--rounds", str(self.rounds),
+                "--train", str(self.train), "--valid", str(self.valid or 0)]
 
 
 def pruner_of(name: str | None) -> str:
-    """The pruner both sides use: ``name``, or the space's."""
+    """The pruner every side uses: ``name``, or the space's."""
     from explore.space import load_space
 
     return name or load_space(SPACE).pruner.name
 
 
-def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | None = None,
+def run_explore(size: Size, memory: int, workers: int, seed: int, depth: int | None = None,
                 eval_batch: int | None = None, pruner: str | None = None) -> dict[str, Any]:
     import optuna
 
@@ -90,9 +117,13 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(SPACE)
-    budget = space.budget.model_copy(update={"trials": trials, "memory": memory,
-                                             "workers": workers, "seed": seed})
+    budget = space.budget.model_copy(update={"trials": size.trials, "rounds": size.rounds,
+                                             "memory": memory, "workers": workers,
+                                             "seed": seed})
+    assert space.dataset is not None
     update: dict[str, Any] = {"budget": budget,
+                              "dataset": space.dataset.model_copy(update={
+                                  "train": size.train, "valid": size.valid}),
                               "sampler": space.sampler.model_copy(update={"seed": seed}),
                               "pruner": space.pruner.model_copy(update={
                                   "name": pruner_of(pruner), "warmup_rounds": 2})}
@@ -104,7 +135,7 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
         t0 = time.perf_counter()
         stats = Scheduler(space, study, data, workers=workers, memory=memory,
-                          device="cpu", trials_per_worker=depth).run(trials)
+                          device="cpu", trials_per_worker=depth).run(size.trials)
         wall = time.perf_counter() - t0
         best = study.best_value
         states = [t.state.name for t in study.trials]
@@ -118,18 +149,19 @@ def run_explore(trials: int, memory: int, workers: int, seed: int, depth: int | 
             "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
 
 
-def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
-                 ) -> dict[str, Any]:
+def objective_of(size: Size, seed: int) -> Any:
+    """The baselines' objective: the space's model in PyTorch, trained on the first
+    ``size.train`` MNIST images, validated on ``size.valid`` in one call each round."""
     import optuna
     import torch
 
     from explore.datasets import load_mnist
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
     ds = load_mnist()
-    x, y = torch.from_numpy(ds.train.x[:10_000].copy()), torch.from_numpy(ds.train.y[:10_000])
-    xv, yv = torch.from_numpy(ds.valid.x.copy()), torch.from_numpy(ds.valid.y.copy())
+    n = size.train
+    x, y = torch.from_numpy(ds.train.x[:n].copy()), torch.from_numpy(ds.train.y[:n].copy())
+    v = size.valid or len(ds.valid.y)
+    xv, yv = torch.from_numpy(ds.valid.x[:v].copy()), torch.from_numpy(ds.valid.y[:v].copy())
     init = {"xavier_uniform": torch.nn.init.xavier_uniform_,
             "he_uniform": lambda w: torch.nn.init.kaiming_uniform_(w, nonlinearity="relu"),
             "normal": lambda w: torch.nn.init.normal_(w, 0.0, 0.05)}
@@ -139,6 +171,7 @@ def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
         opt_name = trial.suggest_categorical("optimizer", ["sgd", "adam", "rmsprop", "adagrad"])
         lr = trial.suggest_float("lr", 1e-4, 3e-1, log=True)
         momentum = trial.suggest_float("momentum", 0.0, 0.95) if opt_name == "sgd" else 0.0
+        torch.manual_seed(seed + trial.number)  # (n_jobs: threads share this generator)
         layers = [torch.nn.Linear(784, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)]
         for lin in layers:
             init[init_name](lin.weight)
@@ -154,10 +187,9 @@ def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
         except (RuntimeError, TypeError, ValueError):
             opt = cls(params, lr=lr, foreach=True, **kw)
         loss_fn = torch.nn.CrossEntropyLoss()
-        torch.manual_seed(seed + trial.number)
         rng = np.random.default_rng(seed + trial.number)
         acc = 0.0
-        for rnd in range(10):
+        for rnd in range(size.rounds):
             order = torch.from_numpy(rng.permutation(len(y)))
             xs, ys = x[order], y[order]
             model.train()
@@ -173,108 +205,225 @@ def run_baseline(trials: int, jobs: int, seed: int, pruner: str | None = None
                 raise optuna.TrialPruned()
         return acc
 
-    study = optuna.create_study(direction="maximize",
-                                sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True,
-                                                                   group=True),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2,
-                                                                   n_warmup_steps=2)
-                                if pruner_of(pruner) == "median" else
-                                optuna.pruners.NopPruner())
-    t0 = time.perf_counter()
-    study.optimize(objective, n_trials=trials, n_jobs=jobs)
-    wall = time.perf_counter() - t0
+    return objective
+
+
+def sampler_and_pruner(seed: int, pruner: str | None) -> tuple[Any, Any]:
+    import optuna
+
+    return (optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True),
+            optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2)
+            if pruner_of(pruner) == "median" else optuna.pruners.NopPruner())
+
+
+def summary(study: Any) -> dict[str, Any]:
     states = [t.state.name for t in study.trials]
-    rounds = sum(len(t.intermediate_values) for t in study.trials)
-    return {"seconds": wall, "best": study.best_value, "measured_peak_bytes": vmhwm(),
-            "pruned": states.count("PRUNED"), "failed": states.count("FAIL"), "rounds": rounds}
+    return {"best": study.best_value, "pruned": states.count("PRUNED"),
+            "failed": states.count("FAIL"),
+            "rounds": sum(len(t.intermediate_values) for t in study.trials)}
 
 
-def child(side: str, trials: int, memory: int, workers: int, seed: int,
+def run_njobs(size: Size, jobs: int, seed: int, pruner: str | None = None) -> dict[str, Any]:
+    """``study.optimize(objective, n_jobs=jobs)`` in this process."""
+    import optuna
+    import torch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+    objective = objective_of(size, seed)
+    sampler, prune = sampler_and_pruner(seed, pruner)
+    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=prune)
+    t0 = time.perf_counter()
+    study.optimize(objective, n_trials=size.trials, n_jobs=jobs)
+    wall = time.perf_counter() - t0
+    return {"seconds": wall, **summary(study), "measured_peak_bytes": peak_rss()}
+
+
+def journal_storage(path: str) -> Any:
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(path))
+
+
+def run_journal(size: Size, jobs: int, seed: int, pruner: str | None = None
+                ) -> dict[str, Any]:
+    """``jobs`` fresh processes each running ``study.optimize`` on one journal-file
+    study, the trials split between them; timed from when all of them are ready (torch
+    imported, data loaded) to when the last one finishes."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "journal.log")
+        optuna.create_study(storage=journal_storage(path), study_name="bench",
+                            direction="maximize")
+        procs = []
+        for k in range(jobs):
+            share = size.trials // jobs + (k < size.trials % jobs)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", "journal-worker",
+                   "--journal", path, "--seed", str(seed + 100_000 * k),
+                   "--trial-seed", str(seed), *Size(share, size.rounds, size.train,
+                                                   size.valid).args()]
+            if pruner:
+                cmd += ["--pruner", pruner]
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True))
+        for p in procs:
+            assert p.stdout is not None
+            ready = p.stdout.readline().strip()
+            if ready != "ready":
+                raise RuntimeError(f"a journal worker said {ready!r}, not 'ready'")
+        t0 = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on Linux
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        answers = []
+        for p in procs:
+            out, _ = p.communicate()
+            if p.returncode != 0:
+                raise RuntimeError(f"a journal worker exited {p.returncode}")
+            answers.append(json.loads(out.strip().splitlines()[-1]))
+        study = optuna.load_study(study_name="bench", storage=journal_storage(path))
+        return {"seconds": max(a["end"] for a in answers) - t0, **summary(study),
+                # the workers' resident peaks added up (each is one process)
+                "measured_peak_bytes": sum(a["peak_rss_bytes"] for a in answers)}
+
+
+def journal_worker(size: Size, path: str, seed: int, trial_seed: int, pruner: str | None
+                   ) -> None:
+    """One process of the journal baseline: get ready, say so, wait for 'go' on stdin,
+    run ``size.trials`` trials, print when it finished."""
+    import optuna
+    import torch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(1)
+    objective = objective_of(size, trial_seed)
+    sampler, prune = sampler_and_pruner(seed, pruner)
+    study = optuna.load_study(study_name="bench", storage=journal_storage(path),
+                              sampler=sampler, pruner=prune)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    study.optimize(objective, n_trials=size.trials)
+    print(json.dumps({"end": time.monotonic(), "peak_rss_bytes": peak_rss()}), flush=True)
+
+
+def child(side: str, size: Size, memory: int, workers: int, seed: int,
           eval_batch: int | None, pruner: str | None) -> dict[str, Any]:
     if side == "explore":
-        return run_explore(trials, memory, workers, seed, eval_batch=eval_batch, pruner=pruner)
+        return run_explore(size, memory, workers, seed, eval_batch=eval_batch, pruner=pruner)
     if side == "packed":
-        return run_explore(trials, memory, workers, seed, depth=1_000_000,
+        return run_explore(size, memory, workers, seed, depth=1_000_000,
                            eval_batch=eval_batch, pruner=pruner)
-    return run_baseline(trials, workers, seed, pruner)
-
-
-def median(runs: list[dict[str, Any]], key: str) -> Any:
-    values = [r[key] for r in runs if r[key] is not None]
-    return statistics.median(values) if values else None
+    if side == "journal":
+        return run_journal(size, workers, seed, pruner)
+    return run_njobs(size, workers, seed, pruner)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--trials", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per trial (0: the space's)")
+    ap.add_argument("--train", type=int, default=0,
+                    help="training images (0: the space's, 10,000)")
+    ap.add_argument("--valid", type=int, default=0,
+                    help="validation images (0: all 10,000)")
     ap.add_argument("--memory", default="",
                     help="the memory budget (default: the space's, 1GB)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0,
-                    help="repeat i runs both sides with seed SEED + i")
+                    help="repeat i runs every side with seed SEED + i")
     ap.add_argument("--eval-batch", type=int, default=0,
                     help="explore's validation chunk (default 0: the space's, 10,000: the "
-                         "whole validation set at once, as the baseline validates)")
+                         "whole validation set at once, as the baselines validate)")
     ap.add_argument("--pruner", choices=["none", "median"], default=None,
-                    help="both sides' pruner (default: the space's, none)")
-    ap.add_argument("--child", choices=["explore", "packed", "baseline"], help=argparse.SUPPRESS)
+                    help="every side's pruner (default: the space's, none)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 4 trials of 2 rounds on 1,000 + 1,000 images")
+    ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
+    ap.add_argument("--child", choices=[*SIDES, "journal-worker"], help=argparse.SUPPRESS)
+    ap.add_argument("--journal", help=argparse.SUPPRESS)
+    ap.add_argument("--trial-seed", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     from explore.space import load_space, parse_size
 
-    memory = parse_size(args.memory) if args.memory else load_space(SPACE).budget.memory
+    space = load_space(SPACE)
+    if args.quick:
+        args.trials, args.rounds, args.train, args.valid = 4, 2, 1000, 1000
+        args.eval_batch = args.eval_batch or 1000
+    size = Size(args.trials, args.rounds or space.budget.rounds,
+                args.train or (space.dataset.train if space.dataset else None) or 10_000,
+                args.valid or None)
+    memory = parse_size(args.memory) if args.memory else space.budget.memory
+    if args.child == "journal-worker":
+        journal_worker(size, args.journal, args.seed, args.trial_seed, args.pruner)
+        return
     if args.child:
-        print(json.dumps(child(args.child, args.trials, memory, args.workers, args.seed,
+        print(json.dumps(child(args.child, size, memory, args.workers, args.seed,
                                args.eval_batch or None, args.pruner)))
         return
-    runs: dict[str, list[dict[str, Any]]] = {"explore": [], "packed": [], "baseline": []}
-    for i in range(args.repeats):  # interleaved, each in a fresh process
-        for side in runs:
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--trials",
-                   str(args.trials), "--memory", str(memory), "--workers", str(args.workers),
-                   "--seed", str(args.seed + i), "--eval-batch", str(args.eval_batch)]
-            if args.pruner:
-                cmd += ["--pruner", args.pruner]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
-            r["trials_per_min"] = args.trials / r["seconds"] * 60
+    common = [*size.args(), "--memory", str(memory), "--workers", str(args.workers),
+              "--eval-batch", str(args.eval_batch), *(["--pruner", args.pruner]
+                                                       if args.pruner else [])]
+    # repeat i: every side with seed SEED + i, each in a fresh process
+    runs = alternate(__file__, {s: ["--child", s, *common] for s in SIDES}, args.repeats,
+                     per_repeat=lambda i: ["--seed", str(args.seed + i)], log=args.log)
+    for got in runs.values():
+        for r in got:
+            r["trials_per_min"] = size.trials / r["seconds"] * 60
             r["rounds_per_min"] = r["rounds"] / r["seconds"] * 60
-            runs[side].append(r)
-    e, p, b = runs["explore"], runs["packed"], runs["baseline"]
+    e, p = runs["explore"], runs["packed"]
 
     def rnd(x: Any, n: int = 2) -> Any:
         return round(x, n) if isinstance(x, float) else x
 
-    result = {
+    result: dict[str, Any] = {
         "explore_trials_per_min": rnd(median(e, "trials_per_min")),
-        "baseline_trials_per_min": rnd(median(b, "trials_per_min")),
         "packing_efficiency": rnd(median(p, "packing_efficiency"), 4),
         "peak_bytes": max(r["peak_bytes"] for r in e + p),
         "budget_bytes": memory,
         "explore_best": rnd(median(e, "best"), 4),
-        "baseline_best": rnd(median(b, "best"), 4),
         "packed_best": rnd(median(p, "best"), 4),
         "explore_rounds_per_min": rnd(median(e, "rounds_per_min"), 1),
-        "baseline_rounds_per_min": rnd(median(b, "rounds_per_min"), 1),
         "packed_trials_per_min": rnd(median(p, "trials_per_min")),
         "packed_arena_utilisation": rnd(median(p, "arena_utilisation"), 4),
         "explore_packing_efficiency": rnd(median(e, "packing_efficiency"), 4),
         "fixed_bytes": median(e, "fixed_bytes"),
-        # explore: the PSS of its process tree (what its budget holds); the baseline: the
-        # resident peak of its one process (its trials are threads).
+        # explore: the PSS of its process tree (what its budget holds); n_jobs: the
+        # resident peak of its one process (its trials are threads); journal: its two
+        # processes' resident peaks added up.
         "explore_peak_bytes": max(r["measured_peak_bytes"] for r in e),
-        "baseline_peak_bytes": max(r["measured_peak_bytes"] for r in b),
-        "explore_pruned": [r["pruned"] for r in e], "baseline_pruned": [r["pruned"] for r in b],
-        "packed_pruned": [r["pruned"] for r in p],
+        "explore_pruned": [r["pruned"] for r in e], "packed_pruned": [r["pruned"] for r in p],
         "explore_trials_per_min_all": [rnd(r["trials_per_min"]) for r in e],
-        "baseline_trials_per_min_all": [rnd(r["trials_per_min"]) for r in b],
         "explore_best_all": [rnd(r["best"], 4) for r in e],
-        "baseline_best_all": [rnd(r["best"], 4) for r in b],
-        "trials": args.trials, "workers": args.workers, "repeats": args.repeats,
-        "eval_batch": args.eval_batch or None, "pruner": pruner_of(args.pruner),
-        "seeds": [args.seed + i for i in range(args.repeats)],
     }
+    for b in BASELINES:
+        got = runs[b]
+        result.update({
+            f"baseline_{b}_trials_per_min": rnd(median(got, "trials_per_min")),
+            f"baseline_{b}_rounds_per_min": rnd(median(got, "rounds_per_min"), 1),
+            f"baseline_{b}_best": rnd(median(got, "best"), 4),
+            f"baseline_{b}_peak_bytes": max(r["measured_peak_bytes"] for r in got),
+            f"baseline_{b}_pruned": [r["pruned"] for r in got],
+            f"baseline_{b}_trials_per_min_all": [rnd(r["trials_per_min"]) for r in got],
+            f"baseline_{b}_best_all": [rnd(r["best"], 4) for r in got],
+        })
+        result[f"speedup_vs_{b}"] = rnd(result["explore_trials_per_min"] /
+                                        result[f"baseline_{b}_trials_per_min"])
+    better = max(BASELINES, key=lambda b: result[f"baseline_{b}_trials_per_min"])
+    result["baseline_better"] = better
+    for key in ("trials_per_min", "rounds_per_min", "best", "peak_bytes", "pruned",
+                "trials_per_min_all", "best_all"):
+        result[f"baseline_{key}"] = result[f"baseline_{better}_{key}"]
+    result.update({
+        "trials": size.trials, "rounds": size.rounds, "workers": args.workers,
+        "repeats": args.repeats, "eval_batch": args.eval_batch or None,
+        "pruner": pruner_of(args.pruner), "seeds": [args.seed + i for i in range(args.repeats)],
+        "isolation": "each side in a fresh process, alternating; medians"})
     result["speedup"] = rnd(result["explore_trials_per_min"] /
                             result["baseline_trials_per_min"])
     result["rounds_speedup"] = rnd(result["explore_rounds_per_min"] /

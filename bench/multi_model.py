@@ -14,10 +14,10 @@ samples.
   model and optimizer built per trial and trained to completion.
 
 Both run the same trials, cell after cell, each side of a cell in a fresh
-subprocess: on a small machine one library's idle thread pool (OpenMP, OpenBLAS)
-spinning next to the other's work costs either side up to 40%.  Times exclude
-loading the data and starting Python; each cell reports the median of
-``--repeats`` interleaved runs per side.  Cells with more than
+subprocess (``bench/_sides.py``): on a small machine one library's idle thread pool
+(OpenMP, OpenBLAS) spinning next to the other's work costs either side up to 40%.
+Times exclude loading the data and starting Python; each cell reports the median of
+``--repeats`` (default 5) runs per side, the sides alternating.  Cells with more than
 ``--max-model-rounds`` model-rounds are trimmed (listed in the output).
 
     python bench/multi_model.py --json
@@ -31,7 +31,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._sides import alternate, cores, emit
 from engine import SGD, Adagrad, Adam, Init, Optimizer, RMSProp, compile_graph
 from engine.compile.stack import stack_graphs, stack_key, stack_optimizers
 from engine.models import paper_mlp
@@ -187,7 +187,7 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
 
 def child(side: str, models: int, rounds: int, schedule: str, width: int) -> dict[str, Any]:
     """One side of one cell, in this (fresh) process."""
-    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    threads = cores()
     ds = load_mnist()
     x, y = ds.train.x[:N_SAMPLES].copy(), ds.train.y[:N_SAMPLES].copy()
     trials = draw(models, seed=models * 1000 + rounds)
@@ -201,14 +201,6 @@ def child(side: str, models: int, rounds: int, schedule: str, width: int) -> dic
         run_torch(trials[:1], 1, x[:640], y[:640])
         seconds, loss = run_torch(trials, rounds, x, y)
     return {"seconds": seconds, "loss": loss}
-
-
-def run_child(side: str, models: int, rounds: int, schedule: str, width: int = 1
-              ) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--models", str(models),
-           "--rounds", str(rounds), "--schedule", schedule, "--stack", str(width)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -230,9 +222,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.models, args.rounds, args.schedule, args.stack)))
+        emit(child(args.child, args.models, args.rounds, args.schedule, args.stack))
         return
-    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    threads = cores()
     cells: list[dict[str, Any]] = []
     trimmed = []
     grid = GRID
@@ -247,10 +239,10 @@ def main() -> None:
         if n * r > args.max_model_rounds and not args.only:
             trimmed.append({"models": n, "rounds": r})
             continue
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in sides}
-        for _ in range(args.repeats):  # interleaved: each repeat runs every side once
-            for name, width in sides:
-                runs[name].append(run_child(name.split("_")[0], n, r, args.schedule, width))
+        runs = alternate(__file__, {name: [
+            "--child", name.split("_")[0], "--models", str(n), "--rounds", str(r),
+            "--schedule", args.schedule, "--stack", str(width)] for name, width in sides},
+            args.repeats)
         cell: dict[str, Any] = {"models": n, "rounds": r}
         for name, got in runs.items():
             secs = sorted(g["seconds"] for g in got)

@@ -4,13 +4,23 @@ biases, Adam lr 1e-3) on 10,000 MNIST samples:
 (a) full batch: one round = one step over all 10,000 samples;
 (b) mini-batch 64: one epoch over the 10,000 samples, reported per step.
 
-Three implementations, timed interleaved in one run, median of ``--repeats``:
-this engine, PyTorch eager on the CPU (same thread count; the faster of its foreach
-and fused Adam), and a hand-written numpy loop with preallocated buffers and ``out=``
-(a flat parameter buffer so Adam is a few vectorised calls, as in the engine).
-Peak RSS is measured in fresh subprocesses that train only one implementation.
+Three implementations: this engine, PyTorch eager on the CPU (``torch.set_num_threads``
+at the cores; its foreach and its fused Adam are both timed and the faster one is the
+baseline, named in ``torch_adam_*``), and a hand-written numpy loop with preallocated
+buffers and ``out=`` (a flat parameter buffer so Adam is a few vectorised calls, as in
+the engine).  Each side of each case runs in its own fresh process (``bench/_sides.py``:
+PyTorch's OpenMP pool and OpenBLAS's pool spinning against each other on two cores
+slowed PyTorch by up to 2.3x when they shared one), which loads the 10,000 samples
+from a .npy pair, warms up, and times several rounds; the sides alternate across
+``--repeats`` (default 5) fresh processes each and the median of the processes'
+medians is reported.  Peak RSS (``/proc/self/status`` VmHWM) comes from the same
+processes: the largest over the repeats, of the full-batch case unless suffixed
+``_step64``.  ``--compile`` adds ``torch.compile`` as an extra column (not a baseline
+of the ratios).
 
     python bench/paper_mlp.py --json
+
+Measured on MEASURED
 """
 
 from __future__ import annotations
@@ -20,30 +30,29 @@ import itertools
 import json
 import math
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import VM, Adam, compile_graph
-from engine.models import paper_mlp
-from explore.datasets import load_mnist
+from bench._sides import alternate, cores, emit, fastest, median
 
 N = 10_000
 SIZES = (784, 64, 64, 10)
+CASES = {"full": N, "step64": 64}  # case: batch
+ADAMS = ("foreach", "fused")
 
 
-def data() -> tuple[np.ndarray, np.ndarray]:
+def data(n: int) -> tuple[np.ndarray, np.ndarray]:
+    from explore.datasets import load_mnist
+
     ds = load_mnist()
-    return ds.train.x[:N].copy(), ds.train.y[:N].copy()
+    return ds.train.x[:n].copy(), ds.train.y[:n].copy()
 
 
 # -- this engine ---------------------------------------------------------------------
@@ -51,6 +60,9 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 
 class EngineRunner:
     def __init__(self, batch: int) -> None:
+        from engine import VM, Adam, compile_graph
+        from engine.models import paper_mlp
+
         self.vm = VM(compile_graph(paper_mlp(SIZES), batch_size=batch, optimizer=Adam(lr=1e-3)))
         self.batch = batch
 
@@ -74,7 +86,7 @@ class EngineRunner:
 
 
 class TorchRunner:
-    def __init__(self, batch: int, fused: bool) -> None:
+    def __init__(self, batch: int, adam: str, compiled: bool = False) -> None:
         import torch
 
         self.torch = torch
@@ -84,13 +96,16 @@ class TorchRunner:
             torch.nn.Linear(64, 64), torch.nn.Sigmoid(),
             torch.nn.Linear(64, 10),
         )
-        kw = {"fused": True} if fused else {"foreach": True}
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, **kw)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=adam == "fused",
+                                    foreach=adam == "foreach")
         self.loss = torch.nn.CrossEntropyLoss()
         self.batch = batch
+        # torch.compile (inductor, C++ on the CPU) of the model's forward; the backward
+        # is compiled by AOTAutograd with it.  Not what the issue compares against.
+        self.forward: Any = torch.compile(self.model) if compiled else self.model
 
     def epoch(self, x: Any, y: Any) -> None:
-        b, model, opt, loss = self.batch, self.model, self.opt, self.loss
+        b, model, opt, loss = self.batch, self.forward, self.opt, self.loss
         for s in range(0, len(y), b):
             opt.zero_grad(set_to_none=True)
             loss(model(x[s:s + b]), y[s:s + b]).backward()
@@ -124,8 +139,8 @@ class NumpyRunner:
             o += k
         for i in range(0, len(shapes), 2):
             fan_in, fan_out = shapes[i]
-            a = math.sqrt(6.0 / (fan_in + fan_out))
-            self.P[i][...] = rng.uniform(-a, a, shapes[i])
+            bound = math.sqrt(6.0 / (fan_in + fan_out))
+            self.P[i][...] = rng.uniform(-bound, bound, shapes[i])
         self.batch = batch
         self.t = 0
         self._bufs: dict[int, dict[str, np.ndarray]] = {}
@@ -226,137 +241,98 @@ class NumpyRunner:
             self.step(x[s:s + b], y[s:s + b])
 
 
-# -- harness -----------------------------------------------------------------------------
+# -- one side, in its own process ---------------------------------------------------------
 
 
-def blas_threads() -> int:
-    try:
-        from threadpoolctl import threadpool_info
-
-        info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-        return int(info[0]["num_threads"]) if info else os.cpu_count() or 1
-    except ImportError:
-        return os.cpu_count() or 1
-
-
-def interleaved(runs: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for f in runs.values():  # warm-up
-        f()
-    for _ in range(repeats):
-        for k, f in runs.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def pick_torch(batch: int, xt: Any, yt: Any) -> TorchRunner:
-    """The faster of torch's foreach and fused Adam for this batch (the best baseline)."""
-    best, best_t = None, float("inf")
-    for fused in (False, True):
-        r = TorchRunner(batch, fused)
-        r.epoch(xt, yt)
-        t0 = time.perf_counter()
-        for _ in range(2):
-            r.epoch(xt, yt)
-        t = time.perf_counter() - t0
-        if t < best_t:
-            best, best_t = r, t
-    assert best is not None
-    return best
-
-
-def peak_rss(which: str, x: np.ndarray, y: np.ndarray) -> int:
-    """Peak RSS (bytes) of a fresh process that trains one implementation for five
-    full-batch rounds.  The 10,000 samples reach it as a .npy pair, so the peak is not
-    that of unpickling the whole of MNIST."""
-    with tempfile.TemporaryDirectory() as d:
-        np.save(os.path.join(d, "x.npy"), x)
-        np.save(os.path.join(d, "y.npy"), y)
-        out = subprocess.run([sys.executable, __file__, "--rss-child", which, "--data", d],
-                             check=True, capture_output=True, text=True)
-    return int(out.stdout.strip().splitlines()[-1])
-
-
-def rss_child(which: str, folder: str) -> None:
+def child(side: str, case: str, folder: str, rounds: int) -> None:
+    """Train one implementation on the samples in ``folder``: one warm-up round (two at
+    full batch), then ``rounds`` timed ones; print their median and this process's peak."""
     x = np.load(os.path.join(folder, "x.npy"))
     y = np.load(os.path.join(folder, "y.npy"))
-    if which == "engine":
-        r: Any = EngineRunner(N)
-        for _ in range(5):
-            r.epoch(x, y)
+    batch = min(CASES[case], len(y))
+    extra: dict[str, Any] = {}
+    if side == "engine":
+        r: Any = EngineRunner(batch)
+        extra["heap_bytes"] = r.vm.program.total_bytes
+    elif side == "numpy":
+        r = NumpyRunner(batch)
     else:
         import torch
 
-        torch.set_num_threads(blas_threads())
-        r = TorchRunner(N, fused=False)
-        for _ in range(5):
-            r.epoch(torch.from_numpy(x), torch.from_numpy(y))
-    print(vm_hwm())
+        torch.set_num_threads(cores())
+        adam = side.split("_")[-1] if side != "torch_compile" else "fused"
+        r = TorchRunner(batch, adam, compiled=side == "torch_compile")
+        x, y = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(2 if case == "full" else 1):  # warm-up (torch.compile compiles here)
+        r.epoch(x, y)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        r.epoch(x, y)
+        times.append(time.perf_counter() - t0)
+    emit({"seconds": statistics.median(times), "rounds_s": times,
+          "steps": math.ceil(len(y) / batch), **extra})
 
 
-def vm_hwm() -> int:
-    """Peak resident set of this process image in bytes.  /proc's VmHWM belongs to the
-    address space, unlike ru_maxrss, which Linux carries over from the forking parent."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# -- the comparison ------------------------------------------------------------------------
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--rss-child", choices=["engine", "torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="fresh processes per side and case, alternating; the median is kept")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile (an extra column, not a baseline)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 1,024 samples, two timed rounds per process")
+    ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.rss_child:
-        rss_child(args.rss_child, args.data)
+    if args.side:
+        child(args.side, args.case, args.data, args.rounds)
         return
-    import torch
-
-    threads = blas_threads()
-    torch.set_num_threads(threads)
-    x, y = data()
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-
-    full = interleaved({
-        "engine": (lambda r: lambda: r.epoch(x, y))(EngineRunner(N)),
-        "torch": (lambda r: lambda: r.epoch(xt, yt))(pick_torch(N, xt, yt)),
-        "numpy": (lambda r: lambda: r.epoch(x, y))(NumpyRunner(N)),
-    }, args.repeats)
-    steps = math.ceil(N / 64)
-    mini = interleaved({
-        "engine": (lambda r: lambda: r.epoch(x, y))(EngineRunner(64)),
-        "torch": (lambda r: lambda: r.epoch(xt, yt))(pick_torch(64, xt, yt)),
-        "numpy": (lambda r: lambda: r.epoch(x, y))(NumpyRunner(64)),
-    }, args.repeats)
-    heap = compile_graph(paper_mlp(SIZES), batch_size=N, optimizer=Adam()).total_bytes
-    result = {
-        "engine_ms_full": full["engine"] * 1e3,
-        "torch_ms_full": full["torch"] * 1e3,
-        "numpy_ms_full": full["numpy"] * 1e3,
-        "engine_us_step64": mini["engine"] / steps * 1e6,
-        "torch_us_step64": mini["torch"] / steps * 1e6,
-        "numpy_us_step64": mini["numpy"] / steps * 1e6,
-        "engine_heap_bytes": heap,
-        "engine_peak_rss_bytes": peak_rss("engine", x, y),
-        "torch_peak_rss_bytes": peak_rss("torch", x, y),
-        "threads": threads,
-        "repeats": args.repeats,
-    }
-    result["speedup_vs_torch_full"] = result["torch_ms_full"] / result["engine_ms_full"]
-    result["speedup_vs_torch_step64"] = result["torch_us_step64"] / result["engine_us_step64"]
-    result["ratio_to_numpy_full"] = result["engine_ms_full"] / result["numpy_ms_full"]
-    result["ratio_to_numpy_step64"] = result["engine_us_step64"] / result["numpy_us_step64"]
+    n = 1024 if args.quick else N
+    sides = ["engine", "numpy", *(f"torch_{a}" for a in ADAMS)]
+    sides += ["torch_compile"] if args.compile else []
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        x, y = data(n)
+        np.save(os.path.join(d, "x.npy"), x)
+        np.save(os.path.join(d, "y.npy"), y)
+        runs = {case: alternate(__file__, {s: [
+            "--side", s, "--case", case, "--data", d,
+            "--rounds", str(2 if args.quick else 10 if case == "full" else 5)]
+            for s in sides}, args.repeats, log=args.log) for case in CASES}
+    for case, unit, scale in (("full", "ms", 1e3), ("step64", "us", 1e6)):
+        steps = runs[case]["engine"][0]["steps"]
+        t = {s: median(runs[case][s], "seconds") / steps * scale for s in sides}
+        adam = fastest({a: t[f"torch_{a}"] for a in ADAMS})
+        torch_side = f"torch_{adam}"
+        for name, side in (("engine", "engine"), ("torch", torch_side), ("numpy", "numpy")):
+            result[f"{name}_{unit}_{case}"] = t[side]
+            result[f"{name}_{unit}_{case}_runs"] = [r["seconds"] / steps * scale
+                                                    for r in runs[case][side]]
+            suffix = "" if case == "full" else "_step64"
+            result[f"{name}_peak_rss_bytes{suffix}"] = max(r["peak_rss_bytes"]
+                                                          for r in runs[case][side])
+        result[f"torch_adam_{case}"] = adam
+        result[f"torch_{unit}_{case}_by_adam"] = {a: t[f"torch_{a}"] for a in ADAMS}
+        if args.compile:
+            result[f"torch_compile_{unit}_{case}"] = t["torch_compile"]
+        result[f"speedup_vs_torch_{case}"] = t[torch_side] / t["engine"]
+        result[f"ratio_to_numpy_{case}"] = t["engine"] / t["numpy"]
+    result.update({"engine_heap_bytes": runs["full"]["engine"][0]["heap_bytes"],
+                   "threads": cores(), "repeats": args.repeats, "samples": n,
+                   "isolation": "each side in a fresh process, alternating; medians"})
     if args.json:
         print(json.dumps(result))
     else:
         for k, v in result.items():
-            print(f"{k:>26}: {v:,.3f}" if isinstance(v, float) else f"{k:>26}: {v:,}")
+            print(f"{k:>30}: {v:,.3f}" if isinstance(v, float) else f"{k:>30}: {v}")
 
 
 if __name__ == "__main__":
