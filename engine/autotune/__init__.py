@@ -18,13 +18,14 @@ variants instead: results then do not depend on timings.
 from engine.autotune._settings import ENV, autotune_enabled, autotune_refused
 from engine.autotune.cache import DecisionCache, cache_dir
 from engine.autotune.keys import ENGINE_VERSION, decision_key, problem, versions
-from engine.autotune.tuner import CALLS, PRUNE, Decision, Probe, Tuner
+from engine.autotune.tuner import CALLS, PRUNE, ROUNDS, Decision, Probe, Tuner
 
 __all__ = [
     "CALLS",
     "ENGINE_VERSION",
     "ENV",
     "PRUNE",
+    "ROUNDS",
     "Decision",
     "DecisionCache",
     "Probe",

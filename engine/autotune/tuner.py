@@ -7,8 +7,11 @@ together (a dense layer's forward and gradient products), timed by the sum of it
 members' medians.  During the first real steps a decision runs option 1 for ``calls``
 calls of its first-called member, then option 2, ..., timing every call with the clock
 (the device synchronised around it), the first call of each option discarded as a
-warm-up; then it keeps the option with the best median and *freezes*.  An option
-``prune`` times slower than the best so far is cut after its second call.
+warm-up, and does so ``rounds`` times (BestOf's rounds: on a shared machine a burst of
+load during one option's calls would otherwise decide); an option's measure is the
+median of its calls in its best round.  Then it keeps the best option and *freezes*.
+An option ``prune`` times slower than the best so far is cut after its second call and
+not tried again.
 
 An option may hold a *nested* decision (BestOf's recursive selection): im2col's GEMM
 layout is a choice inside the choice of im2col.  While the outer decision holds that
@@ -21,7 +24,7 @@ winner is bound directly; otherwise a :class:`Probe` dispatches and times.  When
 decision that has started is still exploring, the tuner saves the decisions and asks
 the VM to bind again, so no probe is left in its step lists.
 
->>> d = Decision("k", ("a", "b"), calls=3)
+>>> d = Decision("k", ("a", "b"), calls=3, rounds=1)
 >>> for cost in [5, 5, 5, 1, 1, 1]:  # option a three calls, then b
 ...     frozen = d.record("role", cost)
 >>> d.winner, frozen
@@ -40,19 +43,22 @@ from engine.autotune.keys import decision_key, problem, problem_text
 from engine.ops._base import VARIANT_SEP, Step
 
 Clock = Callable[[], float]
-CALLS = 5  # calls per option: a warm-up and four timed
+CALLS = 3  # calls per option and round: a warm-up and two timed
+ROUNDS = 2  # times over the options: each option's measure is its best round's
 PRUNE = 2.0  # an option this many times slower than the best so far is cut early
 
 
 class Decision:
-    """One online choice among ``leaves`` (variant paths), explored option by option;
-    options that share a first path segment below ``prefix`` form a nested decision."""
+    """One online choice among ``leaves`` (variant paths), explored option by option,
+    ``rounds`` times over; options that share a first path segment below ``prefix`` form
+    a nested decision."""
 
     def __init__(self, key: str, leaves: tuple[str, ...], *, calls: int = CALLS,
-                 prune: float = PRUNE, cache: DecisionCache | None = None,
-                 prefix: str = "", on_frozen: Callable[[Decision], None] | None = None
-                 ) -> None:
+                 rounds: int = ROUNDS, prune: float = PRUNE,
+                 cache: DecisionCache | None = None, prefix: str = "",
+                 on_frozen: Callable[[Decision], None] | None = None, kind: str = "") -> None:
         self.key, self.leaves, self.calls, self.prune = key, leaves, calls, prune
+        self.kind = kind  # the op, or the group, it chooses for
         self.on_frozen = on_frozen
         self.options: list[str] = []  # full paths of this level's options
         self.children: dict[str, Decision] = {}
@@ -61,19 +67,19 @@ class Decision:
             opt = prefix + head
             if opt not in self.options:
                 self.options.append(opt)
-        for opt in self.options:
+        for opt in list(self.options):
             sub = tuple(v for v in leaves if v.startswith(opt + VARIANT_SEP))
             if len(sub) > 1:
-                self.children[opt] = Decision(f"{key}|{opt}", sub, calls=calls, prune=prune,
-                                              cache=cache, prefix=opt + VARIANT_SEP,
-                                              on_frozen=on_frozen)
+                self.children[opt] = Decision(f"{key}|{opt}", sub, calls=calls, rounds=rounds,
+                                              prune=prune, cache=cache,
+                                              prefix=opt + VARIANT_SEP, on_frozen=on_frozen)
             elif sub:  # one inner variant applies: the option is that leaf
                 self.options[self.options.index(opt)] = sub[0]
         self.winner: str | None = None
         self.score: float | None = None  # the winner's measure (seconds), when timed here
-        self.scores: dict[str, float] = {}
+        self.measures: dict[str, list[float]] = {}  # option -> one measure per round
         self.started = False
-        self._i = 0
+        self._plan = [o for _ in range(rounds) for o in self.options]  # what is left
         self._n = 0
         self._clock_role: str | None = None
         self._samples: dict[str, list[float]] = {}
@@ -89,7 +95,7 @@ class Decision:
         """The leaf to run now: the winner, or the option being explored."""
         if self.winner is not None:
             return self.winner
-        opt = self.options[self._i]
+        opt = self._plan[0]
         child = self.children.get(opt)
         return child.current() if child is not None else opt
 
@@ -99,22 +105,24 @@ class Decision:
         if self.winner is not None:
             return False
         self.started = True
-        opt = self.options[self._i]
+        opt = self._plan[0]
         child = self.children.get(opt)
         if child is not None and not child.frozen:  # locked while the inner one explores
             if not child.record(role, seconds):
                 return False
-            self.scores[opt] = child.score  # type: ignore[assignment]  # its best median
-            return self._next()
+            assert child.score is not None
+            self.measures.setdefault(opt, []).append(child.score)  # its best measure
+            return self._next(False)
         self._samples.setdefault(role, []).append(seconds)
         if self._clock_role is None:
             self._clock_role = role
         if role != self._clock_role:
             return False
         self._n += 1
-        if self._n >= self.calls or self._pruned():
-            self.scores[opt] = self._measure()
-            return self._next()
+        pruned = self._pruned()
+        if self._n >= self.calls or pruned:
+            self.measures.setdefault(opt, []).append(self._measure())
+            return self._next(pruned)
         return False
 
     def _measure(self) -> float:
@@ -122,20 +130,28 @@ class Decision:
         return sum(statistics.median(s[1:] if len(s) > 1 else s)
                    for s in self._samples.values())
 
-    def _pruned(self) -> bool:
-        return self._n >= 2 and bool(self.scores) and \
-            self._measure() > self.prune * min(self.scores.values())
+    def _best(self) -> float | None:
+        """The best measure so far: an option's is the least of its rounds' (load on
+        the machine only ever adds time)."""
+        return min((min(m) for m in self.measures.values()), default=None)
 
-    def _next(self) -> bool:
-        self._i += 1
+    def _pruned(self) -> bool:
+        best = self._best()
+        return self._n >= 2 and best is not None and self._measure() > self.prune * best
+
+    def _next(self, pruned: bool) -> bool:
+        opt = self._plan.pop(0)
+        if pruned:  # not worth another round
+            self._plan = [o for o in self._plan if o != opt]
         self._n = 0
         self._samples = {}
-        if self._i < len(self.options):
+        if self._plan:
             return False
-        best = min(self.scores, key=self.scores.__getitem__)
+        scores = {o: min(m) for o, m in self.measures.items()}
+        best = min(scores, key=scores.__getitem__)
         child = self.children.get(best)
         self.winner = child.winner if child is not None else best
-        self.score = self.scores[best]
+        self.score = scores[best]
         if self.on_frozen is not None:
             self.on_frozen(self)
         return True
@@ -143,7 +159,7 @@ class Decision:
     def entry(self) -> dict[str, Any]:
         """What is persisted: the choice, and each option's measure in milliseconds."""
         return {"choice": self.winner,
-                "ms": {k: round(v * 1e3, 6) for k, v in self.scores.items()}}
+                "ms": {k: round(min(v) * 1e3, 6) for k, v in self.measures.items()}}
 
     def tree(self) -> dict[str, Any]:
         """The decision and its nested ones, for reports."""
@@ -186,17 +202,23 @@ class Tuner:
     """The online selector of one VM: its decisions, clock and cache.
 
     ``clock``: seconds (``time.perf_counter``; tests inject a fake one). ``calls``:
-    calls per option, the first discarded.  ``prune``: cut an option this many times
+    calls per option and round, the first discarded.  ``rounds``: times over the
+    options.  ``prune``: cut an option this many times
     slower than the best so far after its second call.  ``cache``: a
     :class:`DecisionCache` (default: the file in :func:`~engine.autotune.cache.cache_dir`),
-    or None to remember nothing."""
+    or None to remember nothing.  ``pin``: a static choice instead of tuning, by decision
+    kind (an op name, or a group's: ``{"Conv": "direct", "dense layout": "blas"}``);
+    where the named variant does not apply, the first candidate (the op's default)."""
 
     def __init__(self, *, clock: Clock = time.perf_counter, calls: int = CALLS,
-                 prune: float = PRUNE, cache: DecisionCache | bool | None = True) -> None:
-        if calls < 1:
-            raise ValueError(f"calls must be at least 1, got {calls}")
-        self.clock, self.calls, self.prune = clock, calls, prune
+                 rounds: int = ROUNDS, prune: float = PRUNE,
+                 cache: DecisionCache | bool | None = True,
+                 pin: dict[str, str] | None = None) -> None:
+        if calls < 1 or rounds < 1:
+            raise ValueError(f"calls and rounds must be at least 1, got {calls}, {rounds}")
+        self.clock, self.calls, self.rounds, self.prune = clock, calls, rounds, prune
         self.cache = DecisionCache() if cache is True else (cache or None)
+        self.pin = dict(pin or {})
         self.sync: Callable[[], None] | None = None
         self.decisions: dict[str, Decision] = {}
         self._of: dict[int, tuple[Decision, str]] = {}  # instruction -> (decision, role)
@@ -229,8 +251,12 @@ class Tuner:
                                program.device)
             d = self.decisions.get(key)
             if d is None:
-                d = Decision(key, first.variants, calls=self.calls, prune=self.prune,
-                             cache=self.cache, on_frozen=self._persist)
+                d = Decision(key, first.variants, calls=self.calls, rounds=self.rounds,
+                             prune=self.prune, cache=self.cache, on_frozen=self._persist,
+                             kind=kind)
+                if kind in self.pin:
+                    name = self.pin[kind]
+                    d.winner = name if name in d.leaves else d.leaves[0]
                 self.decisions[key] = d
             for k in members:
                 self._of[k] = (d, roles[k])
@@ -263,11 +289,11 @@ class Tuner:
         return {k: d.current() for k, (d, _) in self._of.items()}
 
     def report(self) -> list[dict[str, Any]]:
-        """Each decision: its instructions, its tree of choices and measures."""
+        """Each decision: its kind, its instructions, its tree of choices and measures."""
         rows = []
         for d in self.decisions.values():
             members = [k for k, (e, _) in self._of.items() if e is d]
-            rows.append({"instrs": members, **d.tree()})
+            rows.append({"kind": d.kind, "instrs": members, **d.tree()})
         return rows
 
     def _persist(self, d: Decision) -> None:

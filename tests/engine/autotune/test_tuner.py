@@ -53,11 +53,16 @@ def fake(cost: Any, group: str = DENSE_LAYOUT, inner: dict[str, Variant] | None 
 
 
 @pytest.fixture
-def gemm_variants(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Variant]]:
-    """Gemm's variants, replaced by the test's own (restored after)."""
-    for name in list(GEMM_VARIANTS):
-        monkeypatch.delitem(GEMM_VARIANTS, name)
-    yield GEMM_VARIANTS
+def gemm_variants() -> Iterator[dict[str, Variant]]:
+    """Gemm's variants, replaced by the test's own (restored after, in their order: the
+    first is the default)."""
+    saved = dict(GEMM_VARIANTS)
+    GEMM_VARIANTS.clear()
+    try:
+        yield GEMM_VARIANTS
+    finally:
+        GEMM_VARIANTS.clear()
+        GEMM_VARIANTS.update(saved)
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +112,7 @@ def test_cycling_picks_the_faster_variant_and_discards_each_first_call(
     gemm_variants["fast"] = fake(lambda attrs, i: 100.0 if i == 1 else 1.0)
     prog, feed = dense()
     assert [i.variants for i in prog.instrs] == [("slow", "fast")]
-    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=2, cache=False))
+    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=2, rounds=1, cache=False))
     vm.feed(feed)
     assert tune(vm, False) == 4  # slow twice, then fast twice
     assert vm.autotune.choices() == {0: "fast"}  # type: ignore[union-attr]
@@ -115,14 +120,45 @@ def test_cycling_picks_the_faster_variant_and_discards_each_first_call(
     assert row["ms"] == {"slow": 3000.0, "fast": 1000.0}
 
 
+def test_each_option_is_measured_by_its_best_round(gemm_variants: dict[str, Variant]) -> None:
+    """A burst of load during a's first round (its calls 1-3) would make b win in one
+    round; a's second round shows its own speed."""
+    gemm_variants["a"] = fake(lambda attrs, i: 50.0 if i <= 3 else 1.0)
+    gemm_variants["b"] = fake(lambda attrs, i: 2.0)
+    prog, feed = dense()
+    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=3, rounds=2, prune=100.0, cache=False))
+    vm.feed(feed)
+    seen = []
+    while True:
+        seen.append(vm.autotune.choices()[0])  # type: ignore[union-attr]
+        vm.forward("f")
+        if not vm.autotune.tuning:  # type: ignore[union-attr]
+            break
+    assert seen == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+    assert vm.autotune.choices() == {0: "a"}  # type: ignore[union-attr]
+    assert vm.autotune.report()[0]["ms"] == {"a": 1000.0, "b": 2000.0}  # type: ignore[union-attr]
+
+
+def test_a_pinned_static_choice_does_not_tune(gemm_variants: dict[str, Variant]) -> None:
+    gemm_variants["a"] = fake(lambda attrs, i: 2.0)
+    gemm_variants["b"] = fake(lambda attrs, i: 1.0)
+    prog, _ = dense(train=True)
+    for pin, want in (("a", "a"), ("absent", "a"), ("b", "b")):
+        vm = VM(prog, tune=Tuner(cache=False, pin={"dense layout": pin}))
+        assert vm.autotune.frozen and not vm.autotune.tuning  # type: ignore[union-attr]
+        assert set(vm.autotune.choices().values()) == {want}  # type: ignore[union-attr]
+        assert not any(isinstance(f, Probe) for f in bound_steps(vm))
+
+
 def test_an_option_far_slower_than_the_best_is_cut_early(
         gemm_variants: dict[str, Variant]) -> None:
     gemm_variants["fast"] = fake(lambda attrs, i: 1.0)
     gemm_variants["slow"] = fake(lambda attrs, i: 10.0)
     prog, feed = dense()
-    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=5, prune=2.0, cache=False))
+    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=5, rounds=3, prune=2.0, cache=False))
     vm.feed(feed)
-    assert tune(vm, False) == 5 + 2  # slow is cut after its warm-up and one timed call
+    # slow is cut after its warm-up and one timed call, and not tried in later rounds
+    assert tune(vm, False) == 5 + 2 + 5 + 5
     assert vm.autotune.choices() == {0: "fast"}  # type: ignore[union-attr]
 
 
@@ -158,7 +194,7 @@ def test_a_nested_choice_is_made_first_then_measures_its_parent(
         "x": fake(lambda attrs, i: 3.0), "y": fake(lambda attrs, i: 2.0)})
     prog, feed = dense()
     assert prog.instrs[0].variants == ("plain", "tiled/x", "tiled/y")
-    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=2))
+    vm = VM(prog, tune=Tuner(clock=CLOCK, calls=2, rounds=1))
     vm.feed(feed)
     seen = []
     for _ in range(6):
