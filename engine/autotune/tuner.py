@@ -43,7 +43,7 @@ from engine.autotune.keys import decision_key, problem, problem_text
 from engine.ops._base import VARIANT_SEP, Step
 
 Clock = Callable[[], float]
-CALLS = 3  # calls per option and round: a warm-up and two timed
+CALLS = 4  # calls per option and round: a warm-up and three (a median robust to one outlier)
 ROUNDS = 2  # times over the options: each option's measure is its best round's
 PRUNE = 2.0  # an option this many times slower than the best so far is cut early
 
