@@ -116,12 +116,15 @@ def test_every_op_with_variants_has_a_case() -> None:
     assert not missing, f"add a case for {missing} to CASES"
 
 
-def _run(case: Case, name: str) -> tuple[dict[str, np.ndarray], VM]:
+def run_case(case: Case, name: str, device: str = "cpu") -> tuple[dict[str, np.ndarray], VM]:
+    """The case's values and gradients after one forward and backward under variant
+    ``name``, and its VM."""
     g, feed, names = case(name)
     batch = len(next(iter(feed.values())))
     feed = {**feed, "y": np.arange(batch) % 3}
     values = [n for n in names if g.variables[n].kind is Kind.GENERIC]
-    prog = compile_graph(g, batch_size=batch, optimizer=SGD(lr=0.1), keep=values)
+    prog = compile_graph(g, batch_size=batch, optimizer=SGD(lr=0.1), keep=values,
+                         device=device)
     vm = VM(prog)
     assert vm.allocated_bytes == prog.total_bytes
     vm.feed(feed)
@@ -133,13 +136,13 @@ def _run(case: Case, name: str) -> tuple[dict[str, np.ndarray], VM]:
     return out, vm
 
 
-def _leaves(op: str) -> list[str]:
+def leaves(op: str) -> list[str]:
     return variant_leaves(get_op(op).variants)
 
 
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_every_variant_gives_the_same_values_and_gradients(op: str) -> None:
-    results = {name: _run(CASES[op], name)[0] for name in _leaves(op)}
+    results = {name: run_case(CASES[op], name)[0] for name in leaves(op)}
     ref_name, ref = next(iter(results.items()))
     for name, got in results.items():
         for key, value in ref.items():
@@ -147,9 +150,9 @@ def test_every_variant_gives_the_same_values_and_gradients(op: str) -> None:
                                        err_msg=f"{op} {name} vs {ref_name}: {key}")
 
 
-@pytest.mark.parametrize("op, name", [(op, name) for op in sorted(CASES) for name in _leaves(op)])
+@pytest.mark.parametrize("op, name", [(op, name) for op in sorted(CASES) for name in leaves(op)])
 def test_a_training_step_under_each_variant_allocates_nothing(op: str, name: str) -> None:
-    _, vm = _run(CASES[op], name)
+    _, vm = run_case(CASES[op], name)
     retained, peak = step_allocations(lambda: vm.train_step("train"), warmup=5, runs=20)
     assert retained < 4096 and peak <= 3 * 8192 * 4 + 4096, (retained, peak)
 
