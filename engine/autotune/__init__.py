@@ -1,5 +1,5 @@
-"""BestOf, the online kernel selector (Barrachina et al., "BestOf: an online
-implementation selector for the training and inference of deep neural networks").
+"""BestOf, the online kernel selector (the auto-tuner PyDTNN integrates: alternatives
+cycled during real execution, grouped and nested selections).
 
 The op table registers kernel variants (:class:`~engine.ops._base.Variant`); the
 compiler, with ``autotune=True`` (or ``ENGINE_AUTOTUNE=1``), marks each instruction

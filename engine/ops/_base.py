@@ -18,8 +18,10 @@ An op declares
 - ``onnx``: its ONNX form (:class:`~engine.ops._onnx.OnnxForm`: the operator, export
   and import converters), or :class:`~engine.ops._onnx.EngineInternal` with the reason;
 - ``variants``: named kernel variants (:class:`Variant`), chosen by the ``algorithm``
-  attribute (the first registered is the default); the op's own ``kernel`` and
-  ``workspace`` then dispatch to the chosen one (:func:`pick_variant`);
+  attribute (the first registered is the default; a variant may hold inner variants,
+  named by path: ``"im2col/tn"``); the op's own ``kernel`` and ``workspace`` then
+  dispatch to the chosen one (:func:`pick_variant`).  An auto-tuner chooses among those
+  that apply (:func:`applicable_variants`, :mod:`engine.autotune`);
 - ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
   :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 

@@ -296,12 +296,18 @@ def _avg_pool(k: KernelArgs) -> Step:
 # -- window copies: each kernel position's view copied into the workspace, one reduction ----
 
 
-def _copies_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+def _max_copies_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                   device: str) -> int:
     x, item = ins[0].shape, ins[0].dtype.itemsize
     geo = pool_geometry(x, attrs)
     windows = len(_positions(geo)) * math.prod((*x[:2], *geo["out"]))
-    return (_padded_bytes(x, geo, item) + align_up(windows * item)
-            + _nbytes(geo["out"], item))  # + the count table
+    return _padded_bytes(x, geo, item) + align_up(windows * item)
+
+
+def _avg_copies_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                   device: str) -> int:  # and the count table
+    geo = pool_geometry(ins[0].shape, attrs)
+    return _max_copies_ws(ins, outs, attrs, device) + _nbytes(geo["out"], ins[0].dtype.itemsize)
 
 
 def _windows(k: KernelArgs, geo: dict[str, Any], fill: float
@@ -362,14 +368,14 @@ def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
 MAX_POOL_VARIANTS: dict[str, Variant] = {
     "views": Variant(applies=_always, workspace=_pool_ws, kernel=_max_pool,
                      doc="one strided view per kernel position, folded with maximum"),
-    "copies": Variant(applies=_no_indices, workspace=_copies_ws, kernel=_max_pool_copies,
+    "copies": Variant(applies=_no_indices, workspace=_max_copies_ws, kernel=_max_pool_copies,
                       doc="the windows copied into the workspace, one max over them (no "
                           "Indices output)"),
 }
 AVG_POOL_VARIANTS: dict[str, Variant] = {
     "views": Variant(applies=_always, workspace=_pool_ws, kernel=_avg_pool,
                      doc="one strided view per kernel position, summed"),
-    "copies": Variant(applies=_always, workspace=_copies_ws, kernel=_avg_pool_copies,
+    "copies": Variant(applies=_always, workspace=_avg_copies_ws, kernel=_avg_pool_copies,
                       doc="the windows copied into the workspace, one sum over them"),
 }
 
