@@ -11,7 +11,7 @@ Reported per model: the median step time (ms) of each static choice and of the t
 VM once frozen (``--repeats`` samples, taken round-robin over the VMs so that they share
 the machine's load, each the mean of ``--steps`` steps); the ratio of tuned to the best
 static choice, from a second measurement of the tuned VM and the three best static
-choices with twice the samples (the least of many noisy medians is biased low); the
+choices with three times the samples (the least of many noisy medians is biased low); the
 same in CPU time (``cpu_ms``: on a shared machine wall time includes waiting for a core,
 CPU time does not); the steps and seconds until frozen from a cold cache
 (``overhead_s``: that time less as many steps at the tuned speed); whether a second VM
@@ -31,6 +31,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -137,11 +138,16 @@ def label(pin: dict[str, str]) -> str:
 def interleaved(vms: dict[str, VM], m: Model, repeats: int, steps: int
                 ) -> tuple[dict[str, float], dict[str, float]]:
     """Median ms per step of each VM, wall and CPU time, over ``repeats`` samples of
-    ``steps`` steps taken round-robin."""
+    ``steps`` steps taken round-robin (in a new order each round, so that no VM always
+    follows the same one)."""
     wall: dict[str, list[float]] = {k: [] for k in vms}
     cpu: dict[str, list[float]] = {k: [] for k in vms}
+    order = list(vms)
+    rng = random.Random(0)
     for _ in range(repeats):
-        for k, vm in vms.items():
+        rng.shuffle(order)
+        for k in order:
+            vm = vms[k]
             t, c = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 run_step(vm, m)
@@ -173,10 +179,10 @@ def measure(m: Model, repeats: int, steps: int, cache_dir: Path) -> dict[str, An
     wall, cpu = interleaved(vms, m, repeats, steps)
     static = {k: round(v, 3) for k, v in wall.items() if k != "tuned"}
     # The least of 8-32 noisy medians is biased low (the winner's curse): the three best
-    # static choices and the tuned VM are measured again, with twice the samples, and
+    # static choices and the tuned VM are measured again, with three times the samples, and
     # the ratios come from that second, independent measurement.
     top = sorted(static, key=static.__getitem__)[:3]
-    wall2, cpu2 = interleaved({k: vms[k] for k in ("tuned", *top)}, m, 2 * repeats, steps)
+    wall2, cpu2 = interleaved({k: vms[k] for k in ("tuned", *top)}, m, 3 * repeats, steps)
     best = min(top, key=wall2.__getitem__)
     cpu_best = min(top, key=cpu2.__getitem__)
     winners = Counter((r["kind"], r["choice"]) for r in tuned.autotune.report())
@@ -204,7 +210,7 @@ def measure(m: Model, repeats: int, steps: int, cache_dir: Path) -> dict[str, An
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--repeats", type=int, default=7, help="samples per VM (median)")
+    ap.add_argument("--repeats", type=int, default=9, help="samples per VM (median)")
     ap.add_argument("--steps", type=int, default=0,
                     help="steps per sample (default: 10 for training, 2 for inference)")
     ap.add_argument("--only", nargs="*", help="model names to run")
