@@ -9,13 +9,13 @@ only the kernels bound differ.
 
 Reported per model: the median step time (ms) of each static choice and of the tuned
 VM once frozen (``--repeats`` samples, taken round-robin over the VMs so that they share
-the machine's load, each the mean of ``--steps`` steps); the ratio of tuned to the best
-static choice, from a second measurement of the tuned VM and the three best static
-choices with three times the samples (the least of many noisy medians is biased low); the
-same in CPU time (``cpu_ms``: on a shared machine wall time includes waiting for a core,
-CPU time does not); the steps and seconds until frozen from a cold cache
-(``overhead_s``: that time less as many steps at the tuned speed); whether a second VM
-started frozen from the persisted decisions; and the winners.
+the machine's load, each the mean of as many steps as take about 50 ms); the ratio of
+tuned to the best static choice, from a second measurement of the tuned VM and the
+three best static choices with three times the samples (the least of many noisy
+medians is biased low); the same in CPU time (``cpu_ms``: on a shared machine wall time
+includes waiting for a core, CPU time does not); the steps and seconds until frozen
+from a cold cache (``overhead_s``: that time less as many steps at the tuned speed);
+whether a second VM started frozen from the persisted decisions; and the winners.
 
 Models: the MNIST CNN, the paper MLP and a stack of 8 paper MLPs (training steps, batch
 64), and three of the onnx package's light models (inference steps at batch 1, as
@@ -176,6 +176,11 @@ def measure(m: Model, repeats: int, steps: int, cache_dir: Path) -> dict[str, An
     vms = {"tuned": tuned, **{label(p): make_vm(m, Tuner(cache=None, pin=p)) for p in pins}}
     for vm in vms.values():  # warm up: bindings, caches
         run_step(vm, m)
+    if not steps:  # samples of about 50 ms: one preemption is not a whole sample
+        t = time.perf_counter()
+        for _ in range(3):
+            run_step(tuned, m)
+        steps = max(2, round(0.05 / ((time.perf_counter() - t) / 3)))
     wall, cpu = interleaved(vms, m, repeats, steps)
     static = {k: round(v, 3) for k, v in wall.items() if k != "tuned"}
     # The least of 8-32 noisy medians is biased low (the winner's curse): the three best
@@ -188,6 +193,7 @@ def measure(m: Model, repeats: int, steps: int, cache_dir: Path) -> dict[str, An
     winners = Counter((r["kind"], r["choice"]) for r in tuned.autotune.report())
     return {
         "model": m.name, "step": m.step, "batch": m.program.batch_size,
+        "steps_per_sample": steps,
         "tunable_instructions": len(m.program.tunable),
         "decisions": len(tuned.autotune.decisions),
         "static_ms": static, "static_cpu_ms": {k: round(v, 3) for k, v in cpu.items()
@@ -212,7 +218,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--repeats", type=int, default=9, help="samples per VM (median)")
     ap.add_argument("--steps", type=int, default=0,
-                    help="steps per sample (default: 10 for training, 2 for inference)")
+                    help="steps per sample (default: as many as take about 50 ms)")
     ap.add_argument("--only", nargs="*", help="model names to run")
     ap.add_argument("--onnx", nargs="*", default=list(ONNX_MODELS),
                     help="light models of the onnx package")
@@ -225,8 +231,7 @@ def main() -> None:
             if args.only and name not in args.only:
                 continue
             m = make()
-            steps = args.steps or (10 if m.step == "train" else 2)
-            rows.append(measure(m, args.repeats, steps, Path(tmp)))
+            rows.append(measure(m, args.repeats, args.steps, Path(tmp)))
             if not args.json:
                 print(json.dumps(rows[-1], indent=1), flush=True)
     out = {"models": rows, "repeats": args.repeats,
