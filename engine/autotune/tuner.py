@@ -44,7 +44,7 @@ from engine.ops._base import VARIANT_SEP, Step
 
 Clock = Callable[[], float]
 CALLS = 4  # calls per option and round: a warm-up and three (a median robust to one outlier)
-ROUNDS = 2  # times over the options: each option's measure is its best round's
+ROUNDS = 3  # times over the options: each option's measure is its best round's
 PRUNE = 2.0  # an option this many times slower than the best so far is cut early
 
 

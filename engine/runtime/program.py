@@ -147,12 +147,12 @@ class Program:
                         f"{st['lower_bound']:>14,} {ratio:>14.3f}")
         return "\n".join(rows)
 
-    # -- serialisation ---------------------------------------------------------------
     @property
     def tunable(self) -> tuple[int, ...]:
         """Indices of the instructions an auto-tuner may choose variants for."""
         return tuple(k for k, i in enumerate(self.instrs) if i.variants)
 
+    # -- serialisation ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["optimizer"] = self.optimizer.to_dict() if self.optimizer else None

@@ -273,7 +273,7 @@ def test_memory_stays_exact_with_tuning_on() -> None:
     rng = np.random.default_rng(0)
     vm.set("x", rng.random((8, 784), dtype=np.float32))
     vm.set("y", rng.integers(0, 10, 8))
-    for _ in range(30):
+    for _ in range(60):
         vm.train_step("train")
     assert not vm.autotune.tuning  # type: ignore[union-attr]
     assert vm.allocated_bytes == prog.total_bytes
