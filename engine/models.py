@@ -150,12 +150,12 @@ def branching_graph(nodes: int = 10_000, width: int = 32, pool: int = 8,
     return g
 
 
-def mnist_cnn(channels: tuple[int, int] = (8, 16), algorithm: str = "im2col") -> CalcGraph:
+def mnist_cnn(channels: tuple[int, int] = (8, 16), algorithm: str | None = None) -> CalcGraph:
     """A small convolutional network for 28x28 digits fed as rows of 784: two blocks of
     3x3 convolution (padding 1, computed by ``algorithm``: see
-    :mod:`engine.ops.conv_algorithms`), Relu and 2x2 max pooling, then a linear
-    classifier.  Paths ``train`` (loss) and ``eval`` (``eval_logits``, ``accuracy``),
-    sharing weights.
+    :mod:`engine.ops.conv_algorithms`; None leaves Conv's default, im2col, which an
+    auto-tuner may replace), Relu and 2x2 max pooling, then a linear classifier.  Paths
+    ``train`` (loss) and ``eval`` (``eval_logits``, ``accuracy``), sharing weights.
 
     >>> [p.name for p in mnist_cnn().paths]
     ['train', 'eval']
@@ -174,8 +174,9 @@ def mnist_cnn(channels: tuple[int, int] = (8, 16), algorithm: str = "im2col") ->
         p = g.path(name, mode)
         h = p.Reshape(x, shape=(0, 1, 28, 28))
         for w, b in ((w1, b1), (w2, b2)):
-            h = p.MaxPool(p.Relu(p.Conv(h, w, b, pads=(1, 1, 1, 1), algorithm=algorithm)),
-                          kernel_shape=(2, 2), strides=(2, 2))
+            conv = p.Conv(h, w, b, pads=(1, 1, 1, 1),
+                          **({"algorithm": algorithm} if algorithm else {}))
+            h = p.MaxPool(p.Relu(conv), kernel_shape=(2, 2), strides=(2, 2))
         logits = p.Gemm(p.Flatten(h), w3, b3,
                         outputs=["logits" if name == "train" else "eval_logits"])
         if name == "train":

@@ -38,6 +38,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from engine.autotune import autotune_enabled
 from engine.compile.autodiff import differentiate
 from engine.compile.passes.ir import IR, IRNode
 from engine.compile.passes.liveness import analyze
@@ -46,6 +47,7 @@ from engine.compile.passes.pipeline import PassList, run_passes
 from engine.compile.passes.shapes import infer_shapes, typecheck
 from engine.compile.passes.validate import validate
 from engine.compile.planner import MemoryPlan, plan_memory
+from engine.compile.tunable import pin_groups
 from engine.errors import BudgetError, CompileError
 from engine.graph import CalcGraph, Device, DType
 from engine.runtime.optim import Optimizer
@@ -74,16 +76,17 @@ def lower(graph: CalcGraph, optimizer: Optimizer | None = None, debug: bool = Fa
     ir = differentiate(ir)
     if debug:
         typecheck(ir, "differentiate")
-    return ir
+    return pin_groups(ir)
 
 
 def size(graph: CalcGraph, batch_size: int, optimizer: Optimizer | None = None,
          device: Device | str | None = None, passes: PassList = None, keep: Keep = None,
-         sharing: str = "auto") -> dict[str, int]:
+         sharing: str = "auto", autotune: bool | None = None) -> dict[str, int]:
     """Exact bytes per zone for ``batch_size``, without emitting a program."""
     ir = lower(graph, optimizer, passes=passes, keep=keep)
     dev = Device(device or graph.device).value
-    return plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing).zone_bytes
+    return plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing,
+                       autotune=autotune_enabled(autotune)).zone_bytes
 
 
 def max_batch(sizing: Callable[[int], int], memory: int, what: str = "the program") -> int:
@@ -120,6 +123,7 @@ def compile_graph(
     passes: PassList = None,
     keep: Keep = None,
     sharing: str = "auto",
+    autotune: bool | None = None,
 ) -> Program:
     """Compile ``graph`` for a batch size, or for the largest batch that fits ``memory``.
 
@@ -129,13 +133,16 @@ def compile_graph(
     every one).  ``sharing``: how buffers with disjoint lifetimes share memory
     (``"auto"``, ``"best_fit"``, ``"greedy_by_size"``, or ``"none"``: no sharing and no
     in-place; see :mod:`engine.compile.packing`).
-    ``debug``: verify the IR after every pass.
+    ``debug``: verify the IR after every pass.  ``autotune``: mark the instructions a
+    kernel auto-tuner may choose variants for, their workspace sized for every candidate
+    (:mod:`engine.autotune`; default: the ``ENGINE_AUTOTUNE`` environment variable, off
+    when unset).
     """
     if (batch_size is None) == (memory is None):
         raise CompileError("give exactly one of batch_size= and memory=")
     with _no_gc():
         return _compile(graph, batch_size, memory, optimizer, device, debug, passes, keep,
-                        sharing)
+                        sharing, autotune_enabled(autotune))
 
 
 @contextmanager
@@ -154,16 +161,18 @@ def _no_gc() -> Iterator[None]:
 
 def _compile(graph: CalcGraph, batch_size: int | None, memory: int | None,
              optimizer: Optimizer | None, device: Device | str | None, debug: bool,
-             passes: PassList, keep: Keep, sharing: str) -> Program:
+             passes: PassList, keep: Keep, sharing: str, autotune: bool) -> Program:
     dev = Device(device or graph.device).value
     ir = lower(graph, optimizer, debug, passes, keep)
     lifetimes = analyze(ir, inplace=sharing != "none")
     if memory is not None:
         batch_size = max_batch(
-            lambda b: plan_memory(ir, b, optimizer, dev, sharing, lifetimes).total_bytes,
+            lambda b: plan_memory(ir, b, optimizer, dev, sharing, lifetimes,
+                                  autotune).total_bytes,
             int(memory), f"graph {graph.name!r}",
         )
-    plan = plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing, lifetimes)
+    plan = plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing, lifetimes,
+                       autotune)
     if dev == "cpu":
         check_fits_machine(plan.total_bytes, f"graph {graph.name!r} at batch {batch_size}")
     return emit(ir, plan, optimizer, dev)
@@ -209,9 +218,12 @@ def emit(ir: IR, plan: MemoryPlan, optimizer: Optimizer | None, device: str) -> 
 
     def put(node: IRNode) -> int:
         sink = pindex[node.param_sink] if node.param_sink is not None else None
+        tun = plan.tunables.get(id(node))
         instrs.append(Instr(node.op, tuple(index[x] for x in node.inputs),
                             tuple(index[x] for x in node.outputs), dict(node.attrs),
-                            plan.workspace[id(node)], sink))
+                            plan.workspace[id(node)], sink,
+                            variants=tun.candidates if tun else (),
+                            group=tun.group if tun else ""))
         return len(instrs) - 1
 
     forward, backward = [], []

@@ -9,7 +9,8 @@ The layout fixes what the optimizer and model switching rely on: trainable
 parameters first and contiguous in the forward zone, then the other parameters (so
 a model's parameters are one prefix of the zone), their gradients at the same offsets
 in the gradient zone, and each optimizer state slot a copy of that region in the optimizer zone.
-Workspace is one region shared by all instructions, sized by the largest need.
+Workspace is one region shared by all instructions, sized by the largest need (a
+tunable instruction's need is the largest of its candidate variants').
 
 Every plan also reports, per zone, the bytes without sharing, the bytes planned and
 the lower bound (the most bytes live at any one instruction).
@@ -17,16 +18,17 @@ the lower bound (the most bytes live at any one instruction).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.alignment import align_up
 from engine.compile.packing import STRATEGIES, lower_bound
 from engine.compile.passes.ir import IR, IRNode
 from engine.compile.passes.liveness import Lifetimes, analyze
+from engine.compile.tunable import Tunable, find_tunables
 from engine.errors import CompileError
 from engine.graph import TensorDesc
 from engine.ops import get_op
-from engine.ops._base import no_workspace
+from engine.ops._base import no_workspace, variant_named
 from engine.runtime.optim import Optimizer
 from engine.runtime.zones import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
 
@@ -51,6 +53,7 @@ class MemoryPlan:
     workspace: dict[int, int]  # id(node) -> workspace bytes of its op at this batch
     stats: dict[str, ZoneStats]
     shared: frozenset[str]  # buffers whose memory other buffers reuse at other times
+    tunables: dict[int, Tunable] = field(default_factory=dict)  # id(node) -> candidates
 
     @property
     def total_bytes(self) -> int:
@@ -61,12 +64,20 @@ def buffer_bytes(desc: TensorDesc, batch: int) -> int:
     return align_up(desc.nbytes(batch))
 
 
-def node_workspace(ir: IR, node: IRNode, batch: int, device: str) -> int:
+def node_workspace(ir: IR, node: IRNode, batch: int, device: str,
+                   candidates: tuple[str, ...] = ()) -> int:
     """Workspace bytes of one execution of ``node`` at ``batch`` (aligned), including,
-    for a parameter-gradient sink, the scratch that accumulation writes first."""
+    for a parameter-gradient sink, the scratch that accumulation writes first.  A
+    tunable node (``candidates``: the variants a tuner may run) needs the largest of
+    theirs."""
     op = get_op(node.op)
     need = 0
-    if op.workspace is not no_workspace:
+    if candidates:
+        ins = [ir.descs[x].at_batch(batch) for x in node.inputs]
+        outs = [ir.descs[x].at_batch(batch) for x in node.outputs]
+        need = max(align_up(variant_named(node.op, op.variants, c).workspace(
+            ins, outs, node.attrs, device)) for c in candidates)
+    elif op.workspace is not no_workspace:
         ins = [ir.descs[x].at_batch(batch) for x in node.inputs]
         outs = [ir.descs[x].at_batch(batch) for x in node.outputs]
         need = align_up(op.workspace(ins, outs, node.attrs, device))
@@ -76,10 +87,12 @@ def node_workspace(ir: IR, node: IRNode, batch: int, device: str) -> int:
 
 
 def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
-                sharing: str = "auto", lifetimes: Lifetimes | None = None) -> MemoryPlan:
+                sharing: str = "auto", lifetimes: Lifetimes | None = None,
+                autotune: bool = False) -> MemoryPlan:
     """Offsets and zone sizes at ``batch``.  ``lifetimes`` (from
     :func:`~engine.compile.passes.liveness.analyze`) do not depend on the batch: pass them
-    when planning the same IR at many batch sizes."""
+    when planning the same IR at many batch sizes.  ``autotune``: size every tunable
+    instruction's workspace for all its candidates (:mod:`engine.compile.tunable`)."""
     if sharing not in SHARING:
         raise CompileError(f"unknown sharing strategy {sharing!r}; choose one of "
                            f"{', '.join(SHARING)}")
@@ -119,10 +132,13 @@ def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
     state_offsets = tuple(i * region for i in range(slots))
     used[OPTIMIZER] = slots * region
 
+    tunables = find_tunables(ir, batch, device) if autotune else {}
     workspace: dict[int, int] = {}
     ws = 0
     for node in ir.nodes():
-        workspace[id(node)] = node_workspace(ir, node, batch, device)
+        tun = tunables.get(id(node))
+        workspace[id(node)] = node_workspace(ir, node, batch, device,
+                                             tun.candidates if tun else ())
         ws = max(ws, workspace[id(node)])
     if optimizer is not None and region:
         ws = max(ws, region)  # the update's scratch: one copy of the parameter region
@@ -137,4 +153,4 @@ def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
     stats = {z: stats[z] for z in ZONES}
     shared = frozenset() if sharing == "none" else frozenset(lt.start)
     return MemoryPlan(batch, dict(used), offsets, region, state_offsets, workspace, stats,
-                      shared)
+                      shared, tunables)

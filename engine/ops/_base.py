@@ -18,8 +18,10 @@ An op declares
 - ``onnx``: its ONNX form (:class:`~engine.ops._onnx.OnnxForm`: the operator, export
   and import converters), or :class:`~engine.ops._onnx.EngineInternal` with the reason;
 - ``variants``: named kernel variants (:class:`Variant`), chosen by the ``algorithm``
-  attribute (the first registered is the default); the op's own ``kernel`` and
-  ``workspace`` then dispatch to the chosen one (:func:`pick_variant`);
+  attribute (the first registered is the default; a variant may hold inner variants,
+  named by path: ``"im2col/tn"``); the op's own ``kernel`` and ``workspace`` then
+  dispatch to the chosen one (:func:`pick_variant`).  An auto-tuner chooses among those
+  that apply (:func:`applicable_variants`, :mod:`engine.autotune`);
 - ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
   :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
 
@@ -128,25 +130,85 @@ class NodeView:
 @dataclass(frozen=True, kw_only=True)
 class Variant:
     """One registered way to compute an op: where it applies, its exact scratch and its
-    kernel factory (ONNX's versioned kernels, tinygrad's searched ones)."""
+    kernel factory (ONNX's versioned kernels, tinygrad's searched ones).
+
+    ``inner``: the variant's own inner choice (BestOf's nested selection), named
+    variants each a complete way to compute the op this way (im2col's GEMM layout);
+    the variant's own ``kernel`` and ``workspace`` are then those of the first.  Their
+    names are paths: ``"im2col/tn"``.  ``group``: a layout that the other instructions
+    of the same parameter (the forward product, its gradient products) share: an
+    auto-tuner chooses it for all of them together, and a user's fixed choice on the
+    forward op carries over to them (see :mod:`engine.autotune`)."""
 
     applies: Callable[[list[TensorDesc], list[TensorDesc], dict[str, Any]], bool]
     workspace: WorkspaceRule
     kernel: KernelFactory
     doc: str = ""  # what it does, and where it applies
+    inner: dict[str, Variant] = field(default_factory=dict, hash=False)
+    group: str = ""
 
 
 VARIANT_ATTR = "algorithm"  # the attribute that names an op's variant
+VARIANT_SEP = "/"  # "im2col/tn": the inner variant tn of im2col
 
 
 def pick_variant(op: str, variants: dict[str, Variant], attrs: dict[str, Any]) -> Variant:
-    """The variant ``attrs`` name (the first registered by default); an unknown name is
-    an error listing the available ones."""
-    name = attrs.get(VARIANT_ATTR) or next(iter(variants))
-    try:
-        return variants[name]
-    except KeyError:
-        raise ShapeError(f"{op} algorithm {name!r} is not one of {', '.join(variants)}") from None
+    """The variant ``attrs`` name (the first registered by default; a path such as
+    ``"im2col/tn"`` names an inner variant); an unknown name is an error listing the
+    available ones."""
+    return variant_named(op, variants, attrs.get(VARIANT_ATTR) or next(iter(variants)))
+
+
+def variant_named(op: str, variants: dict[str, Variant], name: str) -> Variant:
+    """The variant at path ``name`` (``"im2col"``, ``"im2col/tn"``)."""
+    found: Variant | None = None
+    level = variants
+    for part in name.split(VARIANT_SEP):
+        found = level.get(part)
+        if found is None:
+            raise ShapeError(f"{op} algorithm {name!r} is not one of "
+                             f"{', '.join(variant_leaves(variants, top=True))}") from None
+        level = found.inner
+    assert found is not None
+    return found
+
+
+def variant_leaves(variants: dict[str, Variant], top: bool = False) -> list[str]:
+    """Every variant path that names a complete choice (inner variants expanded), in
+    registration order; ``top``: the top-level names only."""
+    if top:
+        return list(variants)
+    out: list[str] = []
+    for name, v in variants.items():
+        if v.inner:
+            out.extend(f"{name}{VARIANT_SEP}{leaf}" for leaf in variant_leaves(v.inner))
+        else:
+            out.append(name)
+    return out
+
+
+def applicable_variants(op: OpDef, ins: list[TensorDesc], outs: list[TensorDesc],
+                        attrs: dict[str, Any], fixed: str | None = None) -> tuple[str, ...]:
+    """The variant paths of ``op`` that apply at these shapes, in registration order:
+    all of them, or those under ``fixed`` (a user's ``algorithm``: a top-level name
+    leaves its inner choice open, a full path leaves nothing).  An auto-tuner's
+    candidates."""
+    names = variant_leaves(op.variants)
+    if fixed:
+        names = [n for n in names if n == fixed or n.startswith(fixed + VARIANT_SEP)]
+    out = []
+    for n in names:
+        path = n.split(VARIANT_SEP)
+        level, ok = op.variants, True
+        for part in path:  # a nested variant applies where it and its parents apply
+            v = level[part]
+            if not v.applies(ins, outs, attrs):
+                ok = False
+                break
+            level = v.inner
+        if ok:
+            out.append(n)
+    return tuple(out)
 
 
 def no_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:

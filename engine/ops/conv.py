@@ -200,6 +200,37 @@ def _im2col_conv(k: KernelArgs) -> Step:
     return step
 
 
+def _im2col_tn(k: KernelArgs) -> Step:
+    """im2col with the GEMM the other way round: ``W_g [M/g, C/g·kH·kW] @ columns_g``
+    into a product ``[M, N·oH·oW]``, whose copy into ``Y`` moves whole rows of
+    ``oH·oW`` (the ``nt`` product is copied one element of M at a time); the bias is
+    added to ``Y``."""
+    xp, x, w = k.xp, k.ins[0], k.ins[1]
+    b = k.ins[2] if len(k.ins) == 3 else None
+    y = k.outs[0]
+    geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
+    g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
+    n = x.shape[0]
+    fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
+    prod = k.scratch(at, (m, n * oh * ow), x.dtype)
+    wm = w.reshape(m, -1)
+    mg, ckk = m // g, wm.shape[1]
+    gemms = [(wm[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk],
+              prod[i * mg:(i + 1) * mg]) for i in range(g)]
+    prod_nchw = prod.reshape(m, n, oh, ow).transpose(1, 0, 2, 3)
+    bias = b.reshape(1, m, 1, 1) if b is not None else None
+
+    def step() -> None:
+        fill()
+        for a, c, out in gemms:
+            xp.matmul(a, c, out=out)
+        xp.copyto(y, prod_nchw)
+        if bias is not None:
+            xp.add(y, bias, out=y)
+
+    return step
+
+
 def _grad_weight_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     x, dy = ins[0].shape, ins[1].shape
     w = tuple(attrs["w_shape"])
@@ -338,9 +369,16 @@ def _import_1d(ctx: ImportContext, path: Any, node: Any, ins: list[str],
 
 # Conv's forward variants by name, im2col (the default) first; the others register
 # themselves from the modules of engine/ops/conv_variants/ (found when engine.ops loads).
+# im2col's own inner choice (a nested selection): the layout of its GEMM.
+IM2COL_GEMMS: dict[str, Variant] = {
+    "nt": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
+                  kernel=_im2col_conv, doc="columns^T @ W^T: the product [N·oH·oW, M]"),
+    "tn": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
+                  kernel=_im2col_tn, doc="W @ columns: the product [M, N·oH·oW]"),
+}
 VARIANTS: dict[str, Variant] = {
     "im2col": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
-                      kernel=_im2col_conv,
+                      kernel=_im2col_conv, inner=IM2COL_GEMMS,
                       doc="columns [C·kH·kW, N·oH·oW] in the workspace, one GEMM per group"),
 }
 

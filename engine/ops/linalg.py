@@ -2,13 +2,16 @@
 ``alpha * A' B' + beta * C``, our Linear layer) and the internal ``MatMulT``.
 
 Transposes are never materialised: kernels bind transposed *views* once, and BLAS
-reads them with its transpose flags.
+reads them with its transpose flags.  Gemm has two layouts (``algorithm``, variants of
+one group: a dense layer's forward and gradient products choose together): ``blas``, the
+product as written, and ``transposed``, ``Y^T = B'^T A'^T`` into the workspace.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine.alignment import align_up
 from engine.errors import GraphError, ShapeError
 from engine.graph import TensorDesc
 from engine.ops._base import (
@@ -19,8 +22,10 @@ from engine.ops._base import (
     OpDef,
     StackRule,
     Step,
+    Variant,
     broadcast_shapes,
     need_float,
+    pick_variant,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
@@ -107,7 +112,7 @@ def _gemm_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     return [TensorDesc(dt, y)]
 
 
-def _gemm(k: KernelArgs) -> Step:
+def _gemm_blas(k: KernelArgs) -> Step:
     xp = k.xp
     a = _t(xp, k.ins[0], k.attrs["transA"])
     b = _t(xp, k.ins[1], k.attrs["transB"])
@@ -136,8 +141,65 @@ def _gemm(k: KernelArgs) -> Step:
     return step
 
 
-def _gemm_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+def _blas_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     return ins[2].nbytes() if len(ins) == 3 and float(attrs["beta"]) != 1.0 else 0
+
+
+def _gemm_transposed(k: KernelArgs) -> Step:
+    """Y^T = B'^T A'^T into the workspace, then Y (scaled by alpha) through a transposed
+    view: BLAS sees the product with M and N swapped, and packs its operands the other
+    way round."""
+    xp = k.xp
+    a = _t(xp, k.ins[0], k.attrs["transA"])
+    b = _t(xp, k.ins[1], k.attrs["transB"])
+    y = k.outs[0]
+    alpha, beta = float(k.attrs["alpha"]), float(k.attrs["beta"])
+    yt = k.scratch(0, (y.shape[1], y.shape[0]), y.dtype)
+    at, bt, ytt = a.T, b.T, yt.T
+    c = k.ins[2] if len(k.ins) == 3 else None
+    cb = k.scratch(align_up(yt.nbytes), c.shape, c.dtype) if c is not None and beta != 1.0 \
+        else c
+
+    def step() -> None:
+        xp.matmul(bt, at, out=yt)
+        if alpha != 1.0:
+            xp.multiply(ytt, alpha, out=y)
+        else:
+            xp.copyto(y, ytt)
+        if c is not None:
+            if beta != 1.0:
+                xp.multiply(c, beta, out=cb)
+            xp.add(y, cb, out=y)
+
+    return step
+
+
+def _transposed_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                   device: str) -> int:
+    return align_up(outs[0].nbytes()) + _blas_ws(ins, outs, attrs, device)
+
+
+def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return True
+
+
+DENSE_LAYOUT = "dense layout"  # a dense layer's products choose their layout together
+
+GEMM_VARIANTS: dict[str, Variant] = {
+    "blas": Variant(applies=_always, workspace=_blas_ws, kernel=_gemm_blas, group=DENSE_LAYOUT,
+                    doc="Y = A' @ B': BLAS reads transposed operands through its flags"),
+    "transposed": Variant(applies=_always, workspace=_transposed_ws, kernel=_gemm_transposed,
+                          group=DENSE_LAYOUT,
+                          doc="Y^T = B'^T @ A'^T into the workspace, copied into Y"),
+}
+
+
+def _gemm(k: KernelArgs) -> Step:
+    return pick_variant("Gemm", GEMM_VARIANTS, k.attrs).kernel(k)
+
+
+def _gemm_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
+    return pick_variant("Gemm", GEMM_VARIANTS, attrs).workspace(ins, outs, attrs, device)
 
 
 def _g_gemm(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -179,6 +241,7 @@ OPS = [
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
     OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
           num_inputs=(2, 3), attrs=dict(GEMM_ATTRS), stacking=StackRule.DENSE,
-          onnx=OnnxForm(name="Gemm"),
+          variants=GEMM_VARIANTS,
+          onnx=OnnxForm(name="Gemm", engine_attrs=frozenset({"algorithm"})),
           doc="alpha * A' @ B' + beta * C: a fully connected layer (matmul + bias fused)"),
 ]

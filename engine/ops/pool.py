@@ -4,9 +4,11 @@ output), ``AveragePool`` and ``GlobalAveragePool`` (ONNX), with their gradients.
 A kernel position is one strided view of the (padded) input, of the output's shape, so
 a pooling is ``prod(kernel)`` elementwise ``maximum``/``add`` calls into the output,
 with no copy of the windows (copying them and reducing the last, tiny axis took five
-times as long).  The gradients scatter back through the same views of a padded ``dX``:
-max pooling only where that position held the window's first maximum, found by
-comparing with the output, so nothing more is kept from the forward.
+times as long).  That is the variant ``views``; ``copies`` (``algorithm="copies"``)
+copies each position's view into ``[positions, N, C, *out]`` in the workspace and
+reduces the leading axis in one call.  The gradients scatter back through the same
+views of a padded ``dX``: max pooling only where that position held the window's first
+maximum, found by comparing with the output, so nothing more is kept from the forward.
 
 Geometry follows ONNX: explicit ``pads`` or ``auto_pad``, ``dilations``, and
 ``ceil_mode``, where the last window may run past the padding (never starting in it);
@@ -45,8 +47,10 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
+    Variant,
     is_numpy,
     need_float,
+    pick_variant,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
@@ -289,6 +293,109 @@ def _avg_pool(k: KernelArgs) -> Step:
     return step
 
 
+# -- window copies: each kernel position's view copied into the workspace, one reduction ----
+
+
+def _max_copies_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                   device: str) -> int:
+    x, item = ins[0].shape, ins[0].dtype.itemsize
+    geo = pool_geometry(x, attrs)
+    windows = len(_positions(geo)) * math.prod((*x[:2], *geo["out"]))
+    return _padded_bytes(x, geo, item) + align_up(windows * item)
+
+
+def _avg_copies_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                   device: str) -> int:  # and the count table
+    geo = pool_geometry(ins[0].shape, attrs)
+    return _max_copies_ws(ins, outs, attrs, device) + _nbytes(geo["out"], ins[0].dtype.itemsize)
+
+
+def _windows(k: KernelArgs, geo: dict[str, Any], fill: float
+             ) -> tuple[Step, Any, int]:
+    """A step copying every kernel position's view into ``[positions, N, C, *out]`` in
+    the workspace (after the padded input); the windows; the offset after them."""
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    pad, buf, at = _padded(xp, x, k, geo, 0, fill)
+    views = _views(buf, geo)
+    win = k.scratch(at, (len(views), *y.shape), x.dtype)
+    at += align_up(win.nbytes)
+    pairs = list(zip(views, win, strict=True))
+
+    def copy() -> None:
+        if pad is not None:
+            pad()
+        for v, w in pairs:
+            xp.copyto(w, v)
+
+    return copy, win, at
+
+
+def _max_pool_copies(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    geo = pool_geometry(tuple(x.shape), k.attrs)
+    copy, win, _ = _windows(k, geo, _fill_value(x.dtype))
+
+    def step() -> None:
+        copy()
+        xp.max(win, axis=0, out=y)
+
+    return step
+
+
+def _avg_pool_copies(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    geo = pool_geometry(tuple(x.shape), k.attrs)
+    copy, win, at = _windows(k, geo, 0.0)
+    inv = _inverse_counts(geo, tuple(x.shape[2:]), bool(int(k.attrs["count_include_pad"])))
+    scale = _scale_step(xp, k, inv, at, y)
+
+    def step() -> None:
+        copy()
+        xp.sum(win, axis=0, out=y)
+        scale()
+
+    return step
+
+
+def _no_indices(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return len(outs) == 1
+
+
+def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return True
+
+
+MAX_POOL_VARIANTS: dict[str, Variant] = {
+    "views": Variant(applies=_always, workspace=_pool_ws, kernel=_max_pool,
+                     doc="one strided view per kernel position, folded with maximum"),
+    "copies": Variant(applies=_no_indices, workspace=_max_copies_ws, kernel=_max_pool_copies,
+                      doc="the windows copied into the workspace, one max over them (no "
+                          "Indices output)"),
+}
+AVG_POOL_VARIANTS: dict[str, Variant] = {
+    "views": Variant(applies=_always, workspace=_pool_ws, kernel=_avg_pool,
+                     doc="one strided view per kernel position, summed"),
+    "copies": Variant(applies=_always, workspace=_avg_copies_ws, kernel=_avg_pool_copies,
+                      doc="the windows copied into the workspace, one sum over them"),
+}
+
+
+def _dispatch(op: str, variants: dict[str, Variant]) -> tuple[Any, Any]:
+    """The op's kernel and workspace rule: those of the variant its attributes name."""
+    def kernel(k: KernelArgs) -> Step:
+        return pick_variant(op, variants, k.attrs).kernel(k)
+
+    def workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                  device: str) -> int:
+        return pick_variant(op, variants, attrs).workspace(ins, outs, attrs, device)
+
+    return kernel, workspace
+
+
+_MAX_KERNEL, _MAX_WS = _dispatch("MaxPool", MAX_POOL_VARIANTS)
+_AVG_KERNEL, _AVG_WS = _dispatch("AveragePool", AVG_POOL_VARIANTS)
+
+
 def _pool_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     x, dy = ins[0], ins[-1]
     if _pool_shape([x], attrs)[0].shape != dy.shape:
@@ -402,13 +509,16 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef(name="MaxPool", shape=_pool_shape, kernel=_max_pool, grad=_g_max_pool,
-          workspace=_pool_ws, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
-          stacking=NOT_STACKED, onnx=OnnxForm(name="MaxPool"),
+    OpDef(name="MaxPool", shape=_pool_shape, kernel=_MAX_KERNEL, grad=_g_max_pool,
+          workspace=_MAX_WS, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
+          variants=MAX_POOL_VARIANTS, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="MaxPool", engine_attrs=frozenset({"algorithm"})),
           doc="ONNX MaxPool over 1-3 spatial axes, with the optional Indices output"),
-    OpDef(name="AveragePool", shape=_avg_shape, kernel=_avg_pool, grad=_g_avg_pool,
-          workspace=_pool_ws, attrs=dict(POOL_ATTRS), stacking=NOT_STACKED,
-          onnx=OnnxForm(name="AveragePool"), doc="ONNX AveragePool over 1-3 spatial axes"),
+    OpDef(name="AveragePool", shape=_avg_shape, kernel=_AVG_KERNEL, grad=_g_avg_pool,
+          workspace=_AVG_WS, attrs=dict(POOL_ATTRS), stacking=NOT_STACKED,
+          variants=AVG_POOL_VARIANTS,
+          onnx=OnnxForm(name="AveragePool", engine_attrs=frozenset({"algorithm"})),
+          doc="ONNX AveragePool over 1-3 spatial axes"),
     OpDef(name="GlobalAveragePool", shape=_gap_shape, kernel=_gap, grad=_g_gap,
           stacking=NOT_STACKED, onnx=OnnxForm(name="GlobalAveragePool"),
           doc="ONNX GlobalAveragePool: the mean over every spatial axis"),

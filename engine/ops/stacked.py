@@ -9,9 +9,11 @@ batch stays the leading, generic dimension); a stacked parameter ``[K, ...]``.
 - ``StackedSoftmaxCrossEntropyLoss(scores [b, K, C], labels [b])``: one mean loss
   per model (``[K]``) and the log-probabilities.
 
-On numpy each model's product is one BLAS call on strided 2-D views (numpy's own
-broadcast ``matmul`` over a stack runs 1.5-2x slower than these calls here), written
-straight into the ``[b, K, out]`` layout: BLAS takes the row stride, nothing is copied.
+On numpy each model's product is one BLAS call on strided 2-D views, written straight
+into the ``[b, K, out]`` layout: BLAS takes the row stride, nothing is copied.  That is
+the variant ``blas``; ``batched`` is numpy's own broadcast ``matmul`` over the model axis
+(one call: faster for small layers, 1.5-2x slower for some larger ones).  A layer's
+product and its two gradients are one group: they choose their form together.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
+    Variant,
     need_float,
+    no_workspace,
+    pick_variant,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL
@@ -179,6 +184,109 @@ def _grad_weight(k: KernelArgs) -> Step:
     return _products(xp, triples)
 
 
+# -- the batched form: one broadcast matmul over the model axis --------------------------
+
+
+def _stack_axis(x: Any) -> Any:
+    """``[b, K, n]`` as ``[K, b, n]`` (a view); a shared ``[b, n]`` as ``[1, b, n]``."""
+    return x[None] if x.ndim == 2 else x.transpose(1, 0, 2)
+
+
+def _sgemm_batched(k: KernelArgs) -> Step:
+    xp, a, w, y = k.xp, k.ins[0], k.ins[1], k.outs[0]
+    a_k, y_k = _stack_axis(a), _stack_axis(y)
+    w_k = w.transpose(0, 2, 1) if k.attrs["transB"] else w  # [K, in, out]
+    bias = k.ins[2] if len(k.ins) == 3 else None
+
+    def step() -> None:
+        xp.matmul(a_k, w_k, out=y_k)
+        if bias is not None:
+            xp.add(y, bias, out=y)
+
+    return step
+
+
+def _grad_input_batched_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                           device: str) -> int:
+    models = ins[1].shape[0]
+    return align_up(models * outs[0].nbytes()) if attrs["shared"] else 0
+
+
+def _grad_input_batched(k: KernelArgs) -> Step:
+    """dA_k = dY_k @ W_k^T for all k in one call; a shared input's K products are
+    summed over the model axis from the workspace."""
+    xp, dy, w, da = k.xp, k.ins[0], k.ins[1], k.outs[0]
+    models = w.shape[0]
+    dy_k = _stack_axis(dy)
+    wt_k = w if k.attrs["transB"] else w.transpose(0, 2, 1)  # [K, out, in]
+    if not k.attrs["shared"]:
+        da_k = _stack_axis(da)
+        return lambda: xp.matmul(dy_k, wt_k, out=da_k)
+    parts = k.scratch(0, (models, *da.shape), da.dtype)
+
+    def step() -> None:
+        xp.matmul(dy_k, wt_k, out=parts)
+        xp.sum(parts, axis=0, out=da)
+
+    return step
+
+
+def _grad_weight_batched(k: KernelArgs) -> Step:
+    """dW_k = A_k^T @ dY_k (its transpose with ``transB``) for all k in one call."""
+    xp, a, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
+    a_k, dy_k = _stack_axis(a), _stack_axis(dy)
+    if k.attrs["transB"]:
+        return lambda: xp.matmul(dy_k.transpose(0, 2, 1), a_k, out=dw)
+    at_k = a_k.transpose(0, 2, 1)
+    return lambda: xp.matmul(at_k, dy_k, out=dw)
+
+
+def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return True
+
+
+STACKED_FORM = "stacked form"  # a stacked layer's products choose their form together
+_BLAS_DOC = "one BLAS call per model on strided views (one GEMM for shared data and " \
+    "[K, out, in] weights)"
+_BATCHED_DOC = "one broadcast matmul over the model axis"
+SGEMM_VARIANTS: dict[str, Variant] = {
+    "blas": Variant(applies=_always, workspace=no_workspace, kernel=_sgemm,
+                    group=STACKED_FORM, doc=_BLAS_DOC),
+    "batched": Variant(applies=_always, workspace=no_workspace, kernel=_sgemm_batched,
+                       group=STACKED_FORM, doc=_BATCHED_DOC),
+}
+GRAD_INPUT_VARIANTS: dict[str, Variant] = {
+    "blas": Variant(applies=_always, workspace=_grad_input_ws, kernel=_grad_input,
+                    group=STACKED_FORM, doc=_BLAS_DOC + "; a shared input sums them"),
+    "batched": Variant(applies=_always, workspace=_grad_input_batched_ws,
+                       kernel=_grad_input_batched, group=STACKED_FORM,
+                       doc=_BATCHED_DOC + "; a shared input sums the K products after"),
+}
+GRAD_WEIGHT_VARIANTS: dict[str, Variant] = {
+    "blas": Variant(applies=_always, workspace=no_workspace, kernel=_grad_weight,
+                    group=STACKED_FORM, doc=_BLAS_DOC),
+    "batched": Variant(applies=_always, workspace=no_workspace, kernel=_grad_weight_batched,
+                       group=STACKED_FORM, doc=_BATCHED_DOC),
+}
+
+
+def _dispatch(op: str, variants: dict[str, Variant]) -> tuple[Any, Any]:
+    """The op's kernel and workspace rule: those of the variant its attributes name."""
+    def kernel(k: KernelArgs) -> Step:
+        return pick_variant(op, variants, k.attrs).kernel(k)
+
+    def workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                  device: str) -> int:
+        return pick_variant(op, variants, attrs).workspace(ins, outs, attrs, device)
+
+    return kernel, workspace
+
+
+_SGEMM = _dispatch("StackedGemm", SGEMM_VARIANTS)
+_GRAD_INPUT = _dispatch("StackedGemmGradInput", GRAD_INPUT_VARIANTS)
+_GRAD_WEIGHT = _dispatch("StackedGemmGradWeight", GRAD_WEIGHT_VARIANTS)
+
+
 # -- the loss -------------------------------------------------------------------------
 
 
@@ -271,15 +379,18 @@ def _ssce_grad(k: KernelArgs) -> Step:
 
 
 OPS = [
-    OpDef(name="StackedGemm", shape=_sgemm_shape, kernel=_sgemm, grad=_g_sgemm, num_inputs=(2, 3),
+    OpDef(name="StackedGemm", shape=_sgemm_shape, kernel=_SGEMM[0], grad=_g_sgemm,
+          workspace=_SGEMM[1], variants=SGEMM_VARIANTS, num_inputs=(2, 3),
           attrs={"transB": 0}, stacking=ALREADY_STACKED, onnx=ENGINE_INTERNAL,
           doc="per-model dense layer of a stack: Y[:, k] = A_k @ W[k] + b[k]"),
-    OpDef(name="StackedGemmGradInput", shape=_grad_input_shape, kernel=_grad_input,
-          grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
+    OpDef(name="StackedGemmGradInput", shape=_grad_input_shape, kernel=_GRAD_INPUT[0],
+          grad=FIRST_ORDER_ONLY, workspace=_GRAD_INPUT[1], variants=GRAD_INPUT_VARIANTS,
+          num_inputs=(2, 2),
           attrs={"transB": 0, "shared": 0}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's input gradient (summed over models if shared)"),
-    OpDef(name="StackedGemmGradWeight", shape=_grad_weight_shape, kernel=_grad_weight,
-          grad=FIRST_ORDER_ONLY, num_inputs=(2, 2), attrs={"transB": 0},
+    OpDef(name="StackedGemmGradWeight", shape=_grad_weight_shape, kernel=_GRAD_WEIGHT[0],
+          grad=FIRST_ORDER_ONLY, workspace=_GRAD_WEIGHT[1], variants=GRAD_WEIGHT_VARIANTS,
+          num_inputs=(2, 2), attrs={"transB": 0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's weight gradient"),
     OpDef(name="StackedSoftmaxCrossEntropyLoss", shape=_ssce_shape, kernel=_ssce, grad=_g_ssce,

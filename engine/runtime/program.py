@@ -53,6 +53,10 @@ class Instr:
     attrs: dict[str, Any]
     workspace: int  # bytes at the compiled batch, for this instruction
     param_sink: int | None = None  # index in Program.params whose gradient this writes
+    # A tunable instruction: the variants an auto-tuner may run (its workspace holds
+    # any of them) and its group ("": it chooses alone; see engine.autotune).
+    variants: tuple[str, ...] = ()
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,10 +147,18 @@ class Program:
                         f"{st['lower_bound']:>14,} {ratio:>14.3f}")
         return "\n".join(rows)
 
+    @property
+    def tunable(self) -> tuple[int, ...]:
+        """Indices of the instructions an auto-tuner may choose variants for."""
+        return tuple(k for k, i in enumerate(self.instrs) if i.variants)
+
     # -- serialisation ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["optimizer"] = self.optimizer.to_dict() if self.optimizer else None
+        for i in d["instrs"]:  # untuned programs keep the format they always had
+            if not i["variants"]:
+                del i["variants"], i["group"]
         return d
 
     def to_json(self) -> str:
@@ -163,7 +175,8 @@ class Program:
             buffers=tuple(BufferSpec(**{**b, "shape": tuple(b["shape"])}) for b in d["buffers"]),
             instrs=tuple(
                 Instr(i["op"], tuple(i["ins"]), tuple(i["outs"]), _attrs(i["attrs"]),
-                      i["workspace"], i["param_sink"])
+                      i["workspace"], i["param_sink"], tuple(i.get("variants", ())),
+                      i.get("group", ""))
                 for i in d["instrs"]
             ),
             paths=tuple(

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from engine.alignment import align_up
+from engine.autotune import Tuner, autotune_refused
 from engine.errors import EngineError, InputError
 from engine.ops import KernelArgs, get_op
-from engine.ops._base import Step
+from engine.ops._base import Step, variant_named
 from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
 from engine.runtime.program import Program
@@ -67,7 +68,8 @@ class VM:
     """Loads a :class:`Program` onto a heap and runs it (see the module docstring)."""
 
     def __init__(self, program: Program, *, seed: int = 0, heap: CalcHeap | None = None,
-                 check_inputs: bool = True, initialize: bool = True) -> None:
+                 check_inputs: bool = True, initialize: bool = True,
+                 tune: bool | Tuner | None = None) -> None:
         self.program = program
         self.backend = get_backend(program.device)
         self.xp = self.backend.xp
@@ -97,6 +99,7 @@ class VM:
         self.rng = self.backend.rng(seed)
         self._state_views = self._make_state_views()
         self._batch = program.batch_size
+        self.autotune = self._tuner(tune)
         self._binding = self._bind(self._batch)
         self._flat_update = self._bind_update(self._all_learned)
         if initialize:
@@ -219,7 +222,32 @@ class VM:
             extra.append(lambda: xp.add(grad, scratch, out=grad))
         args = KernelArgs(self.xp, [views[j] for j in ins.ins], outs, ws, dict(ins.attrs),
                           self.rng, self.program.device)
-        return [get_op(ins.op).kernel(args), *extra]
+        return [self._kernel(k, args), *extra]
+
+    # -- kernel auto-tuning (engine.autotune) ------------------------------------------------
+    def _tuner(self, tune: bool | Tuner | None) -> Tuner | None:
+        """The tuner of a program with tunable instructions: ``tune`` (a Tuner, or True),
+        or by default one with the cache file, unless ``tune=False`` or
+        ``ENGINE_AUTOTUNE=0`` ask for the default variants."""
+        if not self.program.tunable or tune is False or (tune is None and autotune_refused()):
+            return None
+        tuner = tune if isinstance(tune, Tuner) else Tuner()
+        sync = self.backend.synchronize if self.program.device != "cpu" else None
+        return tuner.attach(self.program, self._bind_winners, sync)
+
+    def _kernel(self, k: int, args: KernelArgs) -> Step:
+        ins = self.program.instrs[k]
+        op = get_op(ins.op)
+        if not ins.variants or self.autotune is None:
+            return op.kernel(args)
+        return self.autotune.kernel(
+            k, lambda name: variant_named(ins.op, op.variants, name).kernel(args),
+            self._batch == self.program.batch_size)
+
+    def _bind_winners(self) -> None:
+        """The tuner froze its decisions: bind again, the winners' steps directly."""
+        self._bindings.clear()
+        self._binding = self._bind(self._batch)
 
     def _bind_update(self, mask: int) -> tuple[Step, ...]:
         """Regularization then the optimizer update for the parameters in ``mask``."""

@@ -21,6 +21,7 @@ from engine.compile.passes.rewrite import readers
 from engine.compile.passes.shapes import node_descs
 from engine.errors import ShapeError
 from engine.ops import get_op
+from engine.ops._base import VARIANT_ATTR, VARIANT_SEP
 from engine.ops.fused import FUSABLE_ACTIVATIONS, gemm_attrs
 
 # (a node, the producer of one of its inputs) -> the fused node, or None
@@ -57,8 +58,14 @@ def _gemm_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
 def _activation_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:
     # Same shapes as the Gemm's (the activation is elementwise): nothing to check.
     attrs = {**gemm_attrs(inner.attrs), "activation": node.op}
+    if inner.variant_fixed:  # the user's Gemm layout is kept, or the Gemm is not fused
+        name = inner.attrs[VARIANT_ATTR]
+        if name.split(VARIANT_SEP)[0] not in get_op("FusedGemm").variants:
+            return None
+        attrs[VARIANT_ATTR] = name
     return IRNode("FusedGemm", inner.inputs, node.outputs, attrs, node.path,
-                  origin=f"{inner.origin} fused with {node.origin}")
+                  origin=f"{inner.origin} fused with {node.origin}",
+                  variant_fixed=inner.variant_fixed)
 
 
 def _dequantize_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | None:

@@ -20,6 +20,7 @@ class IRNode:
     backward: bool = False
     param_sink: str | None = None  # writes (or accumulates into) this parameter's gradient
     origin: str = ""  # "op #3 'MatMul' in path 'learn'", for error messages
+    variant_fixed: bool = False  # the user named its ``algorithm``: never auto-tuned
 
 
 @dataclass

@@ -12,6 +12,7 @@ from engine.compile.passes.ir import IR, IRNode, IRParam, IRPath
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Kind, Mode
 from engine.ops import get_op
+from engine.ops._base import VARIANT_ATTR
 from engine.runtime.zones import FORWARD
 
 
@@ -53,9 +54,10 @@ def validate(graph: CalcGraph) -> IR:
             if not lo <= len(node.inputs) <= hi:
                 want = str(lo) if lo == hi else f"{lo} to {hi}"
                 raise GraphError(f"{where}: takes {want} inputs, got {len(node.inputs)}")
-            unknown = set(node.attrs) - set(op.attrs) if node.attrs else ()
+            known = set(op.attrs) | ({VARIANT_ATTR} if op.variants else set())
+            unknown = set(node.attrs) - known if node.attrs else ()
             if unknown:
-                allowed = ", ".join(sorted(op.attrs)) or "none"
+                allowed = ", ".join(sorted(known)) or "none"
                 raise GraphError(f"{where}: unknown attribute(s) {sorted(unknown)}; "
                                  f"allowed: {allowed}")
             for x in node.inputs:
@@ -79,7 +81,9 @@ def validate(graph: CalcGraph) -> IR:
             if node.op == "Dropout" and attrs["training"] is None:
                 attrs["training"] = int(path.mode is Mode.BACKWARD_ENABLED)
             ipath.forward.append(IRNode(node.op, tuple(node.inputs), tuple(outputs), attrs,
-                                        pi, origin=where))
+                                        pi, origin=where,
+                                        variant_fixed=bool(op.variants) and
+                                        VARIANT_ATTR in node.attrs))
             for k in op.writes:
                 if k < len(node.inputs) and node.inputs[k] in ir.params:
                     ir.params[node.inputs[k]].written = True

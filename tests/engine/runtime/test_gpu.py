@@ -10,6 +10,8 @@ from engine import VM, Adam, compile_graph
 from engine.models import paper_mlp
 from engine.runtime.backends import gpu_available
 from tests.engine.ops.test_gradients import CASES as GRADIENT_CASES
+from tests.engine.ops.test_variants import CASES as VARIANT_CASES
+from tests.engine.ops.test_variants import leaves, run_case
 from tests.gradcheck import Case, build
 
 pytestmark = [
@@ -110,3 +112,47 @@ def test_every_op_gives_the_same_gradients_on_the_gpu(case: Case) -> None:
         results.append([vm.grad(p) for p in params if p in learned])
     for cpu, gpu in zip(*results, strict=True):
         np.testing.assert_allclose(gpu, cpu, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("op, name", [(op, name) for op in sorted(VARIANT_CASES)
+                                      for name in leaves(op)])
+def test_every_kernel_variant_matches_the_cpu_and_allocates_nothing(op: str, name: str) -> None:
+    import cupy
+
+    cpu, _ = run_case(VARIANT_CASES[op], name, "cpu")
+    gpu, vm = run_case(VARIANT_CASES[op], name, "gpu")
+    for key, value in cpu.items():
+        np.testing.assert_allclose(gpu[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+    vm.train_step("train")
+    cupy.cuda.Device().synchronize()
+    used = cupy.get_default_memory_pool().used_bytes()
+    for _ in range(20):
+        vm.train_step("train")
+    cupy.cuda.Device().synchronize()
+    assert cupy.get_default_memory_pool().used_bytes() == used
+
+
+def test_tuning_on_the_gpu_freezes_with_exact_memory() -> None:
+    import cupy
+
+    from engine.autotune import Tuner
+    from engine.models import mnist_cnn
+
+    prog = compile_graph(mnist_cnn(), batch_size=32, optimizer=Adam(), device="gpu",
+                         autotune=True)
+    vm = VM(prog, tune=Tuner(cache=None))
+    assert vm.allocated_bytes == prog.total_bytes
+    vm.set("x", X[:32])
+    vm.set("y", Y[:32])
+    for _ in range(100):
+        vm.train_step("train")
+        if not vm.autotune.tuning:  # type: ignore[union-attr]
+            break
+    assert vm.autotune.frozen  # type: ignore[union-attr]
+    vm.train_step("train")
+    cupy.cuda.Device().synchronize()
+    used = cupy.get_default_memory_pool().used_bytes()
+    for _ in range(20):
+        vm.train_step("train")
+    cupy.cuda.Device().synchronize()
+    assert cupy.get_default_memory_pool().used_bytes() == used
