@@ -1,0 +1,112 @@
+"""Fused elementwise kernels: a chain of elementwise work as one compiled pass.
+
+A numpy kernel is one call, and one pass over memory, per term: Adam's update is ten
+passes over the parameter region, a sigmoid's gradient three, a softmax over ten
+classes a dozen calls whose per-row reductions numpy runs slowly.  The kernels of
+:mod:`engine.ops._jit_kernels` do each chain in one loop, compiled by numba (LLVM
+vectorises it), writing into the same heap views, so a step still allocates nothing.
+
+**Why numba, not numexpr.**  Measured on the 2-core AVX-512 machine (float32,
+medians, ``docs/architecture.md``): numexpr's interpreter runs a scalar loop per
+term, 4-5x slower than one numpy call (``a*b`` over 10^6 floats: 481 µs against 102),
+so its one pass lost to numpy's ten even for Adam (248 µs against 42 over the paper
+MLP's 55,050 parameters); numba's loop took 7.6 µs.  Transcendentals are the
+exception: numpy's SIMD ``tanh``/``exp`` beat numba's scalar libm calls by 10-40x, so
+the fused kernels keep those calls in numpy and fuse the arithmetic around them.
+
+**Off the hot path.**  numba is imported on first use, when a kernel is bound, never
+by ``import engine``; compiled code is cached on disk (``cache=True``).  If numba is
+missing or fails to import, or ``CALCGRAPH_JIT=0``, every kernel is the numpy one:
+the same results to float32 rounding, nothing else changes.  numba's own memory
+(LLVM, about 100 MB of proportional set size once a kernel is compiled) is the
+process's, outside any heap: an explore worker counts it in its measured overhead.
+
+**Which one runs.**  Each op that has a fused form registers it as a ``Variant``
+named ``"numba"`` beside ``"numpy"`` (an auto-tuner may time both on the real
+shapes); without one, the op's kernel picks by size with :func:`use_fused`.
+
+>>> from engine.ops import jit
+>>> jit.use_fused("SigmoidGrad", 64) in (True, False)
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+ENV = "CALCGRAPH_JIT"  # "0": never compile, numpy everywhere
+
+# Elements (of the op's largest tensor, or the parameter region) from which the fused
+# form is the static default, and up to which it stays so (None: no bound).  Measured
+# on the 2-core machine, float32, numpy vs numba serial, interleaved medians; see
+# docs/architecture.md ("Fused kernels").  Elementwise gradients win from a few
+# thousand elements; the optimizer from the smallest regions; the cross-entropy
+# gradient's scalar exp loses to numpy's SIMD exp beyond about 32k scores.
+THRESHOLDS: dict[str, tuple[int, int | None]] = {
+    "elementwise": (4096, None),
+    "optimizer": (1024, None),
+    "SumTo": (1024, None),
+    "SoftmaxCrossEntropyLoss": (0, None),
+    "SoftmaxCrossEntropyLossGrad": (0, 32768),
+}
+
+_kernels: Any = None  # the compiled kernels' module, False once the import failed
+
+
+def enabled() -> bool:
+    """Whether fused kernels may be used at all (``CALCGRAPH_JIT`` is not "0")."""
+    return os.environ.get(ENV, "1") != "0"
+
+
+def kernels() -> Any | None:
+    """The module of fused kernels (:mod:`engine.ops._jit_kernels`), importing numba on
+    first use; None where numba cannot be imported or the fused kernels are off."""
+    global _kernels
+    if not enabled():
+        return None
+    if _kernels is None:
+        try:
+            numba = importlib.import_module("numba")
+            _set_threads(numba)
+            _kernels = importlib.import_module("engine.ops._jit_kernels")
+        except Exception:  # missing, or broken: the numpy kernels do the work
+            _kernels = False
+    return _kernels or None
+
+
+def reset() -> None:
+    """Forget the import's outcome (tests that hide numba)."""
+    global _kernels
+    _kernels = None
+
+
+def thread_share() -> int | None:
+    """The threads this process may use: ``NUMBA_NUM_THREADS``, else the share the
+    explore scheduler gives each worker through ``OMP_NUM_THREADS`` (None: unset)."""
+    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "")
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return None
+
+
+def _set_threads(numba: Any) -> None:
+    share = thread_share()
+    if share is not None:
+        numba.set_num_threads(min(share, numba.config.NUMBA_NUM_THREADS))
+
+
+def use_fused(kind: str, elements: int) -> bool:
+    """The static default: whether ``kind``'s fused kernel should run on ``elements``
+    elements (its threshold in :data:`THRESHOLDS`; elementwise ops share one)."""
+    lo, hi = THRESHOLDS.get(kind, THRESHOLDS["elementwise"])
+    return lo <= elements and (hi is None or elements <= hi) and kernels() is not None
+
+
+def flat(a: Any) -> Any | None:
+    """``a`` as a 1-D view (no copy), or None when it is not C-contiguous."""
+    if not a.flags.c_contiguous:
+        return None
+    return a.reshape(-1)
