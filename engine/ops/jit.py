@@ -34,7 +34,11 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from typing import Any
+
+from engine.graph import TensorDesc
+from engine.ops._base import KernelArgs, KernelFactory, Step, Variant, WorkspaceRule, is_numpy
 
 ENV = "CALCGRAPH_JIT"  # "0": never compile, numpy everywhere
 
@@ -110,3 +114,53 @@ def flat(a: Any) -> Any | None:
     if not a.flags.c_contiguous:
         return None
     return a.reshape(-1)
+
+
+FusedFactory = Callable[[KernelArgs, Any], Step | None]
+"""A fused kernel factory: ``(args, kernels module) -> step``, or None where it does not
+apply to these views (not contiguous, a broadcast it does not handle)."""
+
+
+def largest(k: KernelArgs) -> int:
+    """The elements of an instruction's largest input or output: what it streams."""
+    return max((int(a.size) for a in (*k.ins, *k.outs)), default=0)
+
+
+def variants(numpy: KernelFactory, fused: FusedFactory, workspace: WorkspaceRule,
+             doc: str) -> dict[str, Variant]:
+    """An op's two registered variants: ``"numpy"`` (its kernel of numpy calls) and
+    ``"numba"`` (``fused``, falling back to ``numpy`` wherever it cannot run: no numba,
+    the GPU, views it does not handle).  Both use the op's workspace rule, so the plan
+    is the same whichever runs."""
+
+    def fused_or_numpy(k: KernelArgs) -> Step:
+        ks = kernels() if is_numpy(k.xp) else None
+        step = fused(k, ks) if ks is not None else None
+        return step if step is not None else numpy(k)
+
+    return {
+        "numpy": Variant(applies=_always, workspace=workspace, kernel=numpy,
+                         doc="numpy calls, one pass per term"),
+        "numba": Variant(applies=_floats, workspace=workspace, kernel=fused_or_numpy,
+                         doc=doc),
+    }
+
+
+def by_size(kind: str, table: dict[str, Variant],
+            size: Callable[[KernelArgs], int] = largest) -> KernelFactory:
+    """The kernel factory of an op with fused and numpy variants: the fused one where
+    :func:`use_fused` says so for this instruction's size, else numpy's."""
+
+    def factory(k: KernelArgs) -> Step:
+        fused = is_numpy(k.xp) and use_fused(kind, size(k))
+        return table["numba" if fused else "numpy"].kernel(k)
+
+    return factory
+
+
+def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return True
+
+
+def _floats(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return all(d.dtype.is_float for d in outs)
