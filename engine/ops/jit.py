@@ -21,6 +21,11 @@ the same results to float32 rounding, nothing else changes.  numba's own memory
 (LLVM, about 100 MB of proportional set size once a kernel is compiled) is the
 process's, outside any heap: an explore worker counts it in its measured overhead.
 
+**Threads.**  The kernels are serial: at the sizes measured a parallel dispatch cost
+more than a second core gave, and the GEMMs between them already use every core, so
+numba's thread pool is never started.  ``NUMBA_NUM_THREADS`` is among the variables
+the explore scheduler sets to each worker's share, should a parallel kernel come.
+
 **Which one runs.**  Each op that has a fused form registers it as a ``Variant``
 named ``"numba"`` beside ``"numpy"`` (an auto-tuner may time both on the real
 shapes); without one, the op's kernel picks by size with :func:`use_fused`.
@@ -44,16 +49,18 @@ ENV = "CALCGRAPH_JIT"  # "0": never compile, numpy everywhere
 
 # Elements (of the op's largest tensor, or the parameter region) from which the fused
 # form is the static default, and up to which it stays so (None: no bound).  Measured
-# on the 2-core machine, float32, numpy vs numba serial, interleaved medians; see
-# docs/architecture.md ("Fused kernels").  Elementwise gradients win from a few
-# thousand elements; the optimizer from the smallest regions; the cross-entropy
-# gradient's scalar exp loses to numpy's SIMD exp beyond about 32k scores.
+# on the 2-core machine, float32, each op's numpy and numba variants interleaved,
+# medians (docs/architecture.md, "Fused kernels"): the fused form won at every size
+# from 68 elements up (numba's call costs ~0.25 µs, numpy's ~1 µs a call), by 1.1x
+# (Sigmoid at 170k, where numpy's tanh is the work) to 30x (the cross-entropy at 4
+# rows), so every threshold is 0.  They stay per kind: a machine where numpy's calls
+# cost less, or numba's more, raises them.
 THRESHOLDS: dict[str, tuple[int, int | None]] = {
-    "elementwise": (4096, None),
-    "optimizer": (1024, None),
-    "SumTo": (1024, None),
+    "elementwise": (0, None),
+    "optimizer": (0, None),
+    "SumTo": (0, None),
     "SoftmaxCrossEntropyLoss": (0, None),
-    "SoftmaxCrossEntropyLossGrad": (0, 32768),
+    "SoftmaxCrossEntropyLossGrad": (0, None),
 }
 
 _kernels: Any = None  # the compiled kernels' module, False once the import failed
@@ -72,8 +79,7 @@ def kernels() -> Any | None:
         return None
     if _kernels is None:
         try:
-            numba = importlib.import_module("numba")
-            _set_threads(numba)
+            importlib.import_module("numba")
             _kernels = importlib.import_module("engine.ops._jit_kernels")
         except Exception:  # missing, or broken: the numpy kernels do the work
             _kernels = False
@@ -84,22 +90,6 @@ def reset() -> None:
     """Forget the import's outcome (tests that hide numba)."""
     global _kernels
     _kernels = None
-
-
-def thread_share() -> int | None:
-    """The threads this process may use: ``NUMBA_NUM_THREADS``, else the share the
-    explore scheduler gives each worker through ``OMP_NUM_THREADS`` (None: unset)."""
-    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS"):
-        v = os.environ.get(var, "")
-        if v.isdigit() and int(v) > 0:
-            return int(v)
-    return None
-
-
-def _set_threads(numba: Any) -> None:
-    share = thread_share()
-    if share is not None:
-        numba.set_num_threads(min(share, numba.config.NUMBA_NUM_THREADS))
 
 
 def use_fused(kind: str, elements: int) -> bool:

@@ -164,9 +164,14 @@ def _sce_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
     (dloss, logp, labels), dx = k.ins, k.outs[0]
     if not (logp.flags.c_contiguous and dx.flags.c_contiguous and labels.flags.c_contiguous):
         return None
-    seed, run = dloss.reshape(1), ks.sce_grad
+    xp, seed, run = k.xp, dloss.reshape(1), ks.sce_grad
     inv = 1.0 / logp.shape[0] if k.attrs["reduction"] == "mean" else 1.0
-    return lambda: run(logp, labels, seed, inv, dx)
+
+    def step() -> None:
+        xp.exp(logp, out=dx)  # softmax, numpy's SIMD exp
+        run(dx, labels, seed, inv)
+
+    return step
 
 
 def _g_sce(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -219,7 +224,8 @@ SCE = jit.variants(_sce, _sce_fused, _sce_ws,
                    "2-D scores: log-softmax, the labelled entries and the loss in one pass "
                    "over the rows")
 SCE_GRAD = jit.variants(_sce_grad, _sce_grad_fused, _sce_grad_ws,
-                        "2-D scores: softmax minus the one-hot labels in one pass over the rows")
+                        "2-D scores: numpy's exp, then the one-hot labels subtracted and the "
+                        "scale applied in one pass over the rows")
 
 
 def _pair_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:

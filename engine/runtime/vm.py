@@ -274,8 +274,8 @@ class VM:
     def set(self, name: str, value: Any, check: bool | None = None) -> None:
         """Feed ``value`` to placeholder ``name``.  Its leading dimension may be smaller
         than the compiled batch (the last mini-batch).  ``check`` (default: the VM's
-        ``check_inputs``) looks for non-finite values first, once per array (an array
-        :meth:`check` validated, or one inside it, is not checked again).
+        ``check_inputs``) looks for non-finite values first, except in an array
+        :meth:`check` validated or a contiguous slice of it (checked once).
 
         A numpy array of the placeholder's dtype, C-contiguous and of at least
         :data:`IN_PLACE_BYTES` is *read in place*: the instructions read the caller's
