@@ -116,6 +116,34 @@ def test_without_numba_every_op_runs_numpy(monkeypatch: pytest.MonkeyPatch) -> N
         jit.reset()
 
 
+def test_without_numba_training_is_numpys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba failing to import changes nothing: the same parameters, bit for bit, as
+    with the fused kernels switched off."""
+    from engine import VM, Adam, compile_graph
+    from engine.models import paper_mlp
+
+    x = R.random((32, 20), dtype=np.float32)
+    y = R.integers(0, 5, 32)
+
+    def trained() -> np.ndarray:
+        vm = VM(compile_graph(paper_mlp((20, 16, 5)), batch_size=32, optimizer=Adam()), seed=3)
+        vm.set("x", x)
+        vm.set("y", y)
+        for _ in range(5):
+            vm.train_step("train")
+        return vm.get("w0")
+
+    monkeypatch.setenv(jit.ENV, "0")
+    off = trained()
+    monkeypatch.delenv(jit.ENV)
+    monkeypatch.setitem(sys.modules, "numba", None)
+    jit.reset()
+    try:
+        np.testing.assert_array_equal(trained(), off)
+    finally:
+        jit.reset()
+
+
 def test_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(jit.ENV, "0")
     assert jit.kernels() is None
