@@ -173,6 +173,7 @@ def diverged(loss: Any, which: str, round_: int) -> str | None:
 def process_main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process: :func:`main`, tied to its driver's life."""
     stay_with_the_driver()
+    os.environ.setdefault("CALCGRAPH_JIT", JIT_DEFAULT)  # before any kernel is bound
     main(conn, data, device)
 
 
@@ -185,7 +186,6 @@ that a budget of a few hundred MB per worker needs for trials."""
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
-    os.environ.setdefault("CALCGRAPH_JIT", JIT_DEFAULT)  # before any kernel is bound
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
     from engine.runtime.heap import CalcHeap
     from engine.runtime.train import train_epoch
