@@ -4,6 +4,11 @@ Every kernel writes through ``out=`` into preallocated views, so a step allocate
 nothing.  Activation gradients use fused gradient ops (``SigmoidGrad`` ...), as
 onnxruntime's training ops do, so the backward pass reads the saved output rather
 than recomputing the activation.
+
+Sigmoid, the activation gradients and SumTo also have a compiled variant
+(:mod:`engine.ops.jit`: ``"numba"`` beside ``"numpy"``) that does their arithmetic in
+one pass; their kernel picks one by size.  Tanh and Relu are one numpy call already:
+there is nothing to fuse (a Linear layer's bias is fused with them in ``FusedGemm``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import Node, TensorDesc
+from engine.ops import jit
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
@@ -25,6 +31,7 @@ from engine.ops._base import (
     broadcast_shapes,
     copy_step,
     need_float,
+    no_workspace,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, EngineInternal, Exported, OnnxForm
@@ -130,6 +137,22 @@ def _sigmoid(k: KernelArgs) -> Step:
     return step
 
 
+def _sigmoid_fused(k: KernelArgs, ks: Any) -> Step | None:
+    # The numpy kernel's four passes as three: tanh stays numpy's (SIMD; numba's scalar
+    # tanh is 10-40x slower), the arithmetic around it is compiled.
+    xp, x, y = k.xp, jit.flat(k.ins[0]), jit.flat(k.outs[0])
+    if x is None or y is None or x.dtype != y.dtype:
+        return None
+    pre, post = ks.half, ks.half_plus_half
+
+    def step() -> None:
+        pre(x, y)
+        xp.tanh(y, out=y)
+        post(y)
+
+    return step
+
+
 def _ws_same(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     return ins[0].nbytes()
 
@@ -172,6 +195,29 @@ def _relu_grad(k: KernelArgs) -> Step:
         xp.multiply(dx, dy, out=dx)
 
     return step
+
+
+def _grad_fused(kernel: str) -> jit.FusedFactory:
+    """``dx = f(y, dy)`` in one pass over flat views of the three tensors."""
+
+    def factory(k: KernelArgs, ks: Any) -> Step | None:
+        y, dy, dx = (jit.flat(a) for a in (*k.ins, k.outs[0]))
+        if y is None or dy is None or dx is None or not y.dtype == dy.dtype == dx.dtype:
+            return None
+        run = getattr(ks, kernel)
+        return lambda: run(y, dy, dx)
+
+    return factory
+
+
+SIGMOID = jit.variants(_sigmoid, _sigmoid_fused, no_workspace,
+                       "x/2, numpy's tanh, then /2 + 1/2: three passes instead of four")
+SIGMOID_GRAD = jit.variants(_sigmoid_grad, _grad_fused("sigmoid_grad"), no_workspace,
+                            "dy * y * (1 - y) in one compiled pass")
+TANH_GRAD = jit.variants(_tanh_grad, _grad_fused("tanh_grad"), no_workspace,
+                         "dy * (1 - y^2) in one compiled pass")
+RELU_GRAD = jit.variants(_relu_grad, _grad_fused("relu_grad"), no_workspace,
+                         "dy * sign(y) in one compiled pass")
 
 
 def _leaky_relu_grad(k: KernelArgs) -> Step:
@@ -317,6 +363,32 @@ def _sum_to(k: KernelArgs) -> Step:
     return lambda: xp.sum(x, axis=axes, keepdims=True, out=y_kept)
 
 
+def _sum_to_fused(k: KernelArgs, ks: Any) -> Step | None:
+    # Summing leading axes (a bias gradient): the rows added one after the other into
+    # the output, numpy's order for an axis-0 sum, without its per-call set-up.
+    x, y = k.ins[0], k.outs[0]
+    axes = tuple(k.attrs["axes"])
+    lead = len(axes)
+    if not lead or axes != tuple(range(lead)) or not x.flags.c_contiguous or \
+            not y.flags.c_contiguous or x.dtype != y.dtype:
+        return None
+    rows = 1
+    for d in x.shape[:lead]:
+        rows *= int(d)
+    if rows < 1 or y.size * rows != x.size:
+        return None
+    x2, y1, run = x.reshape(rows, y.size), y.reshape(-1), ks.column_sums
+    return lambda: run(x2, y1)
+
+
+def _rows_in(k: KernelArgs) -> int:
+    return int(k.ins[0].size)
+
+
+SUM_TO = jit.variants(_sum_to, _sum_to_fused, no_workspace,
+                      "leading axes summed row by row in one compiled loop")
+
+
 def _g_sum_to(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     # Broadcasting back is adding a zero of the source shape: Expand via Add.
     return [gb.op("Expand", g[0], n.inputs[0])] if g[0] else [None]
@@ -384,8 +456,9 @@ OPS = [
     OpDef(name="Relu", shape=float_unary_shape, kernel=_relu, grad=_g_by_output("ReluGrad"),
           inplace=(0,), stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Relu"),
           doc="max(x, 0)"),
-    OpDef(name="Sigmoid", shape=float_unary_shape, kernel=_sigmoid,
-          grad=_g_by_output("SigmoidGrad"), inplace=(0,), stacking=StackRule.ELEMENTWISE,
+    OpDef(name="Sigmoid", shape=float_unary_shape, kernel=jit.by_size("Sigmoid", SIGMOID),
+          variants=SIGMOID, grad=_g_by_output("SigmoidGrad"), inplace=(0,),
+          stacking=StackRule.ELEMENTWISE,
           onnx=OnnxForm(name="Sigmoid"), doc="1 / (1 + exp(-x))"),
     OpDef(name="LeakyRelu", shape=float_unary_shape, kernel=_leaky_relu,
           grad=_g_by_input("LeakyReluGrad"), attrs={"alpha": 0.01}, stacking=StackRule.ELEMENTWISE,
@@ -405,7 +478,8 @@ OPS = [
     OpDef(name="Div", shape=binary_shape, kernel=_div, grad=_g_div, inplace=(0, 1),
           num_inputs=(2, 2), stacking=StackRule.BROADCAST, onnx=OnnxForm(name="Div"),
           doc="a / b, broadcasting (integers: truncated toward zero, as ONNX says)"),
-    OpDef(name="SumTo", shape=_sum_to_shape, kernel=_sum_to, grad=_g_sum_to, num_inputs=(1, 1),
+    OpDef(name="SumTo", shape=_sum_to_shape, kernel=jit.by_size("SumTo", SUM_TO, _rows_in),
+          variants=SUM_TO, grad=_g_sum_to, num_inputs=(1, 1),
           attrs={"axes": (), "shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: sum over broadcast axes to a smaller shape "
               "(the gradient of broadcasting)"),
@@ -414,13 +488,17 @@ OPS = [
           onnx=EngineInternal("ONNX's Expand reads its shape input's values, this one its shape"),
           doc="broadcast input 0 to the shape of input 1 (the shape input is not read)"),
     # Gradient ops: fused like onnxruntime's training ops.
-    OpDef(name="SigmoidGrad", shape=grad_like_second, kernel=_sigmoid_grad, grad=FIRST_ORDER_ONLY,
+    OpDef(name="SigmoidGrad", shape=grad_like_second,
+          kernel=jit.by_size("SigmoidGrad", SIGMOID_GRAD), variants=SIGMOID_GRAD,
+          grad=FIRST_ORDER_ONLY,
           num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * y * (1 - y)"),
-    OpDef(name="TanhGrad", shape=grad_like_second, kernel=_tanh_grad, grad=FIRST_ORDER_ONLY,
+    OpDef(name="TanhGrad", shape=grad_like_second, kernel=jit.by_size("TanhGrad", TANH_GRAD),
+          variants=TANH_GRAD, grad=FIRST_ORDER_ONLY,
           inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * (1 - y^2)"),
-    OpDef(name="ReluGrad", shape=grad_like_second, kernel=_relu_grad, grad=FIRST_ORDER_ONLY,
+    OpDef(name="ReluGrad", shape=grad_like_second, kernel=jit.by_size("ReluGrad", RELU_GRAD),
+          variants=RELU_GRAD, grad=FIRST_ORDER_ONLY,
           inplace=(0,), num_inputs=(2, 2), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * (y > 0)"),
     OpDef(name="LeakyReluGrad", shape=grad_like_second, kernel=_leaky_relu_grad,

@@ -4,6 +4,10 @@ activation in one instruction (onnxruntime's ``com.microsoft.FusedGemm``).
 The activation runs in place on the Gemm's output, so the pre-activation is never
 stored; the gradient reads only the activation's output, which is why only
 activations whose derivative is a function of their output are fused.
+
+The ``"numba"`` variant (:mod:`engine.ops.jit`) adds the bias inside the activation's
+first pass: Relu's ``max(y + b, 0)`` is one pass instead of two, Sigmoid's
+``(y + b) / 2``, numpy's tanh, ``/ 2 + 1/2`` three instead of five.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
+from engine.ops import jit
 from engine.ops._base import (
     MADE_AFTER_STACKING,
     GradBuilder,
@@ -22,7 +27,7 @@ from engine.ops._base import (
 )
 from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import ACTIVATION_KERNELS
-from engine.ops.linalg import GEMM_ATTRS, _g_gemm, _gemm, _gemm_shape, _gemm_ws
+from engine.ops.linalg import GEMM_ATTRS, _g_gemm, _gemm, _gemm_shape, _gemm_ws, _t
 
 FUSABLE_ACTIVATIONS = tuple(sorted(ACTIVATION_KERNELS))
 """Activations whose gradient is a function of their output: Relu, Sigmoid, Tanh."""
@@ -53,6 +58,47 @@ def _fused(k: KernelArgs) -> Step:
     return step
 
 
+def _fused_bias_act(k: KernelArgs, ks: Any) -> Step | None:
+    # The plain case only: A' @ B' + C with C one row (a Linear layer's bias), a
+    # contiguous output, Relu or Sigmoid; anything else is the numpy kernel.
+    act, attrs = k.attrs["activation"], k.attrs
+    y = k.outs[0]
+    if act not in ("Relu", "Sigmoid") or len(k.ins) != 3 or float(attrs["alpha"]) != 1.0 or \
+            float(attrs["beta"]) != 1.0 or y.ndim != 2 or not y.flags.c_contiguous:
+        return None
+    c = k.ins[2]
+    if c.size != y.shape[1] or (c.ndim == 2 and c.shape[0] != 1) or not c.flags.c_contiguous \
+            or c.dtype != y.dtype:
+        return None
+    xp, b = k.xp, c.reshape(-1)
+    a, w = _t(xp, k.ins[0], attrs["transA"]), _t(xp, k.ins[1], attrs["transB"])
+    if act == "Relu":
+        bias_relu = ks.bias_relu
+
+        def relu() -> None:
+            xp.matmul(a, w, out=y)
+            bias_relu(y, b)
+
+        return relu
+    pre, post, flat = ks.bias_half, ks.half_plus_half, y.reshape(-1)
+
+    def sigmoid() -> None:
+        xp.matmul(a, w, out=y)
+        pre(y, b)
+        xp.tanh(y, out=y)
+        post(flat)
+
+    return sigmoid
+
+
+VARIANTS = jit.variants(_fused, _fused_bias_act, _gemm_ws,
+                        "the bias added in the activation's compiled pass (Relu, Sigmoid)")
+
+
+def _outputs(k: KernelArgs) -> int:
+    return int(k.outs[0].size)
+
+
 def _g_fused(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     if not g[0]:
         return [None] * len(n.inputs)
@@ -61,7 +107,8 @@ def _g_fused(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
 
 
 OPS = [
-    OpDef(name="FusedGemm", shape=_fused_shape, kernel=_fused, grad=_g_fused, workspace=_gemm_ws,
+    OpDef(name="FusedGemm", shape=_fused_shape, kernel=jit.by_size("FusedGemm", VARIANTS, _outputs),
+          variants=VARIANTS, grad=_g_fused, workspace=_gemm_ws,
           num_inputs=(2, 3), attrs={**GEMM_ATTRS, "activation": "Relu"},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="activation(alpha * A' @ B' + beta * C): a Linear layer and its activation "

@@ -10,7 +10,10 @@
 
 The labelled entries are reached through flat indices ``i * C + label`` built in the
 workspace and ``take``/``put`` with ``mode="clip"`` (labels are range-checked first):
-fancy indexing or a broadcast comparison would allocate in a step.
+fancy indexing or a broadcast comparison would allocate in a step.  The common
+2-D cross-entropy and its gradient also have a compiled variant (``"numba"``,
+:mod:`engine.ops.jit`) that walks the rows once: numpy's reductions over ten classes
+per row cost more than the arithmetic.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from engine.alignment import align_up
 from engine.errors import InputError, ShapeError
 from engine.graph import DType, Node, TensorDesc
-from engine.ops import nll
+from engine.ops import jit, nll
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
@@ -137,6 +140,40 @@ def _sce(k: KernelArgs) -> Step:
     return step
 
 
+def _sce_fused(k: KernelArgs, ks: Any) -> Step | None:
+    if not fast(k.ins[0].ndim, len(k.ins), k.attrs):
+        return None
+    (x, labels), (loss, logp) = k.ins, k.outs
+    if not (x.flags.c_contiguous and logp.flags.c_contiguous and labels.flags.c_contiguous):
+        return None
+    b, c = x.shape
+    total, run = loss.reshape(1), ks.sce_forward
+    scale = -1.0 / b if k.attrs["reduction"] == "mean" else -1.0
+
+    def step() -> None:
+        if run(x, labels, logp, total, scale):
+            lo, hi = int(labels.min()), int(labels.max())
+            raise InputError(f"labels must lie in [0, {c}); got values in [{lo}, {hi}]")
+
+    return step
+
+
+def _sce_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
+    if not fast(k.ins[1].ndim, len(k.ins) - 1, k.attrs):
+        return None
+    (dloss, logp, labels), dx = k.ins, k.outs[0]
+    if not (logp.flags.c_contiguous and dx.flags.c_contiguous and labels.flags.c_contiguous):
+        return None
+    xp, seed, run = k.xp, dloss.reshape(1), ks.sce_grad
+    inv = 1.0 / logp.shape[0] if k.attrs["reduction"] == "mean" else 1.0
+
+    def step() -> None:
+        xp.exp(logp, out=dx)  # softmax, numpy's SIMD exp
+        run(dx, labels, seed, inv)
+
+    return step
+
+
 def _g_sce(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     d = None
     if g[0]:
@@ -181,6 +218,14 @@ def _sce_grad(k: KernelArgs) -> Step:
         xp.multiply(dx, float(dloss) * inv, out=dx)
 
     return step
+
+
+SCE = jit.variants(_sce, _sce_fused, _sce_ws,
+                   "2-D scores: log-softmax, the labelled entries and the loss in one pass "
+                   "over the rows")
+SCE_GRAD = jit.variants(_sce_grad, _sce_grad_fused, _sce_grad_ws,
+                        "2-D scores: numpy's exp, then the one-hot labels subtracted and the "
+                        "scale applied in one pass over the rows")
 
 
 def _pair_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -447,14 +492,16 @@ def _export_dropout(n: Node, helper: Any, nh: Any) -> Exported:
 
 
 OPS = [
-    OpDef(name="SoftmaxCrossEntropyLoss", shape=_sce_shape, kernel=_sce, grad=_g_sce,
+    OpDef(name="SoftmaxCrossEntropyLoss", shape=_sce_shape,
+          kernel=jit.by_size("SoftmaxCrossEntropyLoss", SCE), variants=SCE, grad=_g_sce,
           workspace=_sce_ws, num_inputs=(2, 3), num_outputs=2,
           attrs={"reduction": "mean", "ignore_index": None}, stacking=StackRule.LOSS,
           onnx=OnnxForm(name="SoftmaxCrossEntropyLoss"),
           doc="ONNX SoftmaxCrossEntropyLoss: cross-entropy of softmax(scores) (over axis 1) "
               "against integer labels, with optional class weights and ignore_index; "
               "outputs loss, log_prob"),
-    OpDef(name="SoftmaxCrossEntropyLossGrad", shape=_sce_grad_shape, kernel=_sce_grad,
+    OpDef(name="SoftmaxCrossEntropyLossGrad", shape=_sce_grad_shape,
+          kernel=jit.by_size("SoftmaxCrossEntropyLossGrad", SCE_GRAD), variants=SCE_GRAD,
           grad=FIRST_ORDER_ONLY, workspace=_sce_grad_ws, num_inputs=(3, 4),
           attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL, doc="internal: (exp(log_prob) - onehot(labels)) * weighted dloss"),

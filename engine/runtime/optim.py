@@ -6,7 +6,10 @@ stored scaled by a constant, which saves passes; the parameters come out the sam
 rounding).  Trainable parameters are laid out
 contiguously in the forward zone, their gradients identically in the gradient zone,
 and each state slot identically in the optimizer zone, so one update touches every
-parameter with a handful of vectorised calls over one flat region.
+parameter with a handful of vectorised calls over one flat region.  Where numba is
+available (:mod:`engine.ops.jit`) and the region is large enough, the whole update is
+one compiled pass over it instead (the same formulas in the same order, so the same
+values to float32 rounding); ``fused=False`` on :meth:`Optimizer.bind` keeps numpy.
 
 >>> from engine.runtime.optim import Adam, optimizer_from_dict
 >>> Adam(lr=0.01).state_slots
@@ -21,7 +24,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.ops._base import Step
+import numpy as np
+
+from engine.ops import jit
+from engine.ops._base import Step, is_numpy
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,52 @@ class Optimizer:
         return self.state_init()
 
     def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None) -> Step:
+             lr: Any = None, fused: bool | None = None) -> Step:
         """A step updating ``p`` from ``g``; ``state`` are its slots, ``s`` a scratch of the
         same shape, ``t`` a one-element step counter shared by the program.  ``lr``, an
         array like ``p``, replaces the scalar learning rate (a stack of models, each
-        with its own)."""
+        with its own).  ``fused``: one compiled pass (True), numpy calls (False), or
+        chosen by the region's size (None, :func:`engine.ops.jit.use_fused`)."""
+        kernels = _fused_kernels(xp, p, g, state, lr, fused)
+        if kernels is not None:
+            return self._bind_fused(kernels, p.reshape(-1), g.reshape(-1),
+                                    [a.reshape(-1) for a in state], t, lr)
+        return self._bind_numpy(xp, p, g, state, s, t, lr)
+
+    def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+                    lr: Any) -> Step:
         raise NotImplementedError
+
+    def _bind_fused(self, k: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                    lr: Any) -> Step:
+        raise NotImplementedError
+
+
+def _fused_kernels(xp: Any, p: Any, g: Any, state: list[Any], lr: Any,
+                   fused: bool | None) -> Any:
+    """The fused kernels' module when the update should run as one pass: numpy arrays
+    (never on the GPU), all C-contiguous and of one float type."""
+    if fused is False or not is_numpy(xp) or p.dtype.kind != "f":
+        return None
+    arrays = [p, g, *state, *([] if lr is None or isinstance(lr, int | float) else [lr])]
+    if any(not a.flags.c_contiguous or a.dtype != p.dtype for a in arrays):
+        return None
+    if fused is None:
+        return jit.kernels() if jit.use_fused("optimizer", p.size) else None
+    return jit.kernels()
+
+
+def _rates(p: Any, lr: Any) -> tuple[Any, bool]:
+    """(the rates as an array the kernels read, whether it is one scalar rate)."""
+    if isinstance(lr, int | float):
+        return np.full(1, lr, dtype=p.dtype), True
+    return lr.reshape(-1), False
+
+
+def _consts(p: Any, n: int) -> Any:
+    """The kernel's scalars, in the parameters' type (numpy rounds Python floats to it
+    the same way), written in place when they change per step."""
+    return np.zeros(n, dtype=p.dtype)
 
 
 def _times_lr(xp: Any, src: Any, coef: float, lr: Any, out: Any) -> None:
@@ -94,8 +140,19 @@ class SGD(Optimizer):
     def state_slots(self) -> int:
         return 1 if self.momentum else 0
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None) -> Step:
+    def _bind_fused(self, k: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                    lr: Any) -> Step:
+        lr = self.lr if lr is None else lr
+        rates, one = _rates(p, lr)
+        mu = self.momentum
+        c = _consts(p, 4)
+        c[:] = (lr if one else 0.0, mu, self.weight_decay, mu * lr if one else 0.0)
+        buf = state[0] if mu else p
+        momentum, nesterov, run = bool(mu), self.nesterov, k.sgd
+        return lambda: run(p, g, buf, rates, one, c, momentum, nesterov)
+
+    def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+                    lr: Any) -> Step:
         mu, wd, nesterov = self.momentum, self.weight_decay, self.nesterov
         lr = self.lr if lr is None else lr
         buf = state[0] if mu else None
@@ -134,8 +191,31 @@ class Adam(Optimizer):
     def state_slots(self) -> int:
         return 2
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None) -> Step:
+    def _bind_fused(self, k: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                    lr: Any) -> Step:
+        m, v = state
+        b1, b2, eps, wd = self.beta1, self.beta2, self.eps, self.weight_decay
+        lr = self.lr if lr is None else lr
+        rates, one = _rates(p, lr)
+        c = _consts(p, 6)
+        c[:2] = (b1, b2)
+        c[4] = wd
+        if one:
+            c[5] = 1.0 - lr * wd
+        decoupled, run = self.decoupled, k.adam
+
+        def step() -> None:
+            n = t[0]
+            kk = math.sqrt((1.0 - b2) / (1.0 - b2**n))
+            coef = (1.0 - b1) / ((1.0 - b1**n) * kk)
+            c[2] = eps / kk
+            c[3] = coef * lr if one else coef
+            run(p, g, m, v, rates, one, c, decoupled)
+
+        return step
+
+    def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+                    lr: Any) -> Step:
         # The slots hold PyTorch's m and v divided by (1 - beta1) and (1 - beta2):
         # m' = beta1 m' + g and v' = beta2 v' + g^2 take one pass fewer each, and the
         # constants fold into the update (10 passes over the region instead of 13).
@@ -186,8 +266,19 @@ class RMSProp(Optimizer):
     def state_slots(self) -> int:
         return 2 if self.momentum else 1
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None) -> Step:
+    def _bind_fused(self, k: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                    lr: Any) -> Step:
+        lr = self.lr if lr is None else lr
+        rates, one = _rates(p, lr)
+        kk = math.sqrt(1.0 - self.alpha)
+        c = _consts(p, 4)
+        c[:] = (self.alpha, self.eps / kk, self.momentum, 1.0 / kk * lr if one else 1.0 / kk)
+        sq, buf = state[0], state[1] if self.momentum else state[0]
+        momentum, run = bool(self.momentum), k.rmsprop
+        return lambda: run(p, g, sq, buf, rates, one, c, momentum)
+
+    def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+                    lr: Any) -> Step:
         # The square average is kept divided by (1 - alpha): one pass fewer (see Adam).
         sq = state[0]
         buf = state[1] if self.momentum else None
@@ -226,8 +317,17 @@ class Adagrad(Optimizer):
     def state_init(self) -> tuple[float, ...]:
         return (self.initial_accumulator_value,)
 
-    def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None) -> Step:
+    def _bind_fused(self, k: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                    lr: Any) -> Step:
+        lr = self.lr if lr is None else lr
+        rates, one = _rates(p, lr)
+        c = _consts(p, 2)
+        c[:] = (self.eps, 1.0 * lr if one else 0.0)
+        acc, run = state[0], k.adagrad
+        return lambda: run(p, g, acc, rates, one, c)
+
+    def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
+                    lr: Any) -> Step:
         acc = state[0]
         eps = self.eps
         lr = self.lr if lr is None else lr
@@ -297,8 +397,8 @@ class PerModelLR(Optimizer):
         return {"name": self.name, "base": self.base.to_dict(), "lrs": list(self.lrs)}
 
     def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None) -> Step:
-        return self.base.bind(xp, p, g, state[:-1], s, t, lr=state[-1])
+             lr: Any = None, fused: bool | None = None) -> Step:
+        return self.base.bind(xp, p, g, state[:-1], s, t, lr=state[-1], fused=fused)
 
 
 # The optimizers a user names (search spaces, dicts); PerModelLR is made by engine.compile.stack.

@@ -29,8 +29,10 @@ def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator |
     shuffled when ``rng`` is given; returns the sample-weighted mean of ``loss``
     (default: the path's loss): a float, or an array for a non-scalar variable such as
     the per-model losses of a stack (:mod:`engine.compile.stack`).  The data is checked for
-    non-finite values once, and each mini-batch's rows are gathered straight into
-    the heap.  ``stop`` is called every ``STOP_EVERY`` mini-batches; when it returns
+    non-finite values once; each shuffled mini-batch's rows are gathered straight into
+    the heap, and without ``rng`` each mini-batch is a contiguous slice that
+    :meth:`VM.set` reads in place when it can (full-batch training reads the data
+    set itself).  ``stop`` is called every ``STOP_EVERY`` mini-batches; when it returns
     True the pass ends there (the round is abandoned: ``end_round`` is not called)
     and the result is None."""
     b = batch or vm.program.batch_size
@@ -43,12 +45,18 @@ def train_epoch(vm: VM, x: np.ndarray, y: np.ndarray, rng: np.random.Generator |
         vm.check("x", x)
         vm.check("y", y)
     total = _Mean()
+    slices = rng is None and x.dtype == vm.placeholder_dtype("x") and \
+        y.dtype == vm.placeholder_dtype("y")  # else gather says which type is wrong
     for i, start in enumerate(range(0, n, b)):
         if stop is not None and i % STOP_EVERY == 0 and i and stop():
             return None
         rows = order[start:start + b]
-        vm.gather("x", x, rows, check=False)
-        vm.gather("y", y, rows, check=False)
+        if slices:  # rows start..stop in order: a slice, no gathering
+            vm.set("x", x[start:start + b], check=False)
+            vm.set("y", y[start:start + b], check=False)
+        else:
+            vm.gather("x", x, rows, check=False)
+            vm.gather("y", y, rows, check=False)
         vm.train_step(path)
         if loss is not None:
             total.add(vm, loss, len(rows))
@@ -97,7 +105,7 @@ def evaluate_metrics(vm: VM, x: np.ndarray, y: np.ndarray, metrics: Sequence[str
     its per-row values copied into the given host array of ``len(y)`` rows.  ``check``
     is :meth:`VM.set`'s (default: the VM's ``check_inputs``); a caller that checked the
     data once passes False."""
-    b = vm.program.batch_size
+    b = vm.program.batch_size  # contiguous slices: read in place by VM.set when they can
     first = _feeding_paths(vm, path)
     totals = {m: _Mean() for m in metrics}
     added: dict[str, np.ndarray] = {}

@@ -41,7 +41,7 @@ from engine.alignment import align_up
 from engine.autotune import Tuner, autotune_refused
 from engine.errors import EngineError, InputError
 from engine.ops import KernelArgs, get_op
-from engine.ops._base import Step, variant_named
+from engine.ops._base import Step, is_numpy, variant_named
 from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
 from engine.runtime.program import Program
@@ -94,6 +94,11 @@ class VM:
         self._learned = [i for i, ps in enumerate(program.params) if ps.grad is not None]
         self._all_learned = sum(1 << i for i in self._learned)
         self._bindings: dict[int, _Binding] = {}
+        # Placeholders read in place: index -> the caller's array (a read-only view),
+        # and the bindings made for such sets of arrays, most recent last.
+        self._external: dict[int, Any] = {}
+        self._external_bindings: dict[tuple[Any, ...], _Binding] = {}
+        self._stale = False  # _external changed since self._binding was chosen
         self._update_cache: dict[int, tuple[Step, ...]] = {}
         # One generator for the VM's life: kernels hold it; models swap its state.
         self.rng = self.backend.rng(seed)
@@ -161,6 +166,7 @@ class VM:
         be.set_rng_state(self.rng, rng_state)
         self._forwarded = -1
         self._fed.clear()
+        self._drop_external()
         if self._batch != self.program.batch_size:
             self._use_batch(self.program.batch_size)
         be.synchronize()
@@ -294,18 +300,30 @@ class VM:
         return self._batch
 
     def set(self, name: str, value: Any, check: bool | None = None) -> None:
-        """Copy ``value`` into placeholder ``name``.  Its leading dimension may be smaller
+        """Feed ``value`` to placeholder ``name``.  Its leading dimension may be smaller
         than the compiled batch (the last mini-batch).  ``check`` (default: the VM's
-        ``check_inputs``) looks for non-finite values first."""
+        ``check_inputs``) looks for non-finite values first, except in an array
+        :meth:`check` validated or a contiguous slice of it (checked once).
+
+        A numpy array of the placeholder's dtype, C-contiguous and of at least
+        :data:`IN_PLACE_BYTES` is *read in place*: the instructions read the caller's
+        memory, as PyTorch reads a tensor, so changing the array before a step changes
+        what the step reads; the VM keeps a reference to it until the placeholder is
+        fed again.  Anything else (and everything on the GPU) is copied into the
+        placeholder's heap buffer, whose bytes stay planned either way."""
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
         i, spec = self._placeholder(name, arr.shape, arr.shape[0] if arr.ndim else 0)
-        if self.check_inputs if check is None else check:
+        if (self.check_inputs if check is None else check) and not self._seen(name, arr):
             _check_values(name, arr, spec.dtype)
-        try:
-            self.backend.to_device(self._binding.views[i], arr)
-        except TypeError as e:
-            raise InputError(f"placeholder {name!r} ({spec.dtype}) cannot take "
-                             f"{arr.dtype} data: {e}") from None
+        if value is arr and self._in_place(arr, spec):
+            self._read_in_place(i, arr)
+        else:
+            self._forget_external(i)
+            try:
+                self.backend.to_device(self._bind(self._batch).views[i], arr)
+            except TypeError as e:
+                raise InputError(f"placeholder {name!r} ({spec.dtype}) cannot take "
+                                 f"{arr.dtype} data: {e}") from None
         self._fed.add(name)
 
     def gather(self, name: str, source: np.ndarray, rows: np.ndarray,
@@ -328,7 +346,8 @@ class VM:
         if source.dtype != np.dtype(spec.dtype):
             raise InputError(f"placeholder {name!r} ({spec.dtype}) cannot take "
                              f"{source.dtype} data")
-        self.backend.gather_rows(self._binding.views[i], source, rows)
+        self._forget_external(i)
+        self.backend.gather_rows(self._bind(self._batch).views[i], source, rows)
         self._fed.add(name)
 
     def check(self, name: str, value: np.ndarray) -> None:
@@ -337,12 +356,33 @@ class VM:
         is checked once (a data set fed epoch after epoch): changing it in place
         afterwards is not noticed."""
         i, _ = self._placeholder_index(name)
-        key = (value.__array_interface__["data"][0], value.shape, value.strides, value.dtype)
         seen = self._checked.get(name)
-        if seen is not None and seen[0]() is value and seen[1] == key:
+        if seen is not None and seen[0]() is value and seen[1] == _layout(value):
             return
         _check_values(name, value, self.program.buffers[i].dtype)
-        self._checked[name] = (weakref.ref(value), key)
+        self._checked[name] = (weakref.ref(value), _layout(value))
+
+    def _seen(self, name: str, arr: np.ndarray) -> bool:
+        """Whether ``arr`` is, or lies inside, the array :meth:`check` validated for
+        ``name`` (a contiguous slice of a checked data set: same root buffer, same
+        dtype, its bytes within the checked ones)."""
+        seen = self._checked.get(name)
+        whole = seen[0]() if seen is not None else None
+        if whole is None or seen[1] != _layout(whole):  # type: ignore[index]
+            return False
+        if arr is whole:
+            return True
+        if arr.dtype != whole.dtype or not (arr.flags.c_contiguous and
+                                            whole.flags.c_contiguous):
+            return False
+        if _root(arr) is not _root(whole):
+            return False
+        lo, at = _address(whole), _address(arr)
+        return lo <= at and at + arr.nbytes <= lo + whole.nbytes
+
+    def placeholder_dtype(self, name: str) -> np.dtype:
+        """The element type of placeholder ``name``."""
+        return np.dtype(self._placeholder_index(name)[1].dtype)
 
     def _placeholder_index(self, name: str) -> tuple[int, Any]:
         i = self._placeholders.get(name)
@@ -381,7 +421,7 @@ class VM:
         arr = np.asarray(value)
         if tuple(arr.shape) != spec.shape:
             raise InputError(f"parameter {name!r} has shape {spec.shape}, got {arr.shape}")
-        self.backend.to_device(self._binding.views[i], arr)
+        self.backend.to_device(self._bind(self._batch).views[i], arr)
 
     def feed(self, values: Mapping[str, Any]) -> None:
         """Set several placeholders at once."""
@@ -395,6 +435,8 @@ class VM:
             raise InputError(f"variable {name!r} is a temporary whose memory other values "
                              "reuse, so it cannot be read back; declare it with "
                              "graph.output(...) or compile with keep=[...]")
+        if self._stale:
+            self._choose_binding()
         return self._binding.views[i]
 
     def get(self, name: str) -> np.ndarray:
@@ -417,12 +459,82 @@ class VM:
 
     def _use_batch(self, batch: int) -> None:
         self._batch = batch
+        self._external.clear()  # arrays of the other batch size: fed again at this one
+        self._stale = False
         self._binding = self._bind(batch)
+
+    # -- placeholders read in place -------------------------------------------------------
+    def _in_place(self, arr: np.ndarray, spec: Any) -> bool:
+        """Whether the instructions can read ``arr`` where it is: host memory, the
+        placeholder's exact dtype, C-contiguous, aligned, and large enough that the
+        copy it saves costs more than binding the steps once to it."""
+        return (arr.nbytes >= IN_PLACE_BYTES and is_numpy(self.xp)
+                and arr.dtype == np.dtype(spec.dtype) and arr.flags.c_contiguous
+                and arr.flags.aligned)
+
+    def _read_in_place(self, i: int, arr: np.ndarray) -> None:
+        old = self._external.get(i)
+        if old is not None and _same_memory(old, arr):
+            return  # the same array again: its binding is kept
+        view = arr.view()
+        view.flags.writeable = False  # no kernel may write the caller's memory
+        self._external[i] = view
+        self._stale = True
+
+    def _forget_external(self, i: int) -> None:
+        if self._external.pop(i, None) is not None:
+            self._stale = True
+
+    def _drop_external(self) -> None:
+        """Read every placeholder from the heap again, and let the callers' arrays go
+        (a model switched in reads its own data)."""
+        self._external.clear()
+        self._external_bindings.clear()
+        self._stale = False
+        self._binding = self._bind(self._batch)
+
+    def _choose_binding(self) -> None:
+        """Make ``self._binding`` the steps for the arrays now read in place: those of
+        the heap when there are none, else bound to the arrays once, kept while they
+        are fed (the few most recent sets of arrays: full-batch training feeds the same
+        one every round)."""
+        self._stale = False
+        base = self._bind(self._batch)
+        if not self._external:
+            self._binding = base
+            return
+        key = (self._batch, *((i, _layout(a)) for i, a in sorted(self._external.items())))
+        binding = self._external_bindings.pop(key, None)
+        if binding is None:
+            binding = self._bind_external(base)
+            while len(self._external_bindings) >= EXTERNAL_BINDINGS:
+                del self._external_bindings[next(iter(self._external_bindings))]
+        self._external_bindings[key] = binding  # most recent last
+        self._binding = binding
+
+    def _bind_external(self, base: _Binding) -> _Binding:
+        """The base binding with the placeholders of ``self._external`` read from the
+        callers' arrays: a path none of whose instructions reads them keeps its steps;
+        backward programs are bound on first use, as for the heap."""
+        views = list(base.views)
+        for i, a in self._external.items():
+            views[i] = a
+        ext = set(self._external)
+        fwd = []
+        for pi, p in enumerate(self.program.paths):
+            if any(j in ext for k in p.forward for j in self.program.instrs[k].ins):
+                fwd.append(tuple(s for k in p.forward
+                                 for s in self._bind_instr(k, views, False)))
+            else:
+                fwd.append(base.forward[pi])
+        return _Binding(views, fwd)
 
     # -- execution -----------------------------------------------------------------------
     def forward(self, path: int | str = 0) -> None:
         """Run the forward program of ``path``."""
         pi = self.program.path_index(path)
+        if self._stale:
+            self._choose_binding()
         for f in self._binding.forward[pi]:
             f()
         self._fed.clear()
@@ -441,6 +553,8 @@ class VM:
         pi = self.program.path_index(path)
         if self._forwarded != pi:
             self._not_forwarded(pi)
+        if self._stale:
+            self._choose_binding()
         key = self._dirty & self._path_mask[pi]
         steps = self._binding.backward.get((pi, key))
         if steps is None:
@@ -537,6 +651,35 @@ def _regularize(xp: Any, kind: str, coef: float, p: Any, g: Any, s: Any) -> Step
 
         return l1
     raise EngineError(f"unknown regularization {kind!r}; known: l1, l2")
+
+
+IN_PLACE_BYTES = 2 << 20
+"""Arrays from this size on are read in place by :meth:`VM.set`; smaller ones are
+copied.  Reading a new array in place costs binding the steps that read it once
+(about 70-110 µs for the paper MLP on the 2-core machine), which is what copying
+2 MiB costs; an array fed again is read with the steps already bound."""
+
+EXTERNAL_BINDINGS = 4
+"""Sets of in-place arrays whose bindings a VM keeps (and whose arrays it keeps alive)."""
+
+
+def _address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+def _layout(a: np.ndarray) -> tuple[Any, ...]:
+    return (_address(a), a.shape, a.strides, a.dtype)
+
+
+def _root(a: np.ndarray) -> Any:
+    """The object that owns ``a``'s memory (the first base that is not an array view)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a.base if a.base is not None else a
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return _layout(a) == _layout(b) and _root(a) is _root(b)
 
 
 def _check_values(name: str, arr: np.ndarray, dtype: str) -> None:

@@ -36,14 +36,16 @@ class Measured:
 
 def machine_key(device: str) -> str:
     """What the constants depend on: the machine, Python and the libraries a worker
-    loads, and the device."""
+    loads (numba's LLVM, about 130 MB, only with the fused kernels on), and the device."""
     import numpy
 
     from explore import __version__ as explore_version
+    from explore.worker import JIT_DEFAULT
 
     return "|".join((platform.node(), platform.machine(), sys.version.split()[0],
                      f"numpy {numpy.__version__}", f"explore {explore_version}", device,
-                     f"cores {os.cpu_count()}"))
+                     f"cores {os.cpu_count()}",
+                     f"jit {os.environ.get('CALCGRAPH_JIT', JIT_DEFAULT)}"))
 
 
 def cache_file() -> Path:

@@ -22,7 +22,7 @@ from explore.scheduler.placement import Worker
 from explore.shared import ArraySpec
 from explore.worker import process_main as worker_main
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 @contextlib.contextmanager

@@ -73,7 +73,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def dense(train: bool = False, batch: int = 4) -> tuple[Program, dict[str, np.ndarray]]:
     """x [b, 6] @ w [6, 3]: a forward Gemm (and, to train, its weight gradient and a
-    second layer whose input gradient is a Gemm too)."""
+    second layer whose input gradient is a Gemm too); no other op with variants."""
     g = CalcGraph()
     x = g.placeholder("x", (0, 6))
     w = g.parameter("w", (6, 3), init=Init.xavier_uniform())
@@ -81,7 +81,9 @@ def dense(train: bool = False, batch: int = 4) -> tuple[Program, dict[str, np.nd
     h = p.Gemm(x, w)
     if train:
         w2 = g.parameter("w2", (3, 2), init=Init.xavier_uniform())
-        p.set_loss(p.ReduceSum(p.Gemm(p.Tanh(h), w2), keepdims=0))
+        # h * h, not an activation: the activations' gradients have kernel variants of
+        # their own (numpy, numba), which would be decisions beside the Gemms'
+        p.set_loss(p.ReduceSum(p.Gemm(p.Mul(h, h), w2), keepdims=0))
     prog = compile_graph(g, batch_size=batch, optimizer=SGD(lr=0.1) if train else None,
                          autotune=True)
     return prog, {"x": np.random.default_rng(0).normal(size=(batch, 6)).astype(np.float32)}
@@ -258,7 +260,8 @@ def test_a_smaller_batch_runs_the_winner(gemm_variants: dict[str, Variant]) -> N
 
 def test_memory_stays_exact_with_tuning_on() -> None:
     prog = compile_graph(mnist_cnn(), batch_size=8, optimizer=SGD(lr=0.01), autotune=True)
-    assert {prog.instrs[k].op for k in prog.tunable} == {"Conv", "MaxPool", "Gemm"}
+    # and the elementwise ops with a fused form (numpy, numba)
+    assert {prog.instrs[k].op for k in prog.tunable} >= {"Conv", "MaxPool", "Gemm"}
     for k in prog.tunable:  # each tunable instruction plans the largest candidate's need
         ins = prog.instrs[k]
         op = get_op(ins.op)
@@ -368,7 +371,8 @@ def test_an_unwritable_cache_warns_and_tuning_still_freezes(
 
 def test_a_user_fixed_algorithm_is_never_tuned() -> None:
     fixed = compile_graph(mnist_cnn(algorithm="direct"), batch_size=2, autotune=True)
-    assert {fixed.instrs[k].op for k in fixed.tunable} == {"MaxPool", "Gemm"}
+    ops = {fixed.instrs[k].op for k in fixed.tunable}
+    assert "Conv" not in ops and ops >= {"MaxPool", "Gemm"}
     outer = compile_graph(mnist_cnn(algorithm="im2col"), batch_size=2, autotune=True)
     assert {outer.instrs[k].variants for k in outer.tunable if outer.instrs[k].op == "Conv"} \
         == {("im2col/nt", "im2col/tn")}

@@ -202,8 +202,13 @@ CASES = [
 ]
 
 
+# The fused kernels' forms (engine.ops.jit) of a Linear layer with a bias and a sigmoid:
+# drawn last, so that the cases above keep their data.
+CASES.append(Case("FusedGemm", [f(3, 4), f(4, 5), f(5)], {"activation": "Sigmoid"}))
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_gradient_matches_finite_differences(case: Case) -> None:
+def test_gradient_matches_finite_differences(case: Case, kernel_path: str) -> None:
     check(case)
 
 

@@ -93,7 +93,7 @@ OPTS = [
 
 
 @pytest.mark.parametrize("opt", OPTS, ids=repr)
-def test_optimizer_matches_reference(opt: Optimizer) -> None:
+def test_optimizer_matches_reference(opt: Optimizer, kernel_path: str) -> None:
     vm = build(opt)
     for _ in range(10):
         vm.train_step("fit")
@@ -102,7 +102,8 @@ def test_optimizer_matches_reference(opt: Optimizer) -> None:
 
 
 @pytest.mark.parametrize("reg", [Regularization.l1(0.05), Regularization.l2(0.1)], ids=repr)
-def test_regularization_is_added_to_the_gradient(reg: Regularization) -> None:
+def test_regularization_is_added_to_the_gradient(reg: Regularization,
+                                                kernel_path: str) -> None:
     vm = build(SGD(lr=0.1), reg)
     for _ in range(5):
         vm.train_step("fit")

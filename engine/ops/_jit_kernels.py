@@ -1,0 +1,228 @@
+"""The fused kernels themselves, compiled by numba (see :mod:`engine.ops.jit`, which
+imports this module only once numba has imported).
+
+Each kernel does in one loop what the numpy kernel does in several calls, in the same
+order and in the array's own type (``y.dtype.type(1)``, not a Python float, which
+numba would widen to float64), so results agree with numpy's to float32 rounding.
+Scalars that vary per step (Adam's bias corrections) arrive in a small array of the
+parameters' type, written in place by the caller: nothing is allocated per call.
+Transcendental functions stay in numpy where it has SIMD loops; only the
+cross-entropy's forward calls ``exp``/``log`` here (its rows are short, and numpy's
+per-row reductions cost more than the scalar calls).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+numba: Any
+try:
+    import numba
+except Exception:  # never used then: jit.kernels() returns None
+    numba = None
+
+
+def _jit(f: Any) -> Any:
+    if numba is None:
+        return f
+    return numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)(f)
+
+
+# -- activations and their gradients (1-D views) ---------------------------------------
+
+
+@_jit
+def sigmoid_grad(y: Any, dy: Any, dx: Any) -> None:
+    one = y.dtype.type(1)
+    for i in range(y.size):
+        dx[i] = (one - y[i]) * y[i] * dy[i]
+
+
+@_jit
+def tanh_grad(y: Any, dy: Any, dx: Any) -> None:
+    one = y.dtype.type(1)
+    for i in range(y.size):
+        dx[i] = (one - y[i] * y[i]) * dy[i]
+
+
+@_jit
+def relu_grad(y: Any, dy: Any, dx: Any) -> None:
+    for i in range(y.size):
+        dx[i] = np.sign(y[i]) * dy[i]
+
+
+@_jit
+def half(x: Any, y: Any) -> None:
+    """y = x / 2: a sigmoid's argument for tanh."""
+    h = x.dtype.type(0.5)
+    for i in range(x.size):
+        y[i] = x[i] * h
+
+
+@_jit
+def half_plus_half(y: Any) -> None:
+    """y = y / 2 + 1/2: a sigmoid from tanh(x / 2)."""
+    h = y.dtype.type(0.5)
+    for i in range(y.size):
+        y[i] = y[i] * h + h
+
+
+@_jit
+def bias_half(y: Any, b: Any) -> None:
+    """y = (y + b) / 2 over the rows of a 2-D y: a Linear layer's bias, then a
+    sigmoid's argument for tanh."""
+    h = y.dtype.type(0.5)
+    n, m = y.shape
+    for i in range(n):
+        for j in range(m):
+            y[i, j] = (y[i, j] + b[j]) * h
+
+
+@_jit
+def bias_relu(y: Any, b: Any) -> None:
+    """y = max(y + b, 0) over the rows of a 2-D y (NaN stays NaN, as numpy's maximum)."""
+    z = y.dtype.type(0)
+    n, m = y.shape
+    for i in range(n):
+        for j in range(m):
+            v = y[i, j] + b[j]
+            y[i, j] = z if v < z else v
+
+
+@_jit
+def column_sums(x: Any, out: Any) -> None:
+    """out[j] = sum over rows of x[:, j], row by row: numpy's order for an axis-0 sum."""
+    n, m = x.shape
+    for j in range(m):
+        out[j] = x[0, j]
+    for i in range(1, n):
+        for j in range(m):
+            out[j] += x[i, j]
+
+
+# -- softmax cross-entropy (2-D scores, integer labels) -------------------------------
+
+
+@_jit
+def sce_forward(x: Any, labels: Any, logp: Any, loss: Any, scale: float) -> int:
+    """logp = log_softmax(x) by rows; loss[0] = scale * sum of the labelled logp.
+    Returns how many labels lie outside [0, C) (the caller raises)."""
+    n, c = x.shape
+    zero = x.dtype.type(0)
+    bad = 0
+    total = 0.0
+    for i in range(n):
+        m = x[i, 0]
+        for j in range(1, c):
+            if x[i, j] > m:
+                m = x[i, j]
+        s = zero
+        for j in range(c):
+            s += math.exp(x[i, j] - m)
+        ls = math.log(s)
+        for j in range(c):
+            logp[i, j] = (x[i, j] - m) - ls
+        k = labels[i]
+        if k < 0 or k >= c:
+            bad += 1
+        else:
+            total += logp[i, k]
+    loss[0] = x.dtype.type(total) * x.dtype.type(scale)
+    return bad
+
+
+@_jit
+def sce_grad(dx: Any, labels: Any, dloss: Any, inv: float) -> None:
+    """dx = (dx - onehot(labels)) * dloss * inv, by rows, where dx holds the softmax
+    (numpy's SIMD exp of log_prob: numba's scalar exp would cost 3x this pass)."""
+    n, c = dx.shape
+    one = dx.dtype.type(1)
+    k = dx.dtype.type(dloss[0] * inv)
+    for i in range(n):
+        lab = labels[i]
+        for j in range(c):
+            e = dx[i, j]
+            if j == lab:
+                e -= one
+            dx[i, j] = e * k
+
+
+# -- optimizer updates over the flat parameter region ---------------------------------
+# ``c`` holds the scalars in the parameters' type; ``lr`` holds a rate per parameter
+# (a stack of models, engine.runtime.optim.PerModelLR) unless ``one``: then the one
+# rate is folded into ``c``.
+
+
+@_jit
+def sgd(p: Any, g: Any, buf: Any, lr: Any, one: bool, c: Any, momentum: bool,
+        nesterov: bool) -> None:
+    # c: [lr (scalar case), mu, wd, mu * lr (scalar case)]
+    mu, wd = c[1], c[2]
+    for i in range(p.size):
+        gi = g[i]
+        if wd != 0:
+            gi = gi + p[i] * wd
+            g[i] = gi
+        r = c[0] if one else lr[i]
+        if not momentum:
+            p[i] = p[i] - gi * r
+            continue
+        b = buf[i] * mu + gi
+        buf[i] = b
+        if nesterov:
+            q = p[i] - gi * r
+            p[i] = q - (b * c[3] if one else b * r * mu)
+        else:
+            p[i] = p[i] - b * r
+
+
+@_jit
+def adam(p: Any, g: Any, m: Any, v: Any, lr: Any, one: bool, c: Any, decoupled: bool) -> None:
+    # c: [b1, b2, eps / k, step (coef * lr, or coef), wd, 1 - lr * wd, wd * (array lr)]
+    b1, b2, eps, step, wd = c[0], c[1], c[2], c[3], c[4]
+    for i in range(p.size):
+        gi = g[i]
+        pi = p[i]
+        if wd != 0:
+            if decoupled:
+                pi = pi * c[5] if one else pi - pi * lr[i] * wd
+            else:
+                gi = gi + pi * wd
+                g[i] = gi
+        mi = m[i] * b1 + gi
+        vi = v[i] * b2 + gi * gi
+        m[i] = mi
+        v[i] = vi
+        s = mi / (math.sqrt(vi) + eps)
+        p[i] = pi - (s * step if one else s * lr[i] * step)
+
+
+@_jit
+def rmsprop(p: Any, g: Any, sq: Any, buf: Any, lr: Any, one: bool, c: Any,
+            momentum: bool) -> None:
+    # c: [alpha, eps / k, mu, step (lr / k, or 1 / k)]
+    alpha, eps, mu, step = c[0], c[1], c[2], c[3]
+    for i in range(p.size):
+        gi = g[i]
+        si = sq[i] * alpha + gi * gi
+        sq[i] = si
+        d = gi / (math.sqrt(si) + eps)
+        if momentum:
+            d = buf[i] * mu + d
+            buf[i] = d
+        p[i] = p[i] - (d * step if one else d * lr[i] * step)
+
+
+@_jit
+def adagrad(p: Any, g: Any, acc: Any, lr: Any, one: bool, c: Any) -> None:
+    # c: [eps, lr (scalar case)]
+    eps = c[0]
+    for i in range(p.size):
+        gi = g[i]
+        a = acc[i] + gi * gi
+        acc[i] = a
+        d = gi / (math.sqrt(a) + eps)
+        p[i] = p[i] - d * (c[1] if one else lr[i])

@@ -1,0 +1,156 @@
+"""Fused elementwise kernels: a chain of elementwise work as one compiled pass.
+
+A numpy kernel is one call, and one pass over memory, per term: Adam's update is ten
+passes over the parameter region, a sigmoid's gradient three, a softmax over ten
+classes a dozen calls whose per-row reductions numpy runs slowly.  The kernels of
+:mod:`engine.ops._jit_kernels` do each chain in one loop, compiled by numba (LLVM
+vectorises it), writing into the same heap views, so a step still allocates nothing.
+
+**Why numba, not numexpr.**  Measured on the 2-core AVX-512 machine (float32,
+medians, ``docs/architecture.md``): numexpr's interpreter runs a scalar loop per
+term, 4-5x slower than one numpy call (``a*b`` over 10^6 floats: 481 µs against 102),
+so its one pass lost to numpy's ten even for Adam (248 µs against 42 over the paper
+MLP's 55,050 parameters); numba's loop took 7.6 µs.  Transcendentals are the
+exception: numpy's SIMD ``tanh``/``exp`` beat numba's scalar libm calls by 10-40x, so
+the fused kernels keep those calls in numpy and fuse the arithmetic around them.
+
+**Off the hot path.**  numba is imported on first use, when a kernel is bound, never
+by ``import engine``; compiled code is cached on disk (``cache=True``).  If numba is
+missing or fails to import, or ``CALCGRAPH_JIT=0``, every kernel is the numpy one:
+the same results to float32 rounding, nothing else changes.  numba's own memory
+(LLVM, about 100 MB of proportional set size once a kernel is compiled) is the
+process's, outside any heap: an explore worker counts it in its measured overhead.
+
+**Threads.**  The kernels are serial: at the sizes measured a parallel dispatch cost
+more than a second core gave, and the GEMMs between them already use every core, so
+numba's thread pool is never started.  ``NUMBA_NUM_THREADS`` is among the variables
+the explore scheduler sets to each worker's share, should a parallel kernel come.
+
+**Which one runs.**  Each op that has a fused form registers it as a ``Variant``
+named ``"numba"`` beside ``"numpy"`` (an auto-tuner may time both on the real
+shapes); without one, the op's kernel picks by size with :func:`use_fused`.
+
+>>> from engine.ops import jit
+>>> jit.use_fused("SigmoidGrad", 64) in (True, False)
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from engine.graph import TensorDesc
+from engine.ops._base import KernelArgs, KernelFactory, Step, Variant, WorkspaceRule, is_numpy
+
+ENV = "CALCGRAPH_JIT"  # "0": never compile, numpy everywhere
+
+# Elements (of the op's largest tensor, or the parameter region) from which the fused
+# form is the static default, and up to which it stays so (None: no bound).  Measured
+# on the 2-core machine, float32, each op's numpy and numba variants interleaved,
+# medians (docs/architecture.md, "Fused kernels"): the fused form won at every size
+# from 68 elements up (numba's call costs ~0.25 µs, numpy's ~1 µs a call), by 1.1x
+# (Sigmoid at 170k, where numpy's tanh is the work) to 30x (the cross-entropy at 4
+# rows), so every threshold is 0.  They stay per kind: a machine where numpy's calls
+# cost less, or numba's more, raises them.
+THRESHOLDS: dict[str, tuple[int, int | None]] = {
+    "elementwise": (0, None),
+    "optimizer": (0, None),
+    "SumTo": (0, None),
+    "SoftmaxCrossEntropyLoss": (0, None),
+    "SoftmaxCrossEntropyLossGrad": (0, None),
+}
+
+_kernels: Any = None  # the compiled kernels' module, False once the import failed
+
+
+def enabled() -> bool:
+    """Whether fused kernels may be used at all (``CALCGRAPH_JIT`` is not "0")."""
+    return os.environ.get(ENV, "1") != "0"
+
+
+def kernels() -> Any | None:
+    """The module of fused kernels (:mod:`engine.ops._jit_kernels`), importing numba on
+    first use; None where numba cannot be imported or the fused kernels are off."""
+    global _kernels
+    if not enabled():
+        return None
+    if _kernels is None:
+        try:
+            importlib.import_module("numba")
+            _kernels = importlib.import_module("engine.ops._jit_kernels")
+        except Exception:  # missing, or broken: the numpy kernels do the work
+            _kernels = False
+    return _kernels or None
+
+
+def reset() -> None:
+    """Forget the import's outcome (tests that hide numba)."""
+    global _kernels
+    _kernels = None
+
+
+def use_fused(kind: str, elements: int) -> bool:
+    """The static default: whether ``kind``'s fused kernel should run on ``elements``
+    elements (its threshold in :data:`THRESHOLDS`; elementwise ops share one)."""
+    lo, hi = THRESHOLDS.get(kind, THRESHOLDS["elementwise"])
+    return lo <= elements and (hi is None or elements <= hi) and kernels() is not None
+
+
+def flat(a: Any) -> Any | None:
+    """``a`` as a 1-D view (no copy), or None when it is not C-contiguous."""
+    if not a.flags.c_contiguous:
+        return None
+    return a.reshape(-1)
+
+
+FusedFactory = Callable[[KernelArgs, Any], Step | None]
+"""A fused kernel factory: ``(args, kernels module) -> step``, or None where it does not
+apply to these views (not contiguous, a broadcast it does not handle)."""
+
+
+def largest(k: KernelArgs) -> int:
+    """The elements of an instruction's largest input or output: what it streams."""
+    return max((int(a.size) for a in (*k.ins, *k.outs)), default=0)
+
+
+def variants(numpy: KernelFactory, fused: FusedFactory, workspace: WorkspaceRule,
+             doc: str) -> dict[str, Variant]:
+    """An op's two registered variants: ``"numpy"`` (its kernel of numpy calls) and
+    ``"numba"`` (``fused``, falling back to ``numpy`` wherever it cannot run: no numba,
+    the GPU, views it does not handle).  Both use the op's workspace rule, so the plan
+    is the same whichever runs."""
+
+    def fused_or_numpy(k: KernelArgs) -> Step:
+        ks = kernels() if is_numpy(k.xp) else None
+        step = fused(k, ks) if ks is not None else None
+        return step if step is not None else numpy(k)
+
+    return {
+        "numpy": Variant(applies=_always, workspace=workspace, kernel=numpy,
+                         doc="numpy calls, one pass per term"),
+        "numba": Variant(applies=_floats, workspace=workspace, kernel=fused_or_numpy,
+                         doc=doc),
+    }
+
+
+def by_size(kind: str, table: dict[str, Variant],
+            size: Callable[[KernelArgs], int] = largest) -> KernelFactory:
+    """The kernel factory of an op with fused and numpy variants: the fused one where
+    :func:`use_fused` says so for this instruction's size, else numpy's."""
+
+    def factory(k: KernelArgs) -> Step:
+        fused = is_numpy(k.xp) and use_fused(kind, size(k))
+        return table["numba" if fused else "numpy"].kernel(k)
+
+    return factory
+
+
+def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return True
+
+
+def _floats(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return all(d.dtype.is_float for d in outs)

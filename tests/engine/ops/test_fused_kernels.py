@@ -1,0 +1,156 @@
+"""The fused (numba) variants against the numpy ones, on the ops that have both: the
+same values to rounding, for float32 and float64, small and large, and no allocation
+in a step.  Without numba (or with CALCGRAPH_JIT=0) every op runs its numpy kernel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.ops import OP_TABLE, KernelArgs, get_op, jit
+from engine.ops.linalg import GEMM_ATTRS
+from tests.allocations import step_allocations
+
+FUSED = sorted(name for name, op in OP_TABLE.items() if "numba" in op.variants)
+R = np.random.default_rng(11)
+
+
+def case(op: str, n: int, dtype: Any, variant: int = 0) -> tuple[list, list, dict]:
+    """(inputs, output shapes and types, attributes) of one instruction of ``op``."""
+    c, k = 17, 9
+    x = R.normal(size=(n, c)).astype(dtype)
+    dy = R.normal(size=(n, c)).astype(dtype)
+    if op == "Sigmoid":
+        return [x], [x.shape], {}
+    if op in ("SigmoidGrad", "TanhGrad", "ReluGrad"):
+        y = {"SigmoidGrad": 1 / (1 + np.exp(-x)), "TanhGrad": np.tanh(x),
+             "ReluGrad": np.maximum(x, 0)}[op].astype(dtype)
+        return [y, dy], [x.shape], {}
+    if op == "SumTo":
+        if variant:
+            x3 = R.normal(size=(n, 3, c)).astype(dtype)
+            return [x3], [(c,)], {"axes": (0, 1), "shape": (c,)}
+        return [x], [(1, c)], {"axes": (0,), "shape": (1, c)}
+    if op == "FusedGemm":
+        a, w, b = (R.normal(size=s).astype(dtype) for s in ((n, k), (k, c), (c,)))
+        return [a, w, b], [(n, c)], {**GEMM_ATTRS, "activation": ("Relu", "Sigmoid")[variant]}
+    labels = R.integers(0, c, size=n)
+    attrs = {"reduction": ("mean", "sum")[variant], "ignore_index": None}
+    if op == "SoftmaxCrossEntropyLoss":
+        return [x, labels], [(), x.shape], attrs
+    logp = (x - np.log(np.exp(x).sum(1, keepdims=True))).astype(dtype)
+    return [np.array(0.75, dtype), logp, labels], [x.shape], attrs
+
+
+def bind(op: str, variant: str, ins: list, outs: list, attrs: dict) -> tuple[Any, list]:
+    dtype = ins[0].dtype if op != "SoftmaxCrossEntropyLossGrad" else ins[1].dtype
+    out = [np.zeros(s, dtype) for s in outs]
+    ws = np.zeros(1 << 20, np.uint8)
+    step = get_op(op).variants[variant].kernel(KernelArgs(np, ins, out, ws, attrs))
+    return step, out
+
+
+@pytest.fixture
+def fused_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jit.ENV, raising=False)
+    if jit.kernels() is None:
+        pytest.skip("numba is not importable")
+
+
+@pytest.mark.usefixtures("fused_on")
+@pytest.mark.parametrize("op", FUSED)
+@pytest.mark.parametrize("n", [3, 1000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("variant", [0, 1])
+def test_fused_variant_matches_numpy(op: str, n: int, dtype: Any, variant: int) -> None:
+    ins, outs, attrs = case(op, n, dtype, variant)
+    ref_step, ref = bind(op, "numpy", ins, outs, attrs)
+    step, got = bind(op, "numba", ins, outs, attrs)
+    assert step.__qualname__ != ref_step.__qualname__, "the numba variant fell back to numpy"
+    ref_step()
+    step()
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.usefixtures("fused_on")
+@pytest.mark.parametrize("op", FUSED)
+def test_fused_variant_allocates_nothing(op: str) -> None:
+    ins, outs, attrs = case(op, 500, np.float32)
+    step, _ = bind(op, "numba", ins, outs, attrs)
+    # The least of three: numba fills a cache of its own once (32 bytes) on early calls,
+    # and tracemalloc also sees the test runner's threads.
+    retained, peak = min(step_allocations(step) for _ in range(3))
+    assert retained <= 0
+    assert peak < 1024  # numba's dispatch: a few small objects at most, never a tensor
+
+
+@pytest.mark.usefixtures("fused_on")
+def test_labels_out_of_range_are_an_error_in_the_fused_loss_too() -> None:
+    from engine.errors import InputError
+
+    ins, outs, attrs = case("SoftmaxCrossEntropyLoss", 4, np.float32)
+    ins[1][2] = 17
+    step, _ = bind("SoftmaxCrossEntropyLoss", "numba", ins, outs, attrs)
+    with pytest.raises(InputError, match=r"labels must lie in \[0, 17\)"):
+        step()
+
+
+def test_without_numba_every_op_runs_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    jit.reset()
+    try:
+        assert jit.kernels() is None
+        assert not jit.use_fused("optimizer", 10**9)
+        for op in FUSED:
+            ins, outs, attrs = case(op, 50, np.float32)
+            ref_step, _ = bind(op, "numpy", ins, outs, attrs)
+            step, _ = bind(op, "numba", ins, outs, attrs)
+            assert step.__qualname__ == ref_step.__qualname__
+    finally:
+        jit.reset()
+
+
+def test_without_numba_training_is_numpys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba failing to import changes nothing: the same parameters, bit for bit, as
+    with the fused kernels switched off."""
+    from engine import VM, Adam, compile_graph
+    from engine.models import paper_mlp
+
+    x = R.random((32, 20), dtype=np.float32)
+    y = R.integers(0, 5, 32)
+
+    def trained() -> np.ndarray:
+        vm = VM(compile_graph(paper_mlp((20, 16, 5)), batch_size=32, optimizer=Adam()), seed=3)
+        vm.set("x", x)
+        vm.set("y", y)
+        for _ in range(5):
+            vm.train_step("train")
+        return vm.get("w0")
+
+    monkeypatch.setenv(jit.ENV, "0")
+    off = trained()
+    monkeypatch.delenv(jit.ENV)
+    monkeypatch.setitem(sys.modules, "numba", None)
+    jit.reset()
+    try:
+        np.testing.assert_array_equal(trained(), off)
+    finally:
+        jit.reset()
+
+
+def test_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(jit.ENV, "0")
+    assert jit.kernels() is None
+
+
+def test_importing_the_engine_does_not_import_numba() -> None:
+    code = "import sys, engine, engine.runtime.vm; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
