@@ -602,6 +602,15 @@ class VM:
             f()
         self._dirty = 0
 
+    def take_counters(self, other: VM) -> None:
+        """Continue ``other``'s counters: the optimizer's step count, the rounds done and
+        the random generator's state (what :func:`engine.runtime.members.move_member`
+        carries besides the values).  Its gradients must have been consumed."""
+        if other._dirty:
+            raise EngineError("the source holds gradients optimize() has not consumed: "
+                              "move a model between steps")
+        self._reset(other._t[0], 0, other.round, other.backend.rng_state(other.rng))
+
     def end_round(self) -> int:
         """Mark the end of a training round (an epoch); returns the rounds done."""
         self.round += 1
