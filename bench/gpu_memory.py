@@ -262,6 +262,8 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=20.0,
                     help="stop a case's steady steps after this long (at a multiple of 50)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case's process")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="start no case after this many seconds (listed in skipped)")
     ap.add_argument("--constant", type=int, default=None,
                     help="judge residuals against this per-process constant (bytes)")
     ap.add_argument("--log", action="store_true", help="each case's answer on stderr")
@@ -274,8 +276,12 @@ def main() -> None:
     pool = SMOKE if args.smoke else CASES
     names = [c for c in pool if (not args.families or family(c) in args.families.split(","))
              and (not args.cases or c in args.cases.split(","))]
-    cases, failed = [], []
+    cases, failed, skipped = [], [], []
+    t0 = time.monotonic()
     for name in names:
+        if args.budget_s and time.monotonic() - t0 > args.budget_s:
+            skipped.append(name)
+            continue
         try:
             got = run_side(__file__, ["--case", name, "--device", args.device,
                                       "--steps", str(steps), "--max-seconds",
@@ -290,7 +296,7 @@ def main() -> None:
     out = {"device": args.device,
            "device_name": cases[0]["device_name"] if cases else None,
            "smoke": args.smoke, "steps": steps, **summarize(cases, args.constant),
-           "cases": cases, "failed": failed,
+           "cases": cases, "failed": failed, "skipped": skipped,
            "isolation": "each case in a fresh process, one after another"}
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
 

@@ -301,6 +301,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true",
                     help="512 random rows, 600 MB, 2 processes at most, 0.3 s runs, 1 repeat")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds to get ready")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="start no repeat after this many seconds (repeats_done says)")
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--fraction", type=float, default=None, help=argparse.SUPPRESS)
@@ -312,6 +314,7 @@ def main() -> None:
         args.budget, args.seconds, args.repeats = "600MB", 0.3, 1
         args.max_processes, args.synthetic = min(args.max_processes, 2), True
     budget, cap = parse_bytes(args.budget), not args.no_cap
+    started = time.monotonic()
     rows = 512 if args.smoke else ROWS
     with tempfile.TemporaryDirectory() as folder:
         source = write_data(folder, rows, args.synthetic)
@@ -327,7 +330,11 @@ def main() -> None:
         n_torch, tries = torch_count(args.device, folder, budget, cap, args.timeout,
                                      args.max_processes, t)
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+        done = 0
         for i in range(args.repeats):
+            if i and args.budget_s and time.monotonic() - started > args.budget_s:
+                break
+            done += 1
             for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
                 n = n_engine if side == "engine" else n_torch
                 if n:
@@ -351,7 +358,7 @@ def main() -> None:
         "torch_cap": "set_per_process_memory_fraction(budget / k)" if cap else None,
         "torch_search": [{k: r[k] for k in ("processes", "ok", "peak_bytes",
                                                "failed_processes", "errors")} for r in tries],
-        "runs": runs, "seconds": args.seconds, "repeats": args.repeats,
+        "runs": runs, "seconds": args.seconds, "repeats": args.repeats, "repeats_done": done,
         "memory_source": "nvml, device-wide, above the baseline" if args.device == "gpu"
         else "sum of the processes' peak RSS",
     }
