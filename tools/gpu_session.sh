@@ -22,6 +22,9 @@
 # $OUT per call, and empties $OUT before each: results are also copied to
 # build/gpu-last/ in the working tree, which a warm machine keeps between calls.
 #
+# GPU_CONSTANT (bytes) gives memory_onnx and parallel the per-process constant when
+# gpu_memory.json is not on this machine (a call after the machine went back).
+#
 # The wheels the image lacks travel in .whl/ (tools/gpu_wheels.sh fetches them; the
 # device tool's carry: [".whl"]); they are installed into /tmp/site once per machine.
 set -uo pipefail
@@ -90,6 +93,18 @@ gpu_test_files() {
     grep -rlE 'pytest\.mark\.gpu|mark\.gpu' tests --include='test_*.py' | sort
 }
 
+# "--constant BYTES" from GPU_CONSTANT or this machine's gpu_memory.json, else nothing
+constant_args() {
+    local f c=${GPU_CONSTANT:-}
+    for f in "$OUT/gpu_memory.json" "$LAST/gpu_memory.json"; do
+        [ -n "$c" ] && break
+        [ -s "$f" ] && c=$(python3 -c \
+            'import json,sys; print(json.load(open(sys.argv[1]))["constant"] or "")' "$f")
+    done
+    [ -n "$c" ] && echo "--constant $c"
+    return 0
+}
+
 step() {
     case $1 in
     tests)
@@ -106,25 +121,13 @@ step() {
         run memory 290 gpu_memory.json python3 bench/gpu_memory.py --json --log \
             --families mlp,cnn,stack,nn --timeout 120 --budget-s 200 ;;
     memory_onnx)
-        local constant=() f
-        for f in "$OUT/gpu_memory.json" "$LAST/gpu_memory.json"; do
-            if [ -s "$f" ]; then
-                c=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["constant"] or "")' "$f")
-                [ -n "$c" ] && constant=(--constant "$c")
-                break
-            fi
-        done
+        local constant=()
+        read -ra constant <<<"$(constant_args)"
         run memory_onnx 290 gpu_memory_onnx.json python3 bench/gpu_memory.py --json --log \
             --families onnx --max-seconds 8 --timeout 90 --budget-s 200 "${constant[@]}" ;;
     parallel)
-        local constant=() f
-        for f in "$OUT/gpu_memory.json" "$LAST/gpu_memory.json"; do
-            if [ -s "$f" ]; then
-                c=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["constant"] or "")' "$f")
-                [ -n "$c" ] && constant=(--constant "$c")
-                break
-            fi
-        done
+        local constant=()
+        read -ra constant <<<"$(constant_args)"
         run parallel 290 gpu_parallel.json python3 bench/gpu_parallel.py --json \
             --budget 5GB --seconds 8 --repeats 5 --budget-s 200 "${constant[@]}" ;;
     paper_mlp)
