@@ -8,7 +8,10 @@ thread pool spinning beside the other's work slows either side on two cores), th
 alternating; peak RSS comes from the same processes.  Also the time of each kind of
 instruction of the engine's step (where it is slower, the breakdown says where the
 time goes), and the step and workspace with each of Conv's forward algorithms (im2col
-is the default), each algorithm a side of its own.
+is the default), each algorithm a side of its own.  ``--device gpu`` runs the engine
+(cupy) and PyTorch (CUDA) on the GPU, both copying the batch from host memory at each
+step, the device synchronised before each sample's clock stops; the per-instruction
+breakdown is then left out (a kernel's launch is not its time).
 
     python bench/cnn_step.py --json
 
@@ -37,12 +40,15 @@ ALGORITHMS = ("im2col", "direct", "winograd")
 TORCH_VARIANTS = ("fused", "foreach", "fused_channels_last", "foreach_channels_last")
 
 
-def engine_vm(algorithm: str = "im2col") -> Any:
+SYNC: list[Callable[[], None]] = []  # the device's synchronize, on the GPU
+
+
+def engine_vm(algorithm: str = "im2col", device: str = "cpu") -> Any:
     from engine import VM, Adam, compile_graph
     from engine.models import mnist_cnn
 
     return VM(compile_graph(mnist_cnn(algorithm=algorithm), batch_size=BATCH,
-                            optimizer=Adam(lr=1e-3)))
+                            optimizer=Adam(lr=1e-3), device=device))
 
 
 def engine_step(vm: Any, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
@@ -69,7 +75,8 @@ def op_breakdown(vm: Any, repeats: int = 20) -> dict[str, float]:
     return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
-def torch_step(x: np.ndarray, y: np.ndarray, variant: str) -> Callable[[], None]:
+def torch_step(x: np.ndarray, y: np.ndarray, variant: str, device: str = "cpu"
+               ) -> Callable[[], None]:
     import torch
 
     torch.manual_seed(0)
@@ -78,6 +85,8 @@ def torch_step(x: np.ndarray, y: np.ndarray, variant: str) -> Callable[[], None]
         torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Flatten(), torch.nn.Linear(16 * 49, 10))
+    if device == "gpu":
+        model = model.to("cuda")
     if variant.endswith("channels_last"):
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     adam = variant.split("_")[0]  # fused or foreach
@@ -91,17 +100,24 @@ def torch_step(x: np.ndarray, y: np.ndarray, variant: str) -> Callable[[], None]
         loss_fn(model(xt), yt).backward()
         opt.step()
 
-    return step
+    def gpu_step() -> None:  # the batch from host memory, as the engine's set does
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(xt.to("cuda")), yt.to("cuda")).backward()
+        opt.step()
+
+    return gpu_step if device == "gpu" else step
 
 
 def timed(step: Callable[[], None], n: int = 20) -> float:
     t = time.perf_counter()
     for _ in range(n):
         step()
+    for sync in SYNC:
+        sync()
     return (time.perf_counter() - t) / n * 1e3
 
 
-def child(side: str, samples: int, steps: int) -> None:
+def child(side: str, samples: int, steps: int, device: str = "cpu") -> None:
     """One side in this (fresh) process: warm up, then ``samples`` samples of ``steps``
     steps; their median (ms per step), and for the engine its Conv workspace and (im2col)
     the per-instruction breakdown."""
@@ -111,7 +127,9 @@ def child(side: str, samples: int, steps: int) -> None:
     extra: dict[str, Any] = {}
     if side.startswith("engine"):
         algorithm = side.removeprefix("engine").lstrip("_") or "im2col"
-        vm = engine_vm(algorithm)
+        vm = engine_vm(algorithm, device)
+        if device == "gpu":
+            SYNC.append(vm.backend.synchronize)
         step = engine_step(vm, x, y)
         # the forward convolutions' own scratch (the zone is the largest of any
         # instruction, here a gradient's, whichever forward algorithm runs)
@@ -121,11 +139,13 @@ def child(side: str, samples: int, steps: int) -> None:
         import torch
 
         torch.set_num_threads(cores())
-        step = torch_step(x, y, side.removeprefix("torch_"))
+        if device == "gpu":
+            SYNC.append(torch.cuda.synchronize)
+        step = torch_step(x, y, side.removeprefix("torch_"), device)
     timed(step, 5)  # warm up
     ms = [timed(step, steps) for _ in range(samples)]
     if side == "engine":
-        extra["ms_by_op"] = op_breakdown(vm, steps)
+        extra["ms_by_op"] = op_breakdown(vm, steps) if device == "cpu" else {}
     emit({"ms_step": statistics.median(ms), "samples_ms": ms, **extra})
 
 
@@ -137,24 +157,26 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 2 samples of 3 steps per process")
     ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--samples", type=int, default=7, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:
-        child(args.side, args.samples, args.steps)
+        child(args.side, args.samples, args.steps, args.device)
         return
     size = ["--samples", "2", "--steps", "3"] if args.quick else []
     engines = {a: "engine" if a == "im2col" else f"engine_{a}" for a in ALGORITHMS}
     sides = [*engines.values(), *(f"torch_{v}" for v in TORCH_VARIANTS)]
-    runs = alternate(__file__, {s: ["--side", s, *size] for s in sides}, args.repeats,
+    runs = alternate(__file__, {s: ["--side", s, "--device", args.device, *size]
+                                for s in sides}, args.repeats,
                      log=args.log)
     ms = {s: median(runs[s], "ms_step") for s in sides}
     variant = fastest({v: ms[f"torch_{v}"] for v in TORCH_VARIANTS})
     torch_side = f"torch_{variant}"
     out: dict[str, Any] = {
         "engine_ms_step": round(ms["engine"], 3), "torch_ms_step": round(ms[torch_side], 3),
-        "threads": cores(), "batch": BATCH, "repeats": args.repeats}
+        "threads": cores(), "batch": BATCH, "repeats": args.repeats, "device": args.device}
     out["engine_over_torch"] = round(ms["engine"] / ms[torch_side], 2)
     out["speedup_vs_torch"] = round(ms[torch_side] / ms["engine"], 2)
     out["torch_variant"] = variant

@@ -16,7 +16,9 @@ from a .npy pair, warms up, and times several rounds; the sides alternate across
 medians is reported.  Peak RSS (``/proc/self/status`` VmHWM) comes from the same
 processes: the largest over the repeats, of the full-batch case unless suffixed
 ``_step64``.  ``--compile`` adds ``torch.compile`` as an extra column (not a baseline
-of the ratios).
+of the ratios).  ``--device gpu`` runs the engine (cupy) and PyTorch (CUDA) on the GPU,
+each copying every batch from host memory as it trains and synchronising the device
+at the end of each timed round; the numpy loop stays on the CPU, for reference.
 
     python bench/paper_mlp.py --json
 
@@ -59,12 +61,15 @@ def data(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class EngineRunner:
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int, device: str = "cpu") -> None:
         from engine import VM, Adam, compile_graph
         from engine.models import paper_mlp
+        from engine.runtime.backends import get_backend
 
-        self.vm = VM(compile_graph(paper_mlp(SIZES), batch_size=batch, optimizer=Adam(lr=1e-3)))
+        self.vm = VM(compile_graph(paper_mlp(SIZES), batch_size=batch, optimizer=Adam(lr=1e-3),
+                                   device=device))
         self.batch = batch
+        self.sync = get_backend(device).synchronize
 
     def epoch(self, x: np.ndarray, y: np.ndarray) -> None:
         vm, b = self.vm, self.batch
@@ -75,6 +80,7 @@ class EngineRunner:
             vm.apply_loss(0)
             vm.backward(0)
             vm.optimize()
+        self.sync()
 
     def accuracy(self, x: np.ndarray, y: np.ndarray) -> float:
         from engine.runtime.train import evaluate
@@ -86,16 +92,18 @@ class EngineRunner:
 
 
 class TorchRunner:
-    def __init__(self, batch: int, adam: str, compiled: bool = False) -> None:
+    def __init__(self, batch: int, adam: str, compiled: bool = False,
+                 device: str = "cpu") -> None:
         import torch
 
         self.torch = torch
+        self.dev = "cuda" if device == "gpu" else "cpu"
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(
             torch.nn.Linear(784, 64), torch.nn.Sigmoid(),
             torch.nn.Linear(64, 64), torch.nn.Sigmoid(),
             torch.nn.Linear(64, 10),
-        )
+        ).to(self.dev)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=adam == "fused",
                                     foreach=adam == "foreach")
         self.loss = torch.nn.CrossEntropyLoss()
@@ -106,6 +114,13 @@ class TorchRunner:
 
     def epoch(self, x: Any, y: Any) -> None:
         b, model, opt, loss = self.batch, self.forward, self.opt, self.loss
+        if self.dev == "cuda":  # each batch from host memory, as the engine's
+            for s in range(0, len(y), b):
+                opt.zero_grad(set_to_none=True)
+                loss(model(x[s:s + b].to("cuda")), y[s:s + b].to("cuda")).backward()
+                opt.step()
+            self.torch.cuda.synchronize()
+            return
         for s in range(0, len(y), b):
             opt.zero_grad(set_to_none=True)
             loss(model(x[s:s + b]), y[s:s + b]).backward()
@@ -244,7 +259,7 @@ class NumpyRunner:
 # -- one side, in its own process ---------------------------------------------------------
 
 
-def child(side: str, case: str, folder: str, rounds: int) -> None:
+def child(side: str, case: str, folder: str, rounds: int, device: str = "cpu") -> None:
     """Train one implementation on the samples in ``folder``: one warm-up round (two at
     full batch), then ``rounds`` timed ones; print their median and this process's peak."""
     x = np.load(os.path.join(folder, "x.npy"))
@@ -252,7 +267,7 @@ def child(side: str, case: str, folder: str, rounds: int) -> None:
     batch = min(CASES[case], len(y))
     extra: dict[str, Any] = {}
     if side == "engine":
-        r: Any = EngineRunner(batch)
+        r: Any = EngineRunner(batch, device)
         extra["heap_bytes"] = r.vm.program.total_bytes
     elif side == "numpy":
         r = NumpyRunner(batch)
@@ -261,7 +276,7 @@ def child(side: str, case: str, folder: str, rounds: int) -> None:
 
         torch.set_num_threads(cores())
         adam = side.split("_")[-1] if side != "torch_compile" else "fused"
-        r = TorchRunner(batch, adam, compiled=side == "torch_compile")
+        r = TorchRunner(batch, adam, compiled=side == "torch_compile", device=device)
         x, y = torch.from_numpy(x), torch.from_numpy(y)
     for _ in range(2 if case == "full" else 1):  # warm-up (torch.compile compiles here)
         r.epoch(x, y)
@@ -287,13 +302,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 1,024 samples, two timed rounds per process")
     ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
+                    help="where the engine and PyTorch train (numpy: always the CPU)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:
-        child(args.side, args.case, args.data, args.rounds)
+        child(args.side, args.case, args.data, args.rounds, args.device)
         return
     n = 1024 if args.quick else N
     sides = ["engine", "numpy", *(f"torch_{a}" for a in ADAMS)]
@@ -304,7 +321,7 @@ def main() -> None:
         np.save(os.path.join(d, "x.npy"), x)
         np.save(os.path.join(d, "y.npy"), y)
         runs = {case: alternate(__file__, {s: [
-            "--side", s, "--case", case, "--data", d,
+            "--side", s, "--case", case, "--data", d, "--device", args.device,
             "--rounds", str(2 if args.quick else 10 if case == "full" else 5)]
             for s in sides}, args.repeats, log=args.log) for case in CASES}
     for case, unit, scale in (("full", "ms", 1e3), ("step64", "us", 1e6)):
@@ -327,6 +344,7 @@ def main() -> None:
         result[f"ratio_to_numpy_{case}"] = t["engine"] / t["numpy"]
     result.update({"engine_heap_bytes": runs["full"]["engine"][0]["heap_bytes"],
                    "threads": cores(), "repeats": args.repeats, "samples": n,
+                   "device": args.device,
                    "isolation": "each side in a fresh process, alternating; medians"})
     if args.json:
         print(json.dumps(result))

@@ -1,0 +1,305 @@
+"""Device memory of a training process, measured against the plan: is the heap the
+program plans (``Program.total_bytes``) what the device gives, what does a process cost
+besides its heap, and does a step allocate anything?
+
+Each architecture of ``bench/_gpu_cases.py`` (MLPs, the MNIST CNN, stacks of 8 MLPs,
+traced ``engine.nn`` models, the onnx package's light models at two batch sizes) runs
+in its own fresh process, which reads the device's used memory (NVML, device-wide; the
+driver's free memory, ``cudaMemGetInfo``, beside it) at each stage:
+
+1. before any CUDA call (``used_before``);
+2. after the CUDA context and a cuBLAS handle (``used_context``);
+3. after ``VM(program)`` allocated and zeroed the heap (``used_heap``);
+4. after a few warm-up steps (kernels compiled and loaded);
+5. after up to ``--steps`` (1,000) steady-state training steps on the fed inputs, or
+   ``--max-seconds`` of them (``steps`` says how many ran).
+
+CuPy's memory pool (used and total bytes) is read at each stage too, and a memory hook
+counts the pool's allocations during the steady steps: a step that allocates nothing
+leaves ``pool_mallocs_in_steps`` at 0 and both counters unchanged (``steady``).
+
+Per case: ``planned`` (the heap), ``measured`` = used after the steps - used before the
+context, ``context_bytes`` (the CUDA context and cuBLAS handle), and
+``overhead = measured - planned`` and ``residual = overhead - constant``, where
+``constant`` (top level) is the per-process constant, the median overhead (or
+``--constant``, e.g. from an earlier run, so a second group of cases is judged by the
+first's constant); ``residual_over_heap`` = residual / planned.  Top level: the
+constant, ``max_abs_residual_over_heap``, every residual, the device's name.
+
+``--device cpu --smoke`` runs tiny cases on the CPU with the process's resident set
+(VmRSS) standing for device memory: the plumbing and the JSON, not a GPU result (the
+GPU-only fields are null).
+
+    python bench/gpu_memory.py --json                      # on a GPU machine
+    python bench/gpu_memory.py --json --families onnx --constant 123456789
+    python bench/gpu_memory.py --json --device cpu --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._gpu_cases import CASES, SMOKE, family, feed
+from bench._sides import emit, run_side
+
+WARMUP = 3
+
+
+# -- one case, in this (fresh) process -------------------------------------------------
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Probe:
+    """Reads used memory: the GPU's through NVML (no CUDA context needed, so it can
+    read before one exists), else this process's resident set."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.nvml: Any = None
+        self.cupy: Any = None
+        if device == "gpu":
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self.nvml = pynvml.nvmlDeviceGetHandleByIndex(0)
+                self._pynvml = pynvml
+            except Exception:  # no NVML: the driver's free memory only, after the context
+                self.nvml = None
+
+    def used(self) -> int | None:
+        if self.device != "gpu":
+            return rss_bytes()
+        if self.nvml is not None:
+            return int(self._pynvml.nvmlDeviceGetMemoryInfo(self.nvml).used)
+        if self.cupy is not None:  # total - free, only once a context exists
+            free, total = self.cupy.cuda.runtime.memGetInfo()
+            return int(total - free)
+        return None
+
+    def free(self) -> int | None:
+        if self.cupy is None:
+            return None
+        return int(self.cupy.cuda.runtime.memGetInfo()[0])
+
+    def pool(self) -> dict[str, int | None]:
+        if self.cupy is None:
+            return {"used": None, "total": None, "pinned_free_blocks": None}
+        pool = self.cupy.get_default_memory_pool()
+        pinned = self.cupy.get_default_pinned_memory_pool()
+        return {"used": int(pool.used_bytes()), "total": int(pool.total_bytes()),
+                "pinned_free_blocks": int(pinned.n_free_blocks())}
+
+    def sync(self) -> None:
+        if self.cupy is not None:
+            self.cupy.cuda.Device().synchronize()
+
+
+def malloc_counter(cupy: Any) -> Any:
+    """A CuPy memory hook counting the pool's allocations (``malloc``) and the
+    device allocations behind them (``alloc``)."""
+
+    class Counter(cupy.cuda.MemoryHook):
+        name = "CalcGraphCounter"
+
+        def __init__(self) -> None:
+            self.mallocs = 0
+            self.allocs = 0
+
+        def malloc_postprocess(self, **kwargs: Any) -> None:
+            self.mallocs += 1
+
+        def alloc_postprocess(self, **kwargs: Any) -> None:
+            self.allocs += 1
+
+    return Counter()
+
+
+def device_name(probe: Probe) -> str:
+    if probe.cupy is not None:
+        name = probe.cupy.cuda.runtime.getDeviceProperties(0)["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "cpu"
+
+
+def child(case: str, device: str, steps: int, max_seconds: float) -> dict[str, Any]:
+    """Measure one case in this fresh process (see the module's docstring)."""
+    from engine import VM
+
+    probe = Probe(device)
+    used_before = probe.used()
+    if device == "gpu":
+        import cupy
+
+        probe.cupy = cupy
+        cupy.cuda.Device(0).use()
+        cupy.cuda.device.get_cublas_handle()
+        probe.sync()
+    else:
+        import numpy as np
+
+        np.ones((64, 64), np.float32) @ np.ones((64, 64), np.float32)  # BLAS's buffers
+    if used_before is None:  # no NVML: the first reading is after the context
+        used_before = probe.used()
+    used_context, free_context, pool_context = probe.used(), probe.free(), probe.pool()
+    program = {**CASES, **SMOKE}[case](device)
+    vm = VM(program, seed=0)
+    probe.sync()
+    used_heap, free_heap, pool_heap = probe.used(), probe.free(), probe.pool()
+    feed(vm)
+    for _ in range(WARMUP):
+        vm.train_step("train")
+    probe.sync()
+    used_warm, pool_warm = probe.used(), probe.pool()
+    counter = malloc_counter(probe.cupy) if probe.cupy is not None else None
+    done, t0 = 0, time.perf_counter()
+    if counter is not None:
+        counter.__enter__()
+    try:
+        while done < steps and (done % 50 or time.perf_counter() - t0 < max_seconds):
+            vm.train_step("train")
+            done += 1
+        probe.sync()
+    finally:
+        if counter is not None:
+            counter.__exit__(None, None, None)
+    seconds = time.perf_counter() - t0
+    used_after, free_after, pool_after = probe.used(), probe.free(), probe.pool()
+
+    def diff(a: int | None, b: int | None) -> int | None:
+        return None if a is None or b is None else a - b
+
+    pool_used_change = diff(pool_after["used"], pool_warm["used"])
+    pool_total_change = diff(pool_after["total"], pool_warm["total"])
+    mallocs = counter.mallocs if counter is not None else None
+    return {
+        "case": case, "family": family(case), "device": device,
+        "device_name": device_name(probe),
+        "memory_source": ("nvml" if probe.nvml is not None else "memgetinfo")
+        if device == "gpu" else "rss",
+        "batch": program.batch_size, "planned": program.total_bytes,
+        "zones": program.zone_bytes, "heap_allocated": vm.allocated_bytes,
+        "used_before": used_before, "used_context": used_context, "used_heap": used_heap,
+        "used_warm": used_warm, "used_after": used_after,
+        "free_context": free_context, "free_heap": free_heap, "free_after": free_after,
+        "context_bytes": diff(used_context, used_before),
+        "heap_bytes_measured": diff(used_heap, used_context),
+        "warmup_bytes": diff(used_warm, used_heap),
+        "measured": diff(used_after, used_before),
+        "pool_context": pool_context, "pool_heap": pool_heap, "pool_warm": pool_warm,
+        "pool_after": pool_after,
+        "pool_heap_bytes": diff(pool_heap["used"], pool_context["used"]),
+        "pool_used_change_in_steps": pool_used_change,
+        "pool_total_change_in_steps": pool_total_change,
+        "pool_mallocs_in_steps": mallocs,
+        "device_allocs_in_steps": counter.allocs if counter is not None else None,
+        "used_change_in_steps": diff(used_after, used_warm),
+        "steady": None if counter is None else
+        (pool_used_change == 0 and pool_total_change == 0 and mallocs == 0),
+        "steps": done, "steps_s": seconds,
+    }
+
+
+# -- the suite ------------------------------------------------------------------------
+
+
+def summarize(cases: list[dict[str, Any]], constant: int | None) -> dict[str, Any]:
+    """The per-process constant (the median of measured - planned, unless given) and
+    each case's residual against it."""
+    ok = [c for c in cases if c.get("measured") is not None]
+    source = "given" if constant is not None else "median of measured - planned"
+    if constant is None and ok:
+        constant = int(statistics.median(c["measured"] - c["planned"] for c in ok))
+    for c in cases:
+        if c.get("measured") is None or constant is None:
+            c["overhead"] = c["residual"] = c["residual_over_heap"] = None
+            continue
+        c["overhead"] = c["measured"] - c["planned"]
+        c["residual"] = c["overhead"] - constant
+        c["residual_over_heap"] = c["residual"] / c["planned"] if c["planned"] else None
+    ratios = [abs(c["residual_over_heap"]) for c in ok if c["residual_over_heap"] is not None]
+    contexts = [c["context_bytes"] for c in ok if c.get("context_bytes") is not None]
+    steady = [c["steady"] for c in ok if c.get("steady") is not None]
+    return {
+        "constant": constant, "constant_source": source,
+        "context_bytes_median": int(statistics.median(contexts)) if contexts else None,
+        "max_abs_residual_over_heap": max(ratios) if ratios else None,
+        "residuals": {c["case"]: c["residual"] for c in ok},
+        "all_steady": all(steady) if steady else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny cases and 5 steps: the plumbing, on any device")
+    ap.add_argument("--families", default="",
+                    help="comma-separated families to run (mlp,cnn,stack,nn,onnx; default all)")
+    ap.add_argument("--cases", default="", help="comma-separated case names (default all)")
+    ap.add_argument("--steps", type=int, default=0, help="steady steps (default 1000; 5 smoke)")
+    ap.add_argument("--max-seconds", type=float, default=20.0,
+                    help="stop a case's steady steps after this long (at a multiple of 50)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case's process")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="start no case after this many seconds (listed in skipped)")
+    ap.add_argument("--constant", type=int, default=None,
+                    help="judge residuals against this per-process constant (bytes)")
+    ap.add_argument("--log", action="store_true", help="each case's answer on stderr")
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    steps = args.steps or (5 if args.smoke else 1000)
+    if args.case:
+        emit(child(args.case, args.device, steps, args.max_seconds))
+        return
+    pool = SMOKE if args.smoke else CASES
+    names = [c for c in pool if (not args.families or family(c) in args.families.split(","))
+             and (not args.cases or c in args.cases.split(","))]
+    cases, failed, skipped = [], [], []
+    t0 = time.monotonic()
+    for name in names:
+        if args.budget_s and time.monotonic() - t0 > args.budget_s:
+            skipped.append(name)
+            continue
+        try:
+            got = run_side(__file__, ["--case", name, "--device", args.device,
+                                      "--steps", str(steps), "--max-seconds",
+                                      str(args.max_seconds)], timeout=args.timeout)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            failed.append({"case": name, "error": str(e)[-1500:]})
+            print(f"  {name}: FAILED {str(e)[-300:]}", file=sys.stderr, flush=True)
+            continue
+        cases.append(got)
+        if args.log:
+            print(f"  {name}: {got}", file=sys.stderr, flush=True)
+    out = {"device": args.device,
+           "device_name": cases[0]["device_name"] if cases else None,
+           "smoke": args.smoke, "steps": steps, **summarize(cases, args.constant),
+           "cases": cases, "failed": failed, "skipped": skipped,
+           "isolation": "each case in a fresh process, one after another"}
+    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

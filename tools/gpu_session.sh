@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Issue 22's GPU session, run ON the GPU machine from the repository's root:
+#
+#   bash tools/gpu_session.sh STEP...      (no STEP: every step, in the order below)
+#
+# Steps (each writes under $OUT, default ./build/gpu; a failing step is logged and the
+# next one runs; each is bounded by its own time limit so that a call of the device
+# tool, 10 minutes at most, can hold the ones it names):
+#   tests        the tests that need a GPU (pytest -m gpu over the files marked gpu),
+#                junit XML in tests.xml                                     (<= 270 s)
+#   memory       bench/gpu_memory.py, all but the onnx models: gpu_memory.json (<= 290 s)
+#   memory_onnx  bench/gpu_memory.py, the onnx light models, residuals judged by the
+#                constant of gpu_memory.json when there is one: gpu_memory_onnx.json
+#                                                                            (<= 290 s)
+#   parallel     bench/gpu_parallel.py (5 GB): gpu_parallel.json            (<= 290 s)
+#   paper_mlp    bench/paper_mlp.py --device gpu: paper_mlp.json             (<= 280 s)
+#   cnn_step     bench/cnn_step.py --device gpu: cnn_step.json               (<= 200 s)
+#   switching    bench/switching.py --device gpu: switching.json             (<= 100 s)
+#   speed        paper_mlp cnn_step switching
+# Every step's output and errors go to $OUT/session.log as well.  GPU_STEP_TIMEOUT
+# (seconds) overrides every step's limit.  The device tool returns at most 8 files of
+# $OUT per call, and empties $OUT before each: results are also copied to
+# build/gpu-last/ in the working tree, which a warm machine keeps between calls.
+#
+# GPU_CONSTANT (bytes) gives memory_onnx and parallel the per-process constant when
+# gpu_memory.json is not on this machine (a call after the machine went back).
+#
+# The wheels the image lacks travel in .whl/ (tools/gpu_wheels.sh fetches them; the
+# device tool's carry: [".whl"]); they are installed into /tmp/site once per machine.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu}"
+LAST="$PWD/build/gpu-last"
+mkdir -p "$OUT" "$LAST"
+LOG="$OUT/session.log"
+export PYTHONUNBUFFERED=1
+
+log() { echo "[$(date +%T)] $*" | tee -a "$LOG" >&2; }
+
+install() {
+    if [ ! -d .whl ] || ! compgen -G ".whl/*.whl" >/dev/null; then
+        log "no .whl/ wheels here: run tools/gpu_wheels.sh and carry .whl"
+    else
+        local stamp
+        stamp="/tmp/site/.installed-$(ls .whl | md5sum | cut -c1-12)"
+        if [ ! -e "$stamp" ]; then
+            if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+                --upgrade --target /tmp/site .whl/*.whl 2>&1 | tee -a "$LOG" >&2; then
+                touch "$stamp"
+            else
+                log "installing .whl/ failed: the steps run with what the image has"
+            fi
+        fi
+    fi
+    export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    {
+        nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
+        python3 - <<'PY'
+import importlib, sys
+print("python", sys.version.split()[0])
+for m in ("numpy", "cupy", "torch", "onnx", "onnxruntime", "numba", "optuna", "pydantic",
+          "sqlalchemy", "pynvml", "mnist"):
+    try:
+        print(m, getattr(importlib.import_module(m), "__version__", "?"))
+    except Exception as e:
+        print(m, "MISSING:", type(e).__name__, e)
+PY
+    } 2>&1 | tee -a "$LOG" >&2
+}
+
+# run NAME LIMIT JSON CMD...: CMD's stdout to $OUT/JSON (or the log if JSON is -), its
+# stderr to the log; SIGINT at the limit (pytest then still writes its report).
+run() {
+    local name=$1 limit=${GPU_STEP_TIMEOUT:-$2} json=$3
+    shift 3
+    log "step $name: $* (limit ${limit}s)"
+    local t0=$SECONDS rc
+    if [ "$json" = - ]; then
+        timeout -s INT -k 20 "$limit" "$@" >>"$LOG" 2>&1
+    else
+        timeout -s INT -k 20 "$limit" "$@" >"$OUT/$json" 2>>"$LOG"
+    fi
+    rc=$?
+    log "step $name: exit $rc after $((SECONDS - t0))s"
+    if [ "$json" != - ] && [ -s "$OUT/$json" ]; then
+        cp "$OUT/$json" "$LAST/"
+    fi
+    return 0
+}
+
+gpu_test_files() {
+    grep -rlE 'pytest\.mark\.gpu|mark\.gpu' tests --include='test_*.py' | sort
+}
+
+# "--constant BYTES" from GPU_CONSTANT or this machine's gpu_memory.json, else nothing
+constant_args() {
+    local f c=${GPU_CONSTANT:-}
+    for f in "$OUT/gpu_memory.json" "$LAST/gpu_memory.json"; do
+        [ -n "$c" ] && break
+        [ -s "$f" ] && c=$(python3 -c \
+            'import json,sys; print(json.load(open(sys.argv[1]))["constant"] or "")' "$f")
+    done
+    [ -n "$c" ] && echo "--constant $c"
+    return 0
+}
+
+step() {
+    case $1 in
+    tests)
+        local xdist=() timeout_opt=()
+        python3 -c 'import xdist' 2>/dev/null && xdist=(-n 4)
+        python3 -c 'import pytest_timeout' 2>/dev/null && timeout_opt=(--timeout=240)
+        # no -x: one session should show every failure, not the first
+        # shellcheck disable=SC2046
+        run tests 270 - python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
+            "${timeout_opt[@]}" -rfEs --junitxml="$OUT/tests.xml" $(gpu_test_files)
+        [ -s "$OUT/tests.xml" ] && cp "$OUT/tests.xml" "$LAST/"
+        ;;
+    memory)
+        run memory 290 gpu_memory.json python3 bench/gpu_memory.py --json --log \
+            --families mlp,cnn,stack,nn --timeout 120 --budget-s 200 ;;
+    memory_onnx)
+        local constant=()
+        read -ra constant <<<"$(constant_args)"
+        run memory_onnx 290 gpu_memory_onnx.json python3 bench/gpu_memory.py --json --log \
+            --families onnx --max-seconds 8 --timeout 90 --budget-s 200 "${constant[@]}" ;;
+    parallel)
+        local constant=()
+        read -ra constant <<<"$(constant_args)"
+        run parallel 290 gpu_parallel.json python3 bench/gpu_parallel.py --json \
+            --budget 5GB --seconds 8 --repeats 5 --budget-s 200 "${constant[@]}" ;;
+    paper_mlp)
+        run paper_mlp 280 paper_mlp.json python3 bench/paper_mlp.py --json --device gpu \
+            --repeats 5 --log ;;
+    cnn_step)
+        run cnn_step 200 cnn_step.json python3 bench/cnn_step.py --json --device gpu \
+            --repeats 5 --log ;;
+    switching)
+        run switching 100 switching.json python3 bench/switching.py --json --device gpu ;;
+    speed)
+        step paper_mlp
+        step cnn_step
+        step switching
+        log "speed: bench/multi_model.py has no --device option (not run)" ;;
+    *)
+        log "unknown step $1 (steps: tests memory memory_onnx parallel paper_mlp cnn_step switching speed)" ;;
+    esac
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests memory memory_onnx parallel speed)
+log "gpu_session: ${steps[*]}; results in $OUT"
+install
+for s in "${steps[@]}"; do
+    step "$s"
+done
+log "done: $(ls "$OUT" | tr '\n' ' ')"
