@@ -91,16 +91,17 @@ def halvings(top: int, bottom: int) -> tuple[int, ...]:
 
 
 def compile_candidate(space: Space, params: dict[str, Any], share: int,
-                      graph: CalcGraph | None = None) -> Candidate:
+                      graph: CalcGraph | None = None, optimizer: Any = None) -> Candidate:
     """Compile ``params``; ``batch_size: auto`` takes the largest batch whose heap fits
     ``share`` bytes (at most ``training.auto_max_batch``).  The program is compiled for
     ``training.eval_batch_size`` when that is bigger and fits: training then runs on a
     prefix of each buffer (the engine's smaller last batch), and validation in chunks
     of the full size (twice as fast at 512 as at 64).  Raises
-    :class:`~engine.BudgetError` when even batch 1 does not fit."""
+    :class:`~engine.BudgetError` when even batch 1 does not fit.  ``graph`` and
+    ``optimizer`` (default: those of ``params``) may be given: a stack of trials'."""
     if graph is None:  # every metric of the task is reported, loss too
         graph = graph_of(space, params)
-    opt = build_optimizer(params)
+    opt = build_optimizer(params) if optimizer is None else optimizer
     device = space.budget.device
     bs = params["batch_size"]
 

@@ -18,10 +18,12 @@ What crosses the process boundary, and how:
   Optuna's trials and studies in the scheduler only.
 
 Scheduler -> worker (:data:`ToWorker`): :class:`OpenArena` once, then
-:class:`Start`, :class:`Continue`, :class:`Pause`, :class:`Stop` for trials, and
+:class:`Start`, :class:`Regroup` (stacks), :class:`Continue`, :class:`Pause`,
+:class:`Stop` for trials, and
 :class:`Exit`.  Worker -> scheduler (:data:`FromWorker`): :class:`Ready` after
 start-up, :class:`ArenaOpened`, then :class:`Report`, :class:`Done` and
-:class:`TrialFailed` for trials.  Trials are named by their Optuna number.
+:class:`TrialFailed` for trials (a stack's members each by their own number), and
+:class:`Regrouped` for stacks.  Trials are named by their Optuna number.
 
 >>> import pickle
 >>> pickle.loads(pickle.dumps(Report(3, 1, {"accuracy": 0.5}, 0.0)))
@@ -63,6 +65,35 @@ class Start:
     gated: bool
     target_std: float = 1.0
     save_to: str | None = None
+    # A stack of trials (engine.compile.stack): their numbers in the program's model
+    # order, and each one's save_to.  ``number`` is then the stack's own (negative, never
+    # a trial's); the worker reports, pauses and stops each member by its trial number.
+    members: tuple[int, ...] = ()
+    member_save_to: tuple[str | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """What a :class:`Regroup` makes of some of a stack's members: a program (a smaller
+    stack, or one member alone) at ``offset`` in the arena, named ``number`` (a
+    member alone: its trial number), holding ``members`` in its model order;
+    ``paused``: it waits at a rung."""
+
+    number: int
+    program: Any  # engine.Program
+    offset: int
+    members: tuple[int, ...]
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Regroup:
+    """Move the members of stack ``number`` into ``parts`` (each member's parameters and
+    optimizer state, :func:`engine.runtime.members.move_member`), then drop the stack:
+    its members in no part (pruned, failed) end there."""
+
+    number: int
+    parts: tuple[Part, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +123,7 @@ class Exit:
     """End the worker (even in the middle of a round)."""
 
 
-ToWorker = OpenArena | Start | Continue | Pause | Stop | Exit
+ToWorker = OpenArena | Start | Regroup | Continue | Pause | Stop | Exit
 
 # -- worker -> scheduler --------------------------------------------------------------
 
@@ -146,6 +177,13 @@ class Done:
 
 
 @dataclass(frozen=True, slots=True)
+class Regrouped:
+    """Stack ``number``'s members are in their new parts and its region is free."""
+
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrialFailed:
     """Trial ``number`` raised (at start or in a round): ``reason`` says what; the
     worker has dropped it and goes on."""
@@ -154,4 +192,4 @@ class TrialFailed:
     reason: str
 
 
-FromWorker = Ready | ArenaOpened | Report | Done | TrialFailed
+FromWorker = Ready | ArenaOpened | Report | Done | Regrouped | TrialFailed

@@ -78,6 +78,7 @@ MAX_STRIDE = 64
 MAX_BATCH = 1_048_576  # batch_size, auto_max_batch, eval_batch_size
 MAX_TRIALS = 1_000_000
 MAX_ROUNDS = 100_000
+MAX_STACK = 64  # trials trained as one stacked program
 MAX_SEED = 2**32 - 1  # numpy's and Optuna's samplers take seeds in [0, 2**32 - 1]
 MAX_DEVICES = 64  # budget.devices: more GPUs than one host carries
 
@@ -387,6 +388,10 @@ class Budget(Strict):
     workers: int = Field(1, ge=1, le=256, strict=True)  # on each device
     # held at once: one running, one ready
     trials_per_worker: int = Field(2, ge=1, le=64, strict=True)
+    # Trials asked of the sampler at once and trained as one stacked program when they
+    # share an architecture and an optimizer kind (engine.compile.stack): at most this
+    # many per stack.  1: every trial alone.
+    stack: int = Field(1, ge=1, le=MAX_STACK, strict=True)
     seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
     # seconds a driver may be silent before its running trials are failed as stale and
     # re-queued by another driver or the next run (explore.live); a driver's heartbeat is

@@ -33,22 +33,32 @@ def parameter_names(program: Any) -> list[str]:
     return [b.name for b in program.buffers if b.kind == "param"]
 
 
-def save_weights(vm: Any, path: str | Path) -> list[str]:
+def save_weights(vm: Any, path: str | Path, member: int | None = None) -> list[str]:
     """Write every parameter of ``vm`` to ``path`` (a ``.npz``); returns their names.
-    The file appears whole or not at all (written beside it, then renamed)."""
+    ``member``: of a stack (:mod:`engine.compile.stack`), model ``member``'s own
+    parameters, in the shapes the model has alone (a file like any other).  The file
+    appears whole or not at all (written beside it, then renamed)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.part")
     names = parameter_names(vm.program)
+    stacked = {vm.program.buffers[ps.buffer].name: ps.init for ps in vm.program.params
+               if ps.init.method == "stacked"}
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
             for name in names:
                 view = vm.view(name)
+                if member is not None and name in stacked:
+                    view = view[member]  # a contiguous slice of the model axis
                 arr = view if isinstance(view, np.ndarray) else vm.backend.to_host(view)
                 arr = np.ascontiguousarray(arr)  # a heap view is contiguous: no copy
+                if member is not None and name in stacked and stacked[name].transposed:
+                    # stored [out, in]: the model's [in, out] is its transpose, which
+                    # numpy's format writes as the same bytes in Fortran order
+                    arr = arr.T
                 with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array_header_2_0(
                         f, np.lib.format.header_data_from_array_1_0(arr))
-                    f.write(arr.reshape(-1).data.cast("B"))
+                    f.write(arr.reshape(-1, order="A").data.cast("B"))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -40,6 +40,8 @@ from explore.protocol import (
     OpenArena,
     Pause,
     Ready,
+    Regroup,
+    Regrouped,
     Report,
     Start,
     Stop,
@@ -67,6 +69,38 @@ class Resident:
     started: float = field(default_factory=time.time)
     switches: int = 0
     busy_s: float = 0.0
+    # A stack (Start.members): its trials in model order; otherwise [number].  The
+    # others are a stack's alone: members still running, members whose word after a
+    # report has not come (gated), members paused at a rung (the stack waits for the
+    # scheduler's Regroup), and where each member's weights are written.
+    members: list[int] = field(default_factory=list)
+    stacked: bool = False
+    live: set[int] = field(default_factory=set)
+    waiting: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)
+    save_to: dict[int, str | None] = field(default_factory=dict)
+    losses: str | None = None  # the per-member training losses of a stack
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            self.members = [self.number]
+        self.live = set(self.members) if not self.live else self.live
+
+    def index(self, member: int) -> int | None:
+        """The member's model in the program (None: the program runs one model)."""
+        return self.members.index(member) if self.stacked else None
+
+    def word(self, member: int, go: bool | None) -> None:
+        """The scheduler's word on ``member``: go on (True), pause at a rung (False),
+        or stop (None); what the resident may do next follows."""
+        self.waiting.discard(member)
+        self.held.discard(member)
+        if go is None:
+            self.live.discard(member)
+        elif not go:
+            self.held.add(member)
+        self.paused = bool(self.held)
+        self.runnable = not self.waiting and not self.held
 
 
 def release_heap_memory() -> None:
@@ -146,9 +180,25 @@ class Validation:
 
         got = evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
                                per_row=self.per_row)
+        return self._compute(got, y, None)
+
+    def measure_members(self, vm: Any, x: np.ndarray, y: np.ndarray, models: int
+                        ) -> list[dict[str, float]]:
+        """:meth:`measure` for each model of a stack, from one pass over the rows (each
+        output read holds one value per model)."""
+        from engine.runtime.train import evaluate_metrics
+
+        got = evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
+                               per_row=self.per_row)
+        return [self._compute(got, y, k) for k in range(models)]
+
+    def _compute(self, got: dict[str, Any], y: np.ndarray, k: int | None) -> dict[str, float]:
+        def of(v: Any) -> Any:
+            return v if k is None else np.asarray(v)[k]
+
         ev = Evaluation(len(y), "regression" if "regression_sums" in got else
-                        "classification", {m: got[m] for m in self.means},
-                        {m: got[m] for m in self.sums}, self.per_row,
+                        "classification", {m: of(got[m]) for m in self.means},
+                        {m: of(got[m]) for m in self.sums}, self.per_row,
                         y if self.per_row else None, self.target_std)
         return compute_all(self.metrics, ev)
 
@@ -186,8 +236,11 @@ that a budget of a few hundred MB per worker needs for trials."""
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
+    import copy
+
     from engine.runtime.arena import Arena  # after spawn: imported in the worker
     from engine.runtime.heap import CalcHeap
+    from engine.runtime.members import member_losses, move_member
     from engine.runtime.train import train_epoch
     from engine.runtime.vm import VM
 
@@ -204,7 +257,10 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     arena = Arena(msg.nbytes, device)
     conn.send(ArenaOpened())
     residents: dict[int, Resident] = {}
+    owner: dict[int, int] = {}  # a trial's number -> the resident (a stack) holding it
     order: list[int] = []
+    running: list[int] = []  # the resident in the middle of a round, if any
+    deferred: list[Regroup] = []  # regroups of that resident, for the round's end
 
     def pick() -> int | None:
         """Depth first: the runnable trial furthest along; a trial not yet begun waits
@@ -231,9 +287,55 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         if number in order:
             order.remove(number)
         if r is not None:  # its region of the arena stops counting as used
+            for m in r.members:
+                if owner.get(m) == number:
+                    del owner[m]
             r.vm = None
             arena.release(r.offset, r.nbytes)
             release_heap_memory()
+
+    def host(number: int, prog: Any, offset: int, seed: int, rounds: int, batch: int,
+             gated: bool, validation: Validation, members: list[int],
+             save_to: dict[int, str | None]) -> Resident:
+        region = arena.buffer[offset:offset + prog.total_bytes]
+        vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region))
+        r = Resident(number, vm, rounds, np.random.default_rng(seed), batch, offset,
+                     prog.total_bytes, validation, gated=gated, members=list(members),
+                     stacked=member_losses(prog) is not None, save_to=save_to,
+                     losses=member_losses(prog))
+        residents[number] = r
+        for m in r.members:
+            owner[m] = number
+        order.append(number)
+        return r
+
+    def regroup(msg: Regroup) -> None:
+        """Move the stack's members into the parts, then drop the stack."""
+        old = residents.get(msg.number)
+        if old is None:  # it ended (its last round) before the regroup reached it
+            conn.send(Regrouped(msg.number))
+            return
+        for part in msg.parts:
+            r = host(part.number, part.program, part.offset, 0, old.rounds, old.batch,
+                     old.gated, Validation.of(part.program, len(arrays["y_valid"]),
+                                              old.validation.target_std),
+                     list(part.members), {m: old.save_to.get(m) for m in part.members})
+            for m in part.members:
+                move_member(old.vm, old.index(m), r.vm, r.index(m))
+            r.rng = copy.deepcopy(old.rng)
+            r.round, r.started, r.switches, r.busy_s = \
+                old.round, old.started, old.switches, old.busy_s
+            r.waiting = old.waiting & set(part.members)
+            r.held = set(part.members) if part.paused else set()
+            r.paused = part.paused
+            r.runnable = not r.waiting and not r.held
+        for m in old.members:  # those in no part end with the stack
+            owner.pop(m, None)
+        for part in msg.parts:
+            for m in part.members:
+                owner[m] = part.number
+        drop(msg.number)
+        conn.send(Regrouped(msg.number))
 
     def handle(msg: ToWorker) -> None:
         match msg:
@@ -241,32 +343,95 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 raise _Exit
             case Start():
                 prog = msg.program
+                members = list(msg.members) or [msg.number]
+                saves = dict(zip(msg.members, msg.member_save_to, strict=True)) \
+                    if msg.members else {msg.number: msg.save_to}
                 try:
-                    region = arena.buffer[msg.offset:msg.offset + prog.total_bytes]
-                    vm = VM(prog, seed=msg.seed, heap=CalcHeap(arena.backend, prog.zone_bytes,
-                                                              buffer=region))
-                    vm.check("x", arrays["x_train"])
-                    vm.check("y", arrays["y_train"])
+                    r = host(msg.number, prog, msg.offset, msg.seed, msg.rounds,
+                             msg.train_batch, msg.gated,
+                             Validation.of(prog, len(arrays["y_valid"]), msg.target_std,
+                                           msg.save_to), members, saves)
+                    r.vm.check("x", arrays["x_train"])
+                    r.vm.check("y", arrays["y_train"])
                 except Exception as e:  # a candidate that cannot run: report it, go on
-                    conn.send(TrialFailed(msg.number, f"{type(e).__name__}: {e}"))
+                    drop(msg.number)
+                    for m in members:
+                        conn.send(TrialFailed(m, f"{type(e).__name__}: {e}"))
                     return
-                residents[msg.number] = Resident(
-                    msg.number, vm, msg.rounds, np.random.default_rng(msg.seed),
-                    msg.train_batch, msg.offset, prog.total_bytes,
-                    Validation.of(prog, len(arrays["y_valid"]), msg.target_std, msg.save_to),
-                    gated=msg.gated)
-                order.append(msg.number)
+            case Regroup():
+                if running and running[0] == msg.number:
+                    deferred.append(msg)  # at the end of the round it is in
+                else:
+                    regroup(msg)
             case Continue(number) | Pause(number):
-                if number in residents:
-                    r = residents[number]
-                    r.paused = isinstance(msg, Pause)
-                    r.runnable = not r.paused
+                if number in owner:
+                    residents[owner[number]].word(number, isinstance(msg, Continue))
             case Stop(number):
-                drop(number)
+                if number in owner:
+                    r = residents[owner[number]]
+                    r.word(number, None)
+                    if not r.live and not (running and running[0] == r.number and deferred):
+                        drop(r.number)
 
     def drain() -> None:
         while conn.poll(0):
             handle(conn.recv())
+
+    def run_round(res: Resident, stopped: Any) -> None:
+        """One round of ``res``, then its report (each member's, for a stack)."""
+        xv, yv = arrays["x_valid"], arrays["y_valid"]
+        try:
+            t0 = time.perf_counter()
+            loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng,
+                               batch=res.batch, stop=stopped, loss=res.losses)
+            if loss is None:
+                return
+            res.round += 1
+            live = [m for m in res.members if m in res.live]
+            losses = {m: loss if res.index(m) is None else loss[res.index(m)] for m in live}
+            bad = {m: diverged(losses[m], "training", res.round) for m in live}
+            measured: dict[int, dict[str, float]] = {}
+            if not all(bad.values()):
+                if res.stacked:
+                    every = res.validation.measure_members(res.vm, xv, yv, len(res.members))
+                    measured = {m: every[res.members.index(m)] for m in live}
+                else:
+                    measured = {live[0]: res.validation.measure(res.vm, xv, yv)}
+            for m in live:  # a NaN or infinite loss never recovers: the trial fails now
+                why = bad[m] or diverged(measured[m].get("loss", 0.0), "validation",
+                                         res.round)
+                if why:
+                    conn.send(TrialFailed(m, why))
+                    res.word(m, None)
+            res.busy_s += time.perf_counter() - t0
+            live = [m for m in live if m in res.live]
+            saved = set()
+            if res.round >= res.rounds:
+                for m in live:
+                    if res.save_to.get(m):
+                        save_weights(res.vm, res.save_to[m], member=res.index(m))  # type: ignore[arg-type]
+                        saved.add(m)
+        except Exception:
+            for m in [m for m in res.members if m in res.live]:
+                conn.send(TrialFailed(m, traceback.format_exc(limit=3)))
+            drop(res.number)
+            return
+        for m in live:
+            measured[m]["train_loss"] = float(losses[m])
+            measured[m]["train_seconds"] = res.busy_s
+        if res.round >= res.rounds or not live:
+            drop(res.number)  # first: the memory is given back before the scheduler counts it so
+            for m in live:
+                conn.send(Done(m, measured[m], res.round, res.switches, res.busy_s,
+                               res.started, time.time(), overhead_now(), m in saved))
+            return
+        # Ungated, the next round starts at once, before the pruner's answer: that answer
+        # stops it within STOP_EVERY mini-batches if it is "prune".
+        res.runnable = not res.gated
+        if res.gated:
+            res.waiting = set(live)
+        for m in live:
+            conn.send(Report(m, res.round, measured[m], res.started, overhead_now()))
 
     last = -1
     try:
@@ -285,41 +450,14 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 drain()  # a speculative round ends early when its trial is pruned
                 return number not in residents
 
+            running[:] = [nxt]
             try:
-                t0 = time.perf_counter()
-                loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng,
-                                   batch=res.batch, stop=stopped)
-                if loss is None:
-                    continue
-                bad = diverged(loss, "training", res.round + 1)
-                metrics = {} if bad else res.validation.measure(res.vm, arrays["x_valid"],
-                                                                arrays["y_valid"])
-                bad = bad or diverged(metrics.get("loss", 0.0), "validation", res.round + 1)
-                if bad:  # a NaN or infinite loss never recovers: the trial fails now
-                    conn.send(TrialFailed(nxt, bad))
-                    drop(nxt)
-                    continue
-                res.busy_s += time.perf_counter() - t0
-                metrics["train_loss"] = loss
-                metrics["train_seconds"] = res.busy_s
-                res.round += 1
-                saved = False
-                if res.round >= res.rounds and res.validation.save_to:
-                    save_weights(res.vm, res.validation.save_to)
-                    saved = True
-            except Exception:
-                conn.send(TrialFailed(nxt, traceback.format_exc(limit=3)))
-                drop(nxt)
-                continue
-            if res.round >= res.rounds:
-                drop(nxt)  # first: the memory is given back before the scheduler counts it so
-                conn.send(Done(nxt, metrics, res.round, res.switches, res.busy_s, res.started,
-                               time.time(), overhead_now(), saved))
-            else:
-                # Ungated, the next round starts at once, before the pruner's answer:
-                # that answer stops it within STOP_EVERY mini-batches if it is "prune".
-                res.runnable = not res.gated
-                conn.send(Report(nxt, res.round, metrics, res.started, overhead_now()))
+                run_round(res, stopped)
+            finally:
+                running.clear()
+                for msg in deferred:
+                    regroup(msg)
+                deferred.clear()
     except (_Exit, EOFError, BrokenPipeError, ConnectionResetError):
         return  # told to, or the driver is gone: nothing to report to
 

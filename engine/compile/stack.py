@@ -96,6 +96,16 @@ def stack_key(optimizer: Optimizer) -> Optimizer:
     return dataclasses.replace(optimizer, lr=0.0)
 
 
+def stack_signature(graph: CalcGraph) -> str:
+    """What graphs must share to be stacked together, all but their parameters' inits:
+    graphs of equal signatures pass :func:`stack_graphs`'s check (a scheduler groups
+    candidates by it before trying)."""
+    variables = [(n, v.kind, v.desc, v.regularization, v.trainable)
+                 for n, v in graph.variables.items()]
+    paths = [(p.name, p.mode, p.loss, p.nodes) for p in graph.paths]
+    return repr((variables, paths, graph.outputs))
+
+
 def member_params(vm: Any, k: int) -> dict[str, np.ndarray]:
     """Model ``k``'s parameters, by name, from a VM running a stacked program."""
     prog = vm.program

@@ -42,7 +42,7 @@ def models(program: Program) -> int | None:
     """How many models ``program`` stacks, or None for an unstacked one."""
     for ps in program.params:
         if ps.init.method == "stacked":
-            return len(ps.init.members)
+            return len(ps.init.members or ())
     return None
 
 
@@ -101,3 +101,15 @@ def _member_view(vm: Any, prog: Program, ps: Any, k: int | None, zone: str,
         return whole
     part = whole[k]
     return part.T if ps.init.transposed else part
+
+
+def member_losses(program: Program, path: str = "train") -> str | None:
+    """The variable holding each model's own loss (``[K]``) on ``path`` of a stack,
+    whose sum is the path's loss; None for an unstacked program or a path without one."""
+    pc = program.paths[program.path_index(path)]
+    if models(program) is None or pc.loss is None:
+        return None
+    for ins in program.instrs:
+        if pc.loss in ins.outs and ins.op == "ReduceSum":
+            return program.buffers[ins.ins[0]].name
+    return None

@@ -23,10 +23,11 @@ from optuna.trial import TrialState
 
 from engine import BudgetError
 from engine.alignment import align_down, align_up
+from engine.compile.stack import StackError
 from engine.errors import EngineError
 from explore import metrics, sampling
 from explore.builders import BuildError
-from explore.candidate import Candidate, compile_candidate, graph_of
+from explore.candidate import compile_candidate, graph_of
 from explore.datasets import Dataset
 from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
@@ -36,7 +37,10 @@ from explore.protocol import (
     Continue,
     Done,
     FromWorker,
+    Part,
     Pause,
+    Regroup,
+    Regrouped,
     Report,
     Start,
     Stop,
@@ -49,9 +53,17 @@ from explore.scheduler.constants import Measured, machine_key, workers_that_fit
 from explore.scheduler.constants import load as load_constants
 from explore.scheduler.constants import save as save_constants
 from explore.scheduler.errors import SchedulerError
-from explore.scheduler.placement import Placement, Worker, find_spot
+from explore.scheduler.placement import Placement, Stack, Worker, find_spot
 from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
 from explore.scheduler.shared_data import share_dataset
+from explore.scheduler.stacking import (
+    Drawn,
+    Pending,
+    compile_stack,
+    groups,
+    part_program,
+    stacks_for,
+)
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sample
 from explore.shared import SharedArrays
 from explore.space import Space
@@ -121,7 +133,7 @@ class Scheduler:
         self.stats.data = self.arrays.nbytes if device == "cpu" else 0
         self.ctx = mp.get_context("spawn")
         self.workers: dict[int, Worker] = {}
-        self.waiting: list[tuple[optuna.trial.Trial, Candidate, bool]] = []
+        self.waiting: list[Pending] = []
         self.notes: dict[int, dict[str, Any]] = {}
         # A rung pruner's trials wait for its word after each report, so that one it
         # would stop can be paused at the rung instead (explore.rungs).
@@ -138,6 +150,14 @@ class Scheduler:
         if self.lockstep:
             self.trials_per_worker = 1
         self.ready: list[tuple[Worker, Placement]] = []  # lockstep: to continue, in turn
+        # Trials asked at once and stacked where they can be (explore.scheduler.stacking);
+        # not in lockstep, whose point is one trial at a time.
+        self.stack = space.budget.stack if not self.lockstep and stacks_for(space) else 1
+        self.stack_numbers = -1  # a stack's own number: negative, never a trial's
+        self._regroups_waiting = False  # some stack's regroup_due is set
+        # Stacks running with members masked for want of room to regroup: due again
+        # when memory is given back.
+        self._masked: list[tuple[Worker, Stack]] = []
         self.in_flight: int | None = None  # lockstep: the trial the worker is running
         self.remaining = 0
         self.memory = MemorySampler(self.stats, enabled=device == "cpu",
@@ -282,7 +302,7 @@ class Scheduler:
 
     # -- accounting ----------------------------------------------------------------------
     def _sample(self) -> None:
-        heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
+        heaps = sum(w.heap_bytes() for w in self.workers.values())
         self.stats.record(Sample(time.time() - self.t0, heaps, self.stats.fixed,
                                  len(self.waiting), self.remaining))
         self.memory.measure(self.workers.values())
@@ -373,7 +393,7 @@ class Scheduler:
         storage for the next run (a second Ctrl-C meanwhile ends the process at once)."""
         self.ctrl_c = True
         held = [p.trial for w in self.workers.values() for p in w.residents.values()]
-        for trial in held + [t for t, _, _ in self.waiting]:
+        for trial in held + [t for pend in self.waiting for t in pend.trials]:
             self._fail(trial, "interrupted", retry=True)
         self.waiting = []
         self.stats.notes.append(f"interrupted: {len(held)} trials in hand failed and queued "
@@ -407,42 +427,85 @@ class Scheduler:
                        if p.paused is not None), key=lambda wp: wp[1].trial.number)
 
     def _ask(self) -> bool:
-        """Claim a trial of the study (a queued one first), sample it, size it and put
-        it among the waiting; False when the study's total is claimed."""
+        """Claim trials of the study (queued ones first), sample and size them and put
+        them among the waiting: one, or up to ``budget.stack`` at once, stacked where
+        they share an architecture and an optimizer kind.  False when the study's total
+        is claimed."""
+        drawn: list[Drawn] = []
+        for _ in range(self.stack):
+            d = self._draw()
+            if d is None:
+                break
+            if d is not False:
+                drawn.append(d)  # type: ignore[arg-type]
+        else:
+            d = True
+        if not drawn:
+            return d is not None
+        for group in groups(drawn) if self.stack > 1 else [[x] for x in drawn]:
+            if len(group) > 1 and self._ask_stack(group):
+                continue
+            for x in group:
+                self._compile_alone(x)
+        return True
+
+    def _draw(self) -> Drawn | bool | None:
+        """Claim a trial, sample it and build its graph: None when the study's total is
+        claimed, False when the trial failed already (its builder raised)."""
         claim = self.live.claim()
         if claim is None:
-            return False
+            return None
         drawn: dict[str, Any] = {}
         trial = self.live.ask(claim, lambda t: drawn.setdefault("p", suggest(t, self.space)))
         if trial is None:
-            return False
+            return None
         params = drawn["p"]
         requeued = self.live.requeued(trial)
         self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
         # The user's model code fails its own trial, whatever it raised; the run goes on.
         user = (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
         try:
-            graph = graph_of(self.space, params, trial=trial) if self.space.uses_builder \
-                else None
-            cand = compile_candidate(self.space, params, self.stats.arena, graph=graph)
-            if graph is not None:
+            graph = graph_of(self.space, params, trial=trial if self.space.uses_builder
+                             else None)
+            if self.space.uses_builder:
                 self.live.new_params(trial)  # the builder's own, seen by other drivers
-        except BudgetError as e:
-            self._fail(trial, f"does not fit: {e}", never_started=True)
-            return True
         except user as e:
             self._fail(trial, str(e) if isinstance(e, BuildError) else
                        f"{type(e).__name__}: {e}", never_started=True)
-            return True
-        self.waiting.append((trial, cand, requeued))
+            return False
+        return Drawn(trial, params, graph, requeued)
+
+    def _compile_alone(self, d: Drawn) -> None:
+        user = (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
+        try:
+            cand = compile_candidate(self.space, d.params, self.stats.arena, graph=d.graph)
+        except BudgetError as e:
+            self._fail(d.trial, f"does not fit: {e}", never_started=True)
+            return
+        except user as e:
+            self._fail(d.trial, str(e) if isinstance(e, BuildError) else
+                       f"{type(e).__name__}: {e}", never_started=True)
+            return
+        self.waiting.append(Pending([d.trial], cand, [d.requeued]))
+
+    def _ask_stack(self, group: list[Drawn]) -> bool:
+        """Put ``group`` among the waiting as one stack; False if it does not stack or
+        does not fit an arena (its trials then run one by one)."""
+        try:
+            self.waiting.append(compile_stack(self.space, group, self.stats.arena))
+        except (StackError, BudgetError, BuildError, EngineError):
+            return False
+        self.stats.counts["stacked"] = self.stats.counts.get("stacked", 0) + len(group)
         return True
 
     def _place(self) -> None:
+        self._regroup_due()  # members of stacks first: they hold their memory already
         still = []
         batch, self.waiting = self.waiting, []  # a worker dying below may re-queue into it
         s = self.stats
-        heaps = sum(p.size for w in self.workers.values() for p in w.residents.values())
-        for trial, cand, requeued in batch:
+        heaps = sum(w.heap_bytes() for w in self.workers.values())
+        for pend in batch:
+            cand = pend.candidate
             spot = find_spot(self.workers, cand)
             # Processes that grew beyond their measured constants take room from the
             # heaps: a trial waits until the ones placed leave enough of the budget, and
@@ -450,35 +513,139 @@ class Scheduler:
             if spot is not None and \
                     heaps + spot.size + s.fixed + max(s.growth, s.headroom) > s.budget:
                 if heaps == 0:
-                    self._fail(trial, f"does not fit: the run's processes grew by "
-                               f"{s.growth:,} bytes beyond their measured constants, and "
-                               f"the budget left holds less than its {spot.size:,}",
-                               never_started=True)
+                    for trial in pend.trials:
+                        self._fail(trial, f"does not fit: the run's processes grew by "
+                                   f"{s.growth:,} bytes beyond their measured constants, "
+                                   f"and the budget left holds less than its {spot.size:,}",
+                                   never_started=True)
                     continue
                 spot = None
             if spot is None:
-                still.append((trial, cand, requeued))
+                still.append(pend)
                 continue
             heaps += spot.size
             w, prog = spot.worker, spot.program
             w.free.take(spot.offset, spot.size)
-            w.residents[trial.number] = Placement(trial, cand, w.index, spot.offset, spot.size,
-                                                  time.time(), requeued)
-            self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
-                       batch_size=cand.train_batch, compiled_batch=prog.batch_size,
-                       worker=w.index, device_index=w.device, arena_offset=spot.offset,
-                       placed_at=time.time() - self.t0, write=True)
-            seed = self.space.budget.seed + self.live.stored_number(trial)
-            save_to = self.keeper.stage(trial.number) if self.keeper else None
-            if not self._send(w, Start(trial.number, prog, spot.offset, seed,
-                                       self.space.budget.rounds, cand.train_batch,
-                                       self.gated or self.lockstep, self.target_std,
-                                       save_to)):
-                still.append((trial, cand, requeued))  # its placement went with the worker
+            now = time.time()
+            stack = None
+            if pend.stacked:
+                numbers = tuple(t.number for t in pend.trials)
+                stack = Stack(self._stack_number(), spot.offset, spot.size, prog, numbers,
+                              dict(zip(numbers, pend.graphs, strict=True)),
+                              dict(zip(numbers, pend.optimizers, strict=True)),
+                              held=set(numbers))
+                w.stacks[stack.number] = stack
+            for k, (trial, requeued) in enumerate(zip(pend.trials, pend.requeued,
+                                                      strict=True)):
+                w.residents[trial.number] = Placement(
+                    trial, cand, w.index, spot.offset, 0 if stack else spot.size, now,
+                    requeued, stack=stack)
+                extra: dict[str, Any] = {} if stack is None else \
+                    {"stack": {"models": len(pend.trials), "model": k,
+                               "trials": list(stack.members)}}
+                self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
+                           batch_size=cand.train_batch, compiled_batch=prog.batch_size,
+                           worker=w.index, device_index=w.device, arena_offset=spot.offset,
+                           placed_at=now - self.t0, write=True, **extra)
+            first = pend.trials[0]
+            seed = self.space.budget.seed + self.live.stored_number(first)
+            saves = [self.keeper.stage(t.number) if self.keeper else None
+                     for t in pend.trials]
+            gated = self.gated or self.lockstep
+            msg = Start(first.number, prog, spot.offset, seed, self.space.budget.rounds,
+                        cand.train_batch, gated, self.target_std, saves[0]) if stack is None \
+                else Start(stack.number, prog, spot.offset, seed, self.space.budget.rounds,
+                           cand.train_batch, gated, self.target_std, None,
+                           members=stack.members, member_save_to=tuple(saves))
+            if not self._send(w, msg):
+                still.append(pend)  # its placement went with the worker
             elif self.lockstep:
-                self.in_flight = trial.number
+                self.in_flight = first.number
         self.waiting = still + self.waiting
         self._sample()
+
+    def _stack_number(self) -> int:
+        self.stack_numbers -= 1
+        return self.stack_numbers + 1
+
+    # -- stacks: members leave, pause and come back ------------------------------------------
+    def _regroup(self, w: Worker, st: Stack, *, pausing: bool = False) -> bool:
+        """Move what ``st`` still holds into new programs beside it when some member left
+        or is paused: the members going on into one (a smaller stack, or one alone),
+        each paused member into one of its own.  True once sent; False when the parts
+        do not fit the worker's arena now (``regroup_due``: tried again as memory is
+        given back), or when nothing needs moving."""
+        if st.regrouping or w.stacks.get(st.number) is not st:
+            return False
+        placed = {m: w.residents[m] for m in st.members if m in st.held}
+        going = [m for m in st.members if m in placed and placed[m].paused is None]
+        paused = [m for m in st.members if m in placed and placed[m].paused is not None]
+        if not placed or (not paused and len(going) == len(st.members)) or not going:
+            st.regroup_due = False  # all go on, or all wait: the stack stays as it is
+            return False
+        groups_ = [going] + [[m] for m in paused]
+        programs = [part_program(st, g) for g in groups_]
+        s = self.stats
+        heaps = sum(x.heap_bytes() for x in self.workers.values())
+        taken: list[tuple[int, int]] = []
+        for prog in programs:
+            size = align_up(prog.total_bytes)
+            fit = w.free.best_fit(size)
+            if fit is None or heaps + size + s.fixed + max(s.growth, s.headroom) > s.budget:
+                for off, n in taken:
+                    w.free.release(off, n)
+                return False
+            w.free.take(fit[0], size)
+            taken.append((fit[0], size))
+            heaps += size
+        parts = []
+        for g, prog, (offset, size) in zip(groups_, programs, taken, strict=True):
+            for m in g:  # in the trial's record (written when it ends)
+                self.notes.setdefault(m, {}).setdefault("moves", []).append(
+                    {"models": len(g), "paused": placed[m].paused is not None,
+                     "at": round(time.time() - self.t0, 3)})
+            if len(g) == 1:
+                p = placed[g[0]]
+                p.stack, p.offset, p.size = None, offset, size
+                parts.append(Part(g[0], prog, offset, tuple(g), p.paused is not None))
+                continue
+            sub = Stack(self._stack_number(), offset, size, prog, tuple(g),
+                        {m: st.graphs[m] for m in g}, {m: st.optimizers[m] for m in g},
+                        held=set(g))
+            w.stacks[sub.number] = sub
+            for m in g:
+                placed[m].stack, placed[m].offset = sub, offset
+            parts.append(Part(sub.number, prog, offset, tuple(g)))
+        st.regrouping, st.regroup_due, st.held = True, False, set()
+        self.stats.counts["regrouped"] = self.stats.counts.get("regrouped", 0) + 1
+        return self._send(w, Regroup(st.number, tuple(parts)))
+
+    def _regroup_due(self) -> None:
+        """Regroup the stacks whose members left or paused, once the reports of a round
+        are read (they come together).  A paused member whose heap of its own does not
+        fit is pruned instead, as a rung pruner that does not pause would have (holding
+        it apart needs memory); a stack that only lost members and finds no room now
+        goes on with them masked, and is tried again when memory is given back."""
+        if not self._regroups_waiting:
+            return
+        self._regroups_waiting = False
+        for w in list(self.workers.values()):
+            for st in list(w.stacks.values()):
+                if not st.regroup_due or self.workers.get(w.index) is not w:
+                    continue
+                if self._regroup(w, st):
+                    continue
+                stuck = [w.residents[m] for m in st.members if m in st.held and
+                         w.residents[m].paused is not None]
+                if stuck and len(stuck) < len(st.held):
+                    for p in stuck:  # they cannot wait apart: pruned, and the rest go on
+                        self._prune(w, p, regroup=False)
+                    if not self._regroup(w, st) and st.regroup_due:
+                        st.regroup_due = False  # masked until memory is given back
+                        self._masked.append((w, st))
+                elif st.regroup_due:
+                    st.regroup_due = False
+                    self._masked.append((w, st))
 
     def _send(self, w: Worker, msg: ToWorker) -> bool:
         """Send, or handle the worker's death (its residents fail and are re-queued)."""
@@ -487,9 +654,11 @@ class Scheduler:
             return True
         except (BrokenPipeError, EOFError, OSError):
             w.process.join(timeout=5)
-            if isinstance(msg, Start):
-                p = w.residents.pop(msg.number)
-                w.free.release(p.offset, p.size)
+            if isinstance(msg, Start):  # not placed: it waits again (see _place)
+                for n in msg.members or (msg.number,):
+                    w.residents.pop(n)
+                w.stacks.pop(msg.number, None)
+                w.free.release(msg.offset, align_up(msg.program.total_bytes))
             self._crashed(w)
             return False
 
@@ -509,6 +678,12 @@ class Scheduler:
                 self._crashed(w)
 
     def _handle(self, w: Worker, msg: FromWorker) -> None:
+        if isinstance(msg, Regrouped):  # the old stack's region is free in the worker now
+            st = w.stacks.pop(msg.number, None)
+            if st is not None:
+                w.free.release(st.offset, st.size)
+                self._memory_freed()
+            return
         if not isinstance(msg, Report | Done | TrialFailed):
             return  # Ready and ArenaOpened come only while a worker starts
         if msg.number == self.in_flight:  # lockstep: the worker waits for the next word
@@ -534,6 +709,7 @@ class Scheduler:
                     p.paused, p.pauses = rung, p.pauses + 1  # the worker holds it, idle
                     self.stats.counts["paused"] += 1
                     self._send(w, Pause(msg.number))
+                    self._stack_changed(p)  # a member waits apart, the others go on
                     self._resume_promoted()
                     self._sample()
                     return
@@ -541,7 +717,7 @@ class Scheduler:
             if self.gated or self.lockstep:
                 self._continue(w, p)
         elif isinstance(msg, Done):
-            self._release(w, p)
+            self._release(w, p, regroup=False)  # its stack's members all end together
             self._note(p.trial, pauses=p.pauses)
             self._note(p.trial, rounds=msg.rounds, switches=msg.switches, busy_s=msg.busy_s,
                        start=msg.started - self.t0, end=msg.ended - self.t0,
@@ -563,9 +739,9 @@ class Scheduler:
             self._fail(p.trial, msg.reason if msg.reason.startswith("diverged:")
                        else f"error in worker {w.index}: {msg.reason}")
 
-    def _prune(self, w: Worker, p: Placement) -> None:
+    def _prune(self, w: Worker, p: Placement, regroup: bool = True) -> None:
         self._send(w, Stop(p.trial.number))
-        self._release(w, p)
+        self._release(w, p, regroup=regroup)
         if p.paused is not None:
             self.stats.counts["paused"] -= 1
         start = None if p.started is None else p.started - self.t0
@@ -584,6 +760,7 @@ class Scheduler:
                 self.stats.counts["paused"] -= 1
                 self.stats.counts["resumed"] += 1
                 self._continue(w, p)
+                self._stack_changed(p)  # it goes on; those still paused wait apart
 
     def _continue(self, w: Worker, p: Placement) -> None:
         """Let a trial waiting after its report run on; in lockstep, when its turn comes
@@ -610,9 +787,38 @@ class Scheduler:
     def _value(metric: str, measured: dict[str, float], p: Placement) -> float:
         return metrics.get(metric).value(measured, p.candidate.heap_bytes)
 
-    def _release(self, w: Worker, p: Placement) -> None:
+    def _release(self, w: Worker, p: Placement, regroup: bool = True) -> None:
+        """The trial leaves its worker: its region is free, or, for a member of a stack,
+        the stack's once no member is left there (until then, with ``regroup``, the
+        others are stacked again without it)."""
         w.residents.pop(p.trial.number, None)
-        w.free.release(p.offset, p.size)
+        st = p.stack
+        if st is None:
+            w.free.release(p.offset, p.size)
+            self._memory_freed()
+            return
+        st.held.discard(p.trial.number)
+        if st.held:
+            if regroup:
+                self._stack_changed(p)
+        elif not st.regrouping and w.stacks.get(st.number) is st:
+            del w.stacks[st.number]
+            w.free.release(st.offset, st.size)
+            self._memory_freed()
+
+    def _stack_changed(self, p: Placement) -> None:
+        """A member of ``p``'s stack left, paused or resumed: regroup it once the
+        round's reports are read (:meth:`_regroup_due`)."""
+        if p.stack is not None and p.stack.held:
+            p.stack.regroup_due = True
+            self._regroups_waiting = True
+
+    def _memory_freed(self) -> None:
+        """Memory was given back: stacks that found no room to regroup try again."""
+        for _, st in self._masked:
+            st.regroup_due = True
+            self._regroups_waiting = True
+        self._masked.clear()
 
     def _fail(self, trial: optuna.trial.Trial, reason: str, never_started: bool = False,
               retry: bool = False) -> None:

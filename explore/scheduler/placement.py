@@ -22,8 +22,33 @@ from explore.candidate import Candidate
 
 
 @dataclass
+class Stack:
+    """Trials trained as one stacked program (:mod:`engine.compile.stack`) in the region
+    ``[offset, offset + size)`` of a worker's arena.  ``members`` are their numbers in
+    the program's model order; ``held`` those the scheduler still holds there (a
+    member pruned, failed or moved out is not).  Each member also has a
+    :class:`Placement` of its own (of size 0: the region is the stack's)."""
+
+    number: int  # negative: never a trial's number
+    offset: int
+    size: int
+    program: Program
+    members: tuple[int, ...]
+    graphs: dict[int, Any]  # each member's CalcGraph, to stack again without some
+    optimizers: dict[int, Any]  # and its optimizer (its learning rate)
+    held: set[int] = field(default_factory=set)
+    # A Regroup is on its way to the worker: the region stays taken until its
+    # Regrouped comes back (the worker copies the members out of it first).
+    regrouping: bool = False
+    # Members left it (or one was paused) but the parts did not fit yet: try again
+    # when memory is given back.
+    regroup_due: bool = False
+
+
+@dataclass
 class Placement:
-    """A trial held by a worker: its region ``[offset, offset + size)`` of the arena."""
+    """A trial held by a worker: its region ``[offset, offset + size)`` of the arena,
+    or, for a member of a stack, the stack's (``stack``; ``size`` 0)."""
 
     trial: optuna.trial.Trial
     candidate: Candidate
@@ -35,6 +60,7 @@ class Placement:
     paused: int | None = None  # the rung it waits at (explore.rungs), if paused
     pauses: int = 0
     started: float | None = None  # when its worker took it (from its first report)
+    stack: Stack | None = None
 
 
 @dataclass
@@ -52,10 +78,21 @@ class Worker:
     pid: int = 0
     free: FreeList = field(default_factory=FreeList)  # the arena's free segments, mirrored
     residents: dict[int, Placement] = field(default_factory=dict)
+    stacks: dict[int, Stack] = field(default_factory=dict)
 
     def active(self) -> int:
-        """Trials that run or are ready to (not paused at a rung)."""
-        return sum(p.paused is None for p in self.residents.values())
+        """Programs that run or are ready to: trials not paused at a rung, a stack
+        counted once (its members run together)."""
+        alone = sum(p.paused is None and p.stack is None for p in self.residents.values())
+        stacks = {id(p.stack) for p in self.residents.values()
+                  if p.paused is None and p.stack is not None}
+        return alone + len(stacks)
+
+    def heap_bytes(self) -> int:
+        """The arena's bytes in use: trials alone and stacks (one being regrouped
+        too, until the worker has copied its members out)."""
+        return sum(p.size for p in self.residents.values()) + \
+            sum(s.size for s in self.stacks.values())
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from explore.protocol import Start, ToWorker
 from explore.sampling import fixed
 from explore.scheduler import Placement, Scheduler, Worker
 from explore.scheduler.placement import find_spot
+from explore.scheduler.stacking import Pending
 from explore.space import parse_space
 from tests.explore.cli_run import IN_TEST
 
@@ -50,7 +51,7 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
         for _ in range(3):
             claim = sched.live.claim()
             assert claim is not None
-            sched.waiting.append((sched.live.ask(claim, lambda t: None), cand, False))
+            sched.waiting.append(Pending([sched.live.ask(claim, lambda t: None)], cand, [False]))
         sched._place()
         starts = [m for m in pipe.sent if isinstance(m, Start)]
         assert len(starts) == 2 and len(sched.waiting) == 1  # the third waits for room

@@ -20,13 +20,13 @@ EXAMPLES: list[Any] = [
     protocol.Exit(), protocol.Ready(25_000_000, 1234), protocol.ArenaOpened(),
     protocol.Report(3, 1, {"accuracy": 0.5, "eval_loss": 1.0, "loss": 1.2}, 1.0),
     protocol.Done(3, {"accuracy": 0.9, "eval_loss": 0.3, "loss": 0.2}, 10, 2, 1.5, 1.0, 2.5),
-    protocol.TrialFailed(3, "ValueError: no"),
+    protocol.TrialFailed(3, "ValueError: no"), protocol.Regrouped(-2),
 ]
 
 
 def test_every_kind_has_an_example() -> None:
     kinds = set(get_args(protocol.ToWorker)) | set(get_args(protocol.FromWorker))
-    assert kinds - {protocol.Start} == {type(m) for m in EXAMPLES}
+    assert kinds - {protocol.Start, protocol.Regroup} == {type(m) for m in EXAMPLES}
 
 
 @pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
@@ -51,3 +51,18 @@ def test_start_carries_the_compiled_program() -> None:
     assert (got.number, got.offset, got.seed, got.rounds, got.gated) == (0, 64, 7, 3, True)
     assert got.program.total_bytes == cand.program.total_bytes
     assert got.program.batch_size == cand.program.batch_size
+
+
+def test_a_stack_starts_and_regroups_with_its_programs() -> None:
+    space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+                                                         "memory": "64MB"},
+                         "training": {"batch_size": 8}})
+    cand = compile_candidate(space, fixed(space), 8_000_000)
+    start = protocol.Start(-2, cand.program, 64, 7, 3, 8, False, members=(4, 5),
+                           member_save_to=("a.npz", None))
+    got = pickle.loads(pickle.dumps(start))
+    assert (got.members, got.member_save_to) == ((4, 5), ("a.npz", None))
+    regroup = protocol.Regroup(-2, (protocol.Part(5, cand.program, 4096, (5,), paused=True),))
+    back = pickle.loads(pickle.dumps(regroup))
+    assert back.parts[0].members == (5,) and back.parts[0].paused
+    assert back.parts[0].program.total_bytes == cand.program.total_bytes

@@ -1,0 +1,153 @@
+"""Stacked trials in the search (``budget.stack``): trials of one architecture and one
+optimizer kind, asked together, run as one stacked program; each is still reported,
+pruned, paused and kept on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from explore.candidate import graph_of
+from explore.datasets import load_digits
+from explore.results import load
+from explore.sampling import fixed
+from explore.scheduler import Scheduler
+from explore.scheduler.stacking import Drawn, groups, means_only, stacks_for
+from explore.space import Space, load_space, parse_space
+from explore.study import open_study
+from explore.trained import evaluate_split, load_model
+from tests.explore.cli_run import IN_TEST, explore_run
+
+SPACE = """\
+name: st
+dataset: digits
+budget: {{trials: {trials}, rounds: 3, memory: 400MB, workers: 1, stack: 4}}
+sampler: random
+pruner: {pruner}
+model: {{depth: 1, width: 16, activation: relu}}
+training: {{optimizer: adam, lr: {{float: [1.0e-7, 3.0e-2], log: true}}, batch_size: 32}}
+"""
+
+
+def run(tmp_path: Path, lrs: list[float], pruner: str = "none") -> tuple[Scheduler, str]:
+    f = tmp_path / "st.yaml"
+    f.write_text(SPACE.format(trials=len(lrs), pruner=pruner))
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'st.db'}"
+    study = open_study(space, storage)
+    for lr in lrs:
+        study.enqueue_trial({"lr": lr})  # asked in this order
+    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+                      device="cpu", main=IN_TEST)
+    stats = sched.run(len(lrs))
+    assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
+    return sched, storage
+
+
+def records(storage: str) -> dict[int, dict]:
+    study = optuna.load_study(study_name="st", storage=storage)
+    return {t.number: t.user_attrs["explore"] for t in study.trials}
+
+
+def test_each_member_of_a_stack_is_a_trial_of_its_own(tmp_path: Path) -> None:
+    # one stack of four, run as a user runs it: the members that learn and the ones
+    # whose rate is too small to learn anything are told apart, so each trial's metrics
+    # are its own model's
+    lrs = [1e-2, 1e-7, 3e-3, 2e-7]
+    f = tmp_path / "st.yaml"
+    f.write_text(SPACE.format(trials=len(lrs), pruner="none"))
+    storage = f"sqlite:///{tmp_path / 'st.db'}"
+    study = open_study(load_space(f), storage)
+    for lr in lrs:
+        study.enqueue_trial({"lr": lr})
+    r = explore_run(f)
+    assert r.exit_code == 0, r.output
+    rec = records(storage)
+    assert [rec[n]["stack"]["model"] for n in range(4)] == [0, 1, 2, 3]
+    assert {tuple(rec[n]["stack"]["trials"]) for n in range(4)} == {(0, 1, 2, 3)}
+    df = load(storage, "st").set_index("number")
+    assert (df["state"] == "complete").all() and (df["rounds"] == 3).all()
+    acc = df["accuracy"]
+    assert acc[0] > 0.8 and acc[2] > 0.8 and acc[1] < 0.35 and acc[3] < 0.35, acc
+    # a kept member is a model of its own: its weights, loaded alone, score what its
+    # trial recorded on the validation rows
+    valid = load_digits().valid
+    kept = load_model(storage, "st", trial=0)
+    assert evaluate_split(kept, valid.x, valid.y)["accuracy"] == pytest.approx(acc[0],
+                                                                              abs=1e-6)
+
+
+def test_a_paused_member_waits_apart_and_resumes(tmp_path: Path) -> None:
+    # Successive halving (eta 4, first rung after round 1), as for trials alone: trial 0
+    # goes on and trials 1-3 are paused at the rung, each moved to a heap of its own so
+    # that trial 0 trains on; once 8 trials reached the rung, the top 2 go on and trial
+    # 1 resumes from where it paused.  The second stack is paused whole.
+    lrs = [0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6]
+    sched, storage = run(tmp_path, lrs, "{name: successive_halving, warmup_rounds: 1}")
+    df = load(storage, "st").set_index("number")
+    assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0
+    assert df.loc[1, "state"] == "complete" and df.loc[1, "rounds"] == 3
+    assert (df.loc[2:, "state"] == "pruned").all() and (df.loc[2:, "rounds"] == 1).all()
+    assert (df.loc[1:, "pauses"] == 1).all()
+    assert sched.stats.counts["resumed"] == 1 and sched.stats.counts["regrouped"] >= 1
+    rec = records(storage)
+    assert rec[0]["stack"]["trials"] == [0, 1, 2, 3]
+
+
+def test_a_pruned_member_stops_costing_updates(tmp_path: Path) -> None:
+    # A median pruner prunes the members that learn nothing; the survivors are stacked
+    # again without them and finish
+    lrs = [0.02, 0.01, 0.015, 0.012, 0.03, 1e-7, 2e-7, 0.025]
+    sched, storage = run(tmp_path, lrs, "{name: median, warmup_rounds: 1}")
+    df = load(storage, "st").set_index("number")
+    assert set(df.loc[[5, 6], "state"]) == {"pruned"}
+    assert (df.loc[df["state"] == "complete", "rounds"] == 3).all()
+    survivors = [n for n in (4, 7) if df.loc[n, "state"] == "complete"]
+    assert survivors and sched.stats.counts["regrouped"] >= 1
+    rec = records(storage)
+    for n in survivors:  # moved into a program of the members left, 1 or 2 models
+        assert rec[n]["moves"] and rec[n]["moves"][-1]["models"] == len(survivors)
+
+
+def space_of(**training: object) -> Space:
+    return parse_space({"dataset": "digits", "budget": {"trials": 4, "rounds": 1,
+                        "memory": "64MB", "stack": 4},
+                        "model": {"depth": 1, "width": 8},
+                        "training": {"optimizer": "adam", "batch_size": 16, **training}})
+
+
+def drawn(space: Space, **params: object) -> Drawn:
+    p = {**fixed(space), **params}
+    return Drawn(None, p, graph_of(space, p), False)
+
+
+def test_candidates_group_by_architecture_optimizer_kind_and_batch() -> None:
+    space = space_of()
+    ds = [drawn(space, lr=0.1), drawn(space, lr=0.01), drawn(space, widths=[9]),
+          drawn(space, optimizer="sgd"), drawn(space, batch_size=32), drawn(space, lr=0.5)]
+    assert [[ds.index(d) for d in g] for g in groups(ds)] == [[0, 1, 5], [2], [3], [4]]
+
+
+def test_only_objectives_made_of_means_stack() -> None:
+    assert stacks_for(space_of())
+    f1 = parse_space({"dataset": "digits", "budget": {"trials": 4, "rounds": 1,
+                      "memory": "64MB", "stack": 4},
+                      "objectives": [{"metric": "f1", "direction": "maximize"}]})
+    assert not stacks_for(f1)
+    g = graph_of(space_of(), fixed(space_of()))
+    kept = {o for p in means_only(g).paths for n in p.nodes for o in n.outputs}
+    assert "class_counts" not in kept and {"accuracy", "eval_loss"} <= kept
+    assert "class_counts" in {o for p in g.paths for n in p.nodes for o in n.outputs}
+
+
+def test_stack_is_checked_in_the_space() -> None:
+    from explore.yamlio import SpaceError
+
+    with pytest.raises(SpaceError, match="stack"):
+        parse_space({"dataset": "digits", "budget": {"trials": 4, "rounds": 1,
+                     "memory": "64MB", "stack": 0}})
+    assert np.int64(1) == parse_space({"dataset": "digits", "budget": {
+        "trials": 1, "rounds": 1, "memory": "64MB"}}).budget.stack
