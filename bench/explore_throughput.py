@@ -107,7 +107,8 @@ def pruner_of(name: str | None) -> str:
 
 
 def run_explore(size: Size, memory: int, workers: int, seed: int, depth: int | None = None,
-                eval_batch: int | None = None, pruner: str | None = None) -> dict[str, Any]:
+                eval_batch: int | None = None, pruner: str | None = None,
+                stack: int | None = None) -> dict[str, Any]:
     import optuna
 
     from explore.scheduler import Scheduler
@@ -119,7 +120,8 @@ def run_explore(size: Size, memory: int, workers: int, seed: int, depth: int | N
     space = load_space(SPACE)
     budget = space.budget.model_copy(update={"trials": size.trials, "rounds": size.rounds,
                                              "memory": memory, "workers": workers,
-                                             "seed": seed})
+                                             "seed": seed, "stack": stack or
+                                             space.budget.stack})
     assert space.dataset is not None
     update: dict[str, Any] = {"budget": budget,
                               "dataset": space.dataset.model_copy(update={
@@ -311,12 +313,14 @@ def journal_worker(size: Size, path: str, seed: int, trial_seed: int, pruner: st
 
 
 def child(side: str, size: Size, memory: int, workers: int, seed: int,
-          eval_batch: int | None, pruner: str | None) -> dict[str, Any]:
+          eval_batch: int | None, pruner: str | None, stack: int | None = None
+          ) -> dict[str, Any]:
     if side == "explore":
-        return run_explore(size, memory, workers, seed, eval_batch=eval_batch, pruner=pruner)
+        return run_explore(size, memory, workers, seed, eval_batch=eval_batch, pruner=pruner,
+                           stack=stack)
     if side == "packed":
         return run_explore(size, memory, workers, seed, depth=1_000_000,
-                           eval_batch=eval_batch, pruner=pruner)
+                           eval_batch=eval_batch, pruner=pruner, stack=stack)
     if side == "journal":
         return run_journal(size, workers, seed, pruner)
     return run_njobs(size, workers, seed, pruner)
@@ -342,6 +346,9 @@ def main() -> None:
                          "whole validation set at once, as the baselines validate)")
     ap.add_argument("--pruner", choices=["none", "median"], default=None,
                     help="every side's pruner (default: the space's, none)")
+    ap.add_argument("--stack", type=int, default=0,
+                    help="explore's budget.stack: trials asked at once and stacked where "
+                         "they share an optimizer kind (0: the space's)")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 4 trials of 2 rounds on 1,000 + 1,000 images")
     ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
@@ -364,11 +371,11 @@ def main() -> None:
         return
     if args.child:
         print(json.dumps(child(args.child, size, memory, args.workers, args.seed,
-                               args.eval_batch or None, args.pruner)))
+                               args.eval_batch or None, args.pruner, args.stack or None)))
         return
     common = [*size.args(), "--memory", str(memory), "--workers", str(args.workers),
-              "--eval-batch", str(args.eval_batch), *(["--pruner", args.pruner]
-                                                       if args.pruner else [])]
+              "--eval-batch", str(args.eval_batch), "--stack", str(args.stack),
+              *(["--pruner", args.pruner] if args.pruner else [])]
     # repeat i: every side with seed SEED + i, each in a fresh process
     runs = alternate(__file__, {s: ["--child", s, *common] for s in SIDES}, args.repeats,
                      per_repeat=lambda i: ["--seed", str(args.seed + i)], log=args.log)
@@ -422,6 +429,7 @@ def main() -> None:
     result.update({
         "trials": size.trials, "rounds": size.rounds, "workers": args.workers,
         "repeats": args.repeats, "eval_batch": args.eval_batch or None,
+        "stack": args.stack or space.budget.stack,
         "pruner": pruner_of(args.pruner), "seeds": [args.seed + i for i in range(args.repeats)],
         "isolation": "each side in a fresh process, alternating; medians"})
     result["speedup"] = rnd(result["explore_trials_per_min"] /

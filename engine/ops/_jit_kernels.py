@@ -226,3 +226,71 @@ def adagrad(p: Any, g: Any, acc: Any, lr: Any, one: bool, c: Any) -> None:
         acc[i] = a
         d = gi / (math.sqrt(a) + eps)
         p[i] = p[i] - d * (c[1] if one else lr[i])
+
+
+# -- pooling -----------------------------------------------------------------------------
+
+
+@_jit
+def max_pool_grad_2d(x: Any, y: Any, dy: Any, dx: Any, kh: int, kw: int, sh: int, sw: int,
+                     dh: int, dw: int, ph: int, pw: int) -> None:
+    """dX of a 2-D max pooling in one pass: each window's dY to its first maximum (in
+    the order the numpy kernel visits the window), nothing where that maximum is a
+    padding cell.  ``dx`` is zeroed here."""
+    n, c, h, w = x.shape
+    oh, ow = y.shape[2], y.shape[3]
+    fill = -np.inf
+    for a in range(n):
+        for b in range(c):
+            for i in range(h):
+                for j in range(w):
+                    dx[a, b, i, j] = 0
+            for p in range(oh):
+                for q in range(ow):
+                    top = y[a, b, p, q]
+                    found = False
+                    for u in range(kh):
+                        r = p * sh + u * dh - ph
+                        for v in range(kw):
+                            s = q * sw + v * dw - pw
+                            inside = 0 <= r < h and 0 <= s < w
+                            value = x[a, b, r, s] if inside else fill
+                            if value == top:
+                                if inside:
+                                    dx[a, b, r, s] += dy[a, b, p, q]
+                                found = True
+                                break
+                        if found:
+                            break
+
+
+@_jit
+def max_pool_grad_tiled(x: Any, y: Any, dy: Any, dx: Any, kh: int, kw: int) -> None:
+    """:func:`max_pool_grad_2d` for windows that tile the input (stride = kernel, no
+    padding, no dilation; the 2x2 pooling of most CNNs): each input cell is in at most
+    one window, so every cell is written once, the zeros with it, and the loop has no
+    branch (a window's "not found yet" is a number, 1 or 0)."""
+    n, c, h, w = x.shape
+    oh, ow = y.shape[2], y.shape[3]
+    zero, one = dx.dtype.type(0), dx.dtype.type(1)
+    xs = x.reshape(n * c, h, w)
+    ys = y.reshape(n * c, oh, ow)
+    gs = dy.reshape(n * c, oh, ow)
+    ds = dx.reshape(n * c, h, w)
+    for a in range(n * c):
+        for i in range(oh * kh, h):  # rows no window reaches
+            for j in range(w):
+                ds[a, i, j] = zero
+        for p in range(oh):
+            for u in range(kh):
+                for j in range(ow * kw, w):
+                    ds[a, p * kh + u, j] = zero
+            for q in range(ow):
+                top = ys[a, p, q]
+                g = gs[a, p, q]
+                free = one
+                for u in range(kh):
+                    for v in range(kw):
+                        e = free if xs[a, p * kh + u, q * kw + v] == top else zero
+                        ds[a, p * kh + u, q * kw + v] = e * g
+                        free -= e

@@ -38,6 +38,7 @@ import numpy as np
 from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
+from engine.ops import jit
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
@@ -446,6 +447,27 @@ def _max_pool_grad(k: KernelArgs) -> Step:
     return step
 
 
+def _max_pool_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
+    """2-D, floats, contiguous: one compiled pass (about twenty numpy passes
+    otherwise: five per kernel position and the fills)."""
+    (x, y, dy), dx = k.ins, k.outs[0]
+    if x.ndim != 4 or not all(a.flags.c_contiguous for a in (x, y, dy, dx)):
+        return None
+    geo = pool_geometry(tuple(x.shape), k.attrs)
+    (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
+    ph, pw = geo["pads"][0][0], geo["pads"][1][0]
+    if (kh, kw) == (sh, sw) and (dh, dw) == (1, 1) and not any(sum(geo["pads"], ())) and \
+            y.shape[2] * kh <= x.shape[2] and y.shape[3] * kw <= x.shape[3]:
+        tiled = ks.max_pool_grad_tiled  # windows that tile the input: each cell once
+        return lambda: tiled(x, y, dy, dx, kh, kw)
+    kernel = ks.max_pool_grad_2d
+    return lambda: kernel(x, y, dy, dx, kh, kw, sh, sw, dh, dw, ph, pw)
+
+
+MAX_POOL_GRAD = jit.variants(_max_pool_grad, _max_pool_grad_fused, _max_pool_grad_ws,
+                             "each window's dY to its first maximum in one compiled pass")
+
+
 def _avg_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
                       device: str) -> int:
     x, item = ins[0].shape, ins[0].dtype.itemsize
@@ -522,7 +544,9 @@ OPS = [
     OpDef(name="GlobalAveragePool", shape=_gap_shape, kernel=_gap, grad=_g_gap,
           stacking=NOT_STACKED, onnx=OnnxForm(name="GlobalAveragePool"),
           doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
-    OpDef(name="MaxPoolGrad", shape=_pool_grad_shape, kernel=_max_pool_grad, grad=FIRST_ORDER_ONLY,
+    OpDef(name="MaxPoolGrad", shape=_pool_grad_shape,
+          kernel=jit.by_size("MaxPoolGrad", MAX_POOL_GRAD), variants=MAX_POOL_GRAD,
+          grad=FIRST_ORDER_ONLY,
           workspace=_max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY to each window's first maximum (found by comparing with Y)"),

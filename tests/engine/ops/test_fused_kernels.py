@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.graph import DType, TensorDesc
 from engine.ops import OP_TABLE, KernelArgs, get_op, jit
 from engine.ops.linalg import GEMM_ATTRS
 from tests.allocations import step_allocations
@@ -38,6 +39,18 @@ def case(op: str, n: int, dtype: Any, variant: int = 0) -> tuple[list, list, dic
     if op == "FusedGemm":
         a, w, b = (R.normal(size=s).astype(dtype) for s in ((n, k), (k, c), (c,)))
         return [a, w, b], [(n, c)], {**GEMM_ATTRS, "activation": ("Relu", "Sigmoid")[variant]}
+    if op == "MaxPoolGrad":  # variant 0: windows tiling the input; 1: overlapping, padded
+        img = R.normal(size=(2 if n < 10 else 20, 3, 9, 9)).astype(dtype)
+        img[0, 0, :2, :2] = 1.0  # a tie: the first maximum takes the gradient
+        pool = ({"kernel_shape": (2, 2), "strides": (2, 2)},
+                {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 0, 1, 1)})[variant]
+        mp = get_op("MaxPool")
+        y = np.zeros(mp.shape([TensorDesc(DType.of(np.dtype(dtype).name), img.shape)],
+                              {**mp.attrs, **pool})[0].shape, dtype)
+        mp.kernel(KernelArgs(np, [img], [y], np.zeros(1 << 20, np.uint8),
+                             {**mp.attrs, **pool}))()
+        return [img, y, R.normal(size=y.shape).astype(dtype)], [img.shape], \
+            {**get_op("MaxPoolGrad").attrs, **pool}
     labels = R.integers(0, c, size=n)
     attrs = {"reduction": ("mean", "sum")[variant], "ignore_index": None}
     if op == "SoftmaxCrossEntropyLoss":
