@@ -493,8 +493,12 @@ class Scheduler:
         does not fit an arena (its trials then run one by one)."""
         try:
             self.waiting.append(compile_stack(self.space, group, self.stats.arena))
-        except (StackError, BudgetError, BuildError, EngineError):
+        except StackError as e:  # an op of the model has no stacked form: none will
+            self.stack = 1
+            self.stats.notes.append(f"trials are not stacked: {e}")
             return False
+        except (BudgetError, BuildError, EngineError):
+            return False  # too big as a stack, say: its trials run alone
         self.stats.counts["stacked"] = self.stats.counts.get("stacked", 0) + len(group)
         return True
 

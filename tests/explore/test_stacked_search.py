@@ -151,3 +151,20 @@ def test_stack_is_checked_in_the_space() -> None:
                      "memory": "64MB", "stack": 0}})
     assert np.int64(1) == parse_space({"dataset": "digits", "budget": {
         "trials": 1, "rounds": 1, "memory": "64MB"}}).budget.stack
+
+
+def test_a_model_without_a_stacked_form_runs_its_trials_alone(tmp_path: Path) -> None:
+    # a CNN's convolution has no stacking rule: the first group says so, and the run
+    # asks one trial at a time from then on
+    f = tmp_path / "st.yaml"
+    f.write_text(SPACE.format(trials=4, pruner="none").replace(
+        "model: {depth: 1, width: 16, activation: relu}",
+        "model: {family: cnn, blocks: 1, channels: 4, depth: 0}"))
+    space = load_space(f)
+    study = open_study(space, f"sqlite:///{tmp_path / 'st.db'}")
+    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+                      device="cpu", main=IN_TEST)
+    stats = sched.run(4)
+    assert stats.counts["complete"] == 4 and sched.stack == 1
+    assert any("not stacked" in n and "Conv" in n for n in stats.notes), stats.notes
+    assert not any("stack" in t.user_attrs["explore"] for t in study.trials)
