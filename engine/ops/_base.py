@@ -159,6 +159,19 @@ def pick_variant(op: str, variants: dict[str, Variant], attrs: dict[str, Any]) -
     return variant_named(op, variants, attrs.get(VARIANT_ATTR) or next(iter(variants)))
 
 
+def dispatch_variants(op: str, variants: dict[str, Variant]) -> tuple[Any, Any]:
+    """An op's kernel factory and workspace rule: those of the variant its attributes
+    name (:func:`pick_variant`)."""
+    def kernel(k: KernelArgs) -> Step:
+        return pick_variant(op, variants, k.attrs).kernel(k)
+
+    def workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                  device: str) -> int:
+        return pick_variant(op, variants, attrs).workspace(ins, outs, attrs, device)
+
+    return kernel, workspace
+
+
 def variant_named(op: str, variants: dict[str, Variant], name: str) -> Variant:
     """The variant at path ``name`` (``"im2col"``, ``"im2col/tn"``)."""
     found: Variant | None = None

@@ -172,14 +172,21 @@ def _conv(k: KernelArgs) -> Step:
     return pick_variant("Conv", VARIANTS, k.attrs).kernel(k)
 
 
-def _im2col_conv(k: KernelArgs) -> Step:
-    xp, x, w = k.xp, k.ins[0], k.ins[1]
-    b = k.ins[2] if len(k.ins) == 3 else None
-    y = k.outs[0]
+def _im2col_start(k: KernelArgs) -> tuple[Any, Any, Any, Any, dict[str, Any], Step, Any,
+                                          int]:
+    """What both GEMM layouts begin with: (x, w, bias or None, y, the geometry, the
+    im2col step, the columns, the workspace offset after them)."""
+    x, w = k.ins[0], k.ins[1]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
+    fill, cols, at = _im2col(k.xp, x, k.ws, geo, 0)
+    return x, w, k.ins[2] if len(k.ins) == 3 else None, k.outs[0], geo, fill, cols, at
+
+
+def _im2col_conv(k: KernelArgs) -> Step:
+    xp = k.xp
+    x, w, b, y, geo, fill, cols, at = _im2col_start(k)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
-    fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
     # The product as [N·oH·oW, M]: the bias then broadcasts along rows, which numpy does
     # without a buffer (along a stride-0 inner axis it buffered the whole output).
     prod = k.scratch(at, (n * oh * ow, m), x.dtype)
@@ -205,13 +212,10 @@ def _im2col_tn(k: KernelArgs) -> Step:
     into a product ``[M, N·oH·oW]``, whose copy into ``Y`` moves whole rows of
     ``oH·oW`` (the ``nt`` product is copied one element of M at a time); the bias is
     added to ``Y``."""
-    xp, x, w = k.xp, k.ins[0], k.ins[1]
-    b = k.ins[2] if len(k.ins) == 3 else None
-    y = k.outs[0]
-    geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
+    xp = k.xp
+    x, w, b, y, geo, fill, cols, at = _im2col_start(k)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
-    fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
     prod = k.scratch(at, (m, n * oh * ow), x.dtype)
     wm = w.reshape(m, -1)
     mg, ckk = m // g, wm.shape[1]

@@ -49,9 +49,9 @@ from engine.ops._base import (
     OpDef,
     Step,
     Variant,
+    dispatch_variants,
     is_numpy,
     need_float,
-    pick_variant,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
@@ -381,20 +381,8 @@ AVG_POOL_VARIANTS: dict[str, Variant] = {
 }
 
 
-def _dispatch(op: str, variants: dict[str, Variant]) -> tuple[Any, Any]:
-    """The op's kernel and workspace rule: those of the variant its attributes name."""
-    def kernel(k: KernelArgs) -> Step:
-        return pick_variant(op, variants, k.attrs).kernel(k)
-
-    def workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
-                  device: str) -> int:
-        return pick_variant(op, variants, attrs).workspace(ins, outs, attrs, device)
-
-    return kernel, workspace
-
-
-_MAX_KERNEL, _MAX_WS = _dispatch("MaxPool", MAX_POOL_VARIANTS)
-_AVG_KERNEL, _AVG_WS = _dispatch("AveragePool", AVG_POOL_VARIANTS)
+_MAX_KERNEL, _MAX_WS = dispatch_variants("MaxPool", MAX_POOL_VARIANTS)
+_AVG_KERNEL, _AVG_WS = dispatch_variants("AveragePool", AVG_POOL_VARIANTS)
 
 
 def _pool_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:

@@ -33,9 +33,9 @@ from engine.ops._base import (
     OpDef,
     Step,
     Variant,
+    dispatch_variants,
     need_float,
     no_workspace,
-    pick_variant,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL
@@ -270,21 +270,9 @@ GRAD_WEIGHT_VARIANTS: dict[str, Variant] = {
 }
 
 
-def _dispatch(op: str, variants: dict[str, Variant]) -> tuple[Any, Any]:
-    """The op's kernel and workspace rule: those of the variant its attributes name."""
-    def kernel(k: KernelArgs) -> Step:
-        return pick_variant(op, variants, k.attrs).kernel(k)
-
-    def workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
-                  device: str) -> int:
-        return pick_variant(op, variants, attrs).workspace(ins, outs, attrs, device)
-
-    return kernel, workspace
-
-
-_SGEMM = _dispatch("StackedGemm", SGEMM_VARIANTS)
-_GRAD_INPUT = _dispatch("StackedGemmGradInput", GRAD_INPUT_VARIANTS)
-_GRAD_WEIGHT = _dispatch("StackedGemmGradWeight", GRAD_WEIGHT_VARIANTS)
+_SGEMM = dispatch_variants("StackedGemm", SGEMM_VARIANTS)
+_GRAD_INPUT = dispatch_variants("StackedGemmGradInput", GRAD_INPUT_VARIANTS)
+_GRAD_WEIGHT = dispatch_variants("StackedGemmGradWeight", GRAD_WEIGHT_VARIANTS)
 
 
 # -- the loss -------------------------------------------------------------------------

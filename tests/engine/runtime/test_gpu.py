@@ -117,23 +117,15 @@ def test_every_op_gives_the_same_gradients_on_the_gpu(case: Case) -> None:
 @pytest.mark.parametrize("op, name", [(op, name) for op in sorted(VARIANT_CASES)
                                       for name in leaves(op)])
 def test_every_kernel_variant_matches_the_cpu_and_allocates_nothing(op: str, name: str) -> None:
-    import cupy
 
     cpu, _ = run_case(VARIANT_CASES[op], name, "cpu")
     gpu, vm = run_case(VARIANT_CASES[op], name, "gpu")
     for key, value in cpu.items():
         np.testing.assert_allclose(gpu[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
-    vm.train_step("train")
-    cupy.cuda.Device().synchronize()
-    used = cupy.get_default_memory_pool().used_bytes()
-    for _ in range(20):
-        vm.train_step("train")
-    cupy.cuda.Device().synchronize()
-    assert cupy.get_default_memory_pool().used_bytes() == used
+    assert_steps_allocate_nothing_on_the_device(vm)
 
 
 def test_tuning_on_the_gpu_freezes_with_exact_memory() -> None:
-    import cupy
 
     from engine.autotune import Tuner
     from engine.models import mnist_cnn
@@ -149,10 +141,17 @@ def test_tuning_on_the_gpu_freezes_with_exact_memory() -> None:
         if not vm.autotune.tuning:  # type: ignore[union-attr]
             break
     assert vm.autotune.frozen  # type: ignore[union-attr]
+    assert_steps_allocate_nothing_on_the_device(vm)
+
+
+def assert_steps_allocate_nothing_on_the_device(vm: VM, steps: int = 20) -> None:
+    """After one step, ``steps`` more leave CuPy's pool holding the same bytes."""
+    import cupy
+
     vm.train_step("train")
     cupy.cuda.Device().synchronize()
     used = cupy.get_default_memory_pool().used_bytes()
-    for _ in range(20):
+    for _ in range(steps):
         vm.train_step("train")
     cupy.cuda.Device().synchronize()
     assert cupy.get_default_memory_pool().used_bytes() == used
