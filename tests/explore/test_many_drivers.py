@@ -54,7 +54,10 @@ def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> Non
     """Started at the same instant on a new file: the schema is created once, the grid
     of 30 is run once, point by point, between them."""
     storage = (_sqlite if kind == "sqlite" else _journal)(tmp_path)
-    space = grid_space(tmp_path, 30, rounds=20)
+    # 80 rounds: trials long enough (about 4 s in all) that a driver starting a moment
+    # later still finds points to take (at 20 rounds one driver sometimes ran all 30
+    # before the other had asked for one)
+    space = grid_space(tmp_path, 30, rounds=80)
     results = finish([start(space, storage), start(space, storage)])
     assert all(code == 0 for code, _ in results), results
     ts = check_study(storage, 30)
