@@ -366,6 +366,13 @@ def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
     return True
 
 
+def _tiles(x: Any, y: Any, geo: dict[str, Any]) -> bool:
+    """Whether 2-D windows tile ``x``: stride = kernel, no padding, no dilation."""
+    return x.ndim == 4 and geo["k"] == geo["s"] and geo["d"] == (1, 1) and \
+        not any(sum(geo["pads"], ())) and y.shape[2] * geo["k"][0] <= x.shape[2] and \
+        y.shape[3] * geo["k"][1] <= x.shape[3]
+
+
 MAX_POOL_VARIANTS: dict[str, Variant] = {
     "views": Variant(applies=_always, workspace=_pool_ws, kernel=_max_pool,
                      doc="one strided view per kernel position, folded with maximum"),
@@ -444,8 +451,7 @@ def _max_pool_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
     geo = pool_geometry(tuple(x.shape), k.attrs)
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     ph, pw = geo["pads"][0][0], geo["pads"][1][0]
-    if (kh, kw) == (sh, sw) and (dh, dw) == (1, 1) and not any(sum(geo["pads"], ())) and \
-            y.shape[2] * kh <= x.shape[2] and y.shape[3] * kw <= x.shape[3]:
+    if _tiles(x, y, geo):
         tiled = ks.max_pool_grad_tiled  # windows that tile the input: each cell once
         return lambda: tiled(x, y, dy, dx, kh, kw)
     kernel = ks.max_pool_grad_2d
