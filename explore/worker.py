@@ -74,7 +74,6 @@ class Resident:
     # report has not come (gated), members paused at a rung (the stack waits for the
     # scheduler's Regroup), and where each member's weights are written.
     members: list[int] = field(default_factory=list)
-    stacked: bool = False
     live: set[int] = field(default_factory=set)
     waiting: set[int] = field(default_factory=set)
     held: set[int] = field(default_factory=set)
@@ -85,6 +84,10 @@ class Resident:
         if not self.members:
             self.members = [self.number]
         self.live = set(self.members) if not self.live else self.live
+
+    @property
+    def stacked(self) -> bool:
+        return self.losses is not None
 
     def index(self, member: int) -> int | None:
         """The member's model in the program (None: the program runs one model)."""
@@ -168,36 +171,35 @@ class Validation:
     sums: tuple[str, ...]
     per_row: dict[str, np.ndarray]  # one host value per validation row (ROC AUC)
     target_std: float = 1.0
-    save_to: str | None = None
 
     @classmethod
     def of(cls, program: Any, valid_rows: int, target_std: float = 1.0,
-           save_to: str | None = None) -> Validation:
+           ) -> Validation:
         have = {b.name for b in program.buffers}
         names = tuple(n for n, m in metrics.METRICS.items()
                       if m.needs and all(o in have for o in m.needs))
         return cls(names, tuple(o for o in MEANS if o in have),
                    tuple(o for o in SUMS if o in have),
                    {o: np.empty(valid_rows, np.float32) for o in ROWS if o in have},
-                   target_std, save_to)
+                   target_std)
 
     def measure(self, vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
         """Every metric over the validation rows ``(x, y)``, by name."""
-        from engine.runtime.train import evaluate_metrics
 
-        got = evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
-                               per_row=self.per_row)
-        return self._compute(got, y, None)
+        return self._compute(self._evaluate(vm, x, y), y, None)
 
     def measure_members(self, vm: Any, x: np.ndarray, y: np.ndarray, models: int
                         ) -> list[dict[str, float]]:
         """:meth:`measure` for each model of a stack, from one pass over the rows (each
         output read holds one value per model)."""
+        got = self._evaluate(vm, x, y)
+        return [self._compute(got, y, k) for k in range(models)]
+
+    def _evaluate(self, vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
         from engine.runtime.train import evaluate_metrics
 
-        got = evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
-                               per_row=self.per_row)
-        return [self._compute(got, y, k) for k in range(models)]
+        return evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
+                                per_row=self.per_row)
 
     def _compute(self, got: dict[str, Any], y: np.ndarray, k: int | None) -> dict[str, float]:
         def of(v: Any) -> Any:
@@ -308,8 +310,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region))
         r = Resident(number, vm, rounds, np.random.default_rng(seed), batch, offset,
                      prog.total_bytes, validation, gated=gated, members=list(members),
-                     stacked=member_losses(prog) is not None, save_to=save_to,
-                     losses=member_losses(prog))
+                     save_to=save_to, losses=member_losses(prog))
         residents[number] = r
         for m in r.members:
             owner[m] = number
@@ -356,8 +357,8 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 try:
                     r = host(msg.number, prog, msg.offset, msg.seed, msg.rounds,
                              msg.train_batch, msg.gated,
-                             Validation.of(prog, len(arrays["y_valid"]), msg.target_std,
-                                           msg.save_to), members, saves)
+                             Validation.of(prog, len(arrays["y_valid"]), msg.target_std),
+                             members, saves)
                     r.vm.check("x", arrays["x_train"])
                     r.vm.check("y", arrays["y_train"])
                 except Exception as e:  # a candidate that cannot run: report it, go on

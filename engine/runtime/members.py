@@ -79,13 +79,13 @@ def move_member(src: Any, k: int | None, dst: Any, j: int | None) -> None:
         sps = by_name.get(name)
         if sps is None:
             raise EngineError(f"parameter {name!r} of {dp.name!r} is not in {sp.name!r}")
-        learned = sps.grad is not None and dps.grad is not None
-        for zone, base in [(FORWARD, 0)] + [(OPTIMIZER, o) for o in
-                                            sp.state_offsets[:slots]] * learned:
-            s = _member_view(src, sp, sps, k, zone, base)
-            d_base = base if zone == FORWARD else \
-                dp.state_offsets[sp.state_offsets.index(base)]
-            xp.copyto(_member_view(dst, dp, dps, j, zone, d_base), s)
+        places = [(FORWARD, 0, 0)]  # the values, then each slot of a learned one
+        if sps.grad is not None and dps.grad is not None:
+            places += [(OPTIMIZER, a, b) for a, b in
+                       zip(sp.state_offsets[:slots], dp.state_offsets[:slots], strict=True)]
+        for zone, at_src, at_dst in places:
+            xp.copyto(_member_view(dst, dp, dps, j, zone, at_dst),
+                      _member_view(src, sp, sps, k, zone, at_src))
     dst.take_counters(src)
 
 

@@ -270,8 +270,7 @@ class Scheduler:
         if params["batch_size"] == "auto":
             params["batch_size"] = 1
         # a builder's model is the user's code: what it raises is its trial's failure
-        failing = (BudgetError, BuildError, EngineError) if self.space.uses_builder else \
-            (BudgetError, BuildError)
+        failing: tuple[type[Exception], ...] = (BudgetError, *self._user_errors())
         try:
             cand = compile_candidate(self.space, params, 1 << 62)
         except failing:
@@ -432,16 +431,16 @@ class Scheduler:
         they share an architecture and an optimizer kind.  False when the study's total
         is claimed."""
         drawn: list[Drawn] = []
+        claimed_all = False
         for _ in range(self.stack):
             d = self._draw()
             if d is None:
+                claimed_all = True
                 break
-            if d is not False:
-                drawn.append(d)  # type: ignore[arg-type]
-        else:
-            d = True
+            if isinstance(d, Drawn):
+                drawn.append(d)
         if not drawn:
-            return d is not None
+            return not claimed_all
         for group in groups(drawn) if self.stack > 1 else [[x] for x in drawn]:
             if len(group) > 1 and self._ask_stack(group):
                 continue
@@ -462,29 +461,33 @@ class Scheduler:
         params = drawn["p"]
         requeued = self.live.requeued(trial)
         self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
-        # The user's model code fails its own trial, whatever it raised; the run goes on.
-        user = (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
         try:
             graph = graph_of(self.space, params, trial=trial if self.space.uses_builder
                              else None)
             if self.space.uses_builder:
                 self.live.new_params(trial)  # the builder's own, seen by other drivers
-        except user as e:
-            self._fail(trial, str(e) if isinstance(e, BuildError) else
-                       f"{type(e).__name__}: {e}", never_started=True)
+        except self._user_errors() as e:
+            self._fail_build(trial, e)
             return False
         return Drawn(trial, params, graph, requeued)
 
+    def _user_errors(self) -> tuple[type[Exception], ...]:
+        """What building a model raises for its own trial to fail: the user's model code
+        fails its own trial, whatever it raised; the run goes on."""
+        return (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
+
+    def _fail_build(self, trial: optuna.trial.Trial, e: Exception) -> None:
+        self._fail(trial, str(e) if isinstance(e, BuildError) else
+                   f"{type(e).__name__}: {e}", never_started=True)
+
     def _compile_alone(self, d: Drawn) -> None:
-        user = (BuildError, EngineError) if self.space.uses_builder else (BuildError,)
         try:
             cand = compile_candidate(self.space, d.params, self.stats.arena, graph=d.graph)
         except BudgetError as e:
             self._fail(d.trial, f"does not fit: {e}", never_started=True)
             return
-        except user as e:
-            self._fail(d.trial, str(e) if isinstance(e, BuildError) else
-                       f"{type(e).__name__}: {e}", never_started=True)
+        except self._user_errors() as e:
+            self._fail_build(d.trial, e)
             return
         self.waiting.append(Pending([d.trial], cand, [d.requeued]))
 
@@ -555,12 +558,12 @@ class Scheduler:
             seed = self.space.budget.seed + self.live.stored_number(first)
             saves = [self.keeper.stage(t.number) if self.keeper else None
                      for t in pend.trials]
-            gated = self.gated or self.lockstep
-            msg = Start(first.number, prog, spot.offset, seed, self.space.budget.rounds,
-                        cand.train_batch, gated, self.target_std, saves[0]) if stack is None \
-                else Start(stack.number, prog, spot.offset, seed, self.space.budget.rounds,
-                           cand.train_batch, gated, self.target_std, None,
-                           members=stack.members, member_save_to=tuple(saves))
+            msg = Start(first.number if stack is None else stack.number, prog, spot.offset,
+                        seed, self.space.budget.rounds, cand.train_batch,
+                        self.gated or self.lockstep, self.target_std,
+                        saves[0] if stack is None else None,
+                        members=() if stack is None else stack.members,
+                        member_save_to=() if stack is None else tuple(saves))
             if not self._send(w, msg):
                 still.append(pend)  # its placement went with the worker
             elif self.lockstep:
@@ -573,7 +576,7 @@ class Scheduler:
         return self.stack_numbers + 1
 
     # -- stacks: members leave, pause and come back ------------------------------------------
-    def _regroup(self, w: Worker, st: Stack, *, pausing: bool = False) -> bool:
+    def _regroup(self, w: Worker, st: Stack) -> bool:
         """Move what ``st`` still holds into new programs beside it when some member left
         or is paused: the members going on into one (a smaller stack, or one alone),
         each paused member into one of its own.  True once sent; False when the parts
