@@ -16,6 +16,15 @@ Other forward algorithms (``algorithm="direct"`` or ``"winograd"``) are in
 The weight gradient is the same GEMM the other way round (columns recomputed, not
 stored), and the input gradient is ``W^T @ dY`` scattered back by kH·kW strided adds
 (col2im).
+
+**Wide rows** (stride 1): the columns' rows are taken ``Wp`` (the padded width) long
+instead of ``oW``, so that each kernel position's columns are one contiguous run of the
+padded input, ``(oH-1)·Wp + oW`` long, shifted by ``i·dH·Wp + j·dW``: the copy (and
+col2im's adds) move a few long runs instead of ``N·C·oH`` runs of ``oW``, numpy's cost
+per run being what dominated at small widths.  The ``Wp - oW`` columns at the end of
+each row read the next row's start: the GEMM computes them and the copy into ``Y``
+drops them (the gradients see zeros there).  The GEMM grows by ``Wp/oW``.  Which op
+uses them (:func:`wide_rows`) was measured on 12 shapes (``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -103,21 +112,43 @@ def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     return outs
 
 
-def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int
-              ) -> tuple[int, int, int, dict[str, Any]]:
+def wide_rows(op: str, geo: dict[str, Any]) -> bool:
+    """Whether ``op`` (Conv, ConvGradWeight or ConvGradInput) takes its columns with
+    wide rows (the module's docstring): only at stride 1.  Measured on two cores (12
+    shapes, batch 8-64, 1-64 channels, widths 7-56): the forward gained 5-25% at every
+    shape; the input gradient 10-40% from two channels a group (it lost 10% with one);
+    the weight gradient, whose GEMM is the larger part, only for rows of up to 16 (it
+    lost 5-10% for single-digit channel counts at widths 28-32)."""
+    if geo["s"] != (1, 1):
+        return False
+    if op == "ConvGradInput":
+        return bool(geo["cg"] >= 2)
+    if op == "ConvGradWeight":
+        return bool(geo["out"][1] <= 16)
+    return True
+
+
+def row_width(geo: dict[str, Any], wide: bool) -> int:
+    """The length of the columns' rows: the padded width when wide, else ``oW``."""
+    return int(geo["padded"][1]) if wide else int(geo["out"][1])
+
+
+def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int,
+              op: str) -> tuple[int, int, int, dict[str, Any]]:
     """Bytes of (padded input, columns, product), aligned, for a concrete X shape."""
     geo = conv_geometry(x, w, attrs)
     n = x[0]
     kk = geo["k"][0] * geo["k"][1]
-    cols = geo["c"] * kk * n * geo["out"][0] * geo["out"][1]
+    rows = n * geo["out"][0] * row_width(geo, wide_rows(op, geo))
+    cols = geo["c"] * kk * rows
     padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1] if any(geo["pads"]) else 0
-    prod = geo["m"] * n * geo["out"][0] * geo["out"][1]
+    prod = geo["m"] * rows
     return align_up(padded * item), align_up(cols * item), align_up(prod * item), geo
 
 
 def _im2col_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                ) -> int:
-    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize)
+    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize, "Conv")
     return a + b + c
 
 
@@ -143,29 +174,62 @@ def padded_copy(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, fill: fl
     return pad, buf, at + align_up(n * c * hp * wp * item)
 
 
-def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int) -> tuple[Step, Any, int]:
-    """A step filling columns ``[C·kH·kW, N·oH·oW]`` from ``x``; the columns view; the
-    workspace offset after the scratch used."""
+def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, wide: bool
+            ) -> tuple[Step, Any, int, int]:
+    """A step filling columns ``[C·kH·kW, N·oH·R]`` from ``x``, ``R`` the row width
+    (:func:`row_width`); the columns view; ``R``; the workspace offset after the
+    scratch used.  ``wide`` falls back to ``oW`` rows where ``x`` is not contiguous (the
+    workspace, sized for wide rows, holds either)."""
     n, c = x.shape[0], x.shape[1]
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     oh, ow = geo["out"]
     item = x.dtype.itemsize
-    pad, src, at = padded_copy(xp, x, ws, geo, at, 0.0)
+    pad, src, after = padded_copy(xp, x, ws, geo, at, 0.0)
+    wide = wide and bool(src.flags.c_contiguous)
+    at = after
     steps = [pad] if pad is not None else []
-    cols = ws[at: at + c * kh * kw * n * oh * ow * item].view(x.dtype) \
-        .reshape(c, kh, kw, n, oh, ow)
-    at += align_up(c * kh * kw * n * oh * ow * item)
-    s0, s1, s2, s3 = src.strides
-    windows = xp.lib.stride_tricks.as_strided(
-        src, shape=(c, kh, kw, n, oh, ow),
-        strides=(s1, s2 * dh, s3 * dw, s0, s2 * sh, s3 * sw))
-    steps.append(lambda: xp.copyto(cols, windows))
+    r = row_width(geo, wide)
+    cols = ws[at: at + c * kh * kw * n * oh * r * item].view(x.dtype) \
+        .reshape(c, kh, kw, n, oh, r)
+    at += align_up(c * kh * kw * n * oh * r * item)
+    if wide:  # each kernel position's columns: one run of the flat padded input
+        hp, wp = src.shape[2], src.shape[3]
+        run = (oh - 1) * wp + ow
+        flat = cols.reshape(c, kh, kw, n, oh * wp)
+        windows = xp.lib.stride_tricks.as_strided(
+            src.reshape(-1), shape=(c, kh, kw, n, run),
+            strides=(hp * wp * item, dh * wp * item, dw * item, c * hp * wp * item, item))
+        head, tail = flat[..., :run], flat[..., run:]
+        steps.append(lambda: xp.copyto(head, windows))
+        if tail.size:  # the last row's end, past the input: zeros, as the gradients need
+            steps.append(lambda: tail.fill(0))
+    else:
+        s0, s1, s2, s3 = src.strides
+        windows = xp.lib.stride_tricks.as_strided(
+            src, shape=(c, kh, kw, n, oh, ow),
+            strides=(s1, s2 * dh, s3 * dw, s0, s2 * sh, s3 * sw))
+        steps.append(lambda: xp.copyto(cols, windows))
 
-    def run() -> None:
+    def run_steps() -> None:
         for f in steps:
             f()
 
-    return run, cols.reshape(c * kh * kw, n * oh * ow), at
+    return run_steps, cols.reshape(c * kh * kw, n * oh * r), r, at
+
+
+def _dy_rows(xp: Any, dy: Any, dyt: Any, ow: int) -> Step:
+    """A step copying ``dY [N, M, oH, oW]`` into ``dyt [M, N, oH, R]`` (zeros in the
+    columns past ``oW`` of wide rows)."""
+    dy_t = dy.transpose(1, 0, 2, 3)
+    if dyt.shape[3] == ow:
+        return lambda: xp.copyto(dyt, dy_t)
+    body, rest = dyt[..., :ow], dyt[..., ow:]
+
+    def step() -> None:
+        rest.fill(0)
+        xp.copyto(body, dy_t)
+
+    return step
 
 
 def _conv(k: KernelArgs) -> Step:
@@ -173,28 +237,28 @@ def _conv(k: KernelArgs) -> Step:
 
 
 def _im2col_start(k: KernelArgs) -> tuple[Any, Any, Any, Any, dict[str, Any], Step, Any,
-                                          int]:
+                                          int, int]:
     """What both GEMM layouts begin with: (x, w, bias or None, y, the geometry, the
-    im2col step, the columns, the workspace offset after them)."""
+    im2col step, the columns, their row width, the workspace offset after them)."""
     x, w = k.ins[0], k.ins[1]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
-    fill, cols, at = _im2col(k.xp, x, k.ws, geo, 0)
-    return x, w, k.ins[2] if len(k.ins) == 3 else None, k.outs[0], geo, fill, cols, at
+    fill, cols, r, at = _im2col(k.xp, x, k.ws, geo, 0, wide_rows("Conv", geo))
+    return x, w, k.ins[2] if len(k.ins) == 3 else None, k.outs[0], geo, fill, cols, r, at
 
 
 def _im2col_conv(k: KernelArgs) -> Step:
     xp = k.xp
-    x, w, b, y, geo, fill, cols, at = _im2col_start(k)
+    x, w, b, y, geo, fill, cols, r, at = _im2col_start(k)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
-    # The product as [N·oH·oW, M]: the bias then broadcasts along rows, which numpy does
+    # The product as [N·oH·R, M]: the bias then broadcasts along rows, which numpy does
     # without a buffer (along a stride-0 inner axis it buffered the whole output).
-    prod = k.scratch(at, (n * oh * ow, m), x.dtype)
+    prod = k.scratch(at, (n * oh * r, m), x.dtype)
     wm = w.reshape(m, -1)  # [M, C/g·kH·kW]
     mg, ckk = m // g, wm.shape[1]
     gemms = [(cols[i * ckk:(i + 1) * ckk].T, wm[i * mg:(i + 1) * mg].T,
               prod[:, i * mg:(i + 1) * mg]) for i in range(g)]
-    prod_nchw = prod.reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
+    prod_nchw = prod.reshape(n, oh, r, m)[:, :, :ow].transpose(0, 3, 1, 2)
 
     def step() -> None:
         fill()
@@ -209,19 +273,18 @@ def _im2col_conv(k: KernelArgs) -> Step:
 
 def _im2col_tn(k: KernelArgs) -> Step:
     """im2col with the GEMM the other way round: ``W_g [M/g, C/g·kH·kW] @ columns_g``
-    into a product ``[M, N·oH·oW]``, whose copy into ``Y`` moves whole rows of
-    ``oH·oW`` (the ``nt`` product is copied one element of M at a time); the bias is
-    added to ``Y``."""
+    into a product ``[M, N·oH·R]``, whose copy into ``Y`` moves whole rows (the ``nt``
+    product is copied one element of M at a time); the bias is added to ``Y``."""
     xp = k.xp
-    x, w, b, y, geo, fill, cols, at = _im2col_start(k)
+    x, w, b, y, geo, fill, cols, r, at = _im2col_start(k)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
-    prod = k.scratch(at, (m, n * oh * ow), x.dtype)
+    prod = k.scratch(at, (m, n * oh * r), x.dtype)
     wm = w.reshape(m, -1)
     mg, ckk = m // g, wm.shape[1]
     gemms = [(wm[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk],
               prod[i * mg:(i + 1) * mg]) for i in range(g)]
-    prod_nchw = prod.reshape(m, n, oh, ow).transpose(1, 0, 2, 3)
+    prod_nchw = prod.reshape(m, n, oh, r)[..., :ow].transpose(1, 0, 2, 3)
     bias = b.reshape(1, m, 1, 1) if b is not None else None
 
     def step() -> None:
@@ -246,28 +309,29 @@ def _grad_weight_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Ten
 
 def _grad_weight_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                     ) -> int:
-    a, b, c, _ = _ws_parts(ins[0].shape, tuple(attrs["w_shape"]), attrs, ins[0].dtype.itemsize)
+    a, b, c, _ = _ws_parts(ins[0].shape, tuple(attrs["w_shape"]), attrs, ins[0].dtype.itemsize,
+                           "ConvGradWeight")
     return a + b + c
 
 
 def _conv_grad_weight(k: KernelArgs) -> Step:
-    """dW[g] = dY_g [M/g, N·oH·oW] @ columns_g^T."""
+    """dW[g] = dY_g [M/g, N·oH·R] @ columns_g^T (zeros in dY's wide columns)."""
     xp, x, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
     geo = conv_geometry(tuple(x.shape), tuple(dw.shape), k.attrs)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
-    fill, cols, at = _im2col(xp, x, k.ws, geo, 0)
-    dyt = k.scratch(at, (m, n, oh, ow), x.dtype)  # dY as [M, N·oH·oW]
-    dyt_m = dyt.reshape(m, n * oh * ow)
+    fill, cols, r, at = _im2col(xp, x, k.ws, geo, 0, wide_rows("ConvGradWeight", geo))
+    dyt = k.scratch(at, (m, n, oh, r), x.dtype)  # dY as [M, N·oH·R]
+    dyt_m = dyt.reshape(m, n * oh * r)
     dwm = dw.reshape(m, -1)
     mg, ckk = m // g, dwm.shape[1]
     gemms = [(dyt_m[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk].T,
               dwm[i * mg:(i + 1) * mg]) for i in range(g)]
-    dy_t = dy.transpose(1, 0, 2, 3)
+    copy_dy = _dy_rows(xp, dy, dyt, ow)
 
     def step() -> None:
         fill()
-        xp.copyto(dyt, dy_t)
+        copy_dy()
         for a, c, out in gemms:
             xp.matmul(a, c, out=out)
 
@@ -289,8 +353,9 @@ def _grad_input_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, A
     n = x[0]
     padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1]
     kk = geo["k"][0] * geo["k"][1]
-    dcols = geo["c"] * kk * n * geo["out"][0] * geo["out"][1]
-    dyt = geo["m"] * n * geo["out"][0] * geo["out"][1]
+    rows = n * geo["out"][0] * row_width(geo, wide_rows("ConvGradInput", geo))
+    dcols = geo["c"] * kk * rows
+    dyt = geo["m"] * rows
     return align_up(padded * item), align_up(dcols * item), align_up(dyt * item), geo
 
 
@@ -301,35 +366,48 @@ def _grad_input_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, d
 
 
 def _conv_grad_input(k: KernelArgs) -> Step:
-    """dcols_g = W_g^T @ dY_g, then col2im: kH·kW strided adds into the padded dX."""
+    """dcols_g = W_g^T @ dY_g, then col2im: kH·kW strided adds into the padded dX (with
+    wide rows, each position's columns added as one run of the flat padded dX)."""
     xp, w, dy, dx = k.xp, k.ins[0], k.ins[1], k.outs[0]
     geo = conv_geometry(tuple(dx.shape), tuple(w.shape), k.attrs)
     g, m, c = geo["group"], geo["m"], geo["c"]
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     (oh, ow), (hp, wp), pads = geo["out"], geo["padded"], geo["pads"]
     n = dx.shape[0]
+    wide = wide_rows("ConvGradInput", geo)
+    r = row_width(geo, wide)
     a_bytes, b_bytes, _, _ = _grad_input_parts(tuple(dx.shape), tuple(w.shape), k.attrs,
                                                dx.dtype.itemsize)
     dxp = k.scratch(0, (n, c, hp, wp), dx.dtype)
-    dcols = k.scratch(a_bytes, (c, kh, kw, n, oh, ow), dx.dtype)
-    dyt = k.scratch(a_bytes + b_bytes, (m, n, oh, ow), dx.dtype)
+    dcols = k.scratch(a_bytes, (c, kh, kw, n, oh, r), dx.dtype)
+    dyt = k.scratch(a_bytes + b_bytes, (m, n, oh, r), dx.dtype)
     wm = w.reshape(m, -1)
     mg, ckk = m // g, wm.shape[1]
-    dcols_m = dcols.reshape(c * kh * kw, n * oh * ow)
-    dyt_m = dyt.reshape(m, n * oh * ow)
+    dcols_m = dcols.reshape(c * kh * kw, n * oh * r)
+    dyt_m = dyt.reshape(m, n * oh * r)
     gemms = [(wm[i * mg:(i + 1) * mg].T, dyt_m[i * mg:(i + 1) * mg],
               dcols_m[i * ckk:(i + 1) * ckk]) for i in range(g)]
     adds = []
-    for i in range(kh):
-        for j in range(kw):
-            r0, c0 = i * dh, j * dw
-            target = dxp[:, :, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
-            adds.append((target, dcols[:, i, j].transpose(1, 0, 2, 3)))
+    if wide:
+        run = (oh - 1) * wp + ow
+        dxp_flat = dxp.reshape(n, c, hp * wp)
+        dcols_flat = dcols.reshape(c, kh, kw, n, oh * wp)
+        for i in range(kh):
+            for j in range(kw):
+                at = i * dh * wp + j * dw
+                adds.append((dxp_flat[:, :, at:at + run],
+                             dcols_flat[:, i, j, :, :run].transpose(1, 0, 2)))
+    else:
+        for i in range(kh):
+            for j in range(kw):
+                r0, c0 = i * dh, j * dw
+                target = dxp[:, :, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
+                adds.append((target, dcols[:, i, j].transpose(1, 0, 2, 3)))
     inner = dxp[:, :, pads[0]:pads[0] + dx.shape[2], pads[1]:pads[1] + dx.shape[3]]
-    dy_t = dy.transpose(1, 0, 2, 3)
+    copy_dy = _dy_rows(xp, dy, dyt, ow)
 
     def step() -> None:
-        xp.copyto(dyt, dy_t)
+        copy_dy()
         for a, b, out in gemms:
             xp.matmul(a, b, out=out)
         dxp.fill(0)
