@@ -7,8 +7,8 @@ default.  With ``debug=True`` the verifier runs after every pass and names the
 pass that broke the graph.
 
 >>> DEFAULT_PASSES  # doctest: +NORMALIZE_WHITESPACE
-['dce', 'fold_constants', 'simplify', 'cse', 'fuse_gemm', 'fuse_activation',
- 'fuse_dequantize', 'dce']
+['dce', 'fold_constants', 'simplify', 'cse', 'pool_activation', 'fuse_gemm',
+ 'fuse_activation', 'fuse_dequantize', 'dce']
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from engine.compile.passes.commute import commute_pool_activation
 from engine.compile.passes.cse import eliminate_common_subexpressions
 from engine.compile.passes.dce import eliminate_dead_code
 from engine.compile.passes.fold import fold_constants
@@ -40,14 +41,16 @@ PASSES: dict[str, Pass] = {p.name: p for p in (
     Pass("fold_constants", fold_constants, "precompute pure nodes of constants"),
     Pass("simplify", simplify, "remove algebraic no-ops; merge reshape and transpose pairs"),
     Pass("cse", eliminate_common_subexpressions, "reuse identical pure nodes in a path"),
+    Pass("pool_activation", commute_pool_activation,
+         "MaxPool(Relu/Sigmoid/Tanh(X)) -> the activation of MaxPool(X)"),
     Pass("fuse_gemm", fuse_gemm, "MatMul + bias Add -> Gemm"),
     Pass("fuse_activation", fuse_activation, "Gemm + Relu/Sigmoid/Tanh -> FusedGemm"),
     Pass("fuse_dequantize", fuse_dequantize,
          "DequantizeLinear into the rows of a Gemm -> DequantizeGemm"),
 )}
 
-DEFAULT_PASSES: list[str] = ["dce", "fold_constants", "simplify", "cse", "fuse_gemm",
-                             "fuse_activation", "fuse_dequantize", "dce"]
+DEFAULT_PASSES: list[str] = ["dce", "fold_constants", "simplify", "cse", "pool_activation",
+                             "fuse_gemm", "fuse_activation", "fuse_dequantize", "dce"]
 
 PassList = Sequence["str | Pass"] | None
 
