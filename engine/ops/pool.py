@@ -43,6 +43,7 @@ from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
     NOT_STACKED,
+    VARIANT_ATTR,
     GradBuilder,
     KernelArgs,
     NodeView,
@@ -366,11 +367,33 @@ def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
     return True
 
 
-def _tiles(x: Any, y: Any, geo: dict[str, Any]) -> bool:
-    """Whether 2-D windows tile ``x``: stride = kernel, no padding, no dilation."""
-    return x.ndim == 4 and geo["k"] == geo["s"] and geo["d"] == (1, 1) and \
-        not any(sum(geo["pads"], ())) and y.shape[2] * geo["k"][0] <= x.shape[2] and \
-        y.shape[3] * geo["k"][1] <= x.shape[3]
+def _tiles(x: tuple[int, ...], y: tuple[int, ...], geo: dict[str, Any]) -> bool:
+    """Whether 2-D windows tile an input of shape ``x`` (output ``y``): stride = kernel,
+    no padding, no dilation."""
+    return len(x) == 4 and geo["k"] == geo["s"] and geo["d"] == (1, 1) and \
+        not any(sum(geo["pads"], ())) and y[2] * geo["k"][0] <= x[2] and \
+        y[3] * geo["k"][1] <= x[3]
+
+
+def _tiles_2x2(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    """2x2 windows tiling a 2-D float input, no Indices output: the compiled kernel's
+    case (the pooling of most CNNs)."""
+    x = tuple(ins[0].shape)
+    if len(x) != 4 or len(outs) != 1 or not ins[0].dtype.is_float:
+        return False
+    geo = pool_geometry(x, attrs)
+    return geo["k"] == (2, 2) and _tiles(x, tuple(outs[0].shape), geo)
+
+
+def _max_pool_fused(k: KernelArgs) -> Step:
+    """The 2x2 compiled kernel; the views' kernel where numba is missing or off, on the
+    GPU, or for views that are not contiguous."""
+    ks = jit.kernels() if is_numpy(k.xp) else None
+    x, y = k.ins[0], k.outs[0]
+    if ks is None or not (x.flags.c_contiguous and y.flags.c_contiguous):
+        return _max_pool(k)
+    run = ks.max_pool_2x2
+    return lambda: run(x, y)
 
 
 MAX_POOL_VARIANTS: dict[str, Variant] = {
@@ -379,6 +402,9 @@ MAX_POOL_VARIANTS: dict[str, Variant] = {
     "copies": Variant(applies=_no_indices, workspace=_max_copies_ws, kernel=_max_pool_copies,
                       doc="the windows copied into the workspace, one max over them (no "
                           "Indices output)"),
+    "numba": Variant(applies=_tiles_2x2, workspace=_pool_ws, kernel=_max_pool_fused,
+                     doc="2x2 windows tiling the input: one compiled pass, the row "
+                         "vectorised"),
 }
 AVG_POOL_VARIANTS: dict[str, Variant] = {
     "views": Variant(applies=_always, workspace=_pool_ws, kernel=_avg_pool,
@@ -388,7 +414,18 @@ AVG_POOL_VARIANTS: dict[str, Variant] = {
 }
 
 
-_MAX_KERNEL, _MAX_WS = dispatch_variants("MaxPool", MAX_POOL_VARIANTS)
+_MAX_NAMED, _MAX_WS = dispatch_variants("MaxPool", MAX_POOL_VARIANTS)
+
+
+def _max_kernel(k: KernelArgs) -> Step:
+    """The variant the attributes name; by default the compiled 2x2 kernel where it
+    applies (3x numpy's views on the MNIST CNN's poolings), else the views."""
+    if k.attrs.get(VARIANT_ATTR):
+        return _MAX_NAMED(k)
+    descs = [TensorDesc(DType.of(a.dtype.name), tuple(a.shape)) for a in (k.ins[0], *k.outs)]
+    if is_numpy(k.xp) and jit.enabled() and _tiles_2x2(descs[:1], descs[1:], k.attrs):
+        return _max_pool_fused(k)
+    return _max_pool(k)
 _AVG_KERNEL, _AVG_WS = dispatch_variants("AveragePool", AVG_POOL_VARIANTS)
 
 
@@ -451,7 +488,10 @@ def _max_pool_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
     geo = pool_geometry(tuple(x.shape), k.attrs)
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     ph, pw = geo["pads"][0][0], geo["pads"][1][0]
-    if _tiles(x, y, geo):
+    if _tiles(x.shape, y.shape, geo) and (kh, kw) == (2, 2):
+        two = ks.max_pool_grad_2x2  # vectorised along the row
+        return lambda: two(x, y, dy, dx)
+    if _tiles(x.shape, y.shape, geo):
         tiled = ks.max_pool_grad_tiled  # windows that tile the input: each cell once
         return lambda: tiled(x, y, dy, dx, kh, kw)
     kernel = ks.max_pool_grad_2d
@@ -525,7 +565,7 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 
 OPS = [
-    OpDef(name="MaxPool", shape=_pool_shape, kernel=_MAX_KERNEL, grad=_g_max_pool,
+    OpDef(name="MaxPool", shape=_pool_shape, kernel=_max_kernel, grad=_g_max_pool,
           workspace=_MAX_WS, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
           variants=MAX_POOL_VARIANTS, stacking=NOT_STACKED,
           onnx=OnnxForm(name="MaxPool", engine_attrs=frozenset({"algorithm"})),

@@ -9,6 +9,7 @@ runtime shape, so a smaller last mini-batch is exact.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from engine.alignment import align_up
 from engine.errors import GraphError
 from engine.graph import Node, TensorDesc
+from engine.ops import jit
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
@@ -25,7 +27,9 @@ from engine.ops._base import (
     NodeView,
     OpDef,
     Step,
+    Variant,
     need_float,
+    no_workspace,
     norm_axis,
 )
 from engine.ops._onnx import (
@@ -85,6 +89,62 @@ def _reduce_kernel(mean: bool) -> Any:
         return step
 
     return factory
+
+
+def _around_kept_block(shape: tuple[int, ...], axes: tuple[int, ...]
+                       ) -> tuple[int, int, int] | None:
+    """``shape`` as ``[A, B, C]`` where the reduced axes are the ones before and after
+    one block of kept axes (B), or None when the kept axes are not one block."""
+    kept = [i for i in range(len(shape)) if i not in axes]
+    if not kept or kept != list(range(kept[0], kept[-1] + 1)):
+        return None
+    a = b = c = 1
+    for i, d in enumerate(shape):
+        if i < kept[0]:
+            a *= d
+        elif i <= kept[-1]:
+            b *= d
+        else:
+            c *= d
+    return a, b, c
+
+
+def _reduce_fused(mean: bool) -> Any:
+    def factory(k: KernelArgs, ks: Any) -> Step | None:
+        x, y = k.ins[0], k.outs[0]
+        axes = reduce_axes(x.ndim, k.attrs)
+        abc = _around_kept_block(tuple(x.shape), axes) if axes else None
+        if abc is None or abc[2] == 1 or not x.flags.c_contiguous or \
+                not y.flags.c_contiguous or x.dtype != y.dtype or \
+                x.dtype not in (np.float32, np.float64):
+            return None  # leading axes only: SumTo's row-by-row order is numpy's own
+        x3, y1 = x.reshape(abc), y.reshape(-1)
+        scale = x.dtype.type(1.0 / max(abc[0] * abc[2], 1) if mean else 1)
+        run = ks.outer_inner_sums
+        return lambda: run(x3, y1, scale)
+
+    return factory
+
+
+def _fused_applies(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                   ) -> bool:
+    """Where the compiled reduction differs from numpy's: float axes around a kept
+    block with axes after it (leading axes alone, or every axis, run numpy's sum)."""
+    shape = tuple(ins[0].shape)
+    axes = reduce_axes(len(shape), attrs)
+    abc = _around_kept_block(shape, axes) if axes else None
+    return abc is not None and abc[2] > 1 and ins[0].dtype in ("float32", "float64")
+
+
+def _reduce_variants(mean: bool) -> dict[str, Variant]:
+    table = jit.variants(_reduce_kernel(mean), _reduce_fused(mean), no_workspace,
+                         f"the axes around a kept block {'averaged' if mean else 'summed'} "
+                         f"in one compiled loop")
+    return {**table, "numba": replace(table["numba"], applies=_fused_applies)}
+
+
+REDUCE_SUM = _reduce_variants(mean=False)
+REDUCE_MEAN = _reduce_variants(mean=True)
 
 
 def _g_reduce(mean: bool) -> Any:
@@ -307,12 +367,14 @@ OPS = [
           workspace=_hardmax_ws, attrs={"axis": -1}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Hardmax", build=_import_coerced, needs_shapes=True),
           doc="ONNX Hardmax: 1 at the first maximum along axis, else 0"),
-    OpDef(name="ReduceSum", shape=_reduce_shape, kernel=_reduce_kernel(False),
+    OpDef(name="ReduceSum", shape=_reduce_shape, kernel=jit.by_size("ReduceSum", REDUCE_SUM),
+          variants=REDUCE_SUM,
           grad=_g_reduce(False), attrs=dict(_REDUCE_ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="ReduceSum", export=_export_reduce_sum, import_=import_axes,
                         attr_inputs=(1,)),
           doc="sum over axes (all by default)"),
-    OpDef(name="ReduceMean", shape=_reduce_shape, kernel=_reduce_kernel(True),
+    OpDef(name="ReduceMean", shape=_reduce_shape, kernel=jit.by_size("ReduceMean", REDUCE_MEAN),
+          variants=REDUCE_MEAN,
           grad=_g_reduce(True), attrs=dict(_REDUCE_ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="ReduceMean", export=_export_reduce_mean, import_=import_axes,
                         attr_inputs=(1,)),

@@ -36,6 +36,17 @@ def case(op: str, n: int, dtype: Any, variant: int = 0) -> tuple[list, list, dic
             x3 = R.normal(size=(n, 3, c)).astype(dtype)
             return [x3], [(c,)], {"axes": (0, 1), "shape": (c,)}
         return [x], [(1, c)], {"axes": (0,), "shape": (1, c)}
+    if op in ("ReduceSum", "ReduceMean"):  # a bias gradient: N, H and W summed
+        x4 = R.normal(size=(n, 3, c, 5)).astype(dtype)
+        if variant:  # kept axes 1 and 2 as one block, kept dims
+            return [x4], [(1, 3, c, 1)], {"axes": (0, 3), "keepdims": 1,
+                                          "noop_with_empty_axes": 0}
+        return [x4], [(3,)], {"axes": (0, 2, 3), "keepdims": 0, "noop_with_empty_axes": 0}
+    if op == "MaxPool":  # 2x2 windows; variant 1: a floored pooling of odd sizes
+        img = R.normal(size=(2 if n < 10 else 20, 3, 8 + variant, 6 + variant)).astype(dtype)
+        img[0, 0, :2, :2] = 1.0
+        return [img], [(img.shape[0], 3, 4, 3)], {**get_op("MaxPool").attrs,
+                                                  "kernel_shape": (2, 2), "strides": (2, 2)}
     if op == "FusedGemm":
         a, w, b = (R.normal(size=s).astype(dtype) for s in ((n, k), (k, c), (c,)))
         return [a, w, b], [(n, c)], {**GEMM_ATTRS, "activation": ("Relu", "Sigmoid")[variant]}
@@ -57,6 +68,11 @@ def case(op: str, n: int, dtype: Any, variant: int = 0) -> tuple[list, list, dic
         return [x, labels], [(), x.shape], attrs
     logp = (x - np.log(np.exp(x).sum(1, keepdims=True))).astype(dtype)
     return [np.array(0.75, dtype), logp, labels], [x.shape], attrs
+
+
+def reference(op: str) -> str:
+    """The variant the fused one is checked against: numpy's, or the op's first."""
+    return "numpy" if "numpy" in get_op(op).variants else next(iter(get_op(op).variants))
 
 
 def bind(op: str, variant: str, ins: list, outs: list, attrs: dict) -> tuple[Any, list]:
@@ -81,7 +97,7 @@ def fused_on(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("variant", [0, 1])
 def test_fused_variant_matches_numpy(op: str, n: int, dtype: Any, variant: int) -> None:
     ins, outs, attrs = case(op, n, dtype, variant)
-    ref_step, ref = bind(op, "numpy", ins, outs, attrs)
+    ref_step, ref = bind(op, reference(op), ins, outs, attrs)
     step, got = bind(op, "numba", ins, outs, attrs)
     assert step.__qualname__ != ref_step.__qualname__, "the numba variant fell back to numpy"
     ref_step()
@@ -122,7 +138,7 @@ def test_without_numba_every_op_runs_numpy(monkeypatch: pytest.MonkeyPatch) -> N
         assert not jit.use_fused("optimizer", 10**9)
         for op in FUSED:
             ins, outs, attrs = case(op, 50, np.float32)
-            ref_step, _ = bind(op, "numpy", ins, outs, attrs)
+            ref_step, _ = bind(op, reference(op), ins, outs, attrs)
             step, _ = bind(op, "numba", ins, outs, attrs)
             assert step.__qualname__ == ref_step.__qualname__
     finally:
@@ -167,3 +183,37 @@ def test_importing_the_engine_does_not_import_numba() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_compiled_reduction_is_offered_only_where_it_differs_from_numpys() -> None:
+    """A tuner's candidates: axes around a kept block with axes after it, in floats."""
+    from engine.ops._base import applicable_variants
+
+    op = get_op("ReduceSum")
+
+    def offered(shape: tuple[int, ...], axes: tuple[int, ...], dtype: DType = DType.FLOAT32
+                ) -> tuple[str, ...]:
+        ins = [TensorDesc(dtype, shape)]
+        attrs = {**op.attrs, "axes": axes, "keepdims": 0}
+        return applicable_variants(op, ins, op.shape(ins, attrs), attrs)
+
+    assert offered((8, 4, 5, 5), (0, 2, 3)) == ("numpy", "numba")  # a bias gradient
+    assert offered((8, 4, 5, 5), (0,)) == ("numpy",)  # leading axes: numpy's order
+    assert offered((8, 4, 5, 5), (0, 1, 2, 3)) == ("numpy",)
+    assert offered((8, 4, 5, 5), (1, 3)) == ("numpy",)  # the kept axes are not one block
+    assert offered((8, 4, 5, 5), (0, 2, 3), DType.INT64) == ("numpy",)
+
+
+@pytest.mark.usefixtures("fused_on")
+def test_the_compiled_max_pooling_keeps_nan_and_inf_as_numpy_does() -> None:
+    img = R.normal(size=(1, 2, 4, 4)).astype(np.float32)
+    img[0, 0, 0, 1] = np.nan
+    img[0, 0, 2, 2], img[0, 0, 3, 3] = np.inf, -np.inf  # a window with both infinities
+    img[0, 1, :2, :2] = -np.inf
+    attrs = {**get_op("MaxPool").attrs, "kernel_shape": (2, 2), "strides": (2, 2)}
+    ref_step, ref = bind("MaxPool", "views", [img], [(1, 2, 2, 2)], attrs)
+    step, got = bind("MaxPool", "numba", [img], [(1, 2, 2, 2)], attrs)
+    ref_step()
+    step()
+    np.testing.assert_array_equal(got[0], ref[0])
+    assert np.isnan(got[0][0, 0, 0, 0]) and got[0][0, 0, 1, 1] == np.inf
