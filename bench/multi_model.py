@@ -13,6 +13,10 @@ samples.
 - PyTorch eager (CPU, same threads): what a user writes without switching, one
   model and optimizer built per trial and trained to completion.
 
+``--device gpu`` runs both on the GPU (the engine's programs and arena with cupy,
+PyTorch with CUDA), each copying every mini-batch from host memory as it trains and
+synchronising the device before the clock stops.
+
 Both run the same trials, cell after cell, each side of a cell in a fresh
 subprocess (``bench/_sides.py``): on a small machine one library's idle thread pool
 (OpenMP, OpenBLAS) spinning next to the other's work costs either side up to 40%.
@@ -101,21 +105,24 @@ def stacks(trials: list[Trial], width: int) -> list[list[Trial]]:
     return out
 
 
-def compile_stack(group: list[Trial]) -> Program:
+def compile_stack(group: list[Trial], device: str = "cpu") -> Program:
     if len(group) == 1:
         t = group[0]
         return compile_graph(paper_mlp(SIZES, init=t.engine_init()), batch_size=BATCH,
-                             optimizer=t.engine_optimizer())
+                             optimizer=t.engine_optimizer(), device=device)
     graphs = [paper_mlp(SIZES, init=t.engine_init()) for t in group]
     return compile_graph(stack_graphs(graphs), batch_size=BATCH,
-                         optimizer=stack_optimizers([t.engine_optimizer() for t in group]))
+                         optimizer=stack_optimizers([t.engine_optimizer() for t in group]),
+                         device=device)
 
 
 def run_engine(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
-               schedule: str, width: int) -> tuple[float, float]:
+               schedule: str, width: int, device: str = "cpu") -> tuple[float, float]:
+    from engine.runtime.backends import get_backend
+
     t0 = time.perf_counter()
     groups = stacks(trials, width)
-    programs = [compile_stack(g) for g in groups]
+    programs = [compile_stack(g, device) for g in groups]
     pool = ModelPool(Arena.for_programs(programs))
     models = [pool.add(p, seed=g[0].seed) for p, g in zip(programs, groups, strict=True)]
     rng = np.random.default_rng(0)
@@ -130,6 +137,7 @@ def run_engine(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
             for _ in range(rounds):
                 losses[i] = train_epoch(vm, x, y, rng, loss="loss")
     pool.pause()
+    get_backend(device).synchronize()
     return time.perf_counter() - t0, float(np.mean(np.concatenate(
         [np.atleast_1d(v) for v in losses.values()])))
 
@@ -150,10 +158,11 @@ def torch_optimizer(torch: Any, t: Trial, params: list[Any]) -> Any:
         return cls(params, lr=t.lr, foreach=True, **kw)
 
 
-def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
-              ) -> tuple[float, float]:
+def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
+              device: str = "cpu") -> tuple[float, float]:
     import torch
 
+    dev = "cuda" if device == "gpu" else "cpu"
     t0 = time.perf_counter()
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     rng = np.random.default_rng(0)
@@ -168,7 +177,7 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
              "normal": lambda w: torch.nn.init.normal_(w, 0.0, 0.05)}[t.init](lin.weight)
             torch.nn.init.zeros_(lin.bias)
         model = torch.nn.Sequential(layers[0], torch.nn.Sigmoid(), layers[1],
-                                    torch.nn.Sigmoid(), layers[2])
+                                    torch.nn.Sigmoid(), layers[2]).to(dev)
         opt = torch_optimizer(torch, t, list(model.parameters()))
         for _ in range(rounds):
             order = torch.from_numpy(rng.permutation(len(y)))
@@ -176,30 +185,33 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray
             total = 0.0
             for s in range(0, len(y), BATCH):
                 opt.zero_grad(set_to_none=True)
-                loss = loss_fn(model(xs[s:s + BATCH]), ys[s:s + BATCH])
+                loss = loss_fn(model(xs[s:s + BATCH].to(dev)), ys[s:s + BATCH].to(dev))
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(ys[s:s + BATCH])
         last.append(total / len(y))
+    if dev == "cuda":
+        torch.cuda.synchronize()
     # Like the engine's: the mean over the models of their last round's loss.
     return time.perf_counter() - t0, float(np.mean(last))
 
 
-def child(side: str, models: int, rounds: int, schedule: str, width: int) -> dict[str, Any]:
+def child(side: str, models: int, rounds: int, schedule: str, width: int,
+          device: str = "cpu") -> dict[str, Any]:
     """One side of one cell, in this (fresh) process."""
     threads = cores()
     ds = load_mnist()
     x, y = ds.train.x[:N_SAMPLES].copy(), ds.train.y[:N_SAMPLES].copy()
     trials = draw(models, seed=models * 1000 + rounds)
     if side == "engine":
-        run_engine(trials[:2], 1, x[:640], y[:640], schedule, width)  # warm up
-        seconds, loss = run_engine(trials, rounds, x, y, schedule, width)
+        run_engine(trials[:2], 1, x[:640], y[:640], schedule, width, device)  # warm up
+        seconds, loss = run_engine(trials, rounds, x, y, schedule, width, device)
     else:
         import torch
 
         torch.set_num_threads(threads)
-        run_torch(trials[:1], 1, x[:640], y[:640])
-        seconds, loss = run_torch(trials, rounds, x, y)
+        run_torch(trials[:1], 1, x[:640], y[:640], device)
+        seconds, loss = run_torch(trials, rounds, x, y, device)
     return {"seconds": seconds, "loss": loss}
 
 
@@ -216,13 +228,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5,
                     help="interleaved runs of each side per cell; the median is reported")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
+                    help="where both sides train (gpu: cupy and CUDA)")
     ap.add_argument("--only", help="run just the cells N:R,N:R,... (e.g. 100:10)")
     ap.add_argument("--child", choices=["engine", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--models", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        emit(child(args.child, args.models, args.rounds, args.schedule, args.stack))
+        emit(child(args.child, args.models, args.rounds, args.schedule, args.stack,
+                   args.device))
         return
     threads = cores()
     cells: list[dict[str, Any]] = []
@@ -241,7 +256,8 @@ def main() -> None:
             continue
         runs = alternate(__file__, {name: [
             "--child", name.split("_")[0], "--models", str(n), "--rounds", str(r),
-            "--schedule", args.schedule, "--stack", str(width)] for name, width in sides},
+            "--schedule", args.schedule, "--stack", str(width), "--device", args.device]
+            for name, width in sides},
             args.repeats)
         cell: dict[str, Any] = {"models": n, "rounds": r}
         for name, got in runs.items():
@@ -255,7 +271,8 @@ def main() -> None:
         if not args.json:
             print(cell, flush=True)
     out = {"cells": cells, "trimmed": trimmed, "schedule": args.schedule, "stack": args.stack,
-           "repeats": args.repeats, "threads": threads, "samples": N_SAMPLES, "batch": BATCH}
+           "repeats": args.repeats, "threads": threads, "samples": N_SAMPLES, "batch": BATCH,
+           "device": args.device}
     if args.json:
         print(json.dumps(out))
 

@@ -17,6 +17,8 @@
 #   cnn_step     bench/cnn_step.py --device gpu: cnn_step.json               (<= 200 s)
 #   switching    bench/switching.py --device gpu: switching.json             (<= 100 s)
 #   speed        paper_mlp cnn_step switching
+#   multi_model  bench/multi_model.py --device gpu --only 100:10: multi_model.json
+#                (its own call: with speed's three it would pass 10 minutes) (<= 290 s)
 # Every step's output and errors go to $OUT/session.log as well.  GPU_STEP_TIMEOUT
 # (seconds) overrides every step's limit.  The device tool returns at most 8 files of
 # $OUT per call, and empties $OUT before each: results are also copied to
@@ -142,14 +144,17 @@ step() {
         step paper_mlp
         step cnn_step
         step switching
-        log "speed: bench/multi_model.py has no --device option (not run)" ;;
+        ;;
+    multi_model)
+        run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
+            --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests memory memory_onnx parallel paper_mlp cnn_step switching speed)" ;;
+        log "unknown step $1 (steps: tests memory memory_onnx parallel paper_mlp cnn_step switching speed multi_model)" ;;
     esac
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests memory memory_onnx parallel speed)
+[ ${#steps[@]} -eq 0 ] && steps=(tests memory memory_onnx parallel speed multi_model)
 log "gpu_session: ${steps[*]}; results in $OUT"
 install
 for s in "${steps[@]}"; do

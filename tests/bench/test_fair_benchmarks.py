@@ -112,7 +112,8 @@ def test_explore_throughput(pruner: str) -> None:
 
 def test_multi_model_smallest_cell() -> None:
     pytest.importorskip("torch")
-    r = run_bench("multi_model.py", "--only", "1:1", "--repeats", "1")
+    r = run_bench("multi_model.py", "--only", "1:1", "--repeats", "1", "--device", "cpu")
     (cell,) = r["cells"]
+    assert r["device"] == "cpu"  # what --device gpu changes, on a GPU session
     assert cell["engine_s"] > 0 and cell["torch_s"] > 0
     assert close(cell["speedup"], cell["torch_s"] / cell["engine_s"])

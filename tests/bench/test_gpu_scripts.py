@@ -138,10 +138,10 @@ def test_the_wheels_cover_what_the_gpu_image_lacks() -> None:
 
 def test_the_session_runs_the_steps_of_issue_22() -> None:
     text = (TOOLS / "gpu_session.sh").read_text()
-    for step in ("tests)", "memory)", "memory_onnx)", "parallel)", "speed)"):
+    for step in ("tests)", "memory)", "memory_onnx)", "parallel)", "speed)", "multi_model)"):
         assert f"    {step}" in text, step
     for bench in ("gpu_memory.py", "gpu_parallel.py", "paper_mlp.py", "cnn_step.py",
-                  "switching.py"):
+                  "switching.py", "multi_model.py"):
         assert f"bench/{bench}" in text
     marked = [p for p in (ROOT / "tests").rglob("test_*.py")
               if "mark.gpu" in p.read_text()]
