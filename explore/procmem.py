@@ -36,6 +36,38 @@ def pss(pid: int | str = "self") -> int:
     return rss(pid)
 
 
+def gpu_bytes(pid: int | None = None) -> int | None:
+    """The device memory a process (this one by default) holds on the current CUDA
+    device, as the driver's management library (NVML) lists it: its context, its
+    libraries' handles and its allocations.  None where cupy or NVML (the package
+    ``nvidia-ml-py``) is missing or fails, or does not list the process (in a container
+    whose process ids are not the host's).
+
+    The device-wide figure (``total - free``) would count every other process on the
+    device too: with four workers started at once on one GPU, the last to measure
+    counted the three contexts before it as its own."""
+    try:
+        import cupy
+        import pynvml
+    except ImportError:
+        return None
+    me = os.getpid() if pid is None else pid
+    try:
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(cupy.cuda.Device().pci_bus_id)
+            listed = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML's errors are many classes; any means "cannot say"
+        return None
+    for p in listed:
+        used = getattr(p, "usedGpuMemory", None)
+        if getattr(p, "pid", None) == me and used is not None:
+            return int(used)
+    return None
+
+
 def children(pid: int | str = "self") -> list[int]:
     """Every descendant of ``pid`` (children, their children, ...) now alive."""
     root = os.getpid() if pid == "self" else int(pid)

@@ -31,7 +31,7 @@ import numpy as np
 
 from explore import metrics
 from explore.metrics.evaluation import MEANS, ROWS, SUMS, Evaluation, compute_all
-from explore.procmem import pss
+from explore.procmem import gpu_bytes, pss
 from explore.protocol import (
     ArenaOpened,
     Continue,
@@ -151,11 +151,16 @@ def device_overhead(device: str) -> int:
     proportional set size: the interpreter, numpy and the engine, with the shared
     libraries the scheduler maps too counted at their share (a worker's resident size
     counts them whole, about 12 MB more, though starting it does not load them
-    again).  On the GPU the device memory in use once the CUDA context exists
-    (conservative: it includes what other processes hold)."""
+    again).  On the GPU the device memory this process holds once its CUDA context and
+    cuBLAS handle exist (:func:`explore.procmem.gpu_bytes`), or, where the driver does
+    not list it, the device's memory in use (conservative: it includes what other
+    processes hold, the workers started beside it among them)."""
     if device == "gpu":
         import cupy
 
+        own = gpu_bytes()
+        if own is not None:
+            return own
         free, total = cupy.cuda.runtime.memGetInfo()
         return int(total - free)
     return pss()

@@ -155,3 +155,20 @@ def assert_steps_allocate_nothing_on_the_device(vm: VM, steps: int = 20) -> None
         vm.train_step("train")
     cupy.cuda.Device().synchronize()
     assert cupy.get_default_memory_pool().used_bytes() == used
+
+
+def test_a_worker_s_overhead_is_its_own_device_memory() -> None:
+    """With the CUDA context up, the driver lists this process: its figure is what a
+    worker reports (nvidia-ml-py present), no more than the device's memory in use."""
+    import cupy
+
+    from explore.procmem import gpu_bytes
+    from explore.worker import device_overhead, warm_up
+
+    warm_up("gpu")
+    free, total = cupy.cuda.runtime.memGetInfo()
+    own = gpu_bytes()
+    overhead = device_overhead("gpu")
+    assert 0 < overhead <= total - free
+    if own is not None:
+        assert abs(overhead - own) < 64 << 20  # two readings of the same process

@@ -1,0 +1,78 @@
+"""A GPU worker's overhead is its own device memory as the driver lists it, not the
+device's memory in use (which counts the workers started beside it), with the
+device-wide figure where the driver does not list the process.  Checked on the CPU
+with stand-ins for cupy and NVML; on a GPU, tests/engine/runtime/test_gpu.py runs the
+real ones."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from explore.procmem import gpu_bytes
+from explore.worker import device_overhead
+
+GIB = 1 << 30
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def fake_modules(monkeypatch: pytest.MonkeyPatch, listed: list[tuple[int, int | None]],
+                 fail: bool = False, used: int = 3 * GIB, total: int = 80 * GIB) -> dict:
+    """cupy and pynvml stand-ins: NVML lists ``listed`` (pid, bytes) on the device whose
+    bus id cupy reports; memGetInfo says ``used`` of ``total`` are taken."""
+    calls: dict[str, Any] = {"bus": None, "shutdown": 0}
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Device=lambda: types.SimpleNamespace(pci_bus_id="0000:3B:00.0"),
+        runtime=types.SimpleNamespace(memGetInfo=lambda: (total - used, total)))
+    nvml = types.ModuleType("pynvml")
+
+    def handle(bus: str) -> str:
+        if fail:
+            raise _NVMLError("NVML_ERROR_NOT_SUPPORTED")
+        calls["bus"] = bus
+        return "handle"
+
+    nvml.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    nvml.nvmlShutdown = lambda: calls.__setitem__(  # type: ignore[attr-defined]
+        "shutdown", calls["shutdown"] + 1)
+    nvml.nvmlDeviceGetHandleByPciBusId = handle  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [  # type: ignore[attr-defined]
+        types.SimpleNamespace(pid=pid, usedGpuMemory=b) for pid, b in listed]
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    return calls
+
+
+def test_the_overhead_is_this_process_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = os.getpid()
+    calls = fake_modules(monkeypatch, [(me - 1, 2 * GIB), (me, 512 << 20), (me + 1, GIB)])
+    assert gpu_bytes() == 512 << 20
+    assert device_overhead("gpu") == 512 << 20  # not the 3 GiB the device has in use
+    assert calls["bus"] == "0000:3B:00.0" and calls["shutdown"] == 2
+
+
+@pytest.mark.parametrize("case", ["not listed", "no figure", "nvml fails"])
+def test_the_device_wide_figure_where_the_driver_cannot_say(
+        monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    me = os.getpid()
+    listed = {"not listed": [(me + 7, GIB)],  # a container: the host's process ids
+              "no figure": [(me, None)], "nvml fails": [(me, GIB)]}[case]
+    calls = fake_modules(monkeypatch, listed, fail=case == "nvml fails")
+    assert gpu_bytes() is None
+    assert device_overhead("gpu") == 3 * GIB
+    assert calls["shutdown"] == 2  # NVML is shut down on every path
+
+
+def test_without_nvml_the_device_wide_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_modules(monkeypatch, [(os.getpid(), GIB)])
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert gpu_bytes() is None
+    assert device_overhead("gpu") == 3 * GIB
