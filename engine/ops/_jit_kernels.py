@@ -296,6 +296,15 @@ def max_pool_grad_2d(x: Any, y: Any, dy: Any, dx: Any, kh: int, kw: int, sh: int
 
 
 @_jit
+def _planes(x: Any, y: Any, dy: Any, dx: Any) -> Any:
+    """A pooling's four arrays as stacks of 2-D planes, one per image and channel."""
+    n, c, h, w = x.shape
+    oh, ow = y.shape[2], y.shape[3]
+    return (x.reshape(n * c, h, w), y.reshape(n * c, oh, ow), dy.reshape(n * c, oh, ow),
+            dx.reshape(n * c, h, w))
+
+
+@_jit
 def max_pool_grad_tiled(x: Any, y: Any, dy: Any, dx: Any, kh: int, kw: int) -> None:
     """:func:`max_pool_grad_2d` for windows that tile the input (stride = kernel, no
     padding, no dilation; the 2x2 pooling of most CNNs): each input cell is in at most
@@ -304,10 +313,7 @@ def max_pool_grad_tiled(x: Any, y: Any, dy: Any, dx: Any, kh: int, kw: int) -> N
     n, c, h, w = x.shape
     oh, ow = y.shape[2], y.shape[3]
     zero, one = dx.dtype.type(0), dx.dtype.type(1)
-    xs = x.reshape(n * c, h, w)
-    ys = y.reshape(n * c, oh, ow)
-    gs = dy.reshape(n * c, oh, ow)
-    ds = dx.reshape(n * c, h, w)
+    xs, ys, gs, ds = _planes(x, y, dy, dx)
     for a in range(n * c):
         for i in range(oh * kh, h):  # rows no window reaches
             for j in range(w):
@@ -359,10 +365,7 @@ def max_pool_grad_2x2(x: Any, y: Any, dy: Any, dx: Any) -> None:
     n, c, h, w = x.shape
     oh, ow = y.shape[2], y.shape[3]
     zero, one = dx.dtype.type(0), dx.dtype.type(1)
-    xs = x.reshape(n * c, h, w)
-    ys = y.reshape(n * c, oh, ow)
-    gs = dy.reshape(n * c, oh, ow)
-    ds = dx.reshape(n * c, h, w)
+    xs, ys, gs, ds = _planes(x, y, dy, dx)
     for a in range(n * c):
         for i in range(oh * 2, h):  # rows no window reaches
             for j in range(w):
@@ -381,5 +384,5 @@ def max_pool_grad_2x2(x: Any, y: Any, dy: Any, dx: Any) -> None:
                 d0[2 * q] = gq * ea
                 d0[2 * q + 1] = gq * eb
                 d1[2 * q] = gq * ec
-                ed = (one if r1[2 * q + 1] == t else zero) * (one - ea - eb - ec)
-                d1[2 * q + 1] = gq * ed  # none equal (a NaN maximum): no gradient
+                ed = (one - ea - eb - ec) if t == t else zero  # a NaN maximum: none
+                d1[2 * q + 1] = gq * ed

@@ -5,10 +5,11 @@ the optional bias ``B`` is ``[M]``, ``Y`` is ``[N, M, oH, oW]``.  Every step wor
 the workspace, whose size the compiler gets from :func:`_conv_ws` at the planned batch:
 
 - the padded input ``[N, C, Hp, Wp]`` (only when there is padding);
-- the columns ``[C·kH·kW, N·oH·oW]``: one copy of the input's windows, taken through
-  a strided view (no allocation), laid out so that the whole batch is **one** GEMM per
-  group, ``columns^T @ W_g^T``;
-- the product ``[N·oH·oW, M]`` (plus the bias), copied into ``Y``'s layout.
+- the columns ``[C·kH·kW, N·oH·R]`` (``R``, the row width: ``oW``, or ``Wp`` for the
+  wide rows below): one copy of the input's windows, taken through a strided view (no
+  allocation), laid out so that the whole batch is **one** GEMM per group,
+  ``W_g @ columns_g``;
+- the product ``[M, N·oH·R]``, copied into ``Y``'s layout (the bias added there).
 
 Other forward algorithms (``algorithm="direct"`` or ``"winograd"``) are in
 :mod:`engine.ops.conv_algorithms`; each has its own workspace rule.
@@ -23,7 +24,9 @@ padded input, ``(oH-1)·Wp + oW`` long, shifted by ``i·dH·Wp + j·dW``: the co
 col2im's adds) move a few long runs instead of ``N·C·oH`` runs of ``oW``, numpy's cost
 per run being what dominated at small widths.  The ``Wp - oW`` columns at the end of
 each row read the next row's start: the GEMM computes them and the copy into ``Y``
-drops them (the gradients see zeros there).  The GEMM grows by ``Wp/oW``.  Which op
+drops them (the gradients see zeros there; an infinite input value read there makes
+the weight gradient NaN where narrow rows give an infinity: a diverged step either
+way).  The GEMM grows by ``Wp/oW``.  Which op
 uses them (:func:`wide_rows`) was measured on 12 shapes (``docs/architecture.md``).
 """
 
@@ -114,12 +117,17 @@ def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
 
 def wide_rows(op: str, geo: dict[str, Any]) -> bool:
     """Whether ``op`` (Conv, ConvGradWeight or ConvGradInput) takes its columns with
-    wide rows (the module's docstring): only at stride 1.  Measured on two cores (12
-    shapes, batch 8-64, 1-64 channels, widths 7-56): the forward gained 5-25% at every
-    shape; the input gradient 10-40% from two channels a group (it lost 10% with one);
-    the weight gradient, whose GEMM is the larger part, only for rows of up to 16 (it
-    lost 5-10% for single-digit channel counts at widths 28-32)."""
-    if geo["s"] != (1, 1):
+    wide rows (the module's docstring): only at stride 1, and only where the rows grow
+    by a third at most (a kernel nearly as wide as its input, such as a classifier
+    written as a 6x6 convolution of a 6x6 map, would make the GEMM and its workspace
+    several times larger: 32 ms against 7 there).  Measured on two cores (12 shapes,
+    batch 8-64, 1-64 channels, widths 7-56, rows growing by 1.07-1.29x): the forward
+    gained 5-25% at every shape; the input gradient 10-40% from two channels a group
+    (it lost 10% with one); the weight gradient, whose GEMM is the larger part, only
+    for rows of up to 16 (it lost 5-10% for single-digit channel counts at widths
+    28-32)."""
+    ow, wp = geo["out"][1], geo["padded"][1]
+    if geo["s"] != (1, 1) or 3 * (wp - ow) > ow:
         return False
     if op == "ConvGradInput":
         return bool(geo["cg"] >= 2)
@@ -457,14 +465,14 @@ def _import_1d(ctx: ImportContext, path: Any, node: Any, ins: list[str],
 # less with it on two threads (its copy into Y moves whole rows of oH·oW).
 IM2COL_GEMMS: dict[str, Variant] = {
     "tn": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
-                  kernel=_im2col_tn, doc="W @ columns: the product [M, N·oH·oW]"),
+                  kernel=_im2col_tn, doc="W @ columns: the product [M, N·oH·R]"),
     "nt": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
-                  kernel=_im2col_conv, doc="columns^T @ W^T: the product [N·oH·oW, M]"),
+                  kernel=_im2col_conv, doc="columns^T @ W^T: the product [N·oH·R, M]"),
 }
 VARIANTS: dict[str, Variant] = {
     "im2col": Variant(applies=lambda ins, outs, attrs: True, workspace=_im2col_ws,
                       kernel=_im2col_tn, inner=IM2COL_GEMMS,
-                      doc="columns [C·kH·kW, N·oH·oW] in the workspace, one GEMM per group"),
+                      doc="columns [C·kH·kW, N·oH·R] in the workspace, one GEMM per group"),
 }
 
 OPS = [

@@ -42,7 +42,7 @@ PASSES: dict[str, Pass] = {p.name: p for p in (
     Pass("simplify", simplify, "remove algebraic no-ops; merge reshape and transpose pairs"),
     Pass("cse", eliminate_common_subexpressions, "reuse identical pure nodes in a path"),
     Pass("pool_activation", commute_pool_activation,
-         "MaxPool(Relu/Sigmoid/Tanh(X)) -> the activation of MaxPool(X)"),
+         "MaxPool(Relu(X)) -> Relu(MaxPool(X)), where exact"),
     Pass("fuse_gemm", fuse_gemm, "MatMul + bias Add -> Gemm"),
     Pass("fuse_activation", fuse_activation, "Gemm + Relu/Sigmoid/Tanh -> FusedGemm"),
     Pass("fuse_dequantize", fuse_dequantize,

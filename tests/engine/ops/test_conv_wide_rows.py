@@ -61,6 +61,8 @@ def test_which_ops_take_wide_rows() -> None:
     assert conv.wide_rows("Conv", first)
     assert not conv.wide_rows("ConvGradWeight", first)  # rows of 28: the GEMM dominates
     assert not conv.wide_rows("ConvGradInput", first)  # one channel a group
+    head = geo((64, 256, 6, 6), (1024, 256, 6, 6))  # a classifier as a convolution
+    assert not conv.wide_rows("Conv", head)  # rows of 6 for 1 output column: 6x the GEMM
     strided = geo((2, 8, 9, 9), (4, 8, 3, 3), strides=(2, 2))
     assert not any(conv.wide_rows(op, strided)
                    for op in ("Conv", "ConvGradWeight", "ConvGradInput"))
