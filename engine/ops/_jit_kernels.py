@@ -181,6 +181,53 @@ def sce_grad(dx: Any, labels: Any, dloss: Any, inv: float) -> None:
             dx[i, j] = e * k
 
 
+@_jit
+def stacked_sce_forward(x: Any, labels: Any, logp: Any, loss: Any, scale: float) -> int:
+    """:func:`sce_forward` for each model of a stack: ``x`` and ``logp`` are
+    ``[b, K, C]``, ``loss[k]`` is ``scale`` times the sum of model k's labelled logp
+    (summed in float64, model by model).  Returns how many labels lie outside [0, C)."""
+    b, m, c = x.shape
+    zero = x.dtype.type(0)
+    bad = 0
+    for k in range(m):
+        total = 0.0
+        for i in range(b):
+            top = x[i, k, 0]
+            for j in range(1, c):
+                if x[i, k, j] > top:
+                    top = x[i, k, j]
+            s = zero
+            for j in range(c):
+                s += math.exp(x[i, k, j] - top)
+            ls = math.log(s)
+            for j in range(c):
+                logp[i, k, j] = (x[i, k, j] - top) - ls
+            lab = labels[i]
+            if lab < 0 or lab >= c:
+                bad += 1
+            else:
+                total += logp[i, k, lab]
+        loss[k] = x.dtype.type(total) * x.dtype.type(scale)
+    return bad
+
+
+@_jit
+def stacked_sce_grad(dx: Any, labels: Any, dloss: Any, inv: float) -> None:
+    """:func:`sce_grad` for each model of a stack: ``dx`` ``[b, K, C]`` holds the
+    softmax; model k's rows are scaled by ``dloss[k] * inv``."""
+    b, m, c = dx.shape
+    one = dx.dtype.type(1)
+    for i in range(b):
+        lab = labels[i]
+        for k in range(m):
+            f = dx.dtype.type(dloss[k] * inv)
+            for j in range(c):
+                e = dx[i, k, j]
+                if j == lab:
+                    e -= one
+                dx[i, k, j] = e * f
+
+
 # -- optimizer updates over the flat parameter region ---------------------------------
 # ``c`` holds the scalars in the parameters' type; ``lr`` holds a rate per parameter
 # (a stack of models, engine.runtime.optim.PerModelLR) unless ``one``: then the one

@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from engine.alignment import align_up
-from engine.errors import ShapeError
+from engine.errors import InputError, ShapeError
 from engine.graph import TensorDesc
+from engine.ops import jit
 from engine.ops._base import (
     ALREADY_STACKED,
     FIRST_ORDER_ONLY,
@@ -366,6 +367,44 @@ def _ssce_grad(k: KernelArgs) -> Step:
     return step
 
 
+def _ssce_fused(k: KernelArgs, ks: Any) -> Step | None:
+    """Each model's log-softmax, labelled entries and loss in one walk over the rows."""
+    (x, labels), (loss, logp) = k.ins, k.outs
+    if not all(a.flags.c_contiguous for a in (x, labels, loss, logp)):
+        return None
+    c = x.shape[2]
+    run = ks.stacked_sce_forward
+    scale = -1.0 / x.shape[0] if k.attrs["reduction"] == "mean" else -1.0
+
+    def step() -> None:
+        if run(x, labels, logp, loss, scale):
+            lo, hi = int(labels.min()), int(labels.max())
+            raise InputError(f"labels must lie in [0, {c}); got values in [{lo}, {hi}]")
+
+    return step
+
+
+def _ssce_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
+    (dloss, logp, labels), dx = k.ins, k.outs[0]
+    if not all(a.flags.c_contiguous for a in (dloss, logp, labels, dx)):
+        return None
+    xp, run = k.xp, ks.stacked_sce_grad
+    inv = 1.0 / logp.shape[0] if k.attrs["reduction"] == "mean" else 1.0
+
+    def step() -> None:
+        xp.exp(logp, out=dx)  # softmax, numpy's SIMD exp
+        run(dx, labels, dloss, inv)
+
+    return step
+
+
+SSCE = jit.variants(_ssce, _ssce_fused, _ssce_ws,
+                    "each model's log-softmax, labelled entries and loss in one pass")
+SSCE_GRAD = jit.variants(_ssce_grad, _ssce_grad_fused, _ssce_grad_ws,
+                         "numpy's exp, then the one-hot subtraction and each model's scale "
+                         "in one pass")
+
+
 OPS = [
     OpDef(name="StackedGemm", shape=_sgemm_shape, kernel=_SGEMM[0], grad=_g_sgemm,
           workspace=_SGEMM[1], variants=SGEMM_VARIANTS, num_inputs=(2, 3),
@@ -381,11 +420,15 @@ OPS = [
           num_inputs=(2, 2), attrs={"transB": 0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's weight gradient"),
-    OpDef(name="StackedSoftmaxCrossEntropyLoss", shape=_ssce_shape, kernel=_ssce, grad=_g_ssce,
+    OpDef(name="StackedSoftmaxCrossEntropyLoss", shape=_ssce_shape,
+          kernel=jit.by_size("StackedSoftmaxCrossEntropyLoss", SSCE), variants=SSCE,
+          grad=_g_ssce,
           workspace=_ssce_ws, num_inputs=(2, 2), num_outputs=2, attrs={"reduction": "mean"},
           stacking=ALREADY_STACKED, onnx=ENGINE_INTERNAL,
           doc="softmax cross-entropy per model of a stack: scores [b, K, C] -> losses [K]"),
-    OpDef(name="StackedSoftmaxCrossEntropyLossGrad", shape=_ssce_grad_shape, kernel=_ssce_grad,
+    OpDef(name="StackedSoftmaxCrossEntropyLossGrad", shape=_ssce_grad_shape,
+          kernel=jit.by_size("StackedSoftmaxCrossEntropyLossGrad", SSCE_GRAD),
+          variants=SSCE_GRAD,
           grad=FIRST_ORDER_ONLY, workspace=_ssce_grad_ws, num_inputs=(3, 3),
           attrs={"reduction": "mean"}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: its gradient"),

@@ -64,6 +64,13 @@ def case(op: str, n: int, dtype: Any, variant: int = 0) -> tuple[list, list, dic
             {**get_op("MaxPoolGrad").attrs, **pool}
     labels = R.integers(0, c, size=n)
     attrs = {"reduction": ("mean", "sum")[variant], "ignore_index": None}
+    if op.startswith("Stacked"):  # 4 models' scores [n, 4, c]
+        x3 = R.normal(size=(n, 4, c)).astype(dtype)
+        if op == "StackedSoftmaxCrossEntropyLoss":
+            return [x3, labels], [(4,), x3.shape], {"reduction": attrs["reduction"]}
+        logp3 = (x3 - np.log(np.exp(x3).sum(2, keepdims=True))).astype(dtype)
+        return [R.uniform(0.5, 2, size=4).astype(dtype), logp3, labels], [x3.shape], \
+            {"reduction": attrs["reduction"]}
     if op == "SoftmaxCrossEntropyLoss":
         return [x, labels], [(), x.shape], attrs
     logp = (x - np.log(np.exp(x).sum(1, keepdims=True))).astype(dtype)
@@ -76,7 +83,7 @@ def reference(op: str) -> str:
 
 
 def bind(op: str, variant: str, ins: list, outs: list, attrs: dict) -> tuple[Any, list]:
-    dtype = ins[0].dtype if op != "SoftmaxCrossEntropyLossGrad" else ins[1].dtype
+    dtype = ins[1].dtype if op.endswith("SoftmaxCrossEntropyLossGrad") else ins[0].dtype
     out = [np.zeros(s, dtype) for s in outs]
     ws = np.zeros(1 << 20, np.uint8)
     step = get_op(op).variants[variant].kernel(KernelArgs(np, ins, out, ws, attrs))
@@ -102,6 +109,14 @@ def test_fused_variant_matches_numpy(op: str, n: int, dtype: Any, variant: int) 
     assert step.__qualname__ != ref_step.__qualname__, "the numba variant fell back to numpy"
     ref_step()
     step()
+    if op in ("ReduceSum", "ReduceMean"):  # reassociated: judged by its error, not by
+        #  how numpy's pairwise order happened to round
+        x64, keep = ins[0].astype(np.float64), bool(attrs["keepdims"])
+        reduce = np.mean if op == "ReduceMean" else np.sum
+        exact = reduce(x64, axis=attrs["axes"], keepdims=keep)
+        size = reduce(np.abs(x64), axis=attrs["axes"], keepdims=keep)
+        assert np.all(np.abs(got[0] - exact) <= 8 * np.finfo(dtype).eps * size)
+        return
     tol = 2e-6 if dtype == np.float32 else 1e-12
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
@@ -120,12 +135,13 @@ def test_fused_variant_allocates_nothing(op: str) -> None:
 
 
 @pytest.mark.usefixtures("fused_on")
-def test_labels_out_of_range_are_an_error_in_the_fused_loss_too() -> None:
+@pytest.mark.parametrize("op", ["SoftmaxCrossEntropyLoss", "StackedSoftmaxCrossEntropyLoss"])
+def test_labels_out_of_range_are_an_error_in_the_fused_loss_too(op: str) -> None:
     from engine.errors import InputError
 
-    ins, outs, attrs = case("SoftmaxCrossEntropyLoss", 4, np.float32)
+    ins, outs, attrs = case(op, 4, np.float32)
     ins[1][2] = 17
-    step, _ = bind("SoftmaxCrossEntropyLoss", "numba", ins, outs, attrs)
+    step, _ = bind(op, "numba", ins, outs, attrs)
     with pytest.raises(InputError, match=r"labels must lie in \[0, 17\)"):
         step()
 
