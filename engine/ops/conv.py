@@ -132,7 +132,7 @@ def wide_rows(op: str, geo: dict[str, Any]) -> bool:
     if op == "ConvGradInput":
         return bool(geo["cg"] >= 2)
     if op == "ConvGradWeight":
-        return bool(geo["out"][1] <= 16)
+        return bool(ow <= 16)
     return True
 
 
@@ -192,9 +192,8 @@ def _im2col(xp: Any, x: Any, ws: Any, geo: dict[str, Any], at: int, wide: bool
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     oh, ow = geo["out"]
     item = x.dtype.itemsize
-    pad, src, after = padded_copy(xp, x, ws, geo, at, 0.0)
+    pad, src, at = padded_copy(xp, x, ws, geo, at, 0.0)
     wide = wide and bool(src.flags.c_contiguous)
-    at = after
     steps = [pad] if pad is not None else []
     r = row_width(geo, wide)
     cols = ws[at: at + c * kh * kw * n * oh * r * item].view(x.dtype) \

@@ -82,6 +82,12 @@ def take_rows(xp: Any, flat: Any, idx: Any, out: Any) -> None:
         xp.take(flat, idx, out=out)
 
 
+def labels_out_of_range(labels: Any, classes: int) -> InputError:
+    """The error for labels outside [0, ``classes``), naming the range they span."""
+    lo, hi = int(labels.min()), int(labels.max())
+    return InputError(f"labels must lie in [0, {classes}); got values in [{lo}, {hi}]")
+
+
 def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = True) -> Step:
     """idx[i] = i * C + labels[i]: flat positions of the labelled classes.  Built with
     same-shape calls (no fancy indexing), which allocate nothing.  A 2-D ``idx``
@@ -96,8 +102,7 @@ def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = T
 
     def step() -> None:
         if check and int(unsigned.max()) >= classes:
-            lo, hi = int(labels.min()), int(labels.max())
-            raise InputError(f"labels must lie in [0, {classes}); got values in [{lo}, {hi}]")
+            raise labels_out_of_range(labels, classes)
         flat.fill(classes)
         flat[0] = 0
         xp.cumsum(flat, out=flat)  # i * C
@@ -152,8 +157,7 @@ def _sce_fused(k: KernelArgs, ks: Any) -> Step | None:
 
     def step() -> None:
         if run(x, labels, logp, total, scale):
-            lo, hi = int(labels.min()), int(labels.max())
-            raise InputError(f"labels must lie in [0, {c}); got values in [{lo}, {hi}]")
+            raise labels_out_of_range(labels, c)
 
     return step
 

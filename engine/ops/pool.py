@@ -375,14 +375,20 @@ def _tiles(x: tuple[int, ...], y: tuple[int, ...], geo: dict[str, Any]) -> bool:
         y[3] * geo["k"][1] <= x[3]
 
 
-def _tiles_2x2(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
-    """2x2 windows tiling a 2-D float input, no Indices output: the compiled kernel's
-    case (the pooling of most CNNs)."""
-    x = tuple(ins[0].shape)
-    if len(x) != 4 or len(outs) != 1 or not ins[0].dtype.is_float:
+def _tiles_2x2_shapes(x: tuple[int, ...], outs: list[tuple[int, ...]],
+                      attrs: dict[str, Any]) -> bool:
+    """2x2 windows tiling a 2-D input, no Indices output: the compiled kernel's case
+    (the pooling of most CNNs)."""
+    if len(x) != 4 or len(outs) != 1:
         return False
     geo = pool_geometry(x, attrs)
-    return geo["k"] == (2, 2) and _tiles(x, tuple(outs[0].shape), geo)
+    return geo["k"] == (2, 2) and _tiles(x, outs[0], geo)
+
+
+def _tiles_2x2(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    """:func:`_tiles_2x2_shapes`, for floats (the variant's ``applies``)."""
+    return ins[0].dtype.is_float and _tiles_2x2_shapes(
+        tuple(ins[0].shape), [tuple(o.shape) for o in outs], attrs)
 
 
 def _max_pool_fused(k: KernelArgs) -> Step:
@@ -390,7 +396,8 @@ def _max_pool_fused(k: KernelArgs) -> Step:
     GPU, or for views that are not contiguous."""
     ks = jit.kernels() if is_numpy(k.xp) else None
     x, y = k.ins[0], k.outs[0]
-    if ks is None or not (x.flags.c_contiguous and y.flags.c_contiguous):
+    if ks is None or x.dtype.kind != "f" or not (x.flags.c_contiguous and
+                                                  y.flags.c_contiguous):
         return _max_pool(k)
     run = ks.max_pool_2x2
     return lambda: run(x, y)
@@ -422,10 +429,11 @@ def _max_kernel(k: KernelArgs) -> Step:
     applies (3x numpy's views on the MNIST CNN's poolings), else the views."""
     if k.attrs.get(VARIANT_ATTR):
         return _MAX_NAMED(k)
-    descs = [TensorDesc(DType.of(a.dtype.name), tuple(a.shape)) for a in (k.ins[0], *k.outs)]
-    if is_numpy(k.xp) and jit.enabled() and _tiles_2x2(descs[:1], descs[1:], k.attrs):
-        return _max_pool_fused(k)
+    if _tiles_2x2_shapes(tuple(k.ins[0].shape), [tuple(o.shape) for o in k.outs], k.attrs):
+        return _max_pool_fused(k)  # itself the views' kernel where it cannot run
     return _max_pool(k)
+
+
 _AVG_KERNEL, _AVG_WS = dispatch_variants("AveragePool", AVG_POOL_VARIANTS)
 
 
@@ -488,11 +496,12 @@ def _max_pool_grad_fused(k: KernelArgs, ks: Any) -> Step | None:
     geo = pool_geometry(tuple(x.shape), k.attrs)
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     ph, pw = geo["pads"][0][0], geo["pads"][1][0]
-    if _tiles(x.shape, y.shape, geo) and (kh, kw) == (2, 2):
+    tiles = _tiles(x.shape, y.shape, geo)  # windows that tile the input: each cell once
+    if tiles and (kh, kw) == (2, 2):
         two = ks.max_pool_grad_2x2  # vectorised along the row
         return lambda: two(x, y, dy, dx)
-    if _tiles(x.shape, y.shape, geo):
-        tiled = ks.max_pool_grad_tiled  # windows that tile the input: each cell once
+    if tiles:
+        tiled = ks.max_pool_grad_tiled
         return lambda: tiled(x, y, dy, dx, kh, kw)
     kernel = ks.max_pool_grad_2d
     return lambda: kernel(x, y, dy, dx, kh, kw, sh, sw, dh, dw, ph, pw)

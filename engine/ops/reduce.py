@@ -91,12 +91,15 @@ def _reduce_kernel(mean: bool) -> Any:
     return factory
 
 
-def _around_kept_block(shape: tuple[int, ...], axes: tuple[int, ...]
+def _around_kept_block(shape: tuple[int, ...], attrs: dict[str, Any]
                        ) -> tuple[int, int, int] | None:
-    """``shape`` as ``[A, B, C]`` where the reduced axes are the ones before and after
-    one block of kept axes (B), or None when the kept axes are not one block."""
+    """``shape`` as ``[A, B, C]``, where the reduced axes are the ones before (A) and
+    after (C, more than one element) one block of kept axes (B): the compiled
+    reduction's case.  None otherwise: leading axes alone keep SumTo's row-by-row
+    order, which is numpy's own; every axis, or kept axes apart, stay numpy's."""
+    axes = reduce_axes(len(shape), attrs)
     kept = [i for i in range(len(shape)) if i not in axes]
-    if not kept or kept != list(range(kept[0], kept[-1] + 1)):
+    if not axes or not kept or kept != list(range(kept[0], kept[-1] + 1)):
         return None
     a = b = c = 1
     for i, d in enumerate(shape):
@@ -106,18 +109,16 @@ def _around_kept_block(shape: tuple[int, ...], axes: tuple[int, ...]
             b *= d
         else:
             c *= d
-    return a, b, c
+    return (a, b, c) if c > 1 else None
 
 
 def _reduce_fused(mean: bool) -> Any:
     def factory(k: KernelArgs, ks: Any) -> Step | None:
         x, y = k.ins[0], k.outs[0]
-        axes = reduce_axes(x.ndim, k.attrs)
-        abc = _around_kept_block(tuple(x.shape), axes) if axes else None
-        if abc is None or abc[2] == 1 or not x.flags.c_contiguous or \
-                not y.flags.c_contiguous or x.dtype != y.dtype or \
-                x.dtype not in (np.float32, np.float64):
-            return None  # leading axes only: SumTo's row-by-row order is numpy's own
+        abc = _around_kept_block(tuple(x.shape), k.attrs)
+        if abc is None or not x.flags.c_contiguous or not y.flags.c_contiguous or \
+                x.dtype != y.dtype or x.dtype not in (np.float32, np.float64):
+            return None
         x3, y1 = x.reshape(abc), y.reshape(-1)
         scale = x.dtype.type(1.0 / max(abc[0] * abc[2], 1) if mean else 1)
         run = ks.outer_inner_sums
@@ -129,11 +130,9 @@ def _reduce_fused(mean: bool) -> Any:
 def _fused_applies(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
                    ) -> bool:
     """Where the compiled reduction differs from numpy's: float axes around a kept
-    block with axes after it (leading axes alone, or every axis, run numpy's sum)."""
-    shape = tuple(ins[0].shape)
-    axes = reduce_axes(len(shape), attrs)
-    abc = _around_kept_block(shape, axes) if axes else None
-    return abc is not None and abc[2] > 1 and ins[0].dtype in ("float32", "float64")
+    block (:func:`_around_kept_block`)."""
+    return _around_kept_block(tuple(ins[0].shape), attrs) is not None and \
+        ins[0].dtype in ("float32", "float64")
 
 
 def _reduce_variants(mean: bool) -> dict[str, Variant]:

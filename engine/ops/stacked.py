@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.alignment import align_up
-from engine.errors import InputError, ShapeError
+from engine.errors import ShapeError
 from engine.graph import TensorDesc
 from engine.ops import jit
 from engine.ops._base import (
@@ -41,7 +41,7 @@ from engine.ops._base import (
 )
 from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import unbroadcast
-from engine.ops.loss import check_labels, row_index_step, take_rows
+from engine.ops.loss import check_labels, labels_out_of_range, row_index_step, take_rows
 from engine.ops.reduce import log_softmax_step
 
 
@@ -378,8 +378,7 @@ def _ssce_fused(k: KernelArgs, ks: Any) -> Step | None:
 
     def step() -> None:
         if run(x, labels, logp, loss, scale):
-            lo, hi = int(labels.min()), int(labels.max())
-            raise InputError(f"labels must lie in [0, {c}); got values in [{lo}, {hi}]")
+            raise labels_out_of_range(labels, c)
 
     return step
 
