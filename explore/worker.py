@@ -434,17 +434,19 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             measured[m]["train_seconds"] = res.busy_s
         if res.round >= res.rounds or not live:
             drop(res.number)  # first: the memory is given back before the scheduler counts it so
+            now = overhead_now()  # once for the stack: reading PSS walks every mapping
             for m in live:
                 conn.send(Done(m, measured[m], res.round, res.switches, res.busy_s,
-                               res.started, time.time(), overhead_now(), m in saved))
+                               res.started, time.time(), now, m in saved))
             return
         # Ungated, the next round starts at once, before the pruner's answer: that answer
         # stops it within STOP_EVERY mini-batches if it is "prune".
         res.runnable = not res.gated
         if res.gated:
             res.waiting = set(live)
+        now = overhead_now()
         for m in live:
-            conn.send(Report(m, res.round, measured[m], res.started, overhead_now()))
+            conn.send(Report(m, res.round, measured[m], res.started, now))
 
     last = -1
     try:
