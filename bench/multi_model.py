@@ -9,7 +9,13 @@ samples.
   compiled, added to one :class:`~engine.runtime.pool.ModelPool` over one arena, and trained
   round-robin (each round, each stack is switched in, trains one epoch and is
   switched out) — or ``--schedule completion``.  ``--stack 1`` trains each model
-  alone; ``--unstacked`` times that too, in the same run;
+  alone; ``--unstacked`` times that too, in the same run.  The auto-tuner
+  (:mod:`engine.autotune`) chooses each program's kernel variants on its first steps
+  (its time counted; ``ENGINE_AUTOTUNE=0`` for the static defaults).  On the CPU the
+  engine's BLAS runs on one thread (``--engine-blas-threads``, 0: OpenBLAS's own count)
+  and its compiled kernels on every core: the stacks' first layer then skips MNIST's
+  zero pixels (81% of them) on both cores, the ``sparse`` form of
+  :mod:`engine.ops.stacked`, which beside a multi-threaded BLAS would run on one;
 - PyTorch eager (CPU, same threads): what a user writes without switching, one
   model and optimizer built per trial and trained to completion.
 
@@ -46,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._sides import alternate, cores, emit
 from engine import SGD, Adagrad, Adam, Init, Optimizer, RMSProp, compile_graph
+from engine.autotune import autotune_refused
 from engine.compile.stack import stack_graphs, stack_key, stack_optimizers
 from engine.models import paper_mlp
 from engine.runtime.arena import Arena
@@ -106,14 +113,17 @@ def stacks(trials: list[Trial], width: int) -> list[list[Trial]]:
 
 
 def compile_stack(group: list[Trial], device: str = "cpu") -> Program:
+    """A group's program, its kernel variants chosen by the auto-tuner on its first
+    steps (:mod:`engine.autotune`; ``ENGINE_AUTOTUNE=0`` runs the static defaults)."""
+    tune = not autotune_refused()
     if len(group) == 1:
         t = group[0]
         return compile_graph(paper_mlp(SIZES, init=t.engine_init()), batch_size=BATCH,
-                             optimizer=t.engine_optimizer(), device=device)
+                             optimizer=t.engine_optimizer(), device=device, autotune=tune)
     graphs = [paper_mlp(SIZES, init=t.engine_init()) for t in group]
     return compile_graph(stack_graphs(graphs), batch_size=BATCH,
                          optimizer=stack_optimizers([t.engine_optimizer() for t in group]),
-                         device=device)
+                         device=device, autotune=tune)
 
 
 def run_engine(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
@@ -197,13 +207,18 @@ def run_torch(trials: list[Trial], rounds: int, x: np.ndarray, y: np.ndarray,
 
 
 def child(side: str, models: int, rounds: int, schedule: str, width: int,
-          device: str = "cpu") -> dict[str, Any]:
-    """One side of one cell, in this (fresh) process."""
+          device: str = "cpu", blas_threads: int = 0) -> dict[str, Any]:
+    """One side of one cell, in this (fresh) process; ``blas_threads``: the engine's
+    BLAS threads (0: OpenBLAS's own count)."""
     threads = cores()
     ds = load_mnist()
     x, y = ds.train.x[:N_SAMPLES].copy(), ds.train.y[:N_SAMPLES].copy()
     trials = draw(models, seed=models * 1000 + rounds)
     if side == "engine":
+        if blas_threads:  # before any kernel is bound: jit.parallel_threads() reads it once
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(blas_threads, user_api="blas")
         run_engine(trials[:2], 1, x[:640], y[:640], schedule, width, device)  # warm up
         seconds, loss = run_engine(trials, rounds, x, y, schedule, width, device)
     else:
@@ -231,13 +246,16 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
                     help="where both sides train (gpu: cupy and CUDA)")
     ap.add_argument("--only", help="run just the cells N:R,N:R,... (e.g. 100:10)")
+    ap.add_argument("--engine-blas-threads", type=int, default=1,
+                    help="the engine's BLAS threads on the CPU (default 1: its compiled "
+                         "kernels then run on every core; 0: OpenBLAS's own count)")
     ap.add_argument("--child", choices=["engine", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--models", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         emit(child(args.child, args.models, args.rounds, args.schedule, args.stack,
-                   args.device))
+                   args.device, args.engine_blas_threads))
         return
     threads = cores()
     cells: list[dict[str, Any]] = []
@@ -256,7 +274,8 @@ def main() -> None:
             continue
         runs = alternate(__file__, {name: [
             "--child", name.split("_")[0], "--models", str(n), "--rounds", str(r),
-            "--schedule", args.schedule, "--stack", str(width), "--device", args.device]
+            "--schedule", args.schedule, "--stack", str(width), "--device", args.device,
+            "--engine-blas-threads", str(args.engine_blas_threads if args.device == "cpu" else 0)]
             for name, width in sides},
             args.repeats)
         cell: dict[str, Any] = {"models": n, "rounds": r}
@@ -271,6 +290,7 @@ def main() -> None:
         if not args.json:
             print(cell, flush=True)
     out = {"cells": cells, "trimmed": trimmed, "schedule": args.schedule, "stack": args.stack,
+           "engine_blas_threads": args.engine_blas_threads,
            "repeats": args.repeats, "threads": threads, "samples": N_SAMPLES, "batch": BATCH,
            "device": args.device}
     if args.json:

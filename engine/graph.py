@@ -150,7 +150,7 @@ class Init:
     fan_out: int | None = None
     values: tuple[float, ...] | None = None  # explicit contents (constants, imports)
     members: tuple[Init, ...] | None = None  # a stack's parameter: one init per model
-    transposed: bool = False  # stacked: each model's slice is its [in, out] matrix transposed
+    model_axis: int = 0  # stacked: the axis of the stored parameter that indexes the models
     # ``from_array``: the values as an array (a real model's weights: no Python floats),
     # compared by ``digest``, their SHA-1, so that equal inits mean equal values
     digest: str | None = None
@@ -224,11 +224,23 @@ class Init:
         return Init("values", digest=hashlib.sha1(arr.tobytes()).hexdigest(), array=arr)
 
     @staticmethod
-    def stacked(members: Sequence[Init], transposed: bool = False) -> Init:
-        """A parameter ``[K, *shape]`` of a stack of K models (:mod:`engine.compile.stack`):
-        slice ``k`` is drawn by ``members[k]`` with the fans of ``shape``, or, when
-        ``transposed``, drawn as the transposed matrix and stored transposed."""
-        return Init("stacked", members=tuple(members), transposed=transposed)
+    def stacked(members: Sequence[Init], model_axis: int = 0) -> Init:
+        """A parameter of a stack of K models (:mod:`engine.compile.stack`), the models
+        along axis ``model_axis`` of the stored array (``[K, *shape]`` by default; a
+        dense layer fed by shared data keeps ``[in, K, out]``): model ``k``'s slice
+        (:meth:`member`) is drawn by ``members[k]`` with the fans of its own shape."""
+        return Init("stacked", members=tuple(members), model_axis=int(model_axis))
+
+    def member(self, stored: Any, k: int) -> Any:
+        """Model ``k``'s slice of a stacked parameter's array ``stored``: a view in the
+        model's own shape (strided where the model axis is not the first).
+
+        >>> import numpy as np
+        >>> w = np.arange(24).reshape(2, 3, 4)
+        >>> Init.stacked([Init.zeros()] * 3, model_axis=1).member(w, 2).shape
+        (2, 4)
+        """
+        return stored[(slice(None),) * self.model_axis + (k,)]
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,11 @@ def save_weights(vm: Any, path: str | Path, member: int | None = None) -> list[s
             for name in names:
                 view = vm.view(name)
                 if member is not None and name in stacked:
-                    view = view[member]  # a contiguous slice of the model axis
+                    view = stacked[name].member(view, member)  # strided past the first axis
                 arr = view if isinstance(view, np.ndarray) else vm.backend.to_host(view)
-                arr = np.ascontiguousarray(arr)  # a heap view is contiguous: no copy
-                if member is not None and name in stacked and stacked[name].transposed:
-                    # stored [out, in]: the model's [in, out] is its transpose, which
-                    # numpy's format writes as the same bytes in Fortran order
-                    arr = arr.T
+                # a heap view is contiguous (no copy) but for one member of a parameter
+                # that interleaves its models: that member alone is copied
+                arr = np.ascontiguousarray(arr)
                 with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array_header_2_0(
                         f, np.lib.format.header_data_from_array_1_0(arr))

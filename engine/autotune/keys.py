@@ -40,7 +40,9 @@ def versions(device: str) -> dict[str, str]:
 
 @functools.cache
 def device_name(device: str) -> str:
-    """The processor the timings were taken on: the CPU model and core count, or the
+    """The processor the timings were taken on: the CPU model, its cores and the
+    threads BLAS and the parallel compiled kernels run on (which variant wins hangs on
+    them: a one-thread BLAS loses its GEMMs to the sparse form on two threads), or the
     GPU's name."""
     if device == "gpu":
         import cupy
@@ -58,7 +60,10 @@ def device_name(device: str) -> str:
                     break
     except OSError:
         pass
-    return f"cpu {model} x{os.cpu_count()}"
+    from engine.ops import jit
+
+    return (f"cpu {model} x{os.cpu_count()} threads blas {jit.blas_threads()} "
+            f"compiled {jit.parallel_threads()}")
 
 
 def problem(op: str, ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]

@@ -113,8 +113,7 @@ def member_params(vm: Any, k: int) -> dict[str, np.ndarray]:
     for ps in prog.params:
         spec = prog.buffers[ps.buffer]
         if ps.init.method == "stacked":
-            value = vm.get(spec.name)[k]
-            out[spec.name] = value.T.copy() if ps.init.transposed else value
+            out[spec.name] = np.ascontiguousarray(ps.init.member(vm.get(spec.name), k))
     return out
 
 
@@ -126,12 +125,14 @@ class _Stacker:
         self.descs = infer_shapes(validate(first)).descs
         self.layout: dict[str, _Layout] = {}
         self.params: set[str] = set()
-        self.transposed = self._weights_to_transpose()
+        self.interleaved = self._data_fed_weights()
 
-    def _weights_to_transpose(self) -> set[str]:
-        """Weights of dense layers fed by shared data: stored ``[K, out, in]``, the
-        layer is one GEMM for all the models (``x @ [W_1 .. W_K]^T``) and so is its
-        weight gradient, instead of K smaller ones."""
+    def _data_fed_weights(self) -> set[str]:
+        """Weights ``[in, out]`` of dense layers fed by shared data: stored
+        ``[in, K, out]``, the layer is one GEMM for all the models (``x @ W`` seen as
+        ``[in, K*out]``) and so is its weight gradient, instead of K smaller ones; and
+        each input feature's weights of every model are one contiguous row, what a
+        product that skips the data's zeros reads (``algorithm="sparse"``)."""
         derived = {n for n, v in self.first.variables.items()
                    if v.kind == Kind.PARAMETER and v.trainable}
         shared_use: set[str] = set()
@@ -184,10 +185,12 @@ class _Stacker:
             out.parameter(vname, v.desc.shape, inits[0], v.regularization, v.desc.dtype,
                           trainable=False)
             return
-        shape = v.desc.shape[::-1] if vname in self.transposed else v.desc.shape
-        out.parameter(vname, (self.k, *shape), Init.stacked(inits, vname in self.transposed),
-                      v.regularization, v.desc.dtype, v.trainable)
-        self.layout[vname] = _Layout(len(v.desc.shape) + 1, batched=False)
+        shape = v.desc.shape
+        axis = 1 if vname in self.interleaved else 0
+        out.parameter(vname, (*shape[:axis], self.k, *shape[axis:]),
+                      Init.stacked(inits, model_axis=axis), v.regularization, v.desc.dtype,
+                      v.trainable)
+        self.layout[vname] = _Layout(len(shape) + 1 - axis, batched=False)
         self.params.add(vname)
 
     def _rank(self, name: str) -> int:
@@ -239,16 +242,15 @@ class _Stacker:
             raise StackError(f"{where}: transA, alpha and beta do not stack")
         tb = int(attrs.get("transB", 0))
         n_out = self.descs[w].shape[0 if tb else 1]
-        if w in self.transposed:
-            tb = 1
+        form = {"transB": tb, "model_axis": int(w in self.interleaved)}
         c = node.inputs[2] if len(node.inputs) == 3 else None
         outs = list(node.outputs)
         if c is None:
-            p.op("StackedGemm", a, w, transB=tb, outputs=outs)
+            p.op("StackedGemm", a, w, outputs=outs, **form)
         elif c in self.params and self.descs[c].shape == (n_out,):
-            p.op("StackedGemm", a, w, c, transB=tb, outputs=outs)
+            p.op("StackedGemm", a, w, c, outputs=outs, **form)
         else:  # a bias the models share, or of another shape: added after
-            y = p.op("StackedGemm", a, w, transB=tb)
+            y = p.op("StackedGemm", a, w, **form)
             self.layout[y.name] = _Layout(2, batched=True)
             p.op("Add", y, c, outputs=outs)
             self.layout[outs[0]] = self._broadcast(Node("Add", (y.name, c), tuple(outs)))

@@ -433,3 +433,63 @@ def max_pool_grad_2x2(x: Any, y: Any, dy: Any, dx: Any) -> None:
                 d1[2 * q] = gq * ec
                 ed = (one - ea - eb - ec) if t == t else zero  # a NaN maximum: none
                 d1[2 * q + 1] = gq * ed
+
+
+# -- products of mostly-zero data (a stack's first layer on pixels) --------------------
+
+
+def _jit_parallel(f: Any) -> Any:
+    if numba is None:
+        return f
+    return numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy",
+                      boundscheck=False)(f)
+
+
+@_jit
+def sparse_rows_product(x: Any, w: Any, y: Any, first: int, last: int) -> None:
+    """``y[i] = x[i] @ w`` for rows ``first..last-1``, skipping ``x``'s zeros: each
+    nonzero ``x[i, p]`` adds ``x[i, p] * w[p]`` to ``y[i]`` (``w``'s rows contiguous, the
+    sum in ``p``'s order)."""
+    n = w.shape[1]
+    zero = y.dtype.type(0)
+    for i in range(first, last):  # 2-D indexing: LLVM vectorises it, not row views
+        for j in range(n):
+            y[i, j] = zero
+        for p in range(x.shape[1]):
+            v = x[i, p]
+            if v != zero:
+                for j in range(n):
+                    y[i, j] += v * w[p, j]
+
+
+@_jit
+def sparse_rows_weight_grad(x: Any, dy: Any, dw: Any, first: int, last: int) -> None:
+    """``dw[p] = x[:, p] @ dy`` for rows ``first..last-1`` of ``dw`` (``x^T dy``),
+    skipping ``x``'s zeros (the sum in the batch's order)."""
+    n = dw.shape[1]
+    zero = dw.dtype.type(0)
+    for p in range(first, last):
+        for j in range(n):
+            dw[p, j] = zero
+        for i in range(x.shape[0]):
+            v = x[i, p]
+            if v != zero:
+                for j in range(n):
+                    dw[p, j] += v * dy[i, j]
+
+
+@_jit_parallel
+def sparse_rows_product_parallel(x: Any, w: Any, y: Any, parts: int) -> None:
+    """:func:`sparse_rows_product` over all rows, in ``parts`` blocks of rows run on
+    numba's threads."""
+    rows = x.shape[0]
+    for t in numba.prange(parts):
+        sparse_rows_product(x, w, y, t * rows // parts, (t + 1) * rows // parts)
+
+
+@_jit_parallel
+def sparse_rows_weight_grad_parallel(x: Any, dy: Any, dw: Any, parts: int) -> None:
+    """:func:`sparse_rows_weight_grad` over all of ``dw``, in ``parts`` blocks of rows."""
+    rows = dw.shape[0]
+    for t in numba.prange(parts):
+        sparse_rows_weight_grad(x, dy, dw, t * rows // parts, (t + 1) * rows // parts)

@@ -21,10 +21,14 @@ the same results to float32 rounding, nothing else changes.  numba's own memory
 (LLVM, about 100 MB of proportional set size once a kernel is compiled) is the
 process's, outside any heap: an explore worker counts it in its measured overhead.
 
-**Threads.**  The kernels are serial: at the sizes measured a parallel dispatch cost
-more than a second core gave, and the GEMMs between them already use every core, so
-numba's thread pool is never started.  ``NUMBA_NUM_THREADS`` is among the variables
-the explore scheduler sets to each worker's share, should a parallel kernel come.
+**Threads.**  The elementwise kernels are serial: at the sizes measured a parallel
+dispatch cost more than a second core gave, and the GEMMs between them already use
+every core.  The one parallel kernel, a product that skips its data's zeros (a stack's
+``sparse`` first layer), runs on numba's threads only where BLAS runs on one thread
+(:func:`parallel_threads`): OpenBLAS's idle threads spin for a while after each call,
+and numba's pool working beside them took a stack's step from 0.5 to 8 ms on two
+cores.  ``NUMBA_NUM_THREADS`` is among the variables the explore scheduler sets to each
+worker's share.
 
 **Which one runs.**  Each op that has a fused form registers it as a ``Variant``
 named ``"numba"`` beside ``"numpy"`` (an auto-tuner may time both on the real
@@ -88,8 +92,43 @@ def kernels() -> Any | None:
 
 def reset() -> None:
     """Forget the import's outcome (tests that hide numba)."""
-    global _kernels
+    global _kernels, _threads
     _kernels = None
+    _threads = None
+
+
+_threads: int | None = None  # parallel_threads()'s answer, found once
+
+
+def blas_threads() -> int:
+    """The most threads any loaded BLAS library runs on (threadpoolctl's count; 0 where
+    it cannot tell)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        return max((int(i.get("num_threads") or 0) for i in threadpool_info()
+                    if i.get("user_api") == "blas"), default=0)
+    except Exception:
+        return 0
+
+
+def parallel_threads() -> int:
+    """The threads a parallel compiled kernel may use: numba's (``NUMBA_NUM_THREADS``)
+    where BLAS runs on one thread (``OPENBLAS_NUM_THREADS=1``, or threadpoolctl's
+    limits), else 1, the kernel then running in the caller's thread.  Found once per
+    process (threadpoolctl inspects the loaded libraries)."""
+    global _threads
+    if _threads is None:
+        _threads = 1
+        try:
+            import numba
+
+            n = int(getattr(numba.config, "NUMBA_NUM_THREADS", 1))
+            if n > 1 and blas_threads() == 1:
+                _threads = n
+        except Exception:  # no numba: serial, which is always safe
+            _threads = 1
+    return _threads
 
 
 def use_fused(kind: str, elements: int) -> bool:

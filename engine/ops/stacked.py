@@ -4,16 +4,22 @@ batch stays the leading, generic dimension); a stacked parameter ``[K, ...]``.
 
 - ``StackedGemm(A, W[, b])``: ``Y[:, k] = A_k @ W[k] (+ b[k])`` with ``A`` either
   shared by the models (``[b, in]``, the data) or stacked (``[b, K, in]``), ``W``
-  ``[K, in, out]`` (``[K, out, in]`` with ``transB``) and ``Y`` ``[b, K, out]``.
+  ``[K, in, out]`` (``[K, out, in]`` with ``transB``; ``[in, K, out]`` with
+  ``model_axis=1``, for shared data) and ``Y`` ``[b, K, out]``.
 - ``StackedGemmGradInput`` and ``StackedGemmGradWeight``: its gradients.
 - ``StackedSoftmaxCrossEntropyLoss(scores [b, K, C], labels [b])``: one mean loss
   per model (``[K]``) and the log-probabilities.
 
 On numpy each model's product is one BLAS call on strided 2-D views, written straight
-into the ``[b, K, out]`` layout: BLAS takes the row stride, nothing is copied.  That is
-the variant ``blas``; ``batched`` is numpy's own broadcast ``matmul`` over the model axis
-(one call: faster for small layers, 1.5-2x slower for some larger ones).  A layer's
-product and its two gradients are one group: they choose their form together.
+into the ``[b, K, out]`` layout: BLAS takes the row stride, nothing is copied; shared
+data and ``[in, K, out]`` (or ``[K, out, in]``) weights make the K products one GEMM.
+That is the variant ``blas``; ``batched`` is numpy's own broadcast ``matmul`` over the
+model axis (one call: faster for small layers, 1.5-2x slower for some larger ones);
+``sparse`` (shared data, ``[in, K, out]`` weights) skips the data's zeros: each
+nonzero ``A[i, p]`` adds ``A[i, p]`` times row ``p`` of ``[in, K*out]`` to row ``i`` of
+``Y``, compiled (:mod:`engine.ops._jit_kernels`), on every core when BLAS runs on one
+(:func:`engine.ops.jit.parallel_ok`).  A layer's product and its two gradients are one
+group: they choose their form together.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from engine.ops._base import (
     Step,
     Variant,
     dispatch_variants,
+    is_numpy,
     need_float,
     no_workspace,
     same_dtype,
@@ -45,11 +52,26 @@ from engine.ops.loss import check_labels, labels_out_of_range, row_index_step, t
 from engine.ops.reduce import log_softmax_step
 
 
-def _weight_dims(w: tuple[int, ...], trans_b: Any) -> tuple[int, int, int]:
+def _weight_dims(w: tuple[int, ...], attrs: dict[str, Any]) -> tuple[int, int, int]:
     """(K, in, out) of a stacked weight."""
     if len(w) != 3:
         raise ShapeError(f"a stacked weight is [models, in, out], got {w}")
-    return (w[0], w[2], w[1]) if trans_b else (w[0], w[1], w[2])
+    if attrs.get("model_axis"):
+        if attrs["transB"]:
+            raise ShapeError("a stacked weight [in, models, out] (model_axis=1) is not "
+                             "read transposed")
+        return (w[1], w[0], w[2])
+    return (w[0], w[2], w[1]) if attrs["transB"] else (w[0], w[1], w[2])
+
+
+def _interleaved(attrs: dict[str, Any], a_shape: tuple[int, ...], what: str) -> bool:
+    """Whether the weight is ``[in, K, out]``; it must then be fed shared data."""
+    if not attrs.get("model_axis"):
+        return False
+    if len(a_shape) != 2:
+        raise ShapeError(f"{what}: a weight [in, models, out] (model_axis=1) needs an "
+                         f"input the models share, [b, in], got {a_shape}")
+    return True
 
 
 def _check_input(a: tuple[int, ...], models: int, n_in: int, what: str) -> None:
@@ -63,8 +85,9 @@ def _check_input(a: tuple[int, ...], models: int, n_in: int, what: str) -> None:
 def _sgemm_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     dt = same_dtype(ins)
     need_float(ins[0])
-    models, n_in, n_out = _weight_dims(ins[1].shape, attrs["transB"])
+    models, n_in, n_out = _weight_dims(ins[1].shape, attrs)
     _check_input(ins[0].shape, models, n_in, "StackedGemm")
+    _interleaved(attrs, ins[0].shape, "StackedGemm")
     if len(ins) == 3 and ins[2].shape != (models, n_out):
         raise ShapeError(f"StackedGemm: bias {ins[2].shape} is not [{models}, {n_out}]")
     return [TensorDesc(dt, (ins[0].shape[0], models, n_out))]
@@ -75,7 +98,10 @@ def _members(x: Any, models: int) -> list[Any]:
     return [x] * models if x.ndim == 2 else [x[:, i, :] for i in range(models)]
 
 
-def _weights(w: Any, trans: Any) -> list[Any]:
+def _weights(w: Any, trans: Any, model_axis: Any = 0) -> list[Any]:
+    """Per-model 2-D views ``[in, out]`` of a stacked weight (``[out, in]`` if ``trans``)."""
+    if model_axis:
+        return [w[:, i, :].T if trans else w[:, i, :] for i in range(w.shape[1])]
     return [w[i].T if trans else w[i] for i in range(w.shape[0])]
 
 
@@ -95,15 +121,22 @@ def _one_gemm(a: Any, w: Any, trans_b: Any) -> bool:
 def _sgemm(k: KernelArgs) -> Step:
     xp, a, w, y = k.xp, k.ins[0], k.ins[1], k.outs[0]
     models = w.shape[0]
-    if _one_gemm(a, w, k.attrs["transB"]):  # Y [b, K*out] = A @ Wcat^T
+    if k.attrs.get("model_axis"):  # Y [b, K*out] = A @ W [in, K*out]
+        prods = _products(xp, [(a, w.reshape(w.shape[0], -1), y.reshape(y.shape[0], -1))])
+    elif _one_gemm(a, w, k.attrs["transB"]):  # Y [b, K*out] = A @ Wcat^T
         y2, wt = y.reshape(y.shape[0], -1), w.reshape(-1, w.shape[2]).T
         prods = _products(xp, [(a, wt, y2)])
     else:
         prods = _products(xp, list(zip(_members(a, models), _weights(w, k.attrs["transB"]),
                                        _members(y, models), strict=True)))
-    if len(k.ins) == 2:
+    return _with_bias(xp, prods, y, k.ins)
+
+
+def _with_bias(xp: Any, prods: Step, y: Any, ins: list[Any]) -> Step:
+    """``prods``, then the models' biases ``[K, out]`` (a third input) added to ``y``."""
+    if len(ins) == 2:
         return prods
-    bias = k.ins[2]
+    bias = ins[2]
 
     def step() -> None:
         prods()
@@ -116,11 +149,11 @@ def _g_sgemm(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
     if not g[0]:
         return [None] * len(n.inputs)
     a, w = n.inputs[:2]
-    tb = int(n.attrs["transB"])
+    form = {"transB": int(n.attrs["transB"]), "model_axis": int(n.attrs.get("model_axis", 0))}
     shared = int(len(gb.desc(a).shape) == 2)
     out: list[str | None] = [
-        gb.op("StackedGemmGradInput", g[0], w, transB=tb, shared=shared),
-        gb.op("StackedGemmGradWeight", a, g[0], transB=tb),
+        gb.op("StackedGemmGradInput", g[0], w, shared=shared, **form),
+        gb.op("StackedGemmGradWeight", a, g[0], **form),
     ]
     if len(n.inputs) == 3:
         out.append(unbroadcast(gb, g[0], n.inputs[2]))
@@ -129,7 +162,10 @@ def _g_sgemm(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
 
 def _grad_input_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     dy, w = ins[0].shape, ins[1].shape
-    models, n_in, _ = _weight_dims(w, attrs["transB"])
+    models, n_in, _ = _weight_dims(w, attrs)
+    if attrs.get("model_axis") and not attrs["shared"]:
+        raise ShapeError("StackedGemmGradInput: a weight [in, models, out] (model_axis=1) "
+                         "is fed an input the models share")
     shape = (dy[0], n_in) if attrs["shared"] else (dy[0], models, n_in)
     return [TensorDesc(same_dtype(ins), shape)]
 
@@ -143,6 +179,8 @@ def _grad_input(k: KernelArgs) -> Step:
     """dA_k = dY_k @ W_k^T; a shared input sums the models' contributions."""
     xp, dy, w, da = k.xp, k.ins[0], k.ins[1], k.outs[0]
     models = w.shape[0]
+    if k.attrs.get("model_axis"):  # dA = dY [b, K*out] @ W [in, K*out]^T
+        return _products(xp, [(dy.reshape(dy.shape[0], -1), w.reshape(w.shape[0], -1).T, da)])
     if _one_gemm(da, w, k.attrs["transB"]):  # dA = dY [b, K*out] @ Wcat [K*out, in]
         return _products(xp, [(dy.reshape(dy.shape[0], -1), w.reshape(-1, w.shape[2]), da)])
     wt = _weights(w, not k.attrs["transB"])
@@ -167,6 +205,8 @@ def _grad_weight_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Ten
     models, n_out = dy[1], dy[2]
     n_in = a[-1]
     _check_input(a, models, n_in, "StackedGemmGradWeight")
+    if _interleaved(attrs, a, "StackedGemmGradWeight"):
+        return [TensorDesc(same_dtype(ins), (n_in, models, n_out))]
     shape = (models, n_out, n_in) if attrs["transB"] else (models, n_in, n_out)
     return [TensorDesc(same_dtype(ins), shape)]
 
@@ -175,6 +215,8 @@ def _grad_weight(k: KernelArgs) -> Step:
     """dW_k = A_k^T @ dY_k (its transpose with ``transB``)."""
     xp, a, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
     models = dw.shape[0]
+    if k.attrs.get("model_axis"):  # dW [in, K*out] = A^T @ dY [b, K*out]
+        return _products(xp, [(a.T, dy.reshape(dy.shape[0], -1), dw.reshape(dw.shape[0], -1))])
     if _one_gemm(a, dw, k.attrs["transB"]):  # dWcat [K*out, in] = dY^T @ A
         return _products(xp, [(dy.reshape(dy.shape[0], -1).T, a, dw.reshape(-1, dw.shape[2]))])
     pairs = zip(_members(a, models), _members(dy, models), strict=True)
@@ -246,28 +288,93 @@ def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
     return True
 
 
+def _not_interleaved(ins: list[TensorDesc], outs: list[TensorDesc],
+                     attrs: dict[str, Any]) -> bool:
+    return not attrs.get("model_axis")
+
+
+def _interleaved_floats(ins: list[TensorDesc], outs: list[TensorDesc],
+                        attrs: dict[str, Any]) -> bool:
+    return bool(attrs.get("model_axis")) and all(d.dtype.is_float for d in (*ins, *outs))
+
+
+# -- the sparse form: a shared input's zeros skipped -----------------------------------------
+
+
+def _sparse_kernels(k: KernelArgs) -> Any | None:
+    """The compiled kernels where they can run on these views (numpy, one dtype,
+    C-contiguous), else None: the variant then runs ``blas``'s kernel."""
+    ks = jit.kernels() if is_numpy(k.xp) else None
+    arrays = [*k.ins[:2], *k.outs]
+    if ks is None or len({a.dtype for a in arrays}) != 1 or \
+            not all(a.flags.c_contiguous for a in arrays):
+        return None
+    return ks
+
+
+def _sgemm_sparse(k: KernelArgs) -> Step:
+    """Y [b, K*out] = A @ W [in, K*out], each row of A's nonzeros only."""
+    ks = _sparse_kernels(k)
+    if ks is None:
+        return _sgemm(k)
+    a, w, y = k.ins[0], k.ins[1], k.outs[0]
+    w2, y2 = w.reshape(w.shape[0], -1), y.reshape(y.shape[0], -1)
+    parts = min(jit.parallel_threads(), a.shape[0])
+    if parts > 1:
+        run_par = ks.sparse_rows_product_parallel
+        prods: Step = lambda: run_par(a, w2, y2, parts)  # noqa: E731
+    else:
+        run, rows = ks.sparse_rows_product, a.shape[0]
+        prods = lambda: run(a, w2, y2, 0, rows)  # noqa: E731
+    return _with_bias(k.xp, prods, y, k.ins)
+
+
+def _grad_weight_sparse(k: KernelArgs) -> Step:
+    """dW [in, K*out] = A^T @ dY [b, K*out], each column of A's nonzeros only."""
+    ks = _sparse_kernels(k)
+    if ks is None:
+        return _grad_weight(k)
+    a, dy, dw = k.ins[0], k.ins[1], k.outs[0]
+    dy2, dw2 = dy.reshape(dy.shape[0], -1), dw.reshape(dw.shape[0], -1)
+    parts = min(jit.parallel_threads(), dw.shape[0])
+    if parts > 1:
+        run_par = ks.sparse_rows_weight_grad_parallel
+        return lambda: run_par(a, dy2, dw2, parts)
+    run, rows = ks.sparse_rows_weight_grad, dw.shape[0]
+    return lambda: run(a, dy2, dw2, 0, rows)
+
+
 STACKED_FORM = "stacked form"  # a stacked layer's products choose their form together
 _BLAS_DOC = "one BLAS call per model on strided views (one GEMM for shared data and " \
     "[K, out, in] weights)"
 _BATCHED_DOC = "one broadcast matmul over the model axis"
+_SPARSE_DOC = "shared data's zeros skipped: each nonzero adds its row of the [in, K*out] " \
+    "weight (compiled; on numba's threads beside a one-thread BLAS)"
 SGEMM_VARIANTS: dict[str, Variant] = {
     "blas": Variant(applies=_always, workspace=no_workspace, kernel=_sgemm,
                     group=STACKED_FORM, doc=_BLAS_DOC),
-    "batched": Variant(applies=_always, workspace=no_workspace, kernel=_sgemm_batched,
-                       group=STACKED_FORM, doc=_BATCHED_DOC),
+    "batched": Variant(applies=_not_interleaved, workspace=no_workspace,
+                       kernel=_sgemm_batched, group=STACKED_FORM, doc=_BATCHED_DOC),
+    "sparse": Variant(applies=_interleaved_floats, workspace=no_workspace,
+                      kernel=_sgemm_sparse, group=STACKED_FORM, doc=_SPARSE_DOC),
 }
 GRAD_INPUT_VARIANTS: dict[str, Variant] = {
     "blas": Variant(applies=_always, workspace=_grad_input_ws, kernel=_grad_input,
                     group=STACKED_FORM, doc=_BLAS_DOC + "; a shared input sums them"),
-    "batched": Variant(applies=_always, workspace=_grad_input_batched_ws,
+    "batched": Variant(applies=_not_interleaved, workspace=_grad_input_batched_ws,
                        kernel=_grad_input_batched, group=STACKED_FORM,
                        doc=_BATCHED_DOC + "; a shared input sums the K products after"),
+    "sparse": Variant(applies=_interleaved_floats, workspace=_grad_input_ws,
+                      kernel=_grad_input, group=STACKED_FORM,
+                      doc="the sparse form's input gradient, dense: as blas"),
 }
 GRAD_WEIGHT_VARIANTS: dict[str, Variant] = {
     "blas": Variant(applies=_always, workspace=no_workspace, kernel=_grad_weight,
                     group=STACKED_FORM, doc=_BLAS_DOC),
-    "batched": Variant(applies=_always, workspace=no_workspace, kernel=_grad_weight_batched,
-                       group=STACKED_FORM, doc=_BATCHED_DOC),
+    "batched": Variant(applies=_not_interleaved, workspace=no_workspace,
+                       kernel=_grad_weight_batched, group=STACKED_FORM, doc=_BATCHED_DOC),
+    "sparse": Variant(applies=_interleaved_floats, workspace=no_workspace,
+                      kernel=_grad_weight_sparse, group=STACKED_FORM, doc=_SPARSE_DOC),
 }
 
 
@@ -407,16 +514,18 @@ SSCE_GRAD = jit.variants(_ssce_grad, _ssce_grad_fused, _ssce_grad_ws,
 OPS = [
     OpDef(name="StackedGemm", shape=_sgemm_shape, kernel=_SGEMM[0], grad=_g_sgemm,
           workspace=_SGEMM[1], variants=SGEMM_VARIANTS, num_inputs=(2, 3),
-          attrs={"transB": 0}, stacking=ALREADY_STACKED, onnx=ENGINE_INTERNAL,
+          attrs={"transB": 0, "model_axis": 0}, stacking=ALREADY_STACKED,
+          onnx=ENGINE_INTERNAL,
           doc="per-model dense layer of a stack: Y[:, k] = A_k @ W[k] + b[k]"),
     OpDef(name="StackedGemmGradInput", shape=_grad_input_shape, kernel=_GRAD_INPUT[0],
           grad=FIRST_ORDER_ONLY, workspace=_GRAD_INPUT[1], variants=GRAD_INPUT_VARIANTS,
           num_inputs=(2, 2),
-          attrs={"transB": 0, "shared": 0}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
+          attrs={"transB": 0, "shared": 0, "model_axis": 0}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's input gradient (summed over models if shared)"),
     OpDef(name="StackedGemmGradWeight", shape=_grad_weight_shape, kernel=_GRAD_WEIGHT[0],
           grad=FIRST_ORDER_ONLY, workspace=_GRAD_WEIGHT[1], variants=GRAD_WEIGHT_VARIANTS,
-          num_inputs=(2, 2), attrs={"transB": 0},
+          num_inputs=(2, 2), attrs={"transB": 0, "model_axis": 0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's weight gradient"),
     OpDef(name="StackedSoftmaxCrossEntropyLoss", shape=_ssce_shape,

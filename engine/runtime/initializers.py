@@ -58,8 +58,7 @@ def fill_initial(init: Init, out: np.ndarray, rng: np.random.Generator) -> None:
     at most :data:`CHUNK` values at a time."""
     if init.method == "stacked":
         for k, member in enumerate(_members(init, out.shape)):
-            # transposed: the member is drawn as the reversed shape and stored transposed
-            fill_initial(member, out[k, ...].T if init.transposed else out[k, ...], rng)
+            fill_initial(member, init.member(out, k), rng)  # strided past the first axis
         return
     _write(_source(init, out.shape, rng), out, CHUNK)
 
@@ -69,22 +68,22 @@ def put_initial(init: Init, shape: tuple[int, ...], dtype: Any, rng: np.random.G
     """``init``'s values for memory the host cannot write (a device's): ``put(first,
     values)`` receives contiguous runs of the parameter's elements in C order, as
     ``dtype``, at most :data:`CHUNK` at a time, through one reused host buffer (``put``
-    must have read it when it returns).  A transposed stacked member is stored in
-    another order than it is drawn: it is staged whole on the host (one model's slice
-    of the parameter, in ``dtype``) and then put in chunks."""
+    must have read it when it returns).  A stacked parameter whose models are not its
+    first axis interleaves them in memory: it is staged whole on the host (in
+    ``dtype``) and then put in chunks."""
     dt = np.dtype(dtype)
     if init.method == "stacked":
-        size = math.prod(shape[1:])
-        for k, member in enumerate(_members(init, shape)):
-            first = start + k * size
-            if not init.transposed:
-                put_initial(member, shape[1:], dt, rng, put, first)
-                continue
-            staged = np.empty(shape[1:], dtype=dt)
-            fill_initial(member, staged.T, rng)
+        members = _members(init, shape)
+        if init.model_axis:
+            staged = np.empty(shape, dtype=dt)
+            fill_initial(init, staged, rng)
             flat = staged.reshape(-1)
-            for a in range(0, size, CHUNK):
-                put(first + a, flat[a : a + CHUNK])
+            for a in range(0, flat.size, CHUNK):
+                put(start + a, flat[a : a + CHUNK])
+            return
+        size = math.prod(shape[1:])
+        for k, member in enumerate(members):
+            put_initial(member, shape[1:], dt, rng, put, start + k * size)
         return
     n = math.prod(shape)
     draw = _source(init, shape, rng)
@@ -97,7 +96,7 @@ def put_initial(init: Init, shape: tuple[int, ...], dtype: Any, rng: np.random.G
 
 def _members(init: Init, shape: tuple[int, ...]) -> tuple[Init, ...]:
     assert init.members is not None
-    if not shape or shape[0] != len(init.members):
+    if len(shape) <= init.model_axis or shape[init.model_axis] != len(init.members):
         raise GraphError(f"a stacked init of {len(init.members)} models cannot fill shape "
                          f"{shape}")
     return init.members

@@ -2,8 +2,8 @@
 leaves it to run alone, without losing what it learned.
 
 A stack (:mod:`engine.compile.stack`) keeps model k's parameters in slice k of each
-stacked parameter (``[K, ...]``; a weight fed by shared data ``[K, out, in]``, its
-slice the member's ``[in, out]`` matrix transposed), and the optimizer's state slots
+stacked parameter (``[K, ...]``; a weight fed by shared data ``[in, K, out]``, its
+slice ``[:, k]``), and the optimizer's state slots
 mirror the parameter region element for element.  :func:`move_member` copies model
 ``k`` of one VM into model ``j`` of another (``None``: a VM that runs one unstacked
 model): every parameter and every state slot of the base optimizer (Adam's moments,
@@ -92,15 +92,15 @@ def move_member(src: Any, k: int | None, dst: Any, j: int | None) -> None:
 def _member_view(vm: Any, prog: Program, ps: Any, k: int | None, zone: str,
                  base: int) -> Any:
     """Model ``k``'s values of parameter ``ps`` (or of its state slot at ``base`` in the
-    optimizer zone) as the member's own shape: a view, transposed where stored so."""
+    optimizer zone) as the member's own shape: a view (strided where the models are
+    not the parameter's first axis)."""
     spec = prog.buffers[ps.buffer]
     shape = spec.desc.shape
     whole = vm.heap.view(zone, base + spec.offset, spec.desc.nbytes(), vm.xp.dtype(spec.dtype),
                          shape)
     if k is None or ps.init.method != "stacked":
         return whole
-    part = whole[k]
-    return part.T if ps.init.transposed else part
+    return ps.init.member(whole, k)
 
 
 def member_losses(program: Program, path: str = "train") -> str | None:

@@ -55,7 +55,9 @@ class Optimizer:
     def slot_values(self, region: Any) -> tuple[Any, ...]:
         """What each state slot starts from: a float, or an array of the parameter
         region's length.  ``region`` lists the region's parameters as
-        ``(offset in elements, element count)``, in order."""
+        ``(offset in elements, element count)``, in order (a stack's parameters whose
+        models alternate add the elements of each model's run, see
+        :meth:`PerModelLR.rate_runs`)."""
         return self.state_init()
 
     def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
@@ -375,7 +377,7 @@ class PerModelLR(Optimizer):
         import numpy as np
 
         runs = self.rate_runs(region)
-        rates = np.zeros(max((o + n for o, n in region), default=0), dtype=np.float64)
+        rates = np.zeros(max((e[0] + e[1] for e in region), default=0), dtype=np.float64)
         for first, count, lr in runs:
             rates[first : first + count] = lr
         return (*self.base.slot_values(region), rates)
@@ -383,14 +385,24 @@ class PerModelLR(Optimizer):
     def rate_runs(self, region: Any) -> list[tuple[int, int, float]]:
         """The rates slot as runs ``(first element, count, rate)``, model k's slice of
         each parameter taking ``lrs[k]``: what :meth:`slot_values` spreads into an array
-        of the whole region, for a writer that fills the slot in place."""
+        of the whole region, for a writer that fills the slot in place.  A region entry
+        ``(offset, count, inner)`` is a parameter whose models alternate every ``inner``
+        elements (``[in, K, out]``: ``inner = out``); ``(offset, count)``, one whose models
+        are its first axis.
+
+        >>> PerModelLR(base=SGD(), lrs=(0.1, 0.2)).rate_runs([(0, 8, 2)])
+        [(0, 2, 0.1), (2, 2, 0.2), (4, 2, 0.1), (6, 2, 0.2)]
+        """
         k = len(self.lrs)
         runs: list[tuple[int, int, float]] = []
-        for offset, count in region:
-            if count % k:
-                raise ValueError(f"a parameter of {count} elements is not a stack of {k}")
-            size = count // k
-            runs.extend((offset + j * size, size, float(lr)) for j, lr in enumerate(self.lrs))
+        for offset, count, *rest in region:
+            inner = rest[0] if rest else count // k
+            if count % k or not inner or count % (k * inner):
+                raise ValueError(f"a parameter of {count} elements is not a stack of {k}"
+                                 + (f" in runs of {inner}" if rest else ""))
+            for first in range(offset, offset + count, k * inner):
+                runs.extend((first + j * inner, inner, float(lr))
+                            for j, lr in enumerate(self.lrs))
         return runs
 
     def to_dict(self) -> dict[str, Any]:

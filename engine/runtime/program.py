@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.alignment import align_up
+from engine.errors import EngineError
 from engine.graph import DType, Init, Regularization, TensorDesc
 from engine.runtime.optim import Optimizer, optimizer_from_dict
 
@@ -218,4 +219,9 @@ def _init(d: dict[str, Any]) -> Init:
         d = {**d, "values": tuple(d["values"])}
     if d.get("members") is not None:
         d = {**d, "members": tuple(_init(m) for m in d["members"])}
+    if "transposed" in d:  # written before stacks kept shared data's weights [in, K, out]
+        d = dict(d)
+        if d.pop("transposed"):
+            raise EngineError("this program's stack stores a weight as [K, out, in], a "
+                              "layout this version no longer reads: compile the stack again")
     return Init(**d)

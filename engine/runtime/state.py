@@ -21,6 +21,7 @@ program, so a worker that dies does not lose a paused trial.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -150,7 +151,7 @@ def write_initial(program: Program, seed: int, forward: Any, optimizer: Any,
     The one writer of initial states, :func:`initial_state`'s and
     :meth:`VM.initialize`'s: host memory it takes is bounded by a constant
     (:data:`~engine.runtime.initializers.CHUNK` values), not by the model, but for a
-    transposed stacked parameter on a device (one model's slice, see
+    stacked parameter that interleaves its models, on a device (staged whole, see
     :func:`~engine.runtime.initializers.put_initial`)."""
     if host is None:
         host = isinstance(forward, np.ndarray)
@@ -167,9 +168,9 @@ def write_initial(program: Program, seed: int, forward: Any, optimizer: Any,
     if opt is None or not region:
         return
     dt = region_dtype(program) or np.dtype(np.float32)
-    layout = [(program.buffers[ps.buffer].offset // dt.itemsize,
-               program.buffers[ps.buffer].desc.numel()) for ps in program.params
-              if ps.grad is not None]
+    layout = [(spec.offset // dt.itemsize, spec.desc.numel(), *_model_runs(ps.init, spec.shape))
+              for ps in program.params if ps.grad is not None
+              for spec in (program.buffers[ps.buffer],)]
     for off, value in zip(program.state_offsets, _slot_values(opt, layout), strict=True):
         slot = optimizer[off : off + region].view(dt)
         if isinstance(value, list):  # runs (first, count, value) over a zeroed slot
@@ -201,7 +202,15 @@ def _putter(backend: Backend, place: Any, itemsize: int) -> Callable[[int, np.nd
     return put
 
 
-def _slot_values(opt: Optimizer, layout: list[tuple[int, int]]) -> tuple[Any, ...]:
+def _model_runs(init: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``(inner,)`` for a stacked parameter whose models alternate every ``inner``
+    elements (its model axis is not the first), else nothing."""
+    if init.method != "stacked" or not init.model_axis:
+        return ()
+    return (math.prod(shape[init.model_axis + 1 :]),)
+
+
+def _slot_values(opt: Optimizer, layout: list[tuple[int, ...]]) -> tuple[Any, ...]:
     """:meth:`Optimizer.slot_values`, with :class:`PerModelLR`'s rates as runs
     (:meth:`PerModelLR.rate_runs`) rather than the float64 array of the whole region."""
     if not isinstance(opt, PerModelLR):

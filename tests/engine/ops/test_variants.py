@@ -101,6 +101,28 @@ def _stacked(name: str) -> tuple[CalcGraph, dict[str, np.ndarray], list[str]]:
         ["out", "out2", "out3", "w1", "b1", "w2", "w3"]
 
 
+def _interleaved(name: str) -> tuple[CalcGraph, dict[str, np.ndarray], list[str]]:
+    """Three models, shared data (two thirds zeros, one row all zeros) into a weight
+    [in, K, out] (model_axis=1: the layout that offers the sparse form), then a
+    stacked head."""
+    k = 3
+    g = CalcGraph()
+    x = g.placeholder("x", (0, 7))
+    y = g.placeholder("y", (0,), dtype="int64")
+    w1 = g.parameter("w1", (7, k, 5), init=Init.xavier_uniform())
+    b1 = g.parameter("b1", (k, 5), init=Init.uniform(-0.5, 0.5))
+    w2 = g.parameter("w2", (k, 5, 3), init=Init.xavier_uniform())
+    p = g.path("train", Mode.BACKWARD_ENABLED)
+    h = p.Tanh(p.StackedGemm(x, w1, b1, model_axis=1, algorithm=name, outputs=["out"]))
+    s = p.StackedGemm(h, w2, outputs=["out2"])
+    losses, _ = p.StackedSoftmaxCrossEntropyLoss(s, y, outputs=["losses", "log_prob"])
+    p.set_loss(p.ReduceSum(losses, keepdims=0))
+    data = _data((6, 7)).astype(np.float32)
+    data[np.arange(42).reshape(6, 7) % 3 != 0] = 0.0
+    data[2] = 0.0
+    return g, {"x": data}, ["out", "out2", "w1", "b1", "w2"]
+
+
 CASES: dict[str, Case] = {
     "Conv": _conv,
     "Gemm": _gemm,
@@ -108,6 +130,7 @@ CASES: dict[str, Case] = {
     "MaxPool:padded": _pool("MaxPool"),  # overlapping windows: not the 2x2 kernel's
     "AveragePool": _pool("AveragePool"),
     "StackedGemm": _stacked,
+    "StackedGemm:interleaved": _interleaved,  # shared data into [in, K, out]
 }
 # gradient ops whose variants their forward op's case runs (a group names them)
 COVERED_BY: dict[str, str] = {"StackedGemmGradInput": "StackedGemm",
@@ -147,7 +170,9 @@ def run_case(case: Case, name: str, device: str = "cpu") -> tuple[dict[str, np.n
 
 
 # a case's variants where not all of its op's apply to it
-CASE_VARIANTS: dict[str, list[str]] = {"MaxPool:padded": ["views", "copies"]}
+CASE_VARIANTS: dict[str, list[str]] = {"MaxPool:padded": ["views", "copies"],
+                                       "StackedGemm": ["blas", "batched"],
+                                       "StackedGemm:interleaved": ["blas", "sparse"]}
 
 
 def leaves(case: str) -> list[str]:

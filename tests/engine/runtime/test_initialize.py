@@ -32,6 +32,7 @@ from engine.runtime.arena import Arena
 from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
 from engine.runtime.initializers import fans, fill_initial, initial_values, put_initial
+from engine.runtime.optim import PerModelLR
 from engine.runtime.program import Program
 from engine.runtime.state import ModelState, initial_state, region_dtype, write_initial
 from engine.runtime.zones import ZONES
@@ -42,12 +43,11 @@ def reference_values(init: Init, shape: tuple[int, ...], dtype: Any,
                      rng: np.random.Generator) -> np.ndarray:
     if init.method == "stacked":
         assert init.members is not None
-        if not shape or shape[0] != len(init.members):
+        a = init.model_axis
+        if len(shape) <= a or shape[a] != len(init.members):
             raise GraphError("stacked shape")
-        if init.transposed:
-            return np.stack([reference_values(m, shape[:0:-1], dtype, rng).T
-                             for m in init.members])
-        return np.stack([reference_values(m, shape[1:], dtype, rng) for m in init.members])
+        own = shape[:a] + shape[a + 1:]
+        return np.stack([reference_values(m, own, dtype, rng) for m in init.members], axis=a)
     fan_in, fan_out = fans(shape)
     fan_in = init.fan_in or fan_in
     fan_out = init.fan_out or fan_out
@@ -101,7 +101,19 @@ def reference_state(program: Program, seed: int) -> ModelState:
         layout = [(program.buffers[ps.buffer].offset // dt.itemsize,
                    program.buffers[ps.buffer].desc.numel()) for ps in program.params
                   if ps.grad is not None]
-        for off, value in zip(program.state_offsets, opt.slot_values(layout), strict=True):
+        values = opt.slot_values(layout)
+        if isinstance(opt, PerModelLR):  # the rates, model k's along each model axis
+            rates = np.zeros(region // dt.itemsize, dtype=np.float64)
+            for ps in program.params:
+                if ps.grad is None:
+                    continue
+                spec = program.buffers[ps.buffer]
+                whole = rates[spec.offset // dt.itemsize:][: spec.desc.numel()]
+                whole = whole.reshape(spec.shape)
+                for k, lr in enumerate(opt.lrs):
+                    whole[(slice(None),) * ps.init.model_axis + (k,)] = lr
+            values = (*values[:-1], rates)
+        for off, value in zip(program.state_offsets, values, strict=True):
             slot = st.optimizer[off : off + region].view(dt)
             if isinstance(value, np.ndarray):
                 slot[: len(value)] = value
@@ -167,14 +179,18 @@ def test_chunked_draws_equal_one_draw(shape: tuple[int, ...], chunk: int,
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 1 << 16])
-@pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("shape", [(3, 4, 5), (3, 2, 3, 2, 2), (3, 6)], ids=str)
-def test_stacked_members_chunked(shape: tuple[int, ...], transposed: bool, chunk: int,
+@pytest.mark.parametrize("model_axis", [0, 1])
+@pytest.mark.parametrize("own", [(4, 5), (2, 3, 2, 2), (6,)], ids=str)
+def test_stacked_members_chunked(own: tuple[int, ...], model_axis: int, chunk: int,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(initializers, "CHUNK", chunk)
+    shape = (*own[:model_axis], 3, *own[model_axis:])  # three models along model_axis
     members = [Init.he_uniform(), Init.normal(0.0, 2.0), Init.xavier_normal()]
-    inits = [Init.stacked(members, transposed), Init.stacked(INITS[:3], transposed)]
+    inits = [Init.stacked(members, model_axis), Init.stacked(INITS[:3], model_axis)]
     for init in inits:
+        for k, member in enumerate(init.members or ()):  # each slice drawn as the model
+            alone = reference_values(member, own, np.float32, np.random.default_rng(1))
+            assert init.member(np.zeros(shape), k).shape == alone.shape
         want = reference_values(init, shape, np.float32, np.random.default_rng(1))
         got = np.full(shape, np.nan, np.float32)
         fill_initial(init, got, np.random.default_rng(1))
