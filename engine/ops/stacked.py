@@ -312,20 +312,23 @@ def _sparse_kernels(k: KernelArgs) -> Any | None:
     return ks
 
 
+def _over_rows(serial: Any, parallel: Any, rows: int, *args: Any) -> Step:
+    """``serial(*args, 0, rows)``, or ``parallel(*args, parts)``: the rows split over
+    numba's threads where :func:`engine.ops.jit.parallel_threads` allows."""
+    parts = min(jit.parallel_threads(), rows)
+    if parts > 1:
+        return lambda: parallel(*args, parts)
+    return lambda: serial(*args, 0, rows)
+
+
 def _sgemm_sparse(k: KernelArgs) -> Step:
     """Y [b, K*out] = A @ W [in, K*out], each row of A's nonzeros only."""
     ks = _sparse_kernels(k)
     if ks is None:
         return _sgemm(k)
     a, w, y = k.ins[0], k.ins[1], k.outs[0]
-    w2, y2 = w.reshape(w.shape[0], -1), y.reshape(y.shape[0], -1)
-    parts = min(jit.parallel_threads(), a.shape[0])
-    if parts > 1:
-        run_par = ks.sparse_rows_product_parallel
-        prods: Step = lambda: run_par(a, w2, y2, parts)  # noqa: E731
-    else:
-        run, rows = ks.sparse_rows_product, a.shape[0]
-        prods = lambda: run(a, w2, y2, 0, rows)  # noqa: E731
+    prods = _over_rows(ks.sparse_rows_product, ks.sparse_rows_product_parallel, a.shape[0],
+                       a, w.reshape(w.shape[0], -1), y.reshape(y.shape[0], -1))
     return _with_bias(k.xp, prods, y, k.ins)
 
 
@@ -335,13 +338,8 @@ def _grad_weight_sparse(k: KernelArgs) -> Step:
     if ks is None:
         return _grad_weight(k)
     a, dy, dw = k.ins[0], k.ins[1], k.outs[0]
-    dy2, dw2 = dy.reshape(dy.shape[0], -1), dw.reshape(dw.shape[0], -1)
-    parts = min(jit.parallel_threads(), dw.shape[0])
-    if parts > 1:
-        run_par = ks.sparse_rows_weight_grad_parallel
-        return lambda: run_par(a, dy2, dw2, parts)
-    run, rows = ks.sparse_rows_weight_grad, dw.shape[0]
-    return lambda: run(a, dy2, dw2, 0, rows)
+    return _over_rows(ks.sparse_rows_weight_grad, ks.sparse_rows_weight_grad_parallel,
+                      dw.shape[0], a, dy.reshape(dy.shape[0], -1), dw.reshape(dw.shape[0], -1))
 
 
 STACKED_FORM = "stacked form"  # a stacked layer's products choose their form together
