@@ -150,7 +150,10 @@ class Dashboard:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "explore.cli", "dashboard", *args, "--port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # as a terminal starts it: a test run launched in the background (`cmd &`
+            # from a script) ignores SIGINT, and the child would inherit that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
