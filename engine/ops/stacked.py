@@ -18,7 +18,7 @@ model axis (one call: faster for small layers, 1.5-2x slower for some larger one
 ``sparse`` (shared data, ``[in, K, out]`` weights) skips the data's zeros: each
 nonzero ``A[i, p]`` adds ``A[i, p]`` times row ``p`` of ``[in, K*out]`` to row ``i`` of
 ``Y``, compiled (:mod:`engine.ops._jit_kernels`), on every core when BLAS runs on one
-(:func:`engine.ops.jit.parallel_ok`).  A layer's product and its two gradients are one
+(:func:`engine.ops.jit.parallel_threads`).  A layer's product and its two gradients are one
 group: they choose their form together.
 """
 
@@ -98,10 +98,9 @@ def _members(x: Any, models: int) -> list[Any]:
     return [x] * models if x.ndim == 2 else [x[:, i, :] for i in range(models)]
 
 
-def _weights(w: Any, trans: Any, model_axis: Any = 0) -> list[Any]:
-    """Per-model 2-D views ``[in, out]`` of a stacked weight (``[out, in]`` if ``trans``)."""
-    if model_axis:
-        return [w[:, i, :].T if trans else w[:, i, :] for i in range(w.shape[1])]
+def _weights(w: Any, trans: Any) -> list[Any]:
+    """Per-model 2-D views ``[in, out]`` of a ``[K, ...]`` weight (``[out, in]`` if
+    ``trans``)."""
     return [w[i].T if trans else w[i] for i in range(w.shape[0])]
 
 
