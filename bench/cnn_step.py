@@ -11,7 +11,8 @@ time goes), and the step and workspace with each of Conv's forward algorithms (i
 is the default), each algorithm a side of its own.  ``--device gpu`` runs the engine
 (cupy) and PyTorch (CUDA) on the GPU, both copying the batch from host memory at each
 step, the device synchronised before each sample's clock stops; the per-instruction
-breakdown is then left out (a kernel's launch is not its time).
+breakdown then times each instruction's repeats up to a synchronisation, so it counts
+the kernels' run as well as their launch.
 
     python bench/cnn_step.py --json
 
@@ -146,7 +147,7 @@ def child(side: str, samples: int, steps: int, device: str = "cpu") -> None:
     timed(step, 5)  # warm up
     ms = [timed(step, steps) for _ in range(samples)]
     if side == "engine":
-        extra["ms_by_op"] = op_breakdown(vm, steps) if device == "cpu" else {}
+        extra["ms_by_op"] = op_breakdown(vm, steps)
     emit({"ms_step": statistics.median(ms), "samples_ms": ms, **extra})
 
 

@@ -4,8 +4,12 @@ besides its heap, and does a step allocate anything?
 
 Each architecture of ``bench/_gpu_cases.py`` (MLPs, the MNIST CNN, stacks of 8 MLPs,
 traced ``engine.nn`` models, the onnx package's light models at two batch sizes) runs
-in its own fresh process, which reads the device's used memory (NVML, device-wide; the
-driver's free memory, ``cudaMemGetInfo``, beside it) at each stage:
+in its own fresh process, which reads its own device memory at each stage: the bytes
+the driver's management library (NVML) lists for this process, where it lists
+processes (``memory_source`` "nvml_process": then cases may run side by side,
+``--jobs``, since no case counts another's memory), else the device's used memory
+(NVML device-wide, "nvml"; the driver's free memory, ``cudaMemGetInfo``, beside it),
+which holds only while one case runs at a time:
 
 1. before any CUDA call (``used_before``);
 2. after the CUDA context and a cuBLAS handle (``used_context``);
@@ -31,6 +35,7 @@ constant, ``max_abs_residual_over_heap``, every residual, the device's name.
 GPU-only fields are null).
 
     python bench/gpu_memory.py --json                      # on a GPU machine
+    python bench/gpu_memory.py --json --jobs 4             # cases side by side
     python bench/gpu_memory.py --json --families onnx --constant 123456789
     python bench/gpu_memory.py --json --device cpu --smoke
 """
@@ -44,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,13 +72,16 @@ def rss_bytes() -> int:
 
 
 class Probe:
-    """Reads used memory: the GPU's through NVML (no CUDA context needed, so it can
-    read before one exists), else this process's resident set."""
+    """Reads used memory: on the GPU this process's own device memory as NVML lists it
+    (0 before this process made a CUDA context), else the device's used memory through
+    NVML (no CUDA context needed, so it can read before one exists); on the CPU this
+    process's resident set."""
 
     def __init__(self, device: str) -> None:
         self.device = device
         self.nvml: Any = None
         self.cupy: Any = None
+        self.per_process: bool | None = None  # unknown until a context exists
         if device == "gpu":
             try:
                 import pynvml
@@ -83,9 +92,26 @@ class Probe:
             except Exception:  # no NVML: the driver's free memory only, after the context
                 self.nvml = None
 
+    def own(self) -> int | None:
+        """This process's device memory as NVML lists it; None where it is not listed
+        (no NVML, or a container whose process ids are not the host's)."""
+        if self.nvml is None:
+            return None
+        try:
+            listed = self._pynvml.nvmlDeviceGetComputeRunningProcesses(self.nvml)
+        except Exception:  # NVML's errors are many classes; any means "cannot say"
+            return None
+        for p in listed:
+            used = getattr(p, "usedGpuMemory", None)
+            if getattr(p, "pid", None) == os.getpid() and used is not None:
+                return int(used)
+        return None
+
     def used(self) -> int | None:
         if self.device != "gpu":
             return rss_bytes()
+        if self.per_process:
+            return self.own() or 0
         if self.nvml is not None:
             return int(self._pynvml.nvmlDeviceGetMemoryInfo(self.nvml).used)
         if self.cupy is not None:  # total - free, only once a context exists
@@ -155,6 +181,8 @@ def child(case: str, device: str, steps: int, max_seconds: float) -> dict[str, A
         cupy.cuda.Device(0).use()
         cupy.cuda.device.get_cublas_handle()
         probe.sync()
+        if probe.own() is not None:  # listed: count this process alone, from zero
+            probe.per_process, used_before = True, 0
     else:
         import numpy as np
 
@@ -195,7 +223,8 @@ def child(case: str, device: str, steps: int, max_seconds: float) -> dict[str, A
     return {
         "case": case, "family": family(case), "device": device,
         "device_name": device_name(probe),
-        "memory_source": ("nvml" if probe.nvml is not None else "memgetinfo")
+        "memory_source": ("nvml_process" if probe.per_process else "nvml"
+                          if probe.nvml is not None else "memgetinfo")
         if device == "gpu" else "rss",
         "batch": program.batch_size, "planned": program.total_bytes,
         "zones": program.zone_bytes, "heap_allocated": vm.allocated_bytes,
@@ -266,6 +295,9 @@ def main() -> None:
                     help="start no case after this many seconds (listed in skipped)")
     ap.add_argument("--constant", type=int, default=None,
                     help="judge residuals against this per-process constant (bytes)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="cases run side by side (each counts its own memory where the "
+                         "driver lists processes)")
     ap.add_argument("--log", action="store_true", help="each case's answer on stderr")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -276,28 +308,39 @@ def main() -> None:
     pool = SMOKE if args.smoke else CASES
     names = [c for c in pool if (not args.families or family(c) in args.families.split(","))
              and (not args.cases or c in args.cases.split(","))]
-    cases, failed, skipped = [], [], []
     t0 = time.monotonic()
-    for name in names:
+
+    def measure(name: str) -> tuple[str, dict[str, Any]]:
         if args.budget_s and time.monotonic() - t0 > args.budget_s:
-            skipped.append(name)
-            continue
+            return "skipped", {}
         try:
             got = run_side(__file__, ["--case", name, "--device", args.device,
                                       "--steps", str(steps), "--max-seconds",
                                       str(args.max_seconds)], timeout=args.timeout)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            failed.append({"case": name, "error": str(e)[-1500:]})
             print(f"  {name}: FAILED {str(e)[-300:]}", file=sys.stderr, flush=True)
-            continue
-        cases.append(got)
+            return "failed", {"case": name, "error": str(e)[-1500:]}
         if args.log:
             print(f"  {name}: {got}", file=sys.stderr, flush=True)
+        return "ok", got
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as ex:  # answers kept in the cases' order
+        answers = list(ex.map(measure, names))
+    cases = [got for kind, got in answers if kind == "ok"]
+    failed = [got for kind, got in answers if kind == "failed"]
+    skipped = [n for n, (kind, _) in zip(names, answers, strict=True) if kind == "skipped"]
+    # A device-wide reading counts every process on the device: side by side, the cases
+    # would count one another's memory, so such a run says that it is not isolated.
+    shared = args.jobs > 1 and any(c["memory_source"] in ("nvml", "memgetinfo")
+                                   for c in cases)
     out = {"device": args.device,
            "device_name": cases[0]["device_name"] if cases else None,
            "smoke": args.smoke, "steps": steps, **summarize(cases, args.constant),
-           "cases": cases, "failed": failed, "skipped": skipped,
-           "isolation": "each case in a fresh process, one after another"}
+           "cases": cases, "failed": failed, "skipped": skipped, "jobs": args.jobs,
+           "isolation": "each case in a fresh process, " + (
+               "one after another" if args.jobs <= 1 else
+               f"{args.jobs} side by side, each counting its own memory" if not shared else
+               f"{args.jobs} side by side on device-wide readings: NOT isolated")}
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
 
 

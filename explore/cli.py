@@ -287,7 +287,9 @@ def _summary(study: Any, run: dict[str, Any] | None) -> None:
     out.print(f"fixed: scheduler {_mb(run.get('main', 0))}, resource tracker "
               f"{_mb(run.get('tracker', 0))}, workers "
               f"{', '.join(_mb(o) for o in run.get('overheads', []))}, data "
-              f"{_mb(run.get('data', 0))}; measured peak = the run's processes' PSS",
+              f"{_mb(run.get('data', 0))}; measured peak = " + (
+                  "the device memory the driver lists for the run's processes"
+                  if run.get("device") == "gpu" else "the run's processes' PSS"),
               highlight=False)
     for note in run.get("notes", []):
         out.print(f"note: {note}", highlight=False)

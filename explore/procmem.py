@@ -68,6 +68,33 @@ def gpu_bytes(pid: int | None = None) -> int | None:
     return None
 
 
+def gpu_processes() -> dict[int, int] | None:
+    """The device memory of every process the driver lists, on every GPU of this
+    machine, summed per process: ``{pid: bytes}``.  Asks NVML only, so the process that
+    asks makes no CUDA context and holds no device memory for asking.  None where NVML
+    (``nvidia-ml-py``) is missing or fails; a process it does not list (in a container
+    whose process ids are not the host's) is absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    out: dict[int, int] = {}
+    try:
+        pynvml.nvmlInit()
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    used = getattr(p, "usedGpuMemory", None)
+                    if used is not None:
+                        out[int(p.pid)] = out.get(int(p.pid), 0) + int(used)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML's errors are many classes; any means "cannot say"
+        return None
+    return out
+
+
 def children(pid: int | str = "self") -> list[int]:
     """Every descendant of ``pid`` (children, their children, ...) now alive."""
     root = os.getpid() if pid == "self" else int(pid)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22's GPU session, run ON the GPU machine from the repository's root:
+# The GPU session (issues 22 and 37), run ON the GPU machine from the repository's root:
 #
 #   bash tools/gpu_session.sh STEP...      (no STEP: every step, in the order below)
 #
@@ -7,8 +7,17 @@
 # next one runs; each is bounded by its own time limit so that a call of the device
 # tool, 10 minutes at most, can hold the ones it names):
 #   tests        the tests that need a GPU (pytest -m gpu over the files marked gpu),
-#                junit XML in tests.xml                                     (<= 270 s)
+#                junit XML in tests.xml, the log in tests.log                (<= 270 s)
+#   explore      tools/gpu_explore.sh: whole `explore run --device gpu` searches (refused,
+#                fewer workers, 2 workers, stacked, a worker killed), explore.log, and
+#                every process's device memory as the driver saw it, nvsmi.csv (<= 300 s)
 #   memory       bench/gpu_memory.py, all but the onnx models: gpu_memory.json (<= 290 s)
+#   memory_all   bench/gpu_memory.py, every case (onnx too), 4 side by side, each
+#                counting its own device memory: gpu_memory.json             (<= 230 s)
+#   first        tests, explore and memory_all side by side (none times anything, and
+#                each process counts its own memory), then parallel (one run a side) and
+#                cnn_step (--quick, one process a side): a first lease's whole look, in
+#                about 7 minutes
 #   memory_onnx  bench/gpu_memory.py, the onnx light models, residuals judged by the
 #                constant of gpu_memory.json when there is one: gpu_memory_onnx.json
 #                                                                            (<= 290 s)
@@ -72,16 +81,17 @@ PY
 }
 
 # run NAME LIMIT JSON CMD...: CMD's stdout to $OUT/JSON (or the log if JSON is -), its
-# stderr to the log; SIGINT at the limit (pytest then still writes its report).
+# stderr to the log ($STEP_LOG where set: steps run side by side keep logs of their own);
+# SIGINT at the limit (pytest then still writes its report).
 run() {
-    local name=$1 limit=${GPU_STEP_TIMEOUT:-$2} json=$3
+    local name=$1 limit=${GPU_STEP_TIMEOUT:-$2} json=$3 out=${STEP_LOG:-$LOG}
     shift 3
     log "step $name: $* (limit ${limit}s)"
     local t0=$SECONDS rc
     if [ "$json" = - ]; then
-        timeout -s INT -k 20 "$limit" "$@" >>"$LOG" 2>&1
+        timeout -s INT -k 20 "$limit" "$@" >>"$out" 2>&1
     else
-        timeout -s INT -k 20 "$limit" "$@" >"$OUT/$json" 2>>"$LOG"
+        timeout -s INT -k 20 "$limit" "$@" >"$OUT/$json" 2>>"$out"
     fi
     rc=$?
     log "step $name: exit $rc after $((SECONDS - t0))s"
@@ -111,13 +121,27 @@ step() {
     case $1 in
     tests)
         local xdist=() timeout_opt=()
-        python3 -c 'import xdist' 2>/dev/null && xdist=(-n 4)
+        python3 -c 'import xdist' 2>/dev/null && xdist=(-n 6)
         python3 -c 'import pytest_timeout' 2>/dev/null && timeout_opt=(--timeout=240)
         # no -x: one session should show every failure, not the first
         # shellcheck disable=SC2046
-        run tests 270 - python3 -m pytest -m gpu -q -p no:cacheprovider "${xdist[@]}" \
-            "${timeout_opt[@]}" -rfEs --junitxml="$OUT/tests.xml" $(gpu_test_files)
+        STEP_LOG="$OUT/tests.log" run tests "${TESTS_LIMIT:-270}" - python3 -m pytest -m gpu \
+            -q -p no:cacheprovider "${xdist[@]}" "${timeout_opt[@]}" -rfEs \
+            --junitxml="$OUT/tests.xml" $(gpu_test_files)
         [ -s "$OUT/tests.xml" ] && cp "$OUT/tests.xml" "$LAST/"
+        ;;
+    explore)
+        STEP_LOG="$OUT/explore.log" run explore "${EXPLORE_LIMIT:-300}" - bash tools/gpu_explore.sh ;;
+    memory_all)
+        run memory_all "${MEMORY_LIMIT:-230}" gpu_memory.json python3 bench/gpu_memory.py --json --log \
+            --jobs 4 --steps 300 --max-seconds 4 --timeout 150 --budget-s "${MEMORY_BUDGET_S:-160}" ;;
+    first)
+        TESTS_LIMIT=200 step tests &
+        EXPLORE_LIMIT=200 step explore &
+        MEMORY_LIMIT=200 MEMORY_BUDGET_S=130 step memory_all &
+        wait
+        PARALLEL_LIMIT=150 PARALLEL_SECONDS=4 REPEATS=1 PARALLEL_BUDGET_S=1 step parallel
+        CNN_LIMIT=60 CNN_QUICK=1 REPEATS=1 step cnn_step
         ;;
     memory)
         run memory 290 gpu_memory.json python3 bench/gpu_memory.py --json --log \
@@ -130,14 +154,15 @@ step() {
     parallel)
         local constant=()
         read -ra constant <<<"$(constant_args)"
-        run parallel 290 gpu_parallel.json python3 bench/gpu_parallel.py --json \
-            --budget 5GB --seconds 8 --repeats 5 --budget-s 200 "${constant[@]}" ;;
+        run parallel "${PARALLEL_LIMIT:-290}" gpu_parallel.json python3 bench/gpu_parallel.py \
+            --json --budget 5GB --seconds "${PARALLEL_SECONDS:-8}" \
+            --repeats "${REPEATS:-5}" --budget-s "${PARALLEL_BUDGET_S:-200}" "${constant[@]}" ;;
     paper_mlp)
-        run paper_mlp 280 paper_mlp.json python3 bench/paper_mlp.py --json --device gpu \
-            --repeats 5 --log ;;
+        run paper_mlp "${PAPER_LIMIT:-280}" paper_mlp.json python3 bench/paper_mlp.py --json \
+            --device gpu --repeats "${REPEATS:-5}" --log ;;
     cnn_step)
-        run cnn_step 200 cnn_step.json python3 bench/cnn_step.py --json --device gpu \
-            --repeats 5 --log ;;
+        run cnn_step "${CNN_LIMIT:-200}" cnn_step.json python3 bench/cnn_step.py --json \
+            --device gpu --repeats "${REPEATS:-5}" ${CNN_QUICK:+--quick} --log ;;
     switching)
         run switching 100 switching.json python3 bench/switching.py --json --device gpu ;;
     speed)
@@ -149,7 +174,7 @@ step() {
         run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
             --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests memory memory_onnx parallel paper_mlp cnn_step switching speed multi_model)" ;;
+        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model first)" ;;
     esac
 }
 

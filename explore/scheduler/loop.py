@@ -125,7 +125,7 @@ class Scheduler:
         self.trials_per_worker = max(1, trials_per_worker if trials_per_worker is not None
                                      else space.budget.trials_per_worker)
         self.stats = RunStats(memory * len(self.devices), devices=self.devices,
-                              storage=self.live.storage_time)
+                              device=device, storage=self.live.storage_time)
         self.progress = progress or (lambda s: None)
         # The run's data: loaded into shared memory by the caller (load_shared), or given
         # as arrays and copied there.  The scheduler owns it from here and frees it in stop().
@@ -160,8 +160,8 @@ class Scheduler:
         self._masked: list[tuple[Worker, Stack]] = []
         self.in_flight: int | None = None  # lockstep: the trial the worker is running
         self.remaining = 0
-        self.memory = MemorySampler(self.stats, enabled=device == "cpu",
-                                    this_process=main is None, baseline=baseline)
+        self.memory = MemorySampler(self.stats, this_process=main is None,
+                                    baseline=baseline, device=device)
         self.t0 = time.time()
 
     # -- workers -------------------------------------------------------------------------

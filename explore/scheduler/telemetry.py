@@ -4,6 +4,7 @@ whole process tree as the operating system counts it."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -13,12 +14,15 @@ if TYPE_CHECKING:
     from explore.live import StorageTime
     from explore.scheduler.placement import Worker
 
-from explore.procmem import children, pss
+from explore.procmem import children, gpu_processes, pss
 
 # The process tree's memory is read from /proc at most this often (seconds): a read is
 # ~0.2 ms per process, and the accounting is sampled after every event (5 a second per
 # worker on the paper's space); the processes' memory changes slowly.
 SAMPLE_EVERY = 0.2
+# On a GPU the driver's management library is asked instead: it lists every process
+# of every device in one call, but starting the library is slower than reading /proc.
+SAMPLE_EVERY_GPU = 1.0
 
 
 @dataclass
@@ -49,6 +53,7 @@ class RunStats:
     measured_peak: int = 0  # the process tree's PSS at its highest (procmem.tree_pss)
     notes: list[str] = field(default_factory=list)  # what the run decided and why
     devices: list[int] = field(default_factory=lambda: [0])  # budget.devices
+    device: str = "cpu"  # where trials ran: "gpu" measures device memory, not PSS
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
@@ -96,6 +101,7 @@ class RunStats:
                 "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
                 "growth": self.growth, "headroom": self.headroom,
                 "workers": len(self.overheads), "devices": self.devices,
+                "device": self.device,
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
                 "storage": self.storage.as_dict() if self.storage is not None else None,
@@ -112,12 +118,21 @@ class MemorySampler:
     ``stats.growth``: how far the processes have grown beyond the constants charged for
     them.  The workers' part of that comes from their own reports (their memory less
     the heaps they hold, measured together), so a heap given back a moment before the
-    scheduler hears of it is never taken for growth."""
+    scheduler hears of it is never taken for growth.
+
+    On a GPU (``device="gpu"``) the budget is device memory: the peak is the device
+    memory the driver lists for this process and its descendants (the workers; the
+    scheduler itself makes no CUDA context, so it holds none), and a worker's growth is
+    its device memory beyond its arena and its measured constant (a worker holds its
+    whole arena from the start, so its heaps need no report).  The scheduler's own
+    process is counted too, should it hold any.  Where the driver lists no processes,
+    nothing is measured there."""
 
     def __init__(self, stats: RunStats, enabled: bool = True, this_process: bool = True,
-                 baseline: int = 0) -> None:
+                 baseline: int = 0, device: str = "cpu") -> None:
         self.stats = stats
-        self.enabled = enabled  # on a GPU the budget is device memory, not the host's
+        self.enabled = enabled
+        self.device = device
         # Whether this process is the run's (measured), or a bigger one (a test, a
         # notebook) of which the run is charged ``stats.main`` as it said.
         self.this_process = this_process
@@ -126,11 +141,15 @@ class MemorySampler:
 
     def measure(self, workers: Iterable[Worker], now: bool = False) -> None:
         t = time.monotonic()
-        if not self.enabled or (not now and t - self._at < SAMPLE_EVERY):
+        every = SAMPLE_EVERY_GPU if self.device == "gpu" else SAMPLE_EVERY
+        if not self.enabled or (not now and t - self._at < every):
             return
         self._at = t
         s = self.stats
         ws = list(workers)
+        if self.device == "gpu":
+            self._measure_device(ws)
+            return
         pids = {w.pid for w in ws}
         main = max(0, pss() - self.baseline) if self.this_process else s.main
         others = {c: pss(c) for c in children()}
@@ -139,3 +158,16 @@ class MemorySampler:
         if s.overheads:  # started: the constants are known
             now_bytes = main + tracker + sum(w.overhead_now or w.overhead for w in ws)
             s.growth = max(s.growth, now_bytes - s.fixed)
+
+    def _measure_device(self, ws: list[Worker]) -> None:
+        listed = gpu_processes()
+        if not listed:
+            return
+        s = self.stats
+        run = {*children(), *([os.getpid()] if self.this_process else [])}
+        s.measured_peak = max(s.measured_peak,
+                              sum(v for pid, v in listed.items() if pid in run))
+        if s.overheads and all(w.arena for w in ws):  # started, each arena open
+            grown = sum(listed.get(w.pid, w.overhead + w.arena) - w.arena - w.overhead
+                        for w in ws)
+            s.growth = max(s.growth, grown)

@@ -76,3 +76,57 @@ def test_without_nvml_the_device_wide_figure(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
     assert gpu_bytes() is None
     assert device_overhead("gpu") == 3 * GIB
+
+
+def fake_nvml_devices(monkeypatch: pytest.MonkeyPatch,
+                      devices: list[list[tuple[int, int | None]]]) -> None:
+    """pynvml alone (no cupy: the scheduler makes no CUDA context), listing
+    ``devices[i]`` (pid, bytes) on GPU i."""
+    nvml = types.ModuleType("pynvml")
+    nvml.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    nvml.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetCount = lambda: len(devices)  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda i: [  # type: ignore[attr-defined]
+        types.SimpleNamespace(pid=pid, usedGpuMemory=b) for pid, b in devices[i]]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+
+
+def test_gpu_processes_sums_each_process_over_the_devices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from explore.procmem import gpu_processes
+
+    fake_nvml_devices(monkeypatch, [[(10, GIB), (11, 2 * GIB)], [(10, 512 << 20), (12, None)]])
+    assert gpu_processes() == {10: GIB + (512 << 20), 11: 2 * GIB}
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert gpu_processes() is None
+
+
+def test_a_gpu_run_s_peak_and_growth_are_its_processes_device_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the sampler counts the device memory the driver lists for the run's
+    processes (not the host's PSS, and not another process on the device), and a
+    worker's growth is what it holds beyond its arena and its constant."""
+    from explore.scheduler import telemetry
+    from explore.scheduler.placement import Worker
+    from explore.scheduler.telemetry import MemorySampler, RunStats
+
+    a = Worker(index=0, process=None, conn=None)  # type: ignore[arg-type]
+    b = Worker(index=1, process=None, conn=None)  # type: ignore[arg-type]
+    a.pid, a.overhead, a.arena = 101, 500 << 20, GIB
+    b.pid, b.overhead, b.arena = 102, 500 << 20, GIB
+    monkeypatch.setattr(telemetry, "children", lambda: [101, 102, 103])  # 103: the tracker
+    listed = {101: (500 << 20) + GIB, 102: (500 << 20) + GIB + (6 << 20), 999: 40 * GIB}
+    monkeypatch.setattr(telemetry, "gpu_processes", lambda: dict(listed))
+    stats = RunStats(budget=4 * GIB, overheads=[a.overhead, b.overhead])
+    sampler = MemorySampler(stats, this_process=False, device="gpu")
+    sampler.measure([a, b], now=True)
+    assert stats.measured_peak == 2 * ((500 << 20) + GIB) + (6 << 20)  # not pid 999's
+    assert stats.growth == 6 << 20
+    listed[102] -= 6 << 20  # a peak and a growth are the highest seen
+    sampler.measure([a, b], now=True)
+    assert stats.measured_peak == 2 * ((500 << 20) + GIB) + (6 << 20)
+    assert stats.growth == 6 << 20
+    monkeypatch.setattr(telemetry, "gpu_processes", lambda: None)  # the driver cannot say
+    sampler.measure([a, b], now=True)
+    assert stats.measured_peak == 2 * ((500 << 20) + GIB) + (6 << 20)
