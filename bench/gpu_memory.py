@@ -20,7 +20,9 @@ which holds only while one case runs at a time:
 
 CuPy's memory pool (used and total bytes) is read at each stage too, and a memory hook
 counts the pool's allocations during the steady steps: a step that allocates nothing
-leaves ``pool_mallocs_in_steps`` at 0 and both counters unchanged (``steady``).
+leaves ``pool_mallocs_in_steps`` at 0 and both counters unchanged (``steady``).  Where
+a step does allocate, each instruction and the optimizer update run once more under
+the hook, and ``mallocs_by_op`` says which kinds of instruction did, and how much.
 
 Per case: ``planned`` (the heap), ``measured`` = used after the steps - used before the
 context, ``context_bytes`` (the CUDA context and cuBLAS handle), and
@@ -58,6 +60,9 @@ from bench._gpu_cases import CASES, SMOKE, family, feed
 from bench._sides import emit, run_side
 
 WARMUP = 3
+# The driver maps device memory in pages of 2 MiB: the finest step a reading of a
+# process's device memory can show (on the CPU, a page of the resident set).
+GRANULARITY = 2 << 20
 
 
 # -- one case, in this (fresh) process -------------------------------------------------
@@ -147,14 +152,48 @@ def malloc_counter(cupy: Any) -> Any:
         def __init__(self) -> None:
             self.mallocs = 0
             self.allocs = 0
+            self.bytes = 0
 
         def malloc_postprocess(self, **kwargs: Any) -> None:
             self.mallocs += 1
+            self.bytes += int(kwargs.get("mem_size") or kwargs.get("size") or 0)
 
         def alloc_postprocess(self, **kwargs: Any) -> None:
             self.allocs += 1
 
     return Counter()
+
+
+def mallocs_by_op(vm: Any, cupy: Any) -> dict[str, list[int]]:
+    """Where a step's pool allocations happen: each instruction of the train path
+    (forward, then backward) and the optimizer update run once more on their own under
+    a counting hook; ``{op: [mallocs, bytes]}`` summed over the instructions of each
+    kind (``forward[i]``/``backward[i]`` where the steps are not one per instruction)."""
+    prog, b = vm.program, vm._binding
+    pi = prog.path_index("train")
+    pc = prog.paths[pi]
+    parts = [("forward", pc.forward, b.forward[pi]),
+             ("backward", pc.backward, next(iter(b.backward.values()), ()))]
+    out: dict[str, list[int]] = {}
+
+    def count(label: str, f: Any) -> None:
+        counter = malloc_counter(cupy)
+        with counter:
+            f()
+            cupy.cuda.Device().synchronize()
+        if counter.mallocs:
+            got = out.setdefault(label, [0, 0])
+            got[0] += counter.mallocs
+            got[1] += counter.bytes
+
+    vm.forward("train")  # the backward steps read what the forward wrote
+    for name, instrs, steps in parts:
+        one_each = len(instrs) == len(steps)
+        for i, f in enumerate(steps):
+            count(prog.instrs[instrs[i]].op if one_each else f"{name}[{i}]", f)
+    for f in vm._flat_update:
+        count("optimizer update", f)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
 
 
 def device_name(probe: Probe) -> str:
@@ -217,6 +256,7 @@ def child(case: str, device: str, steps: int, max_seconds: float) -> dict[str, A
     def diff(a: int | None, b: int | None) -> int | None:
         return None if a is None or b is None else a - b
 
+    by_op = mallocs_by_op(vm, probe.cupy) if counter is not None and counter.mallocs else {}
     pool_used_change = diff(pool_after["used"], pool_warm["used"])
     pool_total_change = diff(pool_after["total"], pool_warm["total"])
     mallocs = counter.mallocs if counter is not None else None
@@ -242,6 +282,8 @@ def child(case: str, device: str, steps: int, max_seconds: float) -> dict[str, A
         "pool_total_change_in_steps": pool_total_change,
         "pool_mallocs_in_steps": mallocs,
         "device_allocs_in_steps": counter.allocs if counter is not None else None,
+        "pool_malloc_bytes_in_steps": counter.bytes if counter is not None else None,
+        "mallocs_by_op": by_op,
         "used_change_in_steps": diff(used_after, used_warm),
         "steady": None if counter is None else
         (pool_used_change == 0 and pool_total_change == 0 and mallocs == 0),
@@ -252,28 +294,37 @@ def child(case: str, device: str, steps: int, max_seconds: float) -> dict[str, A
 # -- the suite ------------------------------------------------------------------------
 
 
-def summarize(cases: list[dict[str, Any]], constant: int | None) -> dict[str, Any]:
+def summarize(cases: list[dict[str, Any]], constant: int | None,
+              granularity: int = GRANULARITY) -> dict[str, Any]:
     """The per-process constant (the median of measured - planned, unless given) and
-    each case's residual against it."""
+    each case's residual against it.  A case is ``within`` when its residual is under
+    1% of its heap or under the memory's ``granularity``: the driver maps device memory
+    in 2 MiB pages, so a reading moves in 2 MiB steps, and a heap smaller than a page
+    can land in one already mapped (no reading can resolve less)."""
     ok = [c for c in cases if c.get("measured") is not None]
     source = "given" if constant is not None else "median of measured - planned"
     if constant is None and ok:
         constant = int(statistics.median(c["measured"] - c["planned"] for c in ok))
     for c in cases:
         if c.get("measured") is None or constant is None:
-            c["overhead"] = c["residual"] = c["residual_over_heap"] = None
+            c["overhead"] = c["residual"] = c["residual_over_heap"] = c["within"] = None
             continue
         c["overhead"] = c["measured"] - c["planned"]
         c["residual"] = c["overhead"] - constant
         c["residual_over_heap"] = c["residual"] / c["planned"] if c["planned"] else None
+        c["within"] = abs(c["residual"]) < max(c["planned"] / 100, granularity)
     ratios = [abs(c["residual_over_heap"]) for c in ok if c["residual_over_heap"] is not None]
     contexts = [c["context_bytes"] for c in ok if c.get("context_bytes") is not None]
     steady = [c["steady"] for c in ok if c.get("steady") is not None]
+    within = [c["within"] for c in ok if c.get("within") is not None]
     return {
         "constant": constant, "constant_source": source,
         "context_bytes_median": int(statistics.median(contexts)) if contexts else None,
         "max_abs_residual_over_heap": max(ratios) if ratios else None,
         "residuals": {c["case"]: c["residual"] for c in ok},
+        "granularity": granularity,
+        "all_within": all(within) if within else None,
+        "not_within": [c["case"] for c in ok if c.get("within") is False],
         "all_steady": all(steady) if steady else None,
     }
 
@@ -335,7 +386,9 @@ def main() -> None:
                                    for c in cases)
     out = {"device": args.device,
            "device_name": cases[0]["device_name"] if cases else None,
-           "smoke": args.smoke, "steps": steps, **summarize(cases, args.constant),
+           "smoke": args.smoke, "steps": steps,
+           **summarize(cases, args.constant, GRANULARITY if args.device == "gpu"
+                       else os.sysconf("SC_PAGE_SIZE")),
            "cases": cases, "failed": failed, "skipped": skipped, "jobs": args.jobs,
            "isolation": "each case in a fresh process, " + (
                "one after another" if args.jobs <= 1 else

@@ -18,6 +18,8 @@
 #                each process counts its own memory), then parallel (one run a side) and
 #                cnn_step (--quick, one process a side): a first lease's whole look, in
 #                about 7 minutes
+#   second       first's three side by side, then cnn_step (one process a side): a
+#                lease's look after fixes, in about 3 minutes
 #   memory_onnx  bench/gpu_memory.py, the onnx light models, residuals judged by the
 #                constant of gpu_memory.json when there is one: gpu_memory_onnx.json
 #                                                                            (<= 290 s)
@@ -143,6 +145,13 @@ step() {
         PARALLEL_LIMIT=150 PARALLEL_SECONDS=4 REPEATS=1 PARALLEL_BUDGET_S=1 step parallel
         CNN_LIMIT=60 CNN_QUICK=1 REPEATS=1 step cnn_step
         ;;
+    second)  # after fixes: the same look, the speed of the CNN step, no parallel
+        TESTS_LIMIT=150 step tests &
+        EXPLORE_LIMIT=150 step explore &
+        MEMORY_LIMIT=150 MEMORY_BUDGET_S=90 step memory_all &
+        wait
+        CNN_LIMIT=70 REPEATS=1 step cnn_step
+        ;;
     memory)
         run memory 290 gpu_memory.json python3 bench/gpu_memory.py --json --log \
             --families mlp,cnn,stack,nn --timeout 120 --budget-s 200 ;;
@@ -174,7 +183,7 @@ step() {
         run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
             --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model first)" ;;
+        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model first second)" ;;
     esac
 }
 

@@ -30,6 +30,7 @@ from engine.ops._base import (
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 from engine.ops.elementwise import unbroadcast
+from engine.ops.strided_gemm import strided_matmul
 
 
 def _mm_shape(a: tuple[int, ...], b: tuple[int, ...], ta: bool, tb: bool) -> tuple[int, ...]:
@@ -69,7 +70,9 @@ def _matmul(k: KernelArgs) -> Step:
     a = _t(xp, k.ins[0], k.attrs.get("transA", 0))
     b = _t(xp, k.ins[1], k.attrs.get("transB", 0))
     y = k.outs[0]
-    return lambda: xp.matmul(a, b, out=y)
+    # On a GPU one strided cuBLAS call where the views allow (CuPy's matmul copies a
+    # transposed batched operand or a broadcast one into temporaries at every step).
+    return strided_matmul(xp, a, b, y) or (lambda: xp.matmul(a, b, out=y))
 
 
 def _g_matmul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:

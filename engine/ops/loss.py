@@ -99,6 +99,8 @@ def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = T
     unsigned = labels.view(labels.dtype.str.replace("i", "u"))
     flat = idx.reshape(-1)
     lab = labels if idx.ndim == 1 else labels.reshape(-1, 1)
+    if not is_numpy(xp):
+        return _row_index_step_device(xp, idx, labels, unsigned, classes, check)
 
     def step() -> None:
         if check and int(unsigned.max()) >= classes:
@@ -109,6 +111,53 @@ def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = T
         xp.add(idx, lab, out=idx)
 
     return step
+
+
+_ROW_INDEX = ("raw L labels, int64 C, int64 K", "I idx",
+              "idx = (I)(i * C + (long long)labels[i / K])", "calcgraph_row_index")
+
+
+def _row_index_step_device(xp: Any, idx: Any, labels: Any, unsigned: Any, classes: int,
+                           check: bool) -> Step:
+    """:func:`row_index_step` on a GPU: the positions in one kernel (CuPy's cumsum takes
+    a block-sum array from the pool at every call), and the labels' largest value
+    (unsigned) reduced into ``idx``'s first element before the kernel overwrites it,
+    so the check allocates nothing either (it still waits for the device to read it)."""
+    kernel = xp.ElementwiseKernel(*_ROW_INDEX)
+    flat = idx.reshape(-1)
+    per_row = 1 if idx.ndim == 1 else int(idx.shape[1])
+    first = flat.view(unsigned.dtype)[0]  # a 0-d view: the reduction's out
+
+    def step() -> None:
+        if check:
+            xp.max(unsigned, out=first)
+            if int(first) >= classes:
+                raise labels_out_of_range(labels, classes)
+        kernel(labels, classes, per_row, flat)
+
+    return step
+
+
+def scale_by_seed(xp: Any, dx: Any, seed: Any, factor: float) -> Step:
+    """``dx *= seed * factor``, ``seed`` the loss's gradient (a 0-d array).  On the host
+    as one Python scalar (broadcasting a 0-d array operand would make numpy allocate
+    an iteration buffer); on a GPU by the 0-d array itself, then the factor: reading
+    ``float(seed)`` would wait for the device at every step."""
+    if is_numpy(xp):
+        return lambda: xp.multiply(dx, float(seed) * factor, out=dx)
+
+    def step() -> None:
+        xp.multiply(dx, seed, out=dx)
+        xp.multiply(dx, factor, out=dx)
+
+    return step
+
+
+# SoftmaxCrossEntropyLossGrad on a GPU, rows contiguous: (softmax - one-hot) * seed * inv
+# in one pass (the host's take, put and scale are six kernels and a wait for the seed).
+_SCE_GRAD = ("T logp, raw L labels, raw T seed, int64 C, T inv", "T dx",
+             "dx = (exp(logp) - (labels[i / C] == i % C ? (T)1 : (T)0)) * (seed[0] * inv)",
+             "calcgraph_sce_grad")
 
 
 def _sce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
@@ -205,11 +254,16 @@ def _sce_grad(k: KernelArgs) -> Step:
         return nll.sce_grad_kernel(k)
     xp, (dloss, logp, labels), dx = k.xp, k.ins, k.outs[0]
     b, c = logp.shape
+    inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
+    if not is_numpy(xp) and logp.flags.c_contiguous and dx.flags.c_contiguous:
+        kernel = xp.ElementwiseKernel(*_SCE_GRAD)
+        seed = dloss.reshape(1)  # a view: raw indexing of a 1-d array
+        return lambda: kernel(logp, labels, seed, c, inv, dx)
     idx = k.scratch(0, (b,), labels.dtype)
     picked = k.scratch(align_up(b * labels.dtype.itemsize), (b,), logp.dtype)
     make_idx = row_index_step(xp, idx, labels, c, check=False)
     flat = dx.reshape(-1)
-    inv = 1.0 / b if k.attrs["reduction"] == "mean" else 1.0
+    seeded = scale_by_seed(xp, dx, dloss, inv)
 
     def step() -> None:
         xp.exp(logp, out=dx)  # softmax
@@ -217,9 +271,7 @@ def _sce_grad(k: KernelArgs) -> Step:
         take_rows(xp, flat, idx, picked)
         xp.subtract(picked, 1, out=picked)  # minus the one-hot target
         xp.put(flat, idx, picked, mode="clip")
-        # A Python scalar, not the 0-d seed array: broadcasting an array operand
-        # would make numpy allocate an iteration buffer.
-        xp.multiply(dx, float(dloss) * inv, out=dx)
+        seeded()
 
     return step
 
@@ -281,11 +333,11 @@ def _mse_grad_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tensor
 
 def _mse_grad(k: KernelArgs) -> Step:
     xp, (dl, p, t), dx = k.xp, k.ins, k.outs[0]
-    two_over_n = 2.0 / max(p.size, 1)
+    seeded = scale_by_seed(xp, dx, dl, 2.0 / max(p.size, 1))
 
     def step() -> None:
         xp.subtract(p, t, out=dx)
-        xp.multiply(dx, float(dl) * two_over_n, out=dx)
+        seeded()
 
     return step
 
@@ -314,12 +366,12 @@ def _g_mae(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 def _mae_grad(k: KernelArgs) -> Step:
     xp, (dl, p, t), dx = k.xp, k.ins, k.outs[0]
-    inv = 1.0 / max(p.size, 1)
+    seeded = scale_by_seed(xp, dx, dl, 1.0 / max(p.size, 1))
 
     def step() -> None:
         xp.subtract(p, t, out=dx)
         xp.sign(dx, out=dx)
-        xp.multiply(dx, float(dl) * inv, out=dx)
+        seeded()
 
     return step
 
@@ -374,13 +426,13 @@ def _g_huber(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
 def _huber_grad(k: KernelArgs) -> Step:
     xp, (dl, p, t), dx = k.xp, k.ins, k.outs[0]
     delta = float(k.attrs["delta"])
-    inv = 1.0 / max(p.size, 1)
+    seeded = scale_by_seed(xp, dx, dl, 1.0 / max(p.size, 1))
 
     def step() -> None:
         xp.subtract(p, t, out=dx)
         xp.minimum(dx, delta, out=dx)
         xp.maximum(dx, -delta, out=dx)
-        xp.multiply(dx, float(dl) * inv, out=dx)
+        seeded()
 
     return step
 

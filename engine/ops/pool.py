@@ -211,7 +211,8 @@ def _max_pool(k: KernelArgs) -> Step:
     at += _nbytes(geo["out"], x.dtype.itemsize)
     mask = k.scratch(at, y.shape, "bool")
     at += _nbytes(y.shape, 1)
-    host = _offsets(geo, tuple(x.shape[2:]), bool(int(k.attrs["storage_order"])))
+    host = np.ascontiguousarray(_offsets(geo, tuple(x.shape[2:]),
+                                        bool(int(k.attrs["storage_order"]))), np.int64)
     table = k.scratch(at, host.shape, "int64")
     per_image = math.prod(x.shape[2:])
     base = xp.asarray((np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * per_image)
@@ -221,7 +222,7 @@ def _max_pool(k: KernelArgs) -> Step:
     def step() -> None:
         if pad is not None:
             pad()
-        table[...] = host if on_host else xp.asarray(host)  # the workspace is shared
+        upload(table, host, on_host)  # each step: the workspace is shared
         xp.copyto(y, views[0])
         xp.copyto(indices, table[0])
         for j, v in enumerate(views[1:], start=1):
@@ -231,6 +232,15 @@ def _max_pool(k: KernelArgs) -> Step:
         xp.add(indices, base, out=indices)
 
     return step
+
+
+def upload(table: Any, host: np.ndarray, on_host: bool) -> None:
+    """``table[...] = host``: on a GPU straight into the table's memory (``xp.asarray``
+    would first make a device array of its own at every step)."""
+    if on_host:
+        table[...] = host
+    else:
+        table.set(host)
 
 
 def _fold(ufunc: Any, xp: Any, y: Any, pad: Step | None, views: list[Any]) -> Step:
@@ -274,7 +284,7 @@ def _scale_step(xp: Any, k: KernelArgs, inv: np.ndarray, at: int, target: Any) -
     on_host = is_numpy(xp)
 
     def scale() -> None:
-        table[...] = host if on_host else xp.asarray(host)
+        upload(table, host, on_host)
         xp.multiply(target, table, out=target)
 
     return scale
@@ -457,10 +467,72 @@ def _max_pool_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict
     return _padded_bytes(x, geo, item) + _dx_bytes(x, geo, item) + 3 * _nbytes(y, item)
 
 
+# MaxPoolGrad on a GPU, 2-D and contiguous: one thread per cell of dX, which sums the dY
+# of each window that holds the cell where the cell is the window's first maximum (the
+# first position whose value equals Y, as the array calls find it, padding reading the
+# fill value); the windows' contributions in the order of their kernel positions, as
+# the array calls add them.  No atomics (the sum is deterministic) and one launch where
+# the array calls take five a kernel position.
+_MAX_POOL_GRAD_2D = (
+    "raw T x, raw T y, raw T dy, T fill, int32 H, int32 W, int32 OH, int32 OW, "
+    "int32 KH, int32 KW, int32 SH, int32 SW, int32 DH, int32 DW, int32 PH, int32 PW",
+    "T dx",
+    """
+    const long long w = i % W, h = (i / W) % H, nc = i / ((long long)W * H);
+    const long long xb = nc * H * W, yb = nc * OH * OW;
+    T acc = 0;
+    for (int a = 0; a < KH; ++a) {
+      const long long t = h + PH - (long long)a * DH;
+      if (t < 0 || t % SH) continue;
+      const long long oh = t / SH;
+      if (oh >= OH) continue;
+      for (int b = 0; b < KW; ++b) {
+        const long long u = w + PW - (long long)b * DW;
+        if (u < 0 || u % SW) continue;
+        const long long ow = u / SW;
+        if (ow >= OW) continue;
+        const T m = y[yb + oh * OW + ow];
+        bool mine = false, found = false;
+        for (int a2 = 0; a2 < KH && !found; ++a2) {
+          const long long h2 = oh * SH - PH + (long long)a2 * DH;
+          for (int b2 = 0; b2 < KW; ++b2) {
+            const long long w2 = ow * SW - PW + (long long)b2 * DW;
+            const bool inside = h2 >= 0 && h2 < H && w2 >= 0 && w2 < W;
+            const T v = inside ? x[xb + h2 * W + w2] : fill;
+            if (v == m) { mine = a2 == a && b2 == b; found = true; break; }
+          }
+        }
+        if (mine) acc += dy[yb + oh * OW + ow];
+      }
+    }
+    dx = acc;
+    """,
+    "calcgraph_max_pool_grad_2d")
+
+
+def _max_pool_grad_device(k: KernelArgs) -> Step | None:
+    """:data:`_MAX_POOL_GRAD_2D` where it applies: a GPU, 2-D, floats, contiguous."""
+    xp, (x, y, dy), dx = k.xp, k.ins, k.outs[0]
+    if is_numpy(xp) or x.ndim != 4 or x.dtype.kind != "f" or \
+            not all(a.flags.c_contiguous for a in (x, y, dy, dx)):
+        return None
+    geo = pool_geometry(tuple(x.shape), k.attrs)
+    (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
+    ph, pw = geo["pads"][0][0], geo["pads"][1][0]
+    kernel = xp.ElementwiseKernel(*_MAX_POOL_GRAD_2D)
+    fill = x.dtype.type(_fill_value(x.dtype))
+    args = (x, y, dy, fill, *x.shape[2:], *y.shape[2:], kh, kw, sh, sw, dh, dw, ph, pw)
+    return lambda: kernel(*args, dx)
+
+
 def _max_pool_grad(k: KernelArgs) -> Step:
     """dY to each window's first maximum.  The masks are floats (1 or 0), not booleans:
     numpy's ``where=`` on a strided view ran eight times slower than a comparison
-    written as floats, two products and a plain strided add."""
+    written as floats, two products and a plain strided add.  On a GPU, 2-D, one kernel
+    (:data:`_MAX_POOL_GRAD_2D`)."""
+    device = _max_pool_grad_device(k)
+    if device is not None:
+        return device
     xp, (x, y, dy), dx = k.xp, k.ins, k.outs[0]
     geo = pool_geometry(tuple(x.shape), k.attrs)
     pad, buf, at = _padded(xp, x, k, geo, 0, _fill_value(x.dtype))

@@ -25,7 +25,10 @@ A slice or pad may not touch a batched tensor's leading (batch) axis.
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 from engine.errors import ShapeError
 from engine.graph import BATCH, DType, TensorDesc
@@ -316,12 +319,41 @@ def _gather_grad(k: KernelArgs) -> Step:
     rows = [flat_dy[(*lead, j)] for j in range(idx.size)]
     flat_idx = idx.reshape(-1)
     d = dx.shape[axis]
+    device = _gather_grad_device(xp, dy, flat_idx, dx, axis)
+    if device is not None:
+        return device
 
     def step() -> None:
         dx.fill(0)
         for j, row in enumerate(rows):
             target = dx[(*lead, int(flat_idx[j]) % d)]
             xp.add(target, row, out=target)
+
+    return step
+
+
+# GatherGrad on a GPU: one thread per element of dY adds it into dX at its index (wrapped
+# like the forward's), atomically, since indices repeat.  The host's loop reads each
+# index back from the device: a wait per index.  The atomic adds of a repeated index
+# come in no fixed order, so its sum may differ in the last bit from run to run.
+_GATHER_GRAD = ("T dy, raw I idx, int64 N, int64 D, int64 P", "raw T dx",
+                "const long long post = i % P, j = (i / P) % N, pre = i / (P * N);"
+                "long long at = (long long)idx[j] % D; if (at < 0) at += D;"
+                "atomicAdd(&dx[(pre * D + at) * P + post], dy);",
+                "calcgraph_gather_grad")
+
+
+def _gather_grad_device(xp: Any, dy: Any, flat_idx: Any, dx: Any, axis: int) -> Step | None:
+    if is_numpy(xp) or dx.dtype not in (np.float32, np.float64) or \
+            not (dy.flags.c_contiguous and dx.flags.c_contiguous):
+        return None
+    kernel = xp.ElementwiseKernel(*_GATHER_GRAD)
+    post = math.prod(dx.shape[axis + 1:])
+    n, d = int(flat_idx.size), int(dx.shape[axis])
+
+    def step() -> None:
+        dx.fill(0)
+        kernel(dy, flat_idx, n, d, post, dx)
 
     return step
 

@@ -50,6 +50,7 @@ from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import unbroadcast
 from engine.ops.loss import check_labels, labels_out_of_range, row_index_step, take_rows
 from engine.ops.reduce import log_softmax_step
+from engine.ops.strided_gemm import strided_matmul
 
 
 def _weight_dims(w: tuple[int, ...], attrs: dict[str, Any]) -> tuple[int, int, int]:
@@ -105,11 +106,35 @@ def _weights(w: Any, trans: Any) -> list[Any]:
 
 
 def _products(xp: Any, triples: list[tuple[Any, Any, Any]]) -> Step:
+    if not is_numpy(xp):
+        steps = [matmul_step(xp, a, b, y) for a, b, y in triples]
+
+        def on_device() -> None:
+            for f in steps:
+                f()
+
+        return on_device
+
     def step() -> None:
         for a, b, y in triples:
             xp.matmul(a, b, out=y)
 
     return step
+
+
+def matmul_step(xp: Any, a: Any, b: Any, out: Any) -> Step:
+    """``out = a @ b``: on a GPU one cuBLAS call over the views where they lie
+    (:mod:`engine.ops.strided_gemm`: ``matmul`` would copy a model's strided rows), else
+    ``matmul``."""
+    return strided_matmul(xp, a, b, out) or (lambda: xp.matmul(a, b, out=out))
+
+
+def _batched_on_device(xp: Any, a: Any, w_k: Any, y: Any) -> Step | None:
+    """All the models' products in one strided cuBLAS call (a GPU): ``a`` and ``y``
+    ``[b, K, n]`` (``a`` may be a shared ``[b, n]``), ``w_k`` ``[K, n_in, n_out]``."""
+    if is_numpy(xp):
+        return None
+    return strided_matmul(xp, _stack_axis(a), w_k, _stack_axis(y))
 
 
 def _one_gemm(a: Any, w: Any, trans_b: Any) -> bool:
@@ -126,8 +151,10 @@ def _sgemm(k: KernelArgs) -> Step:
         y2, wt = y.reshape(y.shape[0], -1), w.reshape(-1, w.shape[2]).T
         prods = _products(xp, [(a, wt, y2)])
     else:
-        prods = _products(xp, list(zip(_members(a, models), _weights(w, k.attrs["transB"]),
-                                       _members(y, models), strict=True)))
+        w_k = w.transpose(0, 2, 1) if k.attrs["transB"] else w
+        prods = _batched_on_device(xp, a, w_k, y) or _products(
+            xp, list(zip(_members(a, models), _weights(w, k.attrs["transB"]),
+                         _members(y, models), strict=True)))
     return _with_bias(xp, prods, y, k.ins)
 
 
@@ -185,13 +212,17 @@ def _grad_input(k: KernelArgs) -> Step:
     wt = _weights(w, not k.attrs["transB"])
     dys = _members(dy, models)
     if not k.attrs["shared"]:
-        return _products(xp, list(zip(dys, wt, _members(da, models), strict=True)))
+        wt_k = w if k.attrs["transB"] else w.transpose(0, 2, 1)  # [K, out, in]
+        return _batched_on_device(xp, dy, wt_k, da) or _products(
+            xp, list(zip(dys, wt, _members(da, models), strict=True)))
     tmp = k.scratch(0, da.shape, da.dtype)
+    first = matmul_step(xp, dys[0], wt[0], da)
+    rest = [matmul_step(xp, d, t, tmp) for d, t in zip(dys[1:], wt[1:], strict=True)]
 
     def step() -> None:
-        xp.matmul(dys[0], wt[0], out=da)
-        for i in range(1, models):
-            xp.matmul(dys[i], wt[i], out=tmp)
+        first()
+        for product in rest:
+            product()
             xp.add(da, tmp, out=da)
 
     return step
@@ -218,6 +249,12 @@ def _grad_weight(k: KernelArgs) -> Step:
         return _products(xp, [(a.T, dy.reshape(dy.shape[0], -1), dw.reshape(dw.shape[0], -1))])
     if _one_gemm(a, dw, k.attrs["transB"]):  # dWcat [K*out, in] = dY^T @ A
         return _products(xp, [(dy.reshape(dy.shape[0], -1).T, a, dw.reshape(-1, dw.shape[2]))])
+    if not is_numpy(xp):  # all the models in one strided cuBLAS call where it binds
+        a_k, dy_k = _stack_axis(a), _stack_axis(dy)
+        one = strided_matmul(xp, dy_k.transpose(0, 2, 1), a_k, dw) if k.attrs["transB"] \
+            else strided_matmul(xp, a_k.transpose(0, 2, 1), dy_k, dw)
+        if one is not None:
+            return one
     pairs = zip(_members(a, models), _members(dy, models), strict=True)
     if k.attrs["transB"]:
         triples = [(d.T, x, dw[i]) for i, (x, d) in enumerate(pairs)]
@@ -240,8 +277,10 @@ def _sgemm_batched(k: KernelArgs) -> Step:
     w_k = w.transpose(0, 2, 1) if k.attrs["transB"] else w  # [K, in, out]
     bias = k.ins[2] if len(k.ins) == 3 else None
 
+    product = matmul_step(xp, a_k, w_k, y_k)
+
     def step() -> None:
-        xp.matmul(a_k, w_k, out=y_k)
+        product()
         if bias is not None:
             xp.add(y, bias, out=y)
 
@@ -262,12 +301,12 @@ def _grad_input_batched(k: KernelArgs) -> Step:
     dy_k = _stack_axis(dy)
     wt_k = w if k.attrs["transB"] else w.transpose(0, 2, 1)  # [K, out, in]
     if not k.attrs["shared"]:
-        da_k = _stack_axis(da)
-        return lambda: xp.matmul(dy_k, wt_k, out=da_k)
+        return matmul_step(xp, dy_k, wt_k, _stack_axis(da))
     parts = k.scratch(0, (models, *da.shape), da.dtype)
+    product = matmul_step(xp, dy_k, wt_k, parts)
 
     def step() -> None:
-        xp.matmul(dy_k, wt_k, out=parts)
+        product()
         xp.sum(parts, axis=0, out=da)
 
     return step
@@ -278,9 +317,8 @@ def _grad_weight_batched(k: KernelArgs) -> Step:
     xp, a, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
     a_k, dy_k = _stack_axis(a), _stack_axis(dy)
     if k.attrs["transB"]:
-        return lambda: xp.matmul(dy_k.transpose(0, 2, 1), a_k, out=dw)
-    at_k = a_k.transpose(0, 2, 1)
-    return lambda: xp.matmul(at_k, dy_k, out=dw)
+        return matmul_step(xp, dy_k.transpose(0, 2, 1), a_k, dw)
+    return matmul_step(xp, a_k.transpose(0, 2, 1), dy_k, dw)
 
 
 def _always(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:

@@ -71,7 +71,16 @@ class Optimizer:
         if kernels is not None:
             return self._bind_fused(kernels, p.reshape(-1), g.reshape(-1),
                                     [a.reshape(-1) for a in state], t, lr)
+        if fused is not False and not is_numpy(xp) and p.dtype.kind == "f":
+            step = self._bind_device(xp, p, g, state, t, lr)
+            if step is not None:
+                return step
         return self._bind_numpy(xp, p, g, state, s, t, lr)
+
+    def _bind_device(self, xp: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                     lr: Any) -> Step | None:
+        """The update as one GPU kernel (None: the array calls, one kernel each)."""
+        return None
 
     def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
                     lr: Any) -> Step:
@@ -94,6 +103,30 @@ def _fused_kernels(xp: Any, p: Any, g: Any, state: list[Any], lr: Any,
     if fused is None:
         return jit.kernels() if jit.use_fused("optimizer", p.size) else None
     return jit.kernels()
+
+
+# The updates as one CUDA kernel each (CuPy's ElementwiseKernel), the same formulas as the
+# array calls: on a GPU each array call is a kernel launch, and an update of many small
+# launches costs more than its arithmetic.  ``rate`` is the learning rate, a scalar or an
+# array like ``p`` (a stack's per-model rates).
+_DEVICE_UPDATES = {
+    "sgd": ("T g, T rate, T wd", "T p",
+            "T gg = wd != (T)0 ? g + wd * p : g; p = p - rate * gg;"),
+    "sgd_momentum": ("T g, T rate, T mu, T wd, int32 nesterov", "T p, T buf",
+                     "T gg = wd != (T)0 ? g + wd * p : g; T bb = mu * buf + gg; buf = bb;"
+                     "p = nesterov ? p - rate * gg - (mu * rate) * bb : p - rate * bb;"),
+    # mode 1: decoupled weight decay (AdamW), 2: L2 added to the gradient
+    "adam": ("T g, T rate, T b1, T b2, T epsk, T coef, T wd, int32 mode", "T p, T m, T v",
+             "T gg = g; T pp = p;"
+             "if (mode == 1) pp = pp - rate * wd * pp; else if (mode == 2) gg = gg + wd * pp;"
+             "T mm = b1 * m + gg; T vv = b2 * v + gg * gg; m = mm; v = vv;"
+             "p = pp - (mm / (sqrt(vv) + epsk)) * (coef * rate);"),
+}
+
+
+def _device_kernel(xp: Any, name: str) -> Any:
+    params, outs, body = _DEVICE_UPDATES[name]
+    return xp.ElementwiseKernel(params, outs, body, f"calcgraph_{name}_update")
 
 
 def _rates(p: Any, lr: Any) -> tuple[Any, bool]:
@@ -152,6 +185,17 @@ class SGD(Optimizer):
         buf = state[0] if mu else p
         momentum, nesterov, run = bool(mu), self.nesterov, k.sgd
         return lambda: run(p, g, buf, rates, one, c, momentum, nesterov)
+
+    def _bind_device(self, xp: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                     lr: Any) -> Step | None:
+        rate = self.lr if lr is None else lr
+        mu, wd = self.momentum, self.weight_decay
+        if not mu:
+            plain = _device_kernel(xp, "sgd")
+            return lambda: plain(g, rate, wd, p)
+        momentum, buf, nesterov = _device_kernel(xp, "sgd_momentum"), state[0], \
+            int(self.nesterov)
+        return lambda: momentum(g, rate, mu, wd, nesterov, p, buf)
 
     def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
                     lr: Any) -> Step:
@@ -213,6 +257,22 @@ class Adam(Optimizer):
             c[2] = eps / kk
             c[3] = coef * lr if one else coef
             run(p, g, m, v, rates, one, c, decoupled)
+
+        return step
+
+    def _bind_device(self, xp: Any, p: Any, g: Any, state: list[Any], t: list[int],
+                     lr: Any) -> Step | None:
+        m, v = state
+        b1, b2, eps, wd = self.beta1, self.beta2, self.eps, self.weight_decay
+        rate = self.lr if lr is None else lr
+        mode = (1 if self.decoupled else 2) if wd else 0
+        run = _device_kernel(xp, "adam")
+
+        def step() -> None:  # the bias corrections as in the array calls
+            n = t[0]
+            kk = math.sqrt((1.0 - b2) / (1.0 - b2**n))
+            run(g, rate, b1, b2, eps / kk, (1.0 - b1) / ((1.0 - b1**n) * kk), wd, mode,
+                p, m, v)
 
         return step
 

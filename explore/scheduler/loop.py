@@ -210,10 +210,13 @@ class Scheduler:
         if n < self.n_workers:
             where = f"each device's budget of {per:,} bytes" if ndev > 1 else \
                 f"the budget of {per:,} bytes"
+            beside = (" of device memory (its CUDA context and libraries)"
+                      if self.device == "gpu" else
+                      f", beside {s.main + s.tracker:,} for the scheduler and "
+                      f"{s.data:,} for the data")
             s.notes.append(f"{where} holds {n} of the {self.n_workers} "
                            f"workers asked for: each costs {known.worker:,} bytes before any "
-                           f"trial, beside {s.main + s.tracker:,} for the scheduler and "
-                           f"{s.data:,} for the data")
+                           f"trial{beside}")
         s.overheads = [w.overhead for w in ws]
         arenas = {d: self._arena_on(d, [w for w in ws if w.device == d])
                   for d in self.devices}
@@ -288,12 +291,18 @@ class Scheduler:
         each = f" on each of {ndev} devices" if ndev > 1 else ""
         share = f" (each device's share of them: {self._host_share(known.tracker):,})" \
             if ndev > 1 and self.device == "cpu" else ""
+        if self.device == "gpu":  # the host's processes hold no device memory
+            takes = (f"{known.worker:,} bytes of device memory for a worker (its CUDA "
+                     f"context and libraries) and {smallest:,} for the smallest candidate "
+                     f"of the space")
+        else:
+            takes = (f"{s.main:,} bytes for the scheduler, {s.data:,} for the data, "
+                     f"{known.tracker:,} for multiprocessing's resource tracker{share}, "
+                     f"{known.worker:,} for a worker and {smallest:,} for the smallest "
+                     f"candidate of the space")
         return (f"a budget of {self.per_device:,} bytes{each} cannot hold this run: it "
-                f"takes {s.main:,} bytes for the scheduler, {s.data:,} for the data, "
-                f"{known.tracker:,} for multiprocessing's resource tracker{share}, "
-                f"{known.worker:,} for a worker and {smallest:,} for the smallest "
-                f"candidate of the space, {need:,} in all{each}; --memory {least}MB is "
-                f"the least that would do")
+                f"takes {takes}, {need:,} in all{each}; --memory {least}MB is the least "
+                f"that would do")
 
     def stop(self) -> None:
         stop_all(self.workers.values())

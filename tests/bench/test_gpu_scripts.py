@@ -6,6 +6,7 @@ dependency its image lacks.  No GPU is needed, and nothing here skips without on
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = ROOT / "tools"
 GPU_ONLY = ("free_context", "free_heap", "free_after", "pool_heap_bytes",
             "pool_used_change_in_steps", "pool_total_change_in_steps", "pool_mallocs_in_steps",
-            "device_allocs_in_steps", "steady")
+            "device_allocs_in_steps", "pool_malloc_bytes_in_steps", "steady")
 
 
 def bench_json(script: str, *args: str) -> dict[str, Any]:
@@ -64,9 +65,14 @@ def test_gpu_memory_smoke_on_the_cpu() -> None:
         for key in GPU_ONLY:
             assert c[key] is None, key
         assert c["pool_after"] == {"used": None, "total": None, "pinned_free_blocks": None}
+        assert c["mallocs_by_op"] == {}
+        assert c["within"] == (abs(c["residual"]) < max(c["planned"] / 100, r["granularity"]))
     assert r["max_abs_residual_over_heap"] == pytest.approx(
         max(abs(c["residual_over_heap"]) for c in cases))
     assert r["all_steady"] is None  # a GPU-only verdict
+    assert r["granularity"] == os.sysconf("SC_PAGE_SIZE")
+    assert r["all_within"] == all(c["within"] for c in cases)
+    assert r["not_within"] == [c["case"] for c in cases if not c["within"]]
 
 
 def test_gpu_memory_judges_residuals_by_a_given_constant() -> None:

@@ -3,12 +3,15 @@ step.  Skipped (with the reason) on machines without cupy and a CUDA device."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from engine import VM, Adam, compile_graph
-from engine.models import paper_mlp
+from engine import SGD, VM, Adam, compile_graph
+from engine.models import mnist_cnn, paper_mlp
 from engine.runtime.backends import gpu_available
+from engine.runtime.program import Program
 from tests.engine.ops.test_gradients import CASES as GRADIENT_CASES
 from tests.engine.ops.test_variants import CASES as VARIANT_CASES
 from tests.engine.ops.test_variants import leaves, run_case
@@ -128,7 +131,6 @@ def test_every_kernel_variant_matches_the_cpu_and_allocates_nothing(op: str, nam
 def test_tuning_on_the_gpu_freezes_with_exact_memory() -> None:
 
     from engine.autotune import Tuner
-    from engine.models import mnist_cnn
 
     prog = compile_graph(mnist_cnn(), batch_size=32, optimizer=Adam(), device="gpu",
                          autotune=True)
@@ -144,17 +146,84 @@ def test_tuning_on_the_gpu_freezes_with_exact_memory() -> None:
     assert_steps_allocate_nothing_on_the_device(vm)
 
 
+def pool_mallocs(run: Callable[[], None]) -> int:
+    """How many blocks CuPy's memory pool hands out while ``run`` runs (a temporary
+    taken and given back within a step counts: the pool's bytes in use would not show
+    it, and the pool keeps the block cached, outside any plan)."""
+    import cupy
+
+    class Count(cupy.cuda.MemoryHook):  # type: ignore[misc]
+        name = "CalcGraphTestCount"
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def malloc_postprocess(self, **kwargs: object) -> None:
+            self.n += 1
+
+    counter = Count()
+    with counter:
+        run()
+        cupy.cuda.Device().synchronize()
+    return counter.n
+
+
 def assert_steps_allocate_nothing_on_the_device(vm: VM, steps: int = 20) -> None:
-    """After one step, ``steps`` more leave CuPy's pool holding the same bytes."""
+    """After one step, ``steps`` more take nothing from CuPy's pool, not even for a
+    moment, and leave it holding the same bytes."""
     import cupy
 
     vm.train_step("train")
     cupy.cuda.Device().synchronize()
     used = cupy.get_default_memory_pool().used_bytes()
-    for _ in range(steps):
-        vm.train_step("train")
-    cupy.cuda.Device().synchronize()
+    assert pool_mallocs(lambda: [vm.train_step("train") for _ in range(steps)]) == 0
     assert cupy.get_default_memory_pool().used_bytes() == used
+
+
+def _stack_of(k: int) -> Program:
+    from engine.compile.stack import stack_graphs, stack_optimizers
+
+    return compile_graph(stack_graphs([paper_mlp((784, 32, 10)) for _ in range(k)]),
+                         batch_size=64, optimizer=stack_optimizers(
+                             [Adam(lr=10 ** -(2 + i / k)) for i in range(k)]), device="gpu")
+
+
+MODELS: dict[str, Callable[[], Program]] = {
+    "paper_mlp_adam": lambda: compile_graph(paper_mlp(), batch_size=64, optimizer=Adam(),
+                                            device="gpu"),
+    "paper_mlp_sgd_momentum": lambda: compile_graph(
+        paper_mlp(), batch_size=64, optimizer=SGD(lr=0.1, momentum=0.9), device="gpu"),
+    "mnist_cnn": lambda: compile_graph(mnist_cnn(), batch_size=64, optimizer=Adam(),
+                                       device="gpu"),
+    "stack_of_4": lambda: _stack_of(4),
+    "nn_mlp_dropout_gelu": lambda: _nn_mlp(),
+}
+
+
+def _nn_mlp() -> Program:
+    from engine import nn
+
+    nn.manual_seed(0)
+    net = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 64),
+                        nn.GELU(), nn.Linear(64, 10))
+    return compile_graph(nn.to_graph(net, inputs={"x": (0, 784)}, loss="cross_entropy"),
+                         batch_size=64, optimizer=Adam(), device="gpu")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_training_step_takes_nothing_from_the_pool(name: str) -> None:
+    """The core promise on the device: predicted bytes are the heap, and a step (its
+    loss, bias gradients, in-place activations, stacked products, optimizer update)
+    allocates nothing, not even a temporary."""
+    vm = VM(MODELS[name](), seed=0)
+    assert vm.allocated_bytes == vm.program.total_bytes
+    b = vm.program.batch_size
+    for buf in vm.program.buffers:  # every placeholder fed once: steps reuse the heap
+        if buf.kind == "placeholder":
+            shape = tuple(b if d == 0 else d for d in buf.shape)
+            vm.set(buf.name, np.zeros(shape, buf.dtype) if np.dtype(buf.dtype).kind in "iu"
+                   else RNG.random(shape).astype(buf.dtype))
+    assert_steps_allocate_nothing_on_the_device(vm)
 
 
 def test_a_worker_s_overhead_is_its_own_device_memory() -> None:

@@ -199,3 +199,20 @@ def test_gather_copies_the_rows_in_place_and_checks_them() -> None:
                       (np.array([0.0, 1.0]), "integers")):
         with pytest.raises(InputError, match=what):
             vm.gather("x", src, bad)
+
+
+def test_an_input_run_in_place_is_bound_as_its_output_object() -> None:
+    """Where the planner put an output in its input's memory, a GPU binding hands the
+    kernel one object for both (CuPy copies an input that overlaps ``out=`` unless it
+    is the same object); a view that merely overlaps, or differs in shape, strides or
+    type, stays itself."""
+    from engine.runtime.vm import _as_output
+
+    buf = np.zeros(64, np.float32)
+    x, y = buf[:32].reshape(4, 8), buf[:32].reshape(4, 8)
+    assert x is not y and _as_output(x, [y]) is y
+    assert _as_output(buf[:32], [y]) is not y  # another shape
+    assert _as_output(buf[:32].reshape(8, 4), [y]).shape == (8, 4)
+    assert _as_output(buf[8:40].reshape(4, 8), [y]) is not y  # overlaps, does not coincide
+    assert _as_output(buf[:32].view(np.int32).reshape(4, 8), [y]) is not y  # another type
+    assert _as_output(buf[::2].reshape(4, 8), [buf[:32].reshape(4, 8)]).strides == (64, 8)
