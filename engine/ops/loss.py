@@ -179,15 +179,53 @@ def _sce(k: KernelArgs) -> Step:
     o += align_up(b * x.dtype.itemsize)
     s = k.scratch(o, (b, 1), x.dtype)
     e = k.scratch(o + align_up(b * x.dtype.itemsize), (b, c), x.dtype)
+    scale = -1.0 / b if k.attrs["reduction"] == "mean" else -1.0
+    if not is_numpy(xp) and x.flags.c_contiguous and logp.flags.c_contiguous:
+        return _sce_device(xp, x, labels, loss, logp, idx, picked, scale)
     lsm = log_softmax_step(xp, x, logp, s, e, 1)
     make_idx = row_index_step(xp, idx, labels, c)
     flat = logp.reshape(-1)
-    scale = -1.0 / b if k.attrs["reduction"] == "mean" else -1.0
 
     def step() -> None:
         lsm()
         make_idx()
         take_rows(xp, flat, idx, picked)
+        xp.sum(picked, out=loss)
+        xp.multiply(loss, scale, out=loss)
+
+    return step
+
+
+# SoftmaxCrossEntropyLoss on a GPU, rows contiguous: one thread per row writes the row's
+# log-softmax and picks its labelled entry (the array calls take a dozen kernels).
+_SCE_ROWS = ("raw T x, raw L labels, int64 C", "T picked, raw T logp",
+             """
+             const long long row = i * C;
+             T m = x[row];
+             for (long long j = 1; j < C; ++j) { const T v = x[row + j]; m = v > m ? v : m; }
+             T total = 0;
+             for (long long j = 0; j < C; ++j) total += exp(x[row + j] - m);
+             const T shift = m + log(total);
+             for (long long j = 0; j < C; ++j) logp[row + j] = x[row + j] - shift;
+             picked = logp[row + labels[i]];
+             """, "calcgraph_sce_rows")
+
+
+def _sce_device(xp: Any, x: Any, labels: Any, loss: Any, logp: Any, idx: Any, picked: Any,
+                scale: float) -> Step:
+    """:data:`_SCE_ROWS`, then the loss from the picked entries.  The labels are checked
+    first (a label outside the row would be read outside it), their largest value
+    reduced into the index scratch, which this path does not otherwise use."""
+    rows = xp.ElementwiseKernel(*_SCE_ROWS)
+    c = int(x.shape[1])
+    unsigned = labels.view(labels.dtype.str.replace("i", "u"))
+    first = idx.reshape(-1).view(unsigned.dtype)[0]
+
+    def step() -> None:
+        xp.max(unsigned, out=first)
+        if int(first) >= c:
+            raise labels_out_of_range(labels, c)
+        rows(x, labels, c, picked, logp)
         xp.sum(picked, out=loss)
         xp.multiply(loss, scale, out=loss)
 

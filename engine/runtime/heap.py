@@ -17,7 +17,8 @@ from engine.runtime.zones import ZONES
 
 
 class CalcHeap:
-    """Allocates each zone once; views are carved out of them by offset.
+    """Allocates each zone once (on a GPU the four as one block); views are carved out
+    of them by offset.
 
     With ``buffer`` (an arena's memory), the zones are carved out of it one after the
     other, 64-byte aligned, and nothing is allocated.
@@ -27,10 +28,16 @@ class CalcHeap:
                  buffer: Any | None = None) -> None:
         self.backend = backend
         self.owned = buffer is None
-        if buffer is None:
+        self._block: Any = None
+        if buffer is None and backend.name == "cpu":
             self.zones: dict[str, Any] = {z: backend.alloc(int(zone_bytes.get(z, 0)))
                                           for z in ZONES}
             return
+        if buffer is None:
+            # A device maps its memory in pages (2 MiB on a CUDA GPU), each allocation
+            # rounded up to them: four zones would cost up to four pages beyond the
+            # plan, one block at most one.
+            buffer = self._block = backend.alloc(carved_bytes(zone_bytes))
         need = carved_bytes(zone_bytes)
         if need > buffer.nbytes:
             raise ValueError(f"the zones need {need:,} bytes, the buffer holds "
@@ -47,6 +54,8 @@ class CalcHeap:
         """Bytes this heap allocated itself (0 when carved out of an arena)."""
         if not self.owned:
             return 0
+        if self._block is not None:
+            return self.backend.allocated_bytes([self._block])
         return self.backend.allocated_bytes(list(self.zones.values()))
 
     def capacity(self, zone: str) -> int:

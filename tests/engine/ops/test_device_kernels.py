@@ -177,3 +177,24 @@ def test_update_kernels_are_the_array_calls(name: str) -> None:
            "adam": Adam(lr=0.01), "adam_l2": Adam(lr=0.01, weight_decay=0.1),
            "adamw": AdamW(lr=0.01, weight_decay=0.1)}[name]
     np.testing.assert_allclose(_update(opt, True), _update(opt, False), rtol=1e-12)
+
+
+def test_sce_rows_kernel_is_the_host_kernel() -> None:
+    """engine.ops.loss._SCE_ROWS: each row's log-softmax and its labelled entry."""
+    from engine.ops.loss import _sce
+
+    rng = np.random.default_rng(3)
+    x, labels = rng.standard_normal((5, 7)) * 4, rng.integers(0, 7, 5)
+    loss, logp = np.zeros(()), np.zeros_like(x)
+    _sce(KernelArgs(np, [x, labels], [loss, logp], np.zeros(1 << 12, np.uint8),
+                    {"reduction": "mean", "ignore_index": None}))()
+    port_logp, picked = np.zeros_like(x), np.zeros(5)
+    for i in range(5):  # one 'thread' per row
+        m = x[i, 0]
+        for v in x[i, 1:]:
+            m = v if v > m else m
+        shift = m + np.log(sum(np.exp(v - m) for v in x[i]))
+        port_logp[i] = x[i] - shift
+        picked[i] = port_logp[i, labels[i]]
+    np.testing.assert_allclose(port_logp, logp, rtol=1e-12)
+    np.testing.assert_allclose(-picked.sum() / 5, loss, rtol=1e-12)

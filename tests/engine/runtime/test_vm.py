@@ -3,6 +3,8 @@ gradient accumulation, and clear errors on bad data."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,32 @@ def test_an_input_run_in_place_is_bound_as_its_output_object() -> None:
     assert _as_output(buf[8:40].reshape(4, 8), [y]) is not y  # overlaps, does not coincide
     assert _as_output(buf[:32].view(np.int32).reshape(4, 8), [y]) is not y  # another type
     assert _as_output(buf[::2].reshape(4, 8), [buf[:32].reshape(4, 8)]).strides == (64, 8)
+
+
+def test_a_device_heap_is_one_block_of_exactly_the_planned_bytes() -> None:
+    """Off the host the four zones are carved out of one allocation (a GPU rounds each
+    allocation up to its 2 MiB pages: four would cost up to four pages beyond the
+    plan); it holds exactly the planned bytes, and the zones do not overlap."""
+    from engine.runtime.backends import NumpyBackend
+    from engine.runtime.heap import CalcHeap
+
+    class Device(NumpyBackend):
+        name = "device"
+
+        def __init__(self) -> None:
+            self.allocations: list[int] = []
+
+        def alloc(self, nbytes: int) -> np.ndarray:
+            self.allocations.append(int(nbytes))
+            return super().alloc(nbytes)
+
+    prog = compile_graph(paper_mlp(), batch_size=64, optimizer=Adam())
+    backend = Device()
+    heap = CalcHeap(backend, prog.zone_bytes)
+    assert backend.allocations == [prog.total_bytes]
+    assert heap.allocated_bytes == prog.total_bytes
+    spans = sorted((z.__array_interface__["data"][0], z.nbytes) for z in heap.zones.values())
+    for (a, n), (b, _) in itertools.pairwise(spans):
+        assert a + n <= b  # one after the other
+    for z, n in prog.zone_bytes.items():
+        assert heap.capacity(z) == n
