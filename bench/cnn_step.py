@@ -160,6 +160,9 @@ def main() -> None:
                     help="a smoke run: 2 samples of 3 steps per process")
     ap.add_argument("--log", action="store_true", help="each child's answer on stderr")
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                    help="the engine's Conv algorithms to time, each a side of its own "
+                         "(default all; im2col, the default, always runs)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--samples", type=int, default=7, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
@@ -168,7 +171,12 @@ def main() -> None:
         child(args.side, args.samples, args.steps, args.device)
         return
     size = ["--samples", "2", "--steps", "3"] if args.quick else []
-    engines = {a: "engine" if a == "im2col" else f"engine_{a}" for a in ALGORITHMS}
+    chosen = {"im2col", *(a.strip() for a in args.algorithms.split(",") if a.strip())}
+    unknown = chosen - set(ALGORITHMS)
+    if unknown:
+        ap.error(f"--algorithms: unknown {sorted(unknown)}; known: {', '.join(ALGORITHMS)}")
+    engines = {a: "engine" if a == "im2col" else f"engine_{a}" for a in ALGORITHMS
+               if a in chosen}
     sides = [*engines.values(), *(f"torch_{v}" for v in TORCH_VARIANTS)]
     runs = alternate(__file__, {s: ["--side", s, "--device", args.device, *size]
                                 for s in sides}, args.repeats,

@@ -20,6 +20,9 @@
 #                about 7 minutes
 #   second       first's three side by side, then cnn_step (one process a side): a
 #                lease's look after fixes, in about 3 minutes
+#   third        tests and memory_all side by side, parallel (one run a side), then
+#                cnn_step (im2col against PyTorch's four variants, 3 processes a side):
+#                about 4 minutes
 #   memory_onnx  bench/gpu_memory.py, the onnx light models, residuals judged by the
 #                constant of gpu_memory.json when there is one: gpu_memory_onnx.json
 #                                                                            (<= 290 s)
@@ -152,6 +155,14 @@ step() {
         wait
         CNN_LIMIT=70 REPEATS=1 step cnn_step
         ;;
+    third)  # the last look: tests and memory side by side, the parallel experiment, the
+        # CNN step against PyTorch's four variants (3 processes a side, im2col only)
+        TESTS_LIMIT=100 step tests &
+        MEMORY_LIMIT=100 MEMORY_BUDGET_S=60 step memory_all &
+        wait
+        PARALLEL_LIMIT=100 PARALLEL_SECONDS=4 REPEATS=1 PARALLEL_BUDGET_S=1 step parallel
+        CNN_LIMIT=110 REPEATS=3 CNN_ALGORITHMS=im2col step cnn_step
+        ;;
     memory)
         run memory 290 gpu_memory.json python3 bench/gpu_memory.py --json --log \
             --families mlp,cnn,stack,nn --timeout 120 --budget-s 200 ;;
@@ -171,7 +182,8 @@ step() {
             --device gpu --repeats "${REPEATS:-5}" --log ;;
     cnn_step)
         run cnn_step "${CNN_LIMIT:-200}" cnn_step.json python3 bench/cnn_step.py --json \
-            --device gpu --repeats "${REPEATS:-5}" ${CNN_QUICK:+--quick} --log ;;
+            --device gpu --repeats "${REPEATS:-5}" ${CNN_QUICK:+--quick} \
+            ${CNN_ALGORITHMS:+--algorithms "$CNN_ALGORITHMS"} --log ;;
     switching)
         run switching 100 switching.json python3 bench/switching.py --json --device gpu ;;
     speed)
@@ -183,7 +195,7 @@ step() {
         run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
             --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model first second)" ;;
+        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model first second third)" ;;
     esac
 }
 
