@@ -300,7 +300,9 @@ def summarize(cases: list[dict[str, Any]], constant: int | None,
     each case's residual against it.  A case is ``within`` when its residual is under
     1% of its heap or under the memory's ``granularity``: the driver maps device memory
     in 2 MiB pages, so a reading moves in 2 MiB steps, and a heap smaller than a page
-    can land in one already mapped (no reading can resolve less)."""
+    can land in one already mapped (no reading can resolve less).  Beside it, with no
+    fitted constant: ``over_context`` (measured - the process's own context - planned)
+    and ``pages_beyond_rounded`` (what is left once the heap is rounded up to pages)."""
     ok = [c for c in cases if c.get("measured") is not None]
     source = "given" if constant is not None else "median of measured - planned"
     if constant is None and ok:
@@ -313,10 +315,19 @@ def summarize(cases: list[dict[str, Any]], constant: int | None,
         c["residual"] = c["overhead"] - constant
         c["residual_over_heap"] = c["residual"] / c["planned"] if c["planned"] else None
         c["within"] = abs(c["residual"]) < max(c["planned"] / 100, granularity)
+        # The other reading, with no fitted constant: beyond the context and the heap
+        # rounded up to whole pages, how many pages (a heap under a page may ride in
+        # one already mapped: -1; the warm-up's kernel code: +1)
+        if c.get("context_bytes") is not None:
+            c["over_context"] = c["measured"] - c["context_bytes"] - c["planned"]
+            rounded = -(-c["planned"] // granularity) * granularity
+            c["pages_beyond_rounded"] = round(
+                (c["measured"] - c["context_bytes"] - rounded) / granularity, 2)
     ratios = [abs(c["residual_over_heap"]) for c in ok if c["residual_over_heap"] is not None]
     contexts = [c["context_bytes"] for c in ok if c.get("context_bytes") is not None]
     steady = [c["steady"] for c in ok if c.get("steady") is not None]
     within = [c["within"] for c in ok if c.get("within") is not None]
+    over = [c["over_context"] for c in ok if c.get("over_context") is not None]
     return {
         "constant": constant, "constant_source": source,
         "context_bytes_median": int(statistics.median(contexts)) if contexts else None,
@@ -325,6 +336,8 @@ def summarize(cases: list[dict[str, Any]], constant: int | None,
         "granularity": granularity,
         "all_within": all(within) if within else None,
         "not_within": [c["case"] for c in ok if c.get("within") is False],
+        "over_context_range": [min(over), max(over)] if over else None,
+        "pages_beyond_rounded": {c["case"]: c.get("pages_beyond_rounded") for c in ok},
         "all_steady": all(steady) if steady else None,
     }
 

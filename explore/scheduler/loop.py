@@ -78,6 +78,21 @@ HEADROOM = 0.02
 HEADROOM_MIN = 2_000_000
 
 
+# A CUDA device maps memory in pages of 2 MiB and rounds each allocation up to them
+# (measured on an H100: a heap's device memory is its planned bytes rounded up to 2 MiB).
+# An arena on a GPU is a whole number of pages, so that what it takes is what it holds.
+GPU_PAGE = 2 << 20
+
+
+def arena_size(left: int, device: str) -> int:
+    """An arena of at most ``left`` bytes: 64-byte aligned, whole 2 MiB pages on a GPU.
+
+    >>> arena_size(5_000_050, "cpu"), arena_size(5_000_050, "gpu")
+    (5000000, 4194304)
+    """
+    return align_down(left, GPU_PAGE) if device == "gpu" else align_down(left)
+
+
 def headroom(budget: int) -> int:
     """What of ``budget`` is held back for shared pages' PSS to move in."""
     return max(HEADROOM_MIN, int(budget * HEADROOM))
@@ -242,7 +257,7 @@ class Scheduler:
         per = self.per_device
         left = per - headroom(per) - self._host_share(self.stats.tracker) - \
             sum(w.overhead for w in ws)
-        return align_down(left // len(ws))
+        return arena_size(left // len(ws), self.device)
 
     def _start_workers(self, count: int) -> None:
         """Start ``count`` more workers (in parallel) and wait until each is ready."""
@@ -862,8 +877,8 @@ class Scheduler:
         others = self._host_share(s.tracker) + headroom(self.per_device) + \
             sum(x.overhead + x.arena for x in self.workers.values()
                 if x.device == replacement.device)
-        open_arena(replacement, min(w.arena, align_down(
-            self.per_device - others - replacement.overhead)))
+        open_arena(replacement, min(w.arena, arena_size(
+            self.per_device - others - replacement.overhead, self.device)))
         self.workers[replacement.index] = replacement
         s.overheads = [x.overhead for x in self.workers.values()]
         self._sample()

@@ -67,12 +67,18 @@ def test_gpu_memory_smoke_on_the_cpu() -> None:
         assert c["pool_after"] == {"used": None, "total": None, "pinned_free_blocks": None}
         assert c["mallocs_by_op"] == {}
         assert c["within"] == (abs(c["residual"]) < max(c["planned"] / 100, r["granularity"]))
+        assert c["over_context"] == c["measured"] - c["context_bytes"] - c["planned"]
+        rounded = -(-c["planned"] // r["granularity"]) * r["granularity"]
+        assert c["pages_beyond_rounded"] == pytest.approx(
+            (c["measured"] - c["context_bytes"] - rounded) / r["granularity"], abs=0.01)
     assert r["max_abs_residual_over_heap"] == pytest.approx(
         max(abs(c["residual_over_heap"]) for c in cases))
     assert r["all_steady"] is None  # a GPU-only verdict
     assert r["granularity"] == os.sysconf("SC_PAGE_SIZE")
     assert r["all_within"] == all(c["within"] for c in cases)
     assert r["not_within"] == [c["case"] for c in cases if not c["within"]]
+    assert r["over_context_range"] == [min(c["over_context"] for c in cases),
+                                       max(c["over_context"] for c in cases)]
 
 
 def test_gpu_memory_judges_residuals_by_a_given_constant() -> None:
@@ -107,7 +113,7 @@ def test_gpu_parallel_smoke_on_the_cpu() -> None:
     assert r["throughput_ratio"] == (pytest.approx(e / t) if e and t else None)
 
 
-@pytest.mark.parametrize("script", ["gpu_wheels.sh", "gpu_session.sh"])
+@pytest.mark.parametrize("script", ["gpu_wheels.sh", "gpu_session.sh", "gpu_explore.sh"])
 def test_shell_scripts_parse(script: str) -> None:
     out = subprocess.run(["bash", "-n", str(TOOLS / script)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -144,7 +150,8 @@ def test_the_wheels_cover_what_the_gpu_image_lacks() -> None:
 
 def test_the_session_runs_the_steps_of_issue_22() -> None:
     text = (TOOLS / "gpu_session.sh").read_text()
-    for step in ("tests)", "memory)", "memory_onnx)", "parallel)", "speed)", "multi_model)"):
+    for step in ("tests)", "memory)", "memory_onnx)", "parallel)", "speed)", "multi_model)",
+                 "explore)", "memory_all)", "first)", "second)", "third)"):
         assert f"    {step}" in text, step
     for bench in ("gpu_memory.py", "gpu_parallel.py", "paper_mlp.py", "cnn_step.py",
                   "switching.py", "multi_model.py"):
