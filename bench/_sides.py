@@ -65,17 +65,23 @@ def alternate(script: str, sides: Mapping[str, Sequence[str]], repeats: int,
               timeout: float | None = None, log: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Each side's child ``repeats`` times, each run in a fresh process: repeat i runs
     every side once (with ``per_repeat(i)`` added to its arguments: a seed), the order
-    rotated by i.  ``{side: [answer per repeat]}``."""
+    rotated by i.  ``{side: [answer per repeat]}``.  Interrupted (Ctrl-C, or SIGINT at a
+    time limit), it returns the answers it has, fewer for some sides, and says so on
+    stderr: a run cut short still reports what it measured."""
     names = list(sides)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    for i in range(repeats):
-        k = i % len(names) if names else 0
-        extra = list(per_repeat(i)) if per_repeat else []
-        for name in names[k:] + names[:k]:
-            runs[name].append(run_side(script, [*sides[name], *extra], timeout))
-            if log:
-                print(f"  repeat {i + 1}/{repeats} {name}: {runs[name][-1]}", file=sys.stderr,
-                      flush=True)
+    try:
+        for i in range(repeats):
+            k = i % len(names) if names else 0
+            extra = list(per_repeat(i)) if per_repeat else []
+            for name in names[k:] + names[:k]:
+                runs[name].append(run_side(script, [*sides[name], *extra], timeout))
+                if log:
+                    print(f"  repeat {i + 1}/{repeats} {name}: {runs[name][-1]}",
+                          file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        done = {n: len(r) for n, r in runs.items()}
+        print(f"  interrupted: runs per side {done}", file=sys.stderr, flush=True)
     return runs
 
 

@@ -181,8 +181,12 @@ def main() -> None:
     runs = alternate(__file__, {s: ["--side", s, "--device", args.device, *size]
                                 for s in sides}, args.repeats,
                      log=args.log)
+    if not runs["engine"] or not any(runs[f"torch_{v}"] for v in TORCH_VARIANTS):
+        sys.exit("cnn_step: interrupted before the engine and PyTorch had each run once")
+    sides = [s for s in sides if runs[s]]  # an interrupted run: the sides that ran
+    engines = {a: s for a, s in engines.items() if runs[s]}
     ms = {s: median(runs[s], "ms_step") for s in sides}
-    variant = fastest({v: ms[f"torch_{v}"] for v in TORCH_VARIANTS})
+    variant = fastest({v: ms.get(f"torch_{v}") for v in TORCH_VARIANTS})
     torch_side = f"torch_{variant}"
     out: dict[str, Any] = {
         "engine_ms_step": round(ms["engine"], 3), "torch_ms_step": round(ms[torch_side], 3),
@@ -190,7 +194,9 @@ def main() -> None:
     out["engine_over_torch"] = round(ms["engine"] / ms[torch_side], 2)
     out["speedup_vs_torch"] = round(ms[torch_side] / ms["engine"], 2)
     out["torch_variant"] = variant
-    out["torch_ms_step_by_variant"] = {v: round(ms[f"torch_{v}"], 3) for v in TORCH_VARIANTS}
+    out["torch_ms_step_by_variant"] = {v: round(ms[f"torch_{v}"], 3) for v in TORCH_VARIANTS
+                                       if f"torch_{v}" in ms}
+    out["runs_per_side"] = {s: len(runs[s]) for s in sides}
     out["engine_ms_step_runs"] = [round(r["ms_step"], 3) for r in runs["engine"]]
     out["torch_ms_step_runs"] = [round(r["ms_step"], 3) for r in runs[torch_side]]
     out["engine_peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs["engine"])

@@ -27,10 +27,11 @@
 #                constant of gpu_memory.json when there is one: gpu_memory_onnx.json
 #                                                                            (<= 290 s)
 #   parallel     bench/gpu_parallel.py (5 GB): gpu_parallel.json            (<= 290 s)
-#   paper_mlp    bench/paper_mlp.py --device gpu: paper_mlp.json             (<= 280 s)
-#   cnn_step     bench/cnn_step.py --device gpu: cnn_step.json               (<= 200 s)
+#   paper_mlp    bench/paper_mlp.py --device gpu: paper_mlp.json             (<= 240 s)
+#   cnn_step     bench/cnn_step.py --device gpu --algorithms im2col (five sides, each
+#                process about 7 s on an H100): cnn_step.json                (<= 240 s)
 #   switching    bench/switching.py --device gpu: switching.json             (<= 100 s)
-#   speed        paper_mlp cnn_step switching
+#   speed        paper_mlp cnn_step switching (under 10 minutes: a call of its own)
 #   multi_model  bench/multi_model.py --device gpu --only 100:10: multi_model.json
 #                (its own call: with speed's three it would pass 10 minutes) (<= 290 s)
 # Every step's output and errors go to $OUT/session.log as well.  GPU_STEP_TIMEOUT
@@ -161,7 +162,7 @@ step() {
         MEMORY_LIMIT=100 MEMORY_BUDGET_S=60 step memory_all &
         wait
         PARALLEL_LIMIT=100 PARALLEL_SECONDS=4 REPEATS=1 PARALLEL_BUDGET_S=1 step parallel
-        CNN_LIMIT=110 REPEATS=3 CNN_ALGORITHMS=im2col step cnn_step
+        CNN_LIMIT=110 REPEATS=3 step cnn_step
         ;;
     memory)
         run memory 290 gpu_memory.json python3 bench/gpu_memory.py --json --log \
@@ -178,12 +179,12 @@ step() {
             --json --budget 5GB --seconds "${PARALLEL_SECONDS:-8}" \
             --repeats "${REPEATS:-5}" --budget-s "${PARALLEL_BUDGET_S:-200}" "${constant[@]}" ;;
     paper_mlp)
-        run paper_mlp "${PAPER_LIMIT:-280}" paper_mlp.json python3 bench/paper_mlp.py --json \
+        run paper_mlp "${PAPER_LIMIT:-240}" paper_mlp.json python3 bench/paper_mlp.py --json \
             --device gpu --repeats "${REPEATS:-5}" --log ;;
     cnn_step)
-        run cnn_step "${CNN_LIMIT:-200}" cnn_step.json python3 bench/cnn_step.py --json \
+        run cnn_step "${CNN_LIMIT:-240}" cnn_step.json python3 bench/cnn_step.py --json \
             --device gpu --repeats "${REPEATS:-5}" ${CNN_QUICK:+--quick} \
-            ${CNN_ALGORITHMS:+--algorithms "$CNN_ALGORITHMS"} --log ;;
+            --algorithms "${CNN_ALGORITHMS:-im2col}" --log ;;
     switching)
         run switching 100 switching.json python3 bench/switching.py --json --device gpu ;;
     speed)

@@ -225,13 +225,12 @@ class Scheduler:
         if n < self.n_workers:
             where = f"each device's budget of {per:,} bytes" if ndev > 1 else \
                 f"the budget of {per:,} bytes"
-            beside = (" of device memory (its CUDA context and libraries)"
-                      if self.device == "gpu" else
-                      f", beside {s.main + s.tracker:,} for the scheduler and "
-                      f"{s.data:,} for the data")
+            costs = (f"{known.worker:,} bytes of device memory before any trial (its CUDA "
+                     f"context and libraries)" if self.device == "gpu" else
+                     f"{known.worker:,} bytes before any trial, beside "
+                     f"{s.main + s.tracker:,} for the scheduler and {s.data:,} for the data")
             s.notes.append(f"{where} holds {n} of the {self.n_workers} "
-                           f"workers asked for: each costs {known.worker:,} bytes before any "
-                           f"trial{beside}")
+                           f"workers asked for: each costs {costs}")
         s.overheads = [w.overhead for w in ws]
         arenas = {d: self._arena_on(d, [w for w in ws if w.device == d])
                   for d in self.devices}

@@ -57,6 +57,27 @@ def test_a_failing_side_says_why(tmp_path: Path) -> None:
         alternate(str(script), {"a": []}, 1)
 
 
+def test_an_interrupted_comparison_keeps_what_it_measured(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGINT at a time limit (or Ctrl-C) in the middle of the repeats: the answers
+    already in are returned, each side with as many as it ran, and stderr says so."""
+    import bench._sides as sides
+
+    calls: list[str] = []
+
+    def run_side(script: str, args: list[str], timeout: float | None = None) -> dict:
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(args[0])
+        return {"side": args[0]}
+
+    monkeypatch.setattr(sides, "run_side", run_side)
+    runs = sides.alternate("x.py", {"a": ["a"], "b": ["b"], "c": ["c"]}, 3)
+    assert calls == ["a", "b", "c", "b"]
+    assert {k: len(v) for k, v in runs.items()} == {"a": 1, "b": 2, "c": 1}
+    assert "interrupted: runs per side {'a': 1, 'b': 2, 'c': 1}" in capsys.readouterr().err
+
+
 def test_paper_mlp() -> None:
     pytest.importorskip("torch")
     r = run_bench("paper_mlp.py", "--quick", "--repeats", "1")

@@ -130,3 +130,26 @@ def test_a_gpu_run_s_peak_and_growth_are_its_processes_device_memory(
     monkeypatch.setattr(telemetry, "gpu_processes", lambda: None)  # the driver cannot say
     sampler.measure([a, b], now=True)
     assert stats.measured_peak == 2 * ((500 << 20) + GIB) + (6 << 20)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_a_refused_budget_names_what_the_device_holds(device: str) -> None:
+    """On a GPU the budget is device memory: the refusal names the worker's context and
+    the smallest candidate, not the host's scheduler, data and tracker (0 there)."""
+    from explore.scheduler.constants import Measured
+    from explore.scheduler.loop import Scheduler
+    from explore.scheduler.telemetry import RunStats
+
+    host = {"main": 100_000_000, "data": 5_000_000} if device == "cpu" else {}
+    me = types.SimpleNamespace(stats=RunStats(budget=64_000_000, **host), devices=[0],
+                               device=device, per_device=64_000_000)
+    me._host_share = lambda tracker: Scheduler._host_share(me, tracker)  # type: ignore
+    text = Scheduler._too_small(me, 525_696, Measured(worker=614_465_536,  # type: ignore
+                                                      tracker=10_000_000 if host else 0))
+    assert "614,465,536" in text and "525,696 for the smallest candidate" in text
+    assert "is the least that would do" in text
+    if device == "gpu":
+        assert "of device memory for a worker (its CUDA context and libraries)" in text
+        assert "scheduler" not in text and "resource tracker" not in text
+    else:
+        assert "100,000,000 bytes for the scheduler, 5,000,000 for the data" in text
