@@ -39,6 +39,21 @@ def _layout(m: Any) -> tuple[int, int] | None:
     return None
 
 
+def _writes_each_element_once(x: Any) -> bool:
+    """Whether no two elements of the view share memory (sufficient test: with the
+    dimensions of more than one element ordered by stride, each stride passes the
+    span of the smaller ones), so that a product written into it is well defined."""
+    item = x.dtype.itemsize
+    dims = sorted((abs(st) // item, n) for st, n in zip(x.strides, x.shape, strict=True)
+                  if n > 1)
+    span = 0
+    for stride, n in dims:
+        if stride <= span:
+            return False
+        span += stride * (n - 1)
+    return True
+
+
 def _batch_stride(x: Any) -> int:
     return 0 if x.shape[0] == 1 else x.strides[0] // x.dtype.itemsize
 
@@ -63,28 +78,30 @@ def strided_matmul(xp: Any, a: Any, b: Any, out: Any) -> Step | None:
     la, lb, lc = _layout(a3[0]), _layout(b3[0]), _layout(c3[0])
     if la is None or lb is None or lc is None or lc[0] != _N:
         return None
-    if (batch > 1 and c3.strides[0] == 0) or any(s < 0 for x in (a3, b3, c3)
-                                                for s in x.strides):
+    if not _writes_each_element_once(c3) or any(s < 0 for x in (a3, b3, c3)
+                                                 for s in x.strides):
         return None
     cublas = xp.cuda.cublas
     double = a.dtype == np.float64
     gemm = cublas.dgemmStridedBatched if double else cublas.sgemmStridedBatched
     one, zero = np.ones(1, a.dtype), np.zeros(1, a.dtype)  # host scalars cuBLAS reads
-    handle = xp.cuda.device.get_cublas_handle()
     # C^T [n, m] = B^T [n, k] @ A^T [k, m], all column-major over the same memory
-    args = (handle, lb[0], la[0], n, m, k, one.ctypes.data, data_ptr(b3), lb[1],
-            _batch_stride(b3), data_ptr(a3), la[1], _batch_stride(a3), zero.ctypes.data,
-            data_ptr(c3), lc[1], _batch_stride(c3), batch)
+    args = (lb[0], la[0], n, m, k, one.ctypes.data, data_ptr(b3), lb[1], _batch_stride(b3),
+            data_ptr(a3), la[1], _batch_stride(a3), zero.ctypes.data, data_ptr(c3), lc[1],
+            _batch_stride(c3), batch)
     return _Gemm(xp, gemm, args, (one, zero))
 
 
 class _Gemm:
-    """One bound cuBLAS call (the host scalars it points to kept alive with it)."""
+    """One bound cuBLAS call (the host scalars it points to kept alive with it).  The
+    handle is CuPy's for the thread and device that run the step, asked at each call
+    (a cached lookup)."""
 
     def __init__(self, xp: Any, gemm: Any, args: tuple[Any, ...], keep: Any) -> None:
         self.xp, self.gemm, self.args, self.keep = xp, gemm, args, keep
         self.set_stream = xp.cuda.cublas.setStream
 
     def __call__(self) -> None:
-        self.set_stream(self.args[0], self.xp.cuda.get_current_stream().ptr)
-        self.gemm(*self.args)
+        handle = self.xp.cuda.device.get_cublas_handle()
+        self.set_stream(handle, self.xp.cuda.get_current_stream().ptr)
+        self.gemm(handle, *self.args)

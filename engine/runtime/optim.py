@@ -108,7 +108,10 @@ def _fused_kernels(xp: Any, p: Any, g: Any, state: list[Any], lr: Any,
 # The updates as one CUDA kernel each (CuPy's ElementwiseKernel), the same formulas as the
 # array calls: on a GPU each array call is a kernel launch, and an update of many small
 # launches costs more than its arithmetic.  ``rate`` is the learning rate, a scalar or an
-# array like ``p`` (a stack's per-model rates).
+# array like ``p`` (a stack's per-model rates).  One difference: the kernels leave the
+# gradient as backward wrote it, where the array calls fold an L2 weight decay into it
+# (``vm.grad`` after ``optimize`` then differs; the parameters do not).  RMSProp and
+# Adagrad keep the array calls.
 _DEVICE_UPDATES = {
     "sgd": ("T g, T rate, T wd", "T p",
             "T gg = wd != (T)0 ? g + wd * p : g; p = p - rate * gg;"),

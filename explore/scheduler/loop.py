@@ -93,6 +93,17 @@ def arena_size(left: int, device: str) -> int:
     return align_down(left, GPU_PAGE) if device == "gpu" else align_down(left)
 
 
+def admitted_heap(smallest: int, device: str) -> int:
+    """What admitting a candidate of ``smallest`` heap bytes holds back per worker: on
+    a GPU whole pages, as its arena will be (:func:`arena_size`), so that a budget that
+    admits a worker also gives it an arena the candidate fits in.
+
+    >>> admitted_heap(525_696, "cpu"), admitted_heap(525_696, "gpu")
+    (525696, 2097152)
+    """
+    return align_up(smallest, GPU_PAGE) if device == "gpu" else smallest
+
+
 def headroom(budget: int) -> int:
     """What of ``budget`` is held back for shared pages' PSS to move in."""
     return max(HEADROOM_MIN, int(budget * HEADROOM))
@@ -215,7 +226,8 @@ class Scheduler:
         s.headroom = headroom(per) * ndev
         n = min(self.n_workers, workers_that_fit(per - headroom(per),
                                                  self._host_share(known.tracker),
-                                                 known.worker, smallest))
+                                                 known.worker,
+                                                 admitted_heap(smallest, self.device)))
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
         self.n_running = n * ndev
@@ -296,7 +308,8 @@ class Scheduler:
 
     def _too_small(self, smallest: int, known: Measured) -> str:
         s = self.stats
-        need = self._host_share(known.tracker) + smallest + known.worker
+        heap = admitted_heap(smallest, self.device)
+        need = self._host_share(known.tracker) + heap + known.worker
         # With the headroom, and what the processes measure varies by a fraction of a
         # percent from run to run.
         least = -(-max(need + HEADROOM_MIN, int(need / (1 - HEADROOM))) * 101 // 100
@@ -307,8 +320,8 @@ class Scheduler:
             if ndev > 1 and self.device == "cpu" else ""
         if self.device == "gpu":  # the host's processes hold no device memory
             takes = (f"{known.worker:,} bytes of device memory for a worker (its CUDA "
-                     f"context and libraries) and {smallest:,} for the smallest candidate "
-                     f"of the space")
+                     f"context and libraries) and {heap:,} for the smallest candidate of "
+                     f"the space ({smallest:,} bytes, in whole 2 MiB pages)")
         else:
             takes = (f"{s.main:,} bytes for the scheduler, {s.data:,} for the data, "
                      f"{known.tracker:,} for multiprocessing's resource tracker{share}, "

@@ -168,6 +168,8 @@ class MemorySampler:
         s.measured_peak = max(s.measured_peak,
                               sum(v for pid, v in listed.items() if pid in run))
         if s.overheads and all(w.arena for w in ws):  # started, each arena open
-            grown = sum(listed.get(w.pid, w.overhead + w.arena) - w.arena - w.overhead
-                        for w in ws)
+            # each worker's own growth: one reading under its constant (a page the
+            # driver has not mapped yet) does not cancel another's growth
+            grown = sum(max(0, listed.get(w.pid, w.overhead + w.arena) - w.arena -
+                            w.overhead) for w in ws)
             s.growth = max(s.growth, grown)

@@ -12,6 +12,8 @@ import types
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from explore.procmem import gpu_bytes
 from explore.worker import device_overhead
@@ -123,6 +125,10 @@ def test_a_gpu_run_s_peak_and_growth_are_its_processes_device_memory(
     sampler.measure([a, b], now=True)
     assert stats.measured_peak == 2 * ((500 << 20) + GIB) + (6 << 20)  # not pid 999's
     assert stats.growth == 6 << 20
+    listed[101] -= 4 << 20  # one under its constant does not cancel another's growth
+    sampler.measure([a, b], now=True)
+    assert stats.growth == 6 << 20
+    listed[101] += 4 << 20
     listed[102] -= 6 << 20  # a peak and a growth are the highest seen
     sampler.measure([a, b], now=True)
     assert stats.measured_peak == 2 * ((500 << 20) + GIB) + (6 << 20)
@@ -146,10 +152,35 @@ def test_a_refused_budget_names_what_the_device_holds(device: str) -> None:
     me._host_share = lambda tracker: Scheduler._host_share(me, tracker)  # type: ignore
     text = Scheduler._too_small(me, 525_696, Measured(worker=614_465_536,  # type: ignore
                                                       tracker=10_000_000 if host else 0))
-    assert "614,465,536" in text and "525,696 for the smallest candidate" in text
-    assert "is the least that would do" in text
+    assert "614,465,536" in text and "is the least that would do" in text
     if device == "gpu":
         assert "of device memory for a worker (its CUDA context and libraries)" in text
+        assert "2,097,152 for the smallest candidate of the space (525,696 bytes, in " \
+            "whole 2 MiB pages)" in text
         assert "scheduler" not in text and "resource tracker" not in text
+        least = int(text.split("--memory ")[1].split("MB")[0]) * 1_000_000
+        assert least >= 614_465_536 + 2_097_152
     else:
         assert "100,000,000 bytes for the scheduler, 5,000,000 for the data" in text
+        assert "525,696 for the smallest candidate" in text
+
+
+@settings(max_examples=500, deadline=None)
+@given(budget=st.integers(600_000_000, 20_000_000_000),
+       worker=st.integers(100_000_000, 800_000_000),
+       smallest=st.integers(1, 300_000_000), asked=st.integers(1, 16))
+def test_a_gpu_budget_that_admits_workers_gives_each_an_arena_its_smallest_fits(
+        budget: int, worker: int, smallest: int, asked: int) -> None:
+    """Admission counts the smallest candidate in whole pages, as the arenas are cut: a
+    budget that admits n workers never leaves them arenas too small for it (it refused
+    runs one worker would fit: 1,256 MB with two workers asked on an H100)."""
+    from explore.scheduler.constants import workers_that_fit
+    from explore.scheduler.loop import admitted_heap, arena_size, headroom
+
+    left = budget - headroom(budget)
+    n = min(asked, workers_that_fit(left, 0, worker, admitted_heap(smallest, "gpu")))
+    if n >= 1:
+        arena = arena_size((left - n * worker) // n, "gpu")
+        assert arena >= smallest and arena % (2 << 20) == 0
+    else:
+        assert left < worker + smallest or left < worker + admitted_heap(smallest, "gpu")

@@ -128,7 +128,7 @@ def _mark(marks: np.ndarray, base: np.ndarray, view: np.ndarray, value: bool) ->
 
 
 @pytest.mark.parametrize("case", ["no unit stride", "overlapping rows", "host",
-                                  "mixed types", "integers"])
+                                  "mixed types", "integers", "output batches overlap"])
 def test_what_it_cannot_bind_is_left_to_matmul(case: str) -> None:
     a, b, out = stack(B, N_IN), stack(N_IN, N_OUT), np.zeros((B, N_OUT), np.float32)
     cupy, _ = fake_cupy(np.float32)
@@ -140,6 +140,10 @@ def test_what_it_cannot_bind_is_left_to_matmul(case: str) -> None:
         cupy = np  # type: ignore[assignment]
     elif case == "mixed types":
         b = b.astype(np.float64)
+    elif case == "output batches overlap":  # batch k's rows start one row after k-1's
+        a, b = stack(K, B, N_IN), stack(K, N_IN, N_OUT)
+        base = np.zeros((B + K) * N_OUT, np.float32)
+        out = np.lib.stride_tricks.as_strided(base, (K, B, N_OUT), (4 * N_OUT, 4 * N_OUT, 4))
     else:
         a, b, out = (x.astype(np.int32) for x in (a, b, out))
     assert strided_matmul(cupy, a, b, out) is None
