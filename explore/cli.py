@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import stat
 import sys
 import time
@@ -121,7 +122,12 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
     from explore.live import WriteFailed
     from explore.runner import RunRefused, execute, prepare
+    from explore.scheduler.errors import Stopped, raise_stopped
 
+    # SIGTERM and SIGHUP (a job scheduler, a closed terminal) stop a run as Ctrl-C does:
+    # the scheduler acts on them between steps, and before it runs they raise here.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, raise_stopped)
     prep = None
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
@@ -133,9 +139,11 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
             study, run_record = execute(prep, progress=display.update)
     except RunRefused as e:
         _refused(e)
-    except KeyboardInterrupt:
-        _stopped(prep, "interrupted: the trials in hand were failed as 'interrupted' and "
-                 "queued again; run the same command to go on", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as e:
+        by = f" by {e.name}" if isinstance(e, Stopped) and e.signum != signal.SIGINT else ""
+        _stopped(prep, f"interrupted{by}: the trials in hand were failed as 'interrupted' "
+                 "and queued again; run the same command to go on",
+                 e.exit_status if isinstance(e, Stopped) else EXIT_INTERRUPTED)
     except WriteFailed as e:
         _stopped(prep, f"could not write to the study's storage: {e}; the run stopped at "
                  "the first failed write", EXIT_FAILED)
@@ -150,7 +158,8 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
 
 def _stopped(prep: Any, message: str, code: int) -> None:
     """A run that stopped early: what happened, what the study kept, and the exit
-    status (130 after Ctrl-C, 1 after a failed write)."""
+    status (128 + the signal after Ctrl-C, SIGTERM or SIGHUP: 130, 143, 129; 1 after a
+    failed write)."""
     err.print(f"[red]{message}[/]", highlight=False)
     if prep is not None:
         with contextlib.suppress(Exception):  # the storage itself may be what failed

@@ -481,11 +481,14 @@ def stay_with_the_driver() -> None:
     """Tie this worker's life to its driver's: the kernel kills it when the driver dies
     (even by ``kill -9``: Linux's parent-death signal), and Ctrl-C, which the terminal
     sends to every process of the group, is the driver's to handle (it stops the
-    workers itself; a worker's own KeyboardInterrupt only printed tracebacks)."""
+    workers itself; a worker's own KeyboardInterrupt only printed tracebacks).  So are
+    SIGTERM and SIGHUP, which systemd and SLURM send to every process of a job: a
+    worker ended by one would have its trial failed as died instead of queued again."""
     import multiprocessing
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
 

@@ -52,7 +52,7 @@ from explore.sampling import suggest
 from explore.scheduler.constants import Measured, machine_key, workers_that_fit
 from explore.scheduler.constants import load as load_constants
 from explore.scheduler.constants import save as save_constants
-from explore.scheduler.errors import SchedulerError
+from explore.scheduler.errors import STOP_SIGNALS, SchedulerError, Stopped
 from explore.scheduler.placement import Placement, Stack, Worker, find_spot
 from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
 from explore.scheduler.shared_data import share_dataset
@@ -358,7 +358,7 @@ class Scheduler:
             next_claim = 0.0  # when to try again after the study had its total claimed
             while True:
                 if self.ctrl_c:
-                    raise KeyboardInterrupt
+                    raise Stopped(self.stop_signal)
                 self.live.check()  # a failed write stops the run here
                 # Ask while what was asked last found room and each worker has at most
                 # `trials_per_worker` trials in hand: candidates wait only when memory is full, and
@@ -404,35 +404,43 @@ class Scheduler:
         return self.stats
 
     def _catch_ctrl_c(self) -> Any:
-        """Ctrl-C sets a flag that the loop acts on between steps (raised anywhere, it
-        broke storage writes half way); a second one ends the process at once.  Returns
-        what puts the previous handler back."""
+        """Ctrl-C, SIGTERM or SIGHUP sets a flag that the loop acts on between steps
+        (raised anywhere, it broke storage writes half way); a second one ends the
+        process at once.  Returns what puts the previous handlers back."""
         import os
         import signal
         import threading
 
         self.ctrl_c = False
+        self.stop_signal = int(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
 
         def handler(signum: int, frame: Any) -> None:
             if self.ctrl_c:
-                os._exit(130)
-            self.ctrl_c = True
+                os._exit(128 + signum)
+            self.ctrl_c, self.stop_signal = True, signum
 
-        previous = signal.signal(signal.SIGINT, handler)
-        return lambda: signal.signal(signal.SIGINT, previous)
+        previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+
+        def restore() -> None:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+        return restore
 
     def _interrupted(self) -> None:
-        """Ctrl-C: every trial in hand fails as interrupted and is queued again in the
-        storage for the next run (a second Ctrl-C meanwhile ends the process at once)."""
+        """Ctrl-C (or SIGTERM, SIGHUP): every trial in hand fails as interrupted and is
+        queued again in the storage for the next run (a second signal meanwhile ends
+        the process at once)."""
         self.ctrl_c = True
         held = [p.trial for w in self.workers.values() for p in w.residents.values()]
         for trial in held + [t for pend in self.waiting for t in pend.trials]:
             self._fail(trial, "interrupted", retry=True)
         self.waiting = []
-        self.stats.notes.append(f"interrupted: {len(held)} trials in hand failed and queued "
-                                "again for the next run")
+        by = Stopped(getattr(self, "stop_signal", 2)).name
+        self.stats.notes.append(f"interrupted ({by}): {len(held)} trials in hand failed and "
+                                "queued again for the next run")
 
     def _note(self, trial: optuna.trial.Trial, write: bool = False, ending: bool = False,
               **values: Any) -> None:

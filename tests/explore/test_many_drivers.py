@@ -107,6 +107,12 @@ def test_a_driver_killed_mid_run_is_taken_over_on_postgres(tmp_path: Path,
     _kill_driver_mid_run(tmp_path, postgres_url)
 
 
+# How a driver is stopped: Ctrl-C (the terminal signals the whole group), SIGTERM to
+# the whole group (systemd, SLURM) and SIGHUP to the driver alone (a closed terminal).
+SIGNALLED = {"interrupt": (signal.SIGINT, True, 130), "terminate": (signal.SIGTERM, True, 143),
+             "hangup": (signal.SIGHUP, False, 129)}
+
+
 @pytest.mark.parametrize("kind", STORAGES)
 @pytest.mark.parametrize("how", ["kill", "interrupt"])
 def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str, kind: str,
@@ -114,7 +120,18 @@ def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str, kind: 
     """``kill -9`` or Ctrl-C of the only driver: no process is left, nothing finished
     is lost, Ctrl-C exits 130 and queues its trials again, and the next run completes
     the study."""
-    storage = _storage(kind, tmp_path, request)
+    _stop_then_run_again(tmp_path, how, _storage(kind, tmp_path, request))
+
+
+@pytest.mark.parametrize("how", ["terminate", "hangup"])
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path: Path, how: str) -> None:
+    """A job scheduler's SIGTERM (to every process of the job) or a closed terminal's
+    SIGHUP: the trials in hand are queued again, the exit status is 128 + the signal,
+    the summary is printed, no worker is left, and the next run completes the study."""
+    _stop_then_run_again(tmp_path, how, f"sqlite:///{tmp_path / 'grid.db'}")
+
+
+def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
     space = grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB")
     driver = start(space, storage)
     running_trials(storage, 2)
@@ -122,15 +139,20 @@ def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str, kind: 
     assert family
     if how == "kill":
         os.kill(driver.pid, signal.SIGKILL)
-    else:  # the terminal sends Ctrl-C to the whole process group
-        os.killpg(driver.pid, signal.SIGINT)
+    else:
+        signum, group, _ = SIGNALLED[how]
+        if group:
+            os.killpg(driver.pid, signum)
+        else:
+            os.kill(driver.pid, signum)
     out, _ = driver.communicate(timeout=60)
     time.sleep(0.5)
     assert not pids_alive(family), "a worker outlived its driver"
     before = [t for t in trials(storage) if t.state.is_finished()]
-    if how == "interrupt":
-        assert driver.returncode == 130, out
+    if how != "kill":
+        assert driver.returncode == SIGNALLED[how][2], out
         assert "Traceback" not in out and "interrupted" in out
+        assert not any(t.state == TrialState.RUNNING for t in trials(storage))
         failed = [t for t in trials(storage) if t.state == TrialState.FAIL]
         assert failed and all(t.user_attrs["explore"]["fail_reason"] == "interrupted"
                               for t in failed)
