@@ -285,6 +285,9 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         stats = sched.run(budget.trials)
     except SchedulerError as e:
         raise refuse(str(e)) from None
+    except BaseException:  # Ctrl-C before the run began: nothing of it left behind
+        sched.stop()  # (the run stops itself; again is harmless)
+        raise
     return study, record_run(study, stats)
 
 

@@ -7,7 +7,8 @@ it (:meth:`SharedArrays.empty`), so the data set is never held twice, not even w
 it is loaded; and unlike ``multiprocessing.shared_memory`` it needs no resource-tracker
 process (10 MB of the budget on its own).  The scheduler keeps the file mapped for the
 run, so its pages count in the process tree's memory; it unlinks the file when the run
-ends (:meth:`SharedArrays.close`).
+ends (:meth:`SharedArrays.close`), and a run that could not (``kill -9``) leaves it to
+the next one, which removes the files of processes that are gone (:func:`sweep_stale`).
 
 >>> import numpy as np
 >>> with SharedArrays({"x": np.arange(6.0).reshape(2, 3)}) as shm:
@@ -37,9 +38,45 @@ class ArraySpec:
     dtype: str
 
 
+PREFIX = "explore-data-"  # then the pid of the process that made the file, and a dash
+
+
 def _directory() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
         else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep_stale(directory: str | None = None) -> list[str]:
+    """Remove the shared files of runs whose process is gone (ended by ``kill -9``, or
+    by a second Ctrl-C that left no time to clean up): each file's name carries the pid
+    of the process that made it.  Returns the paths removed.  Every run sweeps when it
+    makes its own file, so a leak lasts until the next run on the machine."""
+    folder = directory or _directory() or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+            removed.append(os.path.join(folder, name))
+    return removed
 
 
 class SharedArrays:
@@ -48,7 +85,8 @@ class SharedArrays:
     Close (or use as a context manager) to unmap and remove the file."""
 
     def __init__(self, arrays: dict[str, np.ndarray] | None = None) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="explore-data-", dir=_directory())
+        sweep_stale()
+        fd, self.path = tempfile.mkstemp(prefix=f"{PREFIX}{os.getpid()}-", dir=_directory())
         os.close(fd)
         self.spec: dict[str, ArraySpec] = {}
         self.arrays: dict[str, np.ndarray] = {}

@@ -12,6 +12,7 @@ written there by a writer thread (:class:`explore.live.LiveStudy`).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing as mp
 import time
@@ -394,13 +395,19 @@ class Scheduler:
             self._interrupted()
             raise
         finally:
-            restore()
-            self.stop()
+            # The handlers stay until the cleanup is done: a second signal meanwhile
+            # ends the process through them (which removes the shared data set), where
+            # Python's own handler would raise in the middle of the cleanup and skip
+            # the rest of it.
             try:
-                self.live.close()
+                self.stop()
+                try:
+                    self.live.close()
+                finally:
+                    if self.keeper is not None:
+                        self.keeper.close()
             finally:
-                if self.keeper is not None:
-                    self.keeper.close()
+                restore()
         return self.stats
 
     def _catch_ctrl_c(self) -> Any:
@@ -417,7 +424,9 @@ class Scheduler:
             return lambda: None
 
         def handler(signum: int, frame: Any) -> None:
-            if self.ctrl_c:
+            if self.ctrl_c:  # no time to clean up: but the shared data set, at least
+                with contextlib.suppress(OSError, AttributeError):
+                    os.unlink(self.arrays.path)
                 os._exit(128 + signum)
             self.ctrl_c, self.stop_signal = True, signum
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 from pathlib import Path
 
@@ -134,3 +135,24 @@ def test_digits_are_scikit_learns_read_without_importing_it() -> None:
             "print('sklearn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_run_sweeps_the_shared_files_of_processes_that_are_gone(tmp_path: Path) -> None:
+    """A shared file carries the pid of the process that made it; one whose process is
+    gone (``kill -9``) is removed by the next sweep, the others are left alone."""
+    import subprocess
+    import sys
+
+    from explore.shared import PREFIX, SharedArrays, sweep_stale
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(gone.stdout)
+    names = [f"{PREFIX}{dead}-abc", f"{PREFIX}{os.getpid()}-def", f"{PREFIX}old", "other"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    removed = sweep_stale(str(tmp_path))
+    assert removed == [str(tmp_path / names[0])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+    with SharedArrays({"x": np.zeros(3)}) as shm:  # its own file carries this pid
+        assert os.path.basename(shm.path).startswith(f"{PREFIX}{os.getpid()}-")

@@ -10,6 +10,7 @@ host, no server) and a real PostgreSQL server the suite starts (``tests/pg_serve
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -148,6 +149,8 @@ def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
     out, _ = driver.communicate(timeout=60)
     time.sleep(0.5)
     assert not pids_alive(family), "a worker outlived its driver"
+    shared = glob.glob(f"/dev/shm/explore-data-{driver.pid}-*")
+    assert shared if how == "kill" and os.path.isdir("/dev/shm") else not shared
     before = [t for t in trials(storage) if t.state.is_finished()]
     if how != "kill":
         assert driver.returncode == SIGNALLED[how][2], out
@@ -159,9 +162,29 @@ def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
         assert any(t.state == TrialState.WAITING for t in trials(storage))  # queued again
     again = finish([start(space, storage)])
     assert again[0][0] == 0, again
+    assert not glob.glob(f"/dev/shm/explore-data-{driver.pid}-*")  # the next run swept it
     ts = check_study(storage, 10)
     kept = {t.number: t.state for t in ts}
     assert all(kept[t.number] == t.state for t in before)  # nothing finished was lost
+
+
+def test_a_second_ctrl_c_ends_at_once_and_leaves_no_shared_data(tmp_path: Path) -> None:
+    """Ctrl-C twice in quick succession: the driver ends at once (130) without its
+    cleanup, but removes the shared data set first; no worker outlives it."""
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    driver = start(grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB"), storage)
+    running_trials(storage, 2)
+    family = descendants(driver.pid)
+    assert glob.glob(f"/dev/shm/explore-data-{driver.pid}-*") or \
+        not os.path.isdir("/dev/shm")
+    os.killpg(driver.pid, signal.SIGINT)
+    time.sleep(0.05)
+    os.killpg(driver.pid, signal.SIGINT)
+    out, _ = driver.communicate(timeout=60)
+    assert driver.returncode == 130, out
+    time.sleep(0.5)
+    assert not pids_alive(family), "a worker outlived its driver"
+    assert not glob.glob(f"/dev/shm/explore-data-{driver.pid}-*")
 
 
 @pytest.mark.parametrize("kind", STORAGES)
