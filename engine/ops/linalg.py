@@ -30,7 +30,7 @@ from engine.ops._base import (
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 from engine.ops.elementwise import unbroadcast
-from engine.ops.strided_gemm import strided_matmul
+from engine.ops.strided_gemm import matmul_step
 
 
 def _mm_shape(a: tuple[int, ...], b: tuple[int, ...], ta: bool, tb: bool) -> tuple[int, ...]:
@@ -72,7 +72,7 @@ def _matmul(k: KernelArgs) -> Step:
     y = k.outs[0]
     # On a GPU one strided cuBLAS call where the views allow (CuPy's matmul copies a
     # transposed batched operand or a broadcast one into temporaries at every step).
-    return strided_matmul(xp, a, b, y) or (lambda: xp.matmul(a, b, out=y))
+    return matmul_step(xp, a, b, y)
 
 
 def _g_matmul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:

@@ -100,7 +100,7 @@ def row_index_step(xp: Any, idx: Any, labels: Any, classes: int, check: bool = T
     flat = idx.reshape(-1)
     lab = labels if idx.ndim == 1 else labels.reshape(-1, 1)
     if not is_numpy(xp):
-        return _row_index_step_device(xp, idx, labels, unsigned, classes, check)
+        return _row_index_step_device(xp, idx, labels, classes, check)
 
     def step() -> None:
         if check and int(unsigned.max()) >= classes:
@@ -117,23 +117,35 @@ _ROW_INDEX = ("raw L labels, int64 C, int64 K", "I idx",
               "idx = (I)(i * C + (long long)labels[i / K])", "calcgraph_row_index")
 
 
-def _row_index_step_device(xp: Any, idx: Any, labels: Any, unsigned: Any, classes: int,
-                           check: bool) -> Step:
+def _row_index_step_device(xp: Any, idx: Any, labels: Any, classes: int, check: bool
+                           ) -> Step:
     """:func:`row_index_step` on a GPU: the positions in one kernel (CuPy's cumsum takes
-    a block-sum array from the pool at every call), and the labels' largest value
-    (unsigned) reduced into ``idx``'s first element before the kernel overwrites it,
-    so the check allocates nothing either (it still waits for the device to read it)."""
+    a block-sum array from the pool at every call), the labels checked first in
+    ``idx`` before the kernel overwrites it (:func:`_label_check_device`)."""
     kernel = xp.ElementwiseKernel(*_ROW_INDEX)
     flat = idx.reshape(-1)
     per_row = 1 if idx.ndim == 1 else int(idx.shape[1])
-    first = flat.view(unsigned.dtype)[0]  # a 0-d view: the reduction's out
+    check_labels_step = _label_check_device(xp, labels, flat, classes) if check else None
 
     def step() -> None:
-        if check:
-            xp.max(unsigned, out=first)
-            if int(first) >= classes:
-                raise labels_out_of_range(labels, classes)
+        if check_labels_step is not None:
+            check_labels_step()
         kernel(labels, classes, per_row, flat)
+
+    return step
+
+
+def _label_check_device(xp: Any, labels: Any, scratch: Any, classes: int) -> Step:
+    """Fail on labels outside [0, ``classes``), on a GPU without allocating: their largest
+    value, seen as unsigned (a negative one is huge), is reduced into the first element
+    of ``scratch`` (an integer buffer the caller overwrites afterwards), then read."""
+    unsigned = labels.view(labels.dtype.str.replace("i", "u"))
+    first = scratch.reshape(-1).view(unsigned.dtype)[0]  # a 0-d view: the reduction's out
+
+    def step() -> None:
+        xp.max(unsigned, out=first)
+        if int(first) >= classes:
+            raise labels_out_of_range(labels, classes)
 
     return step
 
@@ -214,17 +226,14 @@ _SCE_ROWS = ("raw T x, raw L labels, int64 C", "T picked, raw T logp",
 def _sce_device(xp: Any, x: Any, labels: Any, loss: Any, logp: Any, idx: Any, picked: Any,
                 scale: float) -> Step:
     """:data:`_SCE_ROWS`, then the loss from the picked entries.  The labels are checked
-    first (a label outside the row would be read outside it), their largest value
-    reduced into the index scratch, which this path does not otherwise use."""
+    first (a label outside the row would be read outside it), through the index
+    scratch, which this path does not otherwise use."""
     rows = xp.ElementwiseKernel(*_SCE_ROWS)
     c = int(x.shape[1])
-    unsigned = labels.view(labels.dtype.str.replace("i", "u"))
-    first = idx.reshape(-1).view(unsigned.dtype)[0]
+    check = _label_check_device(xp, labels, idx, c)
 
     def step() -> None:
-        xp.max(unsigned, out=first)
-        if int(first) >= c:
-            raise labels_out_of_range(labels, c)
+        check()
         rows(x, labels, c, picked, logp)
         xp.sum(picked, out=loss)
         xp.multiply(loss, scale, out=loss)

@@ -50,7 +50,7 @@ from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import unbroadcast
 from engine.ops.loss import check_labels, labels_out_of_range, row_index_step, take_rows
 from engine.ops.reduce import log_softmax_step
-from engine.ops.strided_gemm import strided_matmul
+from engine.ops.strided_gemm import matmul_step, strided_matmul
 
 
 def _weight_dims(w: tuple[int, ...], attrs: dict[str, Any]) -> tuple[int, int, int]:
@@ -106,34 +106,21 @@ def _weights(w: Any, trans: Any) -> list[Any]:
 
 
 def _products(xp: Any, triples: list[tuple[Any, Any, Any]]) -> Step:
-    if not is_numpy(xp):
-        steps = [matmul_step(xp, a, b, y) for a, b, y in triples]
-
-        def on_device() -> None:
-            for f in steps:
-                f()
-
-        return on_device
+    """Each ``(a, b, y)``: ``y = a @ b`` (on a GPU through cuBLAS where the views allow:
+    :func:`~engine.ops.strided_gemm.matmul_step`)."""
+    steps = [matmul_step(xp, a, b, y) for a, b, y in triples]
 
     def step() -> None:
-        for a, b, y in triples:
-            xp.matmul(a, b, out=y)
+        for f in steps:
+            f()
 
     return step
 
 
-def matmul_step(xp: Any, a: Any, b: Any, out: Any) -> Step:
-    """``out = a @ b``: on a GPU one cuBLAS call over the views where they lie
-    (:mod:`engine.ops.strided_gemm`: ``matmul`` would copy a model's strided rows), else
-    ``matmul``."""
-    return strided_matmul(xp, a, b, out) or (lambda: xp.matmul(a, b, out=out))
-
-
 def _batched_on_device(xp: Any, a: Any, w_k: Any, y: Any) -> Step | None:
-    """All the models' products in one strided cuBLAS call (a GPU): ``a`` and ``y``
-    ``[b, K, n]`` (``a`` may be a shared ``[b, n]``), ``w_k`` ``[K, n_in, n_out]``."""
-    if is_numpy(xp):
-        return None
+    """All the models' products in one strided cuBLAS call (a GPU; None elsewhere):
+    ``a`` and ``y`` ``[b, K, n]`` (``a`` may be a shared ``[b, n]``), ``w_k``
+    ``[K, n_in, n_out]``."""
     return strided_matmul(xp, _stack_axis(a), w_k, _stack_axis(y))
 
 
@@ -249,12 +236,11 @@ def _grad_weight(k: KernelArgs) -> Step:
         return _products(xp, [(a.T, dy.reshape(dy.shape[0], -1), dw.reshape(dw.shape[0], -1))])
     if _one_gemm(a, dw, k.attrs["transB"]):  # dWcat [K*out, in] = dY^T @ A
         return _products(xp, [(dy.reshape(dy.shape[0], -1).T, a, dw.reshape(-1, dw.shape[2]))])
-    if not is_numpy(xp):  # all the models in one strided cuBLAS call where it binds
-        a_k, dy_k = _stack_axis(a), _stack_axis(dy)
-        one = strided_matmul(xp, dy_k.transpose(0, 2, 1), a_k, dw) if k.attrs["transB"] \
-            else strided_matmul(xp, a_k.transpose(0, 2, 1), dy_k, dw)
-        if one is not None:
-            return one
+    a_k, dy_k = _stack_axis(a), _stack_axis(dy)  # on a GPU, all the models in one call
+    one = strided_matmul(xp, dy_k.transpose(0, 2, 1), a_k, dw) if k.attrs["transB"] \
+        else strided_matmul(xp, a_k.transpose(0, 2, 1), dy_k, dw)
+    if one is not None:
+        return one
     pairs = zip(_members(a, models), _members(dy, models), strict=True)
     if k.attrs["transB"]:
         triples = [(d.T, x, dw[i]) for i, (x, d) in enumerate(pairs)]

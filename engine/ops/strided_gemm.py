@@ -92,6 +92,11 @@ def strided_matmul(xp: Any, a: Any, b: Any, out: Any) -> Step | None:
     return _Gemm(xp, gemm, args, (one, zero))
 
 
+def matmul_step(xp: Any, a: Any, b: Any, out: Any) -> Step:
+    """``out = a @ b``: :func:`strided_matmul` where it binds, else ``matmul``."""
+    return strided_matmul(xp, a, b, out) or (lambda: xp.matmul(a, b, out=out))
+
+
 class _Gemm:
     """One bound cuBLAS call (the host scalars it points to kept alive with it).  The
     handle is CuPy's for the thread and device that run the step, asked at each call

@@ -447,7 +447,7 @@ class Scheduler:
         for trial in held + [t for pend in self.waiting for t in pend.trials]:
             self._fail(trial, "interrupted", retry=True)
         self.waiting = []
-        by = Stopped(getattr(self, "stop_signal", 2)).name
+        by = Stopped(self.stop_signal).name
         self.stats.notes.append(f"interrupted ({by}): {len(held)} trials in hand failed and "
                                 "queued again for the next run")
 
