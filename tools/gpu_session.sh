@@ -34,6 +34,12 @@
 #   speed        paper_mlp cnn_step switching (under 10 minutes: a call of its own)
 #   multi_model  bench/multi_model.py --device gpu --only 100:10: multi_model.json
 #                (its own call: with speed's three it would pass 10 minutes) (<= 290 s)
+#   peers        bench/peers.py --device gpu: explore, Optuna + PyTorch (n_jobs and a
+#                journal) and Ray Tune, 4 trials at a time on the one GPU, both searches
+#                at 24 trials, repeats alternating until the limit: peers.json, the
+#                anytime curves' PNGs and every run's curve (peers_curves.json) (<= 390 s)
+#   fourth       peers, then paper_mlp (5 processes a side, as long as 120 s allow):
+#                a lease's look at time to a good model against the peers
 # Every step's output and errors go to $OUT/session.log as well.  GPU_STEP_TIMEOUT
 # (seconds) overrides every step's limit.  The device tool returns at most 8 files of
 # $OUT per call, and empties $OUT before each: results are also copied to
@@ -44,6 +50,8 @@
 #
 # The wheels the image lacks travel in .whl/ (tools/gpu_wheels.sh fetches them; the
 # device tool's carry: [".whl"]); they are installed into /tmp/site once per machine.
+# Ray, for peers, travels as .ray/ray-site.tar.xz (tools/gpu_ray.sh packs it: its wheel
+# alone is larger than a call carries; carry: [".whl", ".ray"]), unpacked there too.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -70,6 +78,14 @@ install() {
             fi
         fi
     fi
+    if [ -s .ray/ray-site.tar.xz ] && [ ! -e /tmp/site/.ray-unpacked ]; then
+        mkdir -p /tmp/site
+        if tar -C /tmp/site -xJf .ray/ray-site.tar.xz 2>&1 | tee -a "$LOG" >&2; then
+            touch /tmp/site/.ray-unpacked
+        else
+            log "unpacking .ray/ray-site.tar.xz failed: peers runs without Ray"
+        fi
+    fi
     export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     {
         nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
@@ -77,7 +93,7 @@ install() {
 import importlib, sys
 print("python", sys.version.split()[0])
 for m in ("numpy", "cupy", "torch", "onnx", "onnxruntime", "numba", "optuna", "pydantic",
-          "sqlalchemy", "pynvml", "mnist"):
+          "sqlalchemy", "pynvml", "mnist", "ray"):
     try:
         print(m, getattr(importlib.import_module(m), "__version__", "?"))
     except Exception as e:
@@ -192,11 +208,24 @@ step() {
         step cnn_step
         step switching
         ;;
+    peers)
+        local sides=explore,optuna_njobs,optuna_journal
+        python3 -c 'import ray' 2>/dev/null && sides="$sides,ray_tune"
+        run peers "${PEERS_LIMIT:-390}" peers.json python3 bench/peers.py --json --log \
+            --device gpu --workers 4 --memory 8GB --trials "${PEERS_TRIALS:-24}" \
+            --repeats "${REPEATS:-3}" --sides "$sides" --timeout 200 --png "$OUT" \
+            --curves "$OUT/peers_curves.json"
+        cp "$OUT"/peers_*.png "$OUT/peers_curves.json" "$LAST/" 2>/dev/null
+        ;;
+    fourth)
+        step peers
+        PAPER_LIMIT=120 step paper_mlp
+        ;;
     multi_model)
         run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
             --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model first second third)" ;;
+        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model peers first second third fourth)" ;;
     esac
 }
 
