@@ -39,6 +39,8 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
     "rmsprop": torch.optim.RMSprop, "adagrad": torch.optim.Adagrad}
 
+FUSED = ("sgd", "adam", "adamw")  # fused on the CPU and on CUDA
+
 
 def _linear(n_in: int, n_out: int, init: str) -> nn.Linear:
     layer = nn.Linear(n_in, n_out)
@@ -130,7 +132,11 @@ def optimizer(params: dict[str, Any], parameters: list[torch.Tensor]) -> torch.o
     if name in ("sgd", "rmsprop"):
         kw["momentum"] = float(params.get("momentum") or 0.0)
     cls = OPTIMIZERS[name]
-    try:
-        return cls(parameters, fused=True, **kw)
-    except (RuntimeError, TypeError, ValueError):
-        return cls(parameters, foreach=True, **kw)
+    # Adagrad's fused kernel is the CPU's only, and it fails at the first step, not here
+    on_cpu = all(p.device.type == "cpu" for p in parameters)
+    if name in FUSED or (name == "adagrad" and on_cpu):
+        try:
+            return cls(parameters, fused=True, **kw)
+        except (RuntimeError, TypeError, ValueError):
+            pass
+    return cls(parameters, foreach=True, **kw)

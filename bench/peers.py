@@ -677,7 +677,8 @@ def main() -> None:
     for name in searches + sides:
         if name not in (*SEARCHES, *SIDES):
             ap.error(f"unknown search or side {name!r}")
-    result: dict[str, Any] = {"searches": {}, "utilisation": {s: None for s in searches}}
+    result: dict[str, Any] = {"searches": {}, "utilisation": {s: None for s in searches},
+                              "errors": []}
     curves: dict[str, dict[str, list[dict[str, Any]]]] = {
         search: {side: [] for side in sides} for search in searches}
     try:
@@ -686,8 +687,16 @@ def main() -> None:
             for search in searches:
                 k = i % len(sides)
                 for side in sides[k:] + sides[:k]:
-                    got = run_child(argparse.Namespace(**{**vars(args), "search": search}),
-                                    side, args.seed + i, args.timeout)
+                    try:
+                        got = run_child(argparse.Namespace(**{**vars(args),
+                                                              "search": search}),
+                                        side, args.seed + i, args.timeout)
+                    except (RuntimeError, subprocess.TimeoutExpired) as e:
+                        # one side's failure is reported; the others still run
+                        result["errors"].append(f"{search} {side} repeat {i + 1}: "
+                                                f"{str(e)[-1500:]}")
+                        print(f"  {result['errors'][-1]}", file=sys.stderr, flush=True)
+                        continue
                     curves[search][side].append(got)
                     if args.log:
                         brief = {k: v for k, v in got.items() if k != "curve"}

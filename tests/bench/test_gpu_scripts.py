@@ -113,7 +113,8 @@ def test_gpu_parallel_smoke_on_the_cpu() -> None:
     assert r["throughput_ratio"] == (pytest.approx(e / t) if e and t else None)
 
 
-@pytest.mark.parametrize("script", ["gpu_wheels.sh", "gpu_session.sh", "gpu_explore.sh"])
+@pytest.mark.parametrize("script", ["gpu_wheels.sh", "gpu_session.sh", "gpu_explore.sh",
+                                    "gpu_ray.sh"])
 def test_shell_scripts_parse(script: str) -> None:
     out = subprocess.run(["bash", "-n", str(TOOLS / script)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -151,10 +152,11 @@ def test_the_wheels_cover_what_the_gpu_image_lacks() -> None:
 def test_the_session_runs_the_steps_of_issue_22() -> None:
     text = (TOOLS / "gpu_session.sh").read_text()
     for step in ("tests)", "memory)", "memory_onnx)", "parallel)", "speed)", "multi_model)",
-                 "explore)", "memory_all)", "first)", "second)", "third)"):
+                 "explore)", "memory_all)", "first)", "second)", "third)", "peers)",
+                 "fourth)"):
         assert f"    {step}" in text, step
     for bench in ("gpu_memory.py", "gpu_parallel.py", "paper_mlp.py", "cnn_step.py",
-                  "switching.py", "multi_model.py"):
+                  "switching.py", "multi_model.py", "peers.py"):
         assert f"bench/{bench}" in text
     marked = [p for p in (ROOT / "tests").rglob("test_*.py")
               if "mark.gpu" in p.read_text()]
