@@ -10,6 +10,11 @@ removed from the store.  The study's user attribute ``models`` lists what is kep
 (``[{"trial", "value", "artifact"}]``, best first) and ``artifacts`` names the store's
 directory, so ``explore export-model`` and :func:`explore.load_model` find them.
 
+Each driver stages its workers' files in a folder of its own
+(``<store>/.staging/<host>-<pid>/``), which it alone removes when it ends: several
+drivers share the store, and one that ends must not take away the folder another's
+workers are writing into.
+
 The default store is a directory next to a SQLite study or a journal file
 (``quick.db`` or ``quick.log`` -> ``quick.artifacts/``), else ``explore-artifacts/`` in
 the working directory.  Several drivers of one study each rank against the list as
@@ -26,6 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import socket
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,33 @@ def default_artifacts(storage: str) -> str:
     return str(Path("explore-artifacts").resolve())
 
 
+def sweep_stale_staging(staging: Path) -> list[Path]:
+    """Remove the staging folders of drivers on this host that are gone (killed: none
+    of their own cleanup ran); the folders removed.  Another host's are left alone:
+    whether its driver lives cannot be told from here."""
+    host = socket.gethostname()
+    gone = []
+    with contextlib.suppress(OSError):
+        for folder in staging.iterdir():
+            owner, _, rest = folder.name.rpartition("-")[0].rpartition("-")
+            pid = int(rest) if rest.isdigit() else 0
+            if owner != host or pid <= 0 or _alive(pid):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class ModelKeeper:
     """Keeps the ``k`` best models of ``study`` (a stored study) in ``directory``.
     ``minimize``: whether smaller values of the first objective are better."""
@@ -55,7 +90,10 @@ class ModelKeeper:
                  minimize: bool) -> None:
         self.study, self.k, self.minimize = study, k, minimize
         self.directory = Path(directory).resolve()
-        self.staging = self.directory / ".staging"
+        # host and pid: whose it is, and whether its driver lives; the token: one
+        # process may hold several keepers (a notebook's runs)
+        self.staging = self.directory / ".staging" / \
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.store: Any = None
         if k > 0:
             # here, not at import: optuna.artifacts imports boto3 and Google's storage
@@ -63,6 +101,7 @@ class ModelKeeper:
             from optuna.artifacts import FileSystemArtifactStore
 
             self.store = FileSystemArtifactStore(str(self.directory))
+            sweep_stale_staging(self.directory / ".staging")
         self.kept: list[dict[str, Any]] = list(study.user_attrs.get(MODELS_ATTR, []))
         # Made when the first trial is placed, so that a run refused before then leaves
         # no directory behind.
@@ -74,9 +113,12 @@ class ModelKeeper:
         if self.store is None:
             return None
         if not self.made:
-            self.staging.mkdir(parents=True, exist_ok=True)
+            for _ in range(3):  # another driver may remove the empty parents meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    self.staging.mkdir(parents=True, exist_ok=True)
+                    break
             self.made = True
-        return str(self.staging / f"{os.getpid()}-trial-{number}.npz")
+        return str(self.staging / f"trial-{number}.npz")
 
     def _ranks(self, value: float) -> bool:
         """Whether a model of ``value`` belongs among the ``k`` best."""
@@ -106,9 +148,21 @@ class ModelKeeper:
                 self.study.set_user_attr(ARTIFACTS_ATTR, str(self.directory))
             from optuna.artifacts import upload_artifact
 
-            artifact = upload_artifact(artifact_store=self.store, file_path=staged,
-                                       study_or_trial=self.study,
-                                       mimetype="application/x-npz")
+            tracked = _Tracked(self.store)
+            try:
+                artifact = upload_artifact(artifact_store=tracked, file_path=staged,
+                                           study_or_trial=self.study,
+                                           mimetype="application/x-npz")
+            except OSError as e:
+                # The result counts more than its model: the trial is written without
+                # one (its record says why), and no partial file stays in the store.
+                if tracked.written is not None:
+                    with contextlib.suppress(Exception):
+                        self.store.remove(tracked.written)
+                record = {**trial.user_attrs.get(RECORD_ATTR, {}),
+                          "model_error": f"its model could not be kept: {e}"}
+                trial.user_attrs = {**trial.user_attrs, RECORD_ATTR: record}
+                return trial
             record = {**trial.user_attrs.get(RECORD_ATTR, {}), "model": artifact}
             trial.user_attrs = {**trial.user_attrs, RECORD_ATTR: record}
             self.uploaded = {"trial": None, "value": value, "artifact": artifact}
@@ -138,15 +192,33 @@ class ModelKeeper:
         return list(self.study.user_attrs.get(MODELS_ATTR, []))
 
     def close(self) -> None:
-        """Remove what a stopped run left staged (and the store's directory, if the run
-        kept nothing in it)."""
+        """Remove this driver's staging folder and what a stopped run left in it; then
+        the shared ``.staging`` and the store's directory where nothing is left in them
+        (another driver's staging folder, or kept models, keep them)."""
         if self.staging.is_dir():
-            for f in self.staging.glob(f"{os.getpid()}-*"):
+            for f in self.staging.iterdir():
                 f.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):  # another run's files still staged
+            with contextlib.suppress(OSError):
                 self.staging.rmdir()
-            with contextlib.suppress(OSError):  # models kept in it
-                self.directory.rmdir()
+        for folder in (self.staging.parent, self.directory):
+            with contextlib.suppress(OSError):  # not empty: another's, or models kept
+                folder.rmdir()
+
+
+class _Tracked:
+    """An artifact store that remembers the id it was last asked to write, so that a
+    write that fails half way can be removed."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.written: str | None = None
+
+    def write(self, artifact_id: str, content_body: Any) -> None:
+        self.written = artifact_id
+        self.store.write(artifact_id, content_body)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
 
 class _Keeping:

@@ -24,7 +24,7 @@ budget: {{trials: {trials}, rounds: {rounds}, memory: {memory}, workers: {worker
           grace: {grace}}}
 sampler: grid
 pruner: none
-keep_models: 0
+keep_models: {keep}
 model:
   depth: 1
   width: {{choice: {widths}}}
@@ -37,14 +37,15 @@ training:
 
 
 def grid_space(folder: Path, points: int, rounds: int = 1, workers: int = 1,
-               memory: str = "300MB", grace: float = 60) -> Path:
-    """A grid of ``points`` trials (widths x learning rates), its total the grid."""
+               memory: str = "300MB", grace: float = 60, keep: int = 0) -> Path:
+    """A grid of ``points`` trials (widths x learning rates), its total the grid;
+    ``keep`` best models kept (``keep_models``)."""
     lrs = [0.001, 0.002, 0.005, 0.01, 0.02]
     n_lr = next(k for k in (5, 4, 2, 1) if points % k == 0)
     widths = [8 + 2 * i for i in range(points // n_lr)]
     f = folder / "grid.yaml"
     f.write_text(GRID.format(trials=points, rounds=rounds, memory=memory, workers=workers,
-                             grace=grace, widths=widths, lrs=lrs[:n_lr]))
+                             grace=grace, widths=widths, lrs=lrs[:n_lr], keep=keep))
     return f
 
 

@@ -3,10 +3,17 @@ ranks against the list as stored, so the list holds the best of all of them."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from explore.keeper import MODELS_ATTR, ModelKeeper, default_artifacts
@@ -43,3 +50,107 @@ def test_two_drivers_keep_the_best_of_both(tmp_path: Path) -> None:
 def test_the_journal_keeps_its_models_next_to_its_file() -> None:
     assert default_artifacts("journal:////runs/q.log") == "/runs/q.artifacts"
     assert default_artifacts("postgresql+psycopg://me@db/x").endswith("explore-artifacts")
+
+
+def test_a_driver_that_ends_leaves_the_others_staging_alone(tmp_path: Path) -> None:
+    """Each driver stages in a folder of its own and removes only that: one that ends
+    first (or is interrupted) does not take away the folder the other's workers are
+    writing into (issue 32, item 2)."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    store = tmp_path / "s.artifacts"
+    one = ModelKeeper(study, store, k=2, minimize=False)
+    two = ModelKeeper(optuna.load_study(study_name="s", storage=storage), store, k=2,
+                      minimize=False)
+    first, second = one.stage(0), two.stage(1)
+    assert first is not None and second is not None
+    assert Path(first).parent != Path(second).parent
+    one.close()  # ends before the other's worker has written anything
+    np.savez(second, w=np.ones(3, np.float32))  # where the other's worker writes
+    trial, number = _finished(study, 0.9)
+    assert "model" in two.keep(trial, second).user_attrs["explore"]
+    two.written(number)
+    two.close()
+    assert {p.name for p in store.iterdir()} == {
+        m["artifact"] for m in optuna.load_study(study_name="s", storage=storage)
+        .user_attrs[MODELS_ATTR]}  # no .staging left once both ended
+
+
+def test_the_staging_of_a_killed_driver_is_swept_by_the_next(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    staging = tmp_path / "s.artifacts" / ".staging"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = staging / f"{socket.gethostname()}-{gone.stdout.strip()}-0badc0de"
+    living = staging / f"{socket.gethostname()}-{os.getpid()}-0000beef"
+    elsewhere = staging / f"another-host-{gone.stdout.strip()}-00000001"
+    for folder in (dead, living, elsewhere):
+        folder.mkdir(parents=True)
+        (folder / "trial-3.npz.part").write_bytes(b"half a model")
+    ModelKeeper(study, tmp_path / "s.artifacts", k=1, minimize=True)
+    assert not dead.exists()
+    assert living.exists() and elsewhere.exists()  # alive, or not ours to judge
+
+
+def _a_model_on(store: Path, storage: str) -> tuple[ModelKeeper, optuna.Study, str]:
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    keeper = ModelKeeper(study, store, k=2, minimize=False)
+    staged = keeper.stage(0)
+    assert staged is not None
+    np.savez(staged, w=np.ones(200_000, np.float32))  # 800 KB
+    return keeper, study, staged
+
+
+def test_a_model_that_cannot_be_written_leaves_the_result_and_no_partial_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The result counts more than its model (issue 32, item 7)."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    store = tmp_path / "s.artifacts"
+    keeper, study, staged = _a_model_on(store, f"sqlite:///{tmp_path / 's.db'}")
+    real = FileSystemArtifactStore.write
+
+    def half_then_full(self: FileSystemArtifactStore, artifact_id: str, body: Any) -> None:
+        with open(store / artifact_id, "wb") as f:
+            f.write(body.read(1000))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FileSystemArtifactStore, "write", half_then_full)
+    trial, number = _finished(study, 0.9)
+    kept = keeper.keep(trial, staged)
+    keeper.written(number)
+    record = kept.user_attrs["explore"]
+    assert "model" not in record and "No space left" in record["model_error"]
+    assert kept.values == [0.9]
+    assert [p.name for p in store.iterdir()] == [".staging"]  # no partial model
+    assert not Path(staged).exists()
+    monkeypatch.setattr(FileSystemArtifactStore, "write", real)
+    keeper.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_under_the_model_store_keeps_the_result(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs as root: {mounted.stderr}")
+    try:
+        staged_on = tmp_path / "elsewhere"
+        keeper, study, _ = _a_model_on(disk / "s.artifacts", f"sqlite:///{tmp_path / 's.db'}")
+        # the worker's file is written where there is room; the store is what is full
+        staged = str(staged_on / "trial-0.npz")
+        staged_on.mkdir()
+        np.savez(staged, w=np.ones(200_000, np.float32))
+        with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        trial, number = _finished(study, 0.8)
+        kept = keeper.keep(trial, staged)
+        keeper.written(number)
+        assert "No space left" in kept.user_attrs["explore"]["model_error"]
+        assert {p.name for p in (disk / "s.artifacts").iterdir()} == {".staging"}
+        keeper.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

@@ -68,6 +68,30 @@ def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> Non
                for t in ts if t.state.is_finished())
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_driver_stopped_first_leaves_the_others_kept_models_alone(tmp_path: Path,
+                                                                    kind: str) -> None:
+    """Two drivers keeping models in one store; one is stopped with Ctrl-C in the middle
+    of the run: the other goes on and finishes the study, none of its trials failed
+    (a driver ending removed the staging folder the other's workers wrote into)."""
+    storage = (_sqlite if kind == "sqlite" else _journal)(tmp_path)
+    space = grid_space(tmp_path, 30, rounds=40, keep=5)
+    first, other = start(space, storage), start(space, storage)
+    running_trials(storage, 2)
+    time.sleep(0.5)
+    os.killpg(first.pid, signal.SIGINT)
+    (code, out), (other_code, other_out) = finish([first, other])
+    assert code == 130, out
+    assert other_code == 0, other_out
+    ts = check_study(storage, 30)
+    failed = [t.user_attrs["explore"]["fail_reason"] for t in ts
+              if t.state == TrialState.FAIL]
+    assert all(reason == "interrupted" for reason in failed), failed
+    store = tmp_path / "grid.artifacts"
+    assert not (store / ".staging").exists()  # both ended: nothing staged is left
+    assert 1 <= len([p for p in store.iterdir()]) <= 5
+
+
 @pytest.mark.slow
 def test_four_drivers_two_workers_each_on_postgres(tmp_path: Path, postgres_url: str) -> None:
     """The issue's case: four drivers, two workers each, 200 short trials."""
