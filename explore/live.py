@@ -212,6 +212,7 @@ class LiveStudy:
     def __init__(self, stored: optuna.Study, space: Space, *, total: int, device: str,
                  grace: float = GRACE, worker_record: dict[str, Any] | None = None) -> None:
         self.stored, self.total, self.grace, self.device = stored, total, grace, device
+        self.space = space
         self.every = min(HEARTBEAT_EVERY, grace / 4)  # seconds between heartbeats
         # Every storage call of this driver goes through `storage`, timed and counted.
         self.storage_time = StorageTime()
@@ -375,11 +376,17 @@ class LiveStudy:
         fixed = claim.fixed
         if not fixed and self.held:  # a point this driver drew and lost to the total
             fixed, self.held = self.held, None
-        for _ in range(8):
-            trial = self._ask_work(fixed)
+        for attempt in range(8):
+            trial = self._ask_work(fixed, claim.number, attempt)
             params = suggest(trial)
             frozen = self.wstorage.get_trial(trial_id(trial))
             lost = self._lost(claim.number, params)
+            if lost is None and not claim.fixed and not self.unique and attempt < 7 and \
+                    self._same_point(claim.number, params, fresh=False) is not None:
+                # another trial of the study holds these parameters already (a small
+                # space of choices): drawn again, with other randomness
+                self.work.tell(trial, state=TrialState.FAIL)
+                continue
             if lost is None:
                 break
             self.work.tell(trial, state=TrialState.FAIL)  # never stored: the sampler skips it
@@ -433,10 +440,13 @@ class LiveStudy:
                                           params=set(frozen.params))
         return trial
 
-    def _same_point(self, number: int, params: dict[str, Any]) -> int | None:
+    def _same_point(self, number: int, params: dict[str, Any], fresh: bool = True
+                    ) -> int | None:
         """The number of another trial that holds ``params`` (running with its record
-        written, or counted), read afresh; None if there is none."""
-        self.refresh(force=True)
+        written, or counted), read afresh (or as last read, without ``fresh``); None if
+        there is none."""
+        if fresh:
+            self.refresh(force=True)
         return next((t.number for t in self.view if t.number != number
                      and t.user_attrs.get(PARAMS_ATTR) == params
                      and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
@@ -467,10 +477,14 @@ class LiveStudy:
                   if t.state == TrialState.WAITING and t.system_attrs.get("fixed_params")]
         return next((p for p in points if p not in taken), None)
 
-    def _ask_work(self, fixed: dict[str, Any] | None) -> Trial:
+    def _ask_work(self, fixed: dict[str, Any] | None, number: int, attempt: int = 0
+                  ) -> Trial:
         """A working-copy trial, with ``fixed`` parameters where a queued trial has
         them; parameters the sampler cannot take (a grid point of another space: the
-        space changed between runs) are dropped, and the trial is drawn afresh."""
+        space changed between runs) are dropped, and the trial is drawn afresh.  Its
+        sampler's randomness is the stored trial ``number``'s (:func:`make_sampler`):
+        no two trials of the study share it, whichever driver or run draws them."""
+        self.work.sampler = make_sampler(self.space, number, attempt)
         if not fixed:
             return self.work.ask()
         self.work.enqueue_trial(fixed, skip_if_exists=False)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial
 
@@ -62,10 +63,27 @@ def storage_url(storage: str | Path | optuna.storages.BaseStorage
     return connect(text, write=False)
 
 
-def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
-    """A new Optuna sampler for the space (:mod:`explore.samplers`)."""
+def make_sampler(space: Space, number: int | None = None, attempt: int = 0
+                 ) -> optuna.samplers.BaseSampler:
+    """A new Optuna sampler for the space (:mod:`explore.samplers`).  With ``number``
+    (the stored trial's number) its randomness is the seed's and that number's (and the
+    ``attempt``'s, when a draw is made again), not the process's: drivers of one study,
+    and a run resuming it, then draw different points for their different trials, and
+    a seeded run draws the same ones again.
+
+    >>> from explore.space import parse_space
+    >>> space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+    ...     "memory": "64MB"}, "training": {"lr": {"float": [0.001, 0.1]}}})
+    >>> def first(n):
+    ...     study = optuna.create_study(sampler=make_sampler(space, n))
+    ...     return study.ask().suggest_float("lr", 0.001, 0.1)
+    >>> first(3) == first(3), first(3) == first(4)
+    (True, False)
+    """
     s = space.sampler
     seed = s.seed if s.seed is not None else space.budget.seed
+    if number is not None:
+        seed = int(np.random.SeedSequence([seed, number, attempt]).generate_state(1)[0])
     return samplers.get(s.name).create(SamplerArgs(seed, s.startup_trials,
                                                    len(space.objectives), space.params()))
 

@@ -92,6 +92,38 @@ def test_a_driver_stopped_first_leaves_the_others_kept_models_alone(tmp_path: Pa
     assert 1 <= len([p for p in store.iterdir()]) <= 5
 
 
+SEEDED = """\
+name: grid
+dataset: {{name: digits, train: 300, valid: 100}}
+budget: {{trials: {trials}, rounds: 2, memory: 300MB, workers: 1}}
+sampler: {{name: {sampler}, seed: 0}}
+pruner: none
+keep_models: 0
+model: {{depth: 1, width: {{int: [8, 64]}}, activation: relu}}
+training: {{optimizer: adam, lr: {{float: [0.0001, 0.1], log: true}}, batch_size: 32}}
+"""
+
+
+@pytest.mark.parametrize("kind,sampler", [("sqlite", "tpe"), ("journal", "random")])
+def test_drivers_and_a_resumed_run_draw_distinct_points(tmp_path: Path, kind: str,
+                                                        sampler: str) -> None:
+    """Three drivers started together on a new study with one sampler seed, then a run
+    that resumes it for more trials: no two trials hold the same parameters (each
+    trial's randomness is the seed's and its own number's, issue 32, item 1)."""
+    storage = (_sqlite if kind == "sqlite" else _journal)(tmp_path)
+    space = tmp_path / "seeded.yaml"
+    space.write_text(SEEDED.format(trials=12, sampler=sampler))
+    results = finish([start(space, storage) for _ in range(3)])
+    assert all(code == 0 for code, _ in results), results
+    ts = check_study(storage, 12)
+    assert len({tuple(sorted(t.params.items())) for t in ts if t.state.is_finished()}) == 12
+    space.write_text(SEEDED.format(trials=18, sampler=sampler))
+    (code, out), = finish([start(space, storage)])
+    assert code == 0, out
+    ts = check_study(storage, 18)
+    assert len({tuple(sorted(t.params.items())) for t in ts if t.state.is_finished()}) == 18
+
+
 @pytest.mark.slow
 def test_four_drivers_two_workers_each_on_postgres(tmp_path: Path, postgres_url: str) -> None:
     """The issue's case: four drivers, two workers each, 200 short trials."""
