@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def run(space: Any, data: Any = None, target: str | None = None, storage: str | None = None,
         study: str | None = None, trials: int | None = None, workers: int | None = None,
         memory: int | str | None = None, builder: Any = None, device: str | None = None,
-        devices: list[int] | None = None) -> optuna.Study:
+        devices: list[int] | None = None, space_changed: bool = False) -> optuna.Study:
     """Run a search, as ``explore run`` does, and return its Optuna study.
 
     ``space`` is a search-space file or a dict of the YAML's structure.  ``data``
@@ -33,7 +33,9 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     storage URL (default: a SQLite file next to the space file, or ``<name>.db`` in the
     working directory for a dict), ``study`` the study's name (default: the space's);
     ``trials``, ``workers``, ``memory``, ``device`` and ``devices`` override the
-    space's budget (with several devices, each gets ``workers`` and ``memory``).  ``builder``,
+    space's budget (with several devices, each gets ``workers`` and ``memory``).
+    A study remembers its space: running it with another is refused unless
+    ``space_changed`` says the change is meant (:mod:`explore.space_change`).  ``builder``,
     a function ``build(trial) -> engine.nn.Module | CalcGraph`` that asks the trial
     for its own parameters, makes each trial's model (:mod:`explore.model_builders`;
     the space's ``model.builder`` names one from a file).  The budget
@@ -60,7 +62,7 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     before = pss()
     prep = prepare(space, data=data, target=target, storage=storage, study=study,
                    trials=trials, workers=workers, memory=memory, builder=builder,
-                   device=device, devices=devices)
+                   device=device, devices=devices, space_changed=space_changed)
     result, _ = execute(prep, baseline=before)
     return result
 

@@ -116,9 +116,12 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="several devices of this machine, each with --memory and --workers of "
                    "its own (budget.devices; simulated on the CPU)")
 @click.option("--quiet", is_flag=True, help="no live progress display")
+@click.option("--space-changed", is_flag=True,
+              help="the space differs from the one the study was searched with, and that "
+                   "is meant (the change is recorded in the study)")
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, devices: str | None,
-        quiet: bool) -> None:
+        quiet: bool, space_changed: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
     from explore.live import WriteFailed
     from explore.runner import RunRefused, execute, prepare
@@ -132,7 +135,7 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
                        workers=workers, memory=_size(memory, "--memory"), device=device,
-                       devices=_ordinals(devices))
+                       devices=_ordinals(devices), space_changed=space_changed)
         budget = prep.space.budget
         display = _Display(budget.memory * len(budget.ordinals), budget.trials, 0, quiet)
         with display:

@@ -44,6 +44,8 @@ class Prepared:
     storage: str
     study_name: str
     source: Path | None  # the space's file, if it came from one
+    # the user says a space that differs from the study's is meant (explore.space_change)
+    space_changed: bool = False
 
 
 def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
@@ -51,8 +53,10 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             study: str | None = None, trials: int | None = None, workers: int | None = None,
             memory: int | str | None = None, device: str | None = None,
             devices: list[int] | None = None,
-            builder: Any = None) -> Prepared:
-    """Read and check everything a run needs; raises :class:`RunRefused`."""
+            builder: Any = None, space_changed: bool = False) -> Prepared:
+    """Read and check everything a run needs; raises :class:`RunRefused`.
+    ``space_changed``: a space that differs from the one the study was searched with is
+    meant (:mod:`explore.space_change`)."""
     from explore.datasets import DataError
     from explore.space import Space, load_space, parse_size, parse_space
     from explore.storages import StorageError
@@ -143,7 +147,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             raise RunRefused(f"keep_models: {problem} (the default folder for the kept "
                              "models); set artifacts: to a writable folder or keep_models: "
                              "0")
-    return Prepared(sp, url, study or sp.name or "explore", source)
+    return Prepared(sp, url, study or sp.name or "explore", source, space_changed)
 
 
 TABLE_OPTIONS = ("features", "categorical", "valid", "test", "scale", "task", "seed")
@@ -255,6 +259,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                     f.unlink(missing_ok=True)
         return RunRefused(message)
 
+    check_space_change(study, space, prep.space_changed)
     from explore.live import counted
 
     # The study's total is shared with any other drivers (explore.live): nothing to do
@@ -310,6 +315,41 @@ def check_gpus(budget: Any) -> None:
         if budget.memory > have:
             raise RunRefused(f"budget.memory: {budget.memory:,} bytes is more than GPU "
                              f"{d} has ({have:,} bytes)")
+
+
+def check_space_change(study: optuna.Study, space: Any, meant: bool) -> None:
+    """Refuse a space that differs from the one ``study`` was searched with (raises
+    :class:`RunRefused` listing the changes), unless the change is ``meant`` and one
+    study can hold both; a meant change is recorded in the study."""
+    from datetime import datetime
+
+    from explore.space_change import CHANGES_ATTR, changes
+
+    old = study.user_attrs.get(SPACE_ATTR)
+    if not isinstance(old, dict):
+        return
+    found = changes(old, space_record(space))
+    if not found:
+        return
+    listed = [f"  {c}" for c in found]
+    name = study.study_name
+    bad = [c for c in found if not c.compatible]
+    if bad:
+        raise RunRefused(
+            f"study {name!r} was searched with another space, and these changes cannot "
+            "share one study (Optuna keeps one set of choices, one kind and one scale per "
+            "parameter):\n" + "\n".join(f"  {c}" for c in bad) +
+            "\nsearch the new space under another --study name")
+    if not meant:
+        raise RunRefused(
+            f"study {name!r} was searched with another space; what changed:\n" +
+            "\n".join(listed) + "\nto search the changed space in the same study (the "
+            "change is recorded in it), run again with --space-changed; or give another "
+            "--study name")
+    study.set_user_attr(CHANGES_ATTR, [
+        *study.user_attrs.get(CHANGES_ATTR, []),
+        {"at": datetime.now().isoformat(timespec="seconds"),
+         "changes": [str(c) for c in found]}])
 
 
 def space_record(space: Any) -> dict[str, Any]:
