@@ -148,8 +148,8 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
                  "and queued again; run the same command to go on",
                  e.exit_status if isinstance(e, Stopped) else EXIT_INTERRUPTED)
     except WriteFailed as e:
-        _stopped(prep, f"could not write to the study's storage: {e}; the run stopped at "
-                 "the first failed write", EXIT_FAILED)
+        _stopped(prep, f"the study's storage failed: {e}; the run stopped at the first "
+                 "failed call", EXIT_FAILED)
     if run_record is None:
         done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         out.print(f"study {study.study_name!r} already has {done} finished trials "
@@ -413,6 +413,10 @@ def _open(space_file: str | None, storage: str | None, study_name: str | None) -
         return optuna.load_study(study_name=study_name, storage=opened)
     except KeyError:
         _fail(f"no study {study_name!r} in {storage}")
+    except Exception as e:  # a corrupt file, a server gone: said as such
+        from explore.storages import explain
+
+        _fail(f"cannot read study {study_name!r} in {storage}: {explain(e)}")
 
 
 @main.command()

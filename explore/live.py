@@ -88,7 +88,8 @@ FLAT = {"total_bytes": "bytes_planned", "batch_size": "batch_size", "worker": "w
 
 
 class WriteFailed(RuntimeError):
-    """A write to the study's storage failed: the run stops at once."""
+    """A call to the study's storage failed (a write, or a read during the run): the
+    run stops at once.  The message says what it means (:func:`explore.storages.explain`)."""
 
 
 def counted(t: FrozenTrial) -> bool:
@@ -250,13 +251,19 @@ class LiveStudy:
             return
         self.check()
         self.read_at = now
-        self.view = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        try:
+            self.view = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        except Exception as e:  # a server gone, a corrupt file: said as such
+            raise WriteFailed(_failed(e)) from None
         for t in self.view:
             if trial_id(t) not in self.our_ids:
                 self._mirror(t)
         if now - self.beats_at >= self.every or force:
             self.beats_at = now
-            attrs = self.storage.get_study_system_attrs(self.study_id)
+            try:
+                attrs = self.storage.get_study_system_attrs(self.study_id)
+            except Exception as e:
+                raise WriteFailed(_failed(e)) from None
             self.beats = {k[len(HEARTBEAT_PREFIX):]: float(v) for k, v in attrs.items()
                           if k.startswith(HEARTBEAT_PREFIX)}
             for t in self.view:
@@ -691,8 +698,10 @@ def _alive(pid: int) -> bool:
 
 
 def _failed(e: BaseException) -> str:
-    text = str(getattr(e, "orig", None) or e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
+    """What a failed storage call means (Optuna's own message hides the cause)."""
+    from explore.storages import explain
+
+    return explain(e)
 
 
 class _Writer:

@@ -230,11 +230,14 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     when the study already had its trials).  Raises :class:`RunRefused` (nothing
     written) when the budget cannot hold the run.  ``baseline``: this process's memory
     before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
+    from optuna.exceptions import StorageInternalError
+    from sqlalchemy.exc import SQLAlchemyError
+
     from explore.datasets import DataError
     from explore.keeper import ModelKeeper, default_artifacts
     from explore.scheduler import Scheduler, SchedulerError
     from explore.scheduler.shared_data import load_shared
-    from explore.storages import StorageError, sqlite_file
+    from explore.storages import StorageError, explain, sqlite_file
     from explore.study import open_study
 
     space = prep.space
@@ -246,6 +249,10 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     except (StorageError, ValueError) as e:  # a storage that cannot be opened, or
         # a study of the same name that optimises something else
         raise RunRefused(str(e)) from None
+    except (SQLAlchemyError, StorageInternalError, OSError) as e:  # a corrupt file, a
+        # name the database cannot hold, a server gone: said as such
+        raise RunRefused(f"cannot open study {prep.study_name!r} in {prep.storage}: "
+                         f"{explain(e)}") from None
     new_study = not study.get_trials(deepcopy=False) and "runs" not in study.user_attrs
 
     def refuse(message: str) -> RunRefused:

@@ -27,6 +27,7 @@ from explore.storages._base import (
 )
 from explore.storages._check import StorageError, check, connect
 from explore.storages._sqlite import Sqlite
+from explore.storages.errors import explain
 
 names = STORAGES.names
 
@@ -40,6 +41,7 @@ __all__ = [
     "StorageError",
     "check",
     "connect",
+    "explain",
     "get",
     "names",
     "open_storage",

@@ -300,7 +300,8 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> 
         code, out = finish([driver], timeout=120)[0]
         assert code == 1, out
         assert "Traceback" not in out
-        assert "could not write to the study's storage" in out, out
+        assert "the study's storage failed: the disk that holds the study's storage is " \
+            "full" in out, out
         filler.unlink()  # readable again: every trial written before is there
         written = [t for t in trials(storage) if t.state.is_finished()]
         assert len(written) < 40

@@ -1,0 +1,83 @@
+"""What a storage error means, in words a user can act on.
+
+Optuna's relational storage turns every database error met in a commit into one
+``StorageInternalError`` ("invalid data in the commit, e.g. exceeding max length"),
+whatever happened: a full disk and a database server that went away read the same.
+The cause is still in the exception's chain (``__cause__``, ``__context__``, a
+driver's ``orig``); :func:`explain` finds it and says what it is and what to do.
+
+>>> import sqlite3
+>>> try:
+...     try:
+...         raise sqlite3.OperationalError("database or disk is full")
+...     except sqlite3.Error as e:
+...         raise RuntimeError("An exception is raised during the commit.") from e
+... except RuntimeError as e:
+...     print(explain(e))
+the disk that holds the study's storage is full (database or disk is full): make room \
+on it, then run the same command to go on; every trial written before is kept
+"""
+
+from __future__ import annotations
+
+import errno
+
+# (text found in a cause's message, what it means and what to do); the first match wins
+KNOWN: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("database or disk is full", "no space left on device", "disk quota exceeded"),
+     "the disk that holds the study's storage is full ({cause}): make room on it, then run "
+     "the same command to go on; every trial written before is kept"),
+    (("database disk image is malformed", "file is not a database", "file is encrypted"),
+     "the study's database file is corrupt ({cause}): restore it from a copy, or give "
+     "another --storage (SQLite's .recover command may save what is left)"),
+    (("readonly database", "read-only file system", "read only file system"),
+     "the study's storage cannot be written ({cause}): it is on a read-only file system "
+     "or the file is read-only; give a writable --storage"),
+    (("value too long for type character varying",),
+     "a value is longer than the database holds ({cause}): a study's name is at most 512 "
+     "characters; give a shorter --study"),
+    (("server closed the connection", "connection refused", "terminating connection",
+      "could not connect", "connection is closed", "connection timed out",
+      "the database system is shutting down", "the database system is starting up",
+      "consuming input failed", "ssl syscall error", "connection reset"),
+     "the database server went away ({cause}): when it answers again, run the same "
+     "command to go on; every trial written before is kept"),
+    (("database is locked",),
+     "the database stayed locked by another process longer than the storage waits "
+     "({cause}): many drivers on one SQLite file write in turn; use PostgreSQL for more"),
+)
+
+
+def causes(e: BaseException) -> list[BaseException]:
+    """``e`` and what it came from (explicit causes, the exception being handled, a
+    database driver's original error), outermost first, each once."""
+    out: list[BaseException] = []
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop(0)
+        if x is None or any(x is y for y in out):
+            continue
+        out.append(x)
+        orig = getattr(x, "orig", None)
+        todo += [x.__cause__, x.__context__,
+                 orig if isinstance(orig, BaseException) else None]
+    return out
+
+
+def _first_line(x: BaseException) -> str:
+    lines = str(x).strip().splitlines()
+    return lines[0].strip() if lines else type(x).__name__
+
+
+def explain(e: BaseException) -> str:
+    """What ``e``, an error met reading or writing a study's storage, means and what to
+    do; the innermost cause's first line when it is none of the known ones."""
+    chain = causes(e)
+    for x in chain:
+        text = str(x).lower()
+        is_enospc = isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT)
+        for needles, meaning in KNOWN:
+            if any(n in text for n in needles) or (is_enospc and needles is KNOWN[0][0]):
+                return meaning.format(cause=_first_line(x))
+    inner = chain[-1]
+    return f"{type(inner).__name__}: {_first_line(inner)}"
