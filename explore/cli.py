@@ -172,7 +172,10 @@ def _stopped(prep: Any, message: str, code: int) -> None:
 
             study = optuna.load_study(study_name=prep.study_name,
                                       storage=storage_url(prep.storage))
-            kept = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+            from explore.live import counted
+
+            # the trials that count: not those failed as interrupted, which run again
+            kept = sum(counted(t) for t in study.get_trials(deepcopy=False))
             err.print(f"kept: {kept} finished trials in study {prep.study_name!r} at "
                       f"{prep.storage}", highlight=False)
     sys.exit(code)

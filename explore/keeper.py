@@ -23,7 +23,7 @@ them.
 
 >>> default_artifacts("sqlite:////data/runs/quick.db")
 '/data/runs/quick.artifacts'
->>> default_artifacts("journal:////data/runs/quick.log")
+>>> default_artifacts("journal:///data/runs/quick.log")  # (the journal's own reading)
 '/data/runs/quick.artifacts'
 """
 
@@ -47,11 +47,19 @@ ARTIFACTS_ATTR = "artifacts"  # study user attribute: the artifact store's direc
 
 
 def default_artifacts(storage: str) -> str:
-    """The artifact directory for a storage URL (see the module docstring)."""
-    for prefix in ("sqlite:///", "journal:///"):
-        if storage.startswith(prefix) and len(storage) > len(prefix) and \
-                ":memory:" not in storage:
-            return str(Path(storage[len(prefix):]).with_suffix(".artifacts"))
+    """The artifact directory for a storage URL (see the module docstring), absolute:
+    a relative file is found from the current folder now, as the storage opens it."""
+    if storage.startswith("journal:"):
+        from explore.storages._journal import journal_path
+
+        path = journal_path(storage)
+        if str(path) not in ("", "."):
+            return str(path.resolve().with_suffix(".artifacts"))
+    prefix = "sqlite:///"
+    if storage.startswith(prefix) and len(storage) > len(prefix) and \
+            ":memory:" not in storage:
+        return str(Path(storage[len(prefix):].split("?", 1)[0]).resolve()
+                   .with_suffix(".artifacts"))
     return str(Path("explore-artifacts").resolve())
 
 

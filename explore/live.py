@@ -491,7 +491,9 @@ class LiveStudy:
         space changed between runs) are dropped, and the trial is drawn afresh.  Its
         sampler's randomness is the stored trial ``number``'s (:func:`make_sampler`):
         no two trials of the study share it, whichever driver or run draws them."""
-        self.work.sampler = make_sampler(self.space, number, attempt)
+        if not self.unique:  # a grid keeps one sampler: its points are made distinct
+            # across drivers by the claims (_lost, _free_point), not by randomness
+            self.work.sampler = make_sampler(self.space, number, attempt)
         if not fixed:
             return self.work.ask()
         self.work.enqueue_trial(fixed, skip_if_exists=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from explore.live import counted
 from tests.explore.drivers import (
     check_study,
     descendants,
@@ -216,6 +218,10 @@ def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
         assert failed and all(t.user_attrs["explore"]["fail_reason"] == "interrupted"
                               for t in failed)
         assert any(t.state == TrialState.WAITING for t in trials(storage))  # queued again
+        # what the message says is kept: the trials that count, not the interrupted
+        said = re.search(r"kept: (\d+) finished trials", out)
+        assert said, out
+        assert int(said.group(1)) == sum(counted(t) for t in trials(storage))
     again = finish([start(space, storage)])
     assert again[0][0] == 0, again
     assert not glob.glob(f"/dev/shm/explore-data-{driver.pid}-*")  # the next run swept it
