@@ -3,11 +3,13 @@ whose every point is one trial, processes started together, the study then check
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -16,6 +18,32 @@ from optuna.trial import TrialState
 from explore.live import counted
 from explore.storages import connect, release
 from explore.study import RECORD_ATTR
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``2m``) mounted at ``folder/disk`` for a disk that fills up
+    (as root: the tests that use it skip otherwise), unmounted at the end."""
+    disk = folder / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(disk)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        raise AssertionError(f"cannot mount a tmpfs as root: {mounted.stderr}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` up with one file (returned: unlink it to make room again)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    return filler
+
 
 GRID = """\
 name: grid

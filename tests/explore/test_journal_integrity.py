@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from pathlib import Path
 
 import optuna
@@ -17,6 +16,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from explore.storages import open_storage
 from explore.storages._journal import PartialRecordWarning, cut_partial_record
+from tests.explore.drivers import fill, small_disk
 
 
 def plain_load(path: Path) -> optuna.Study:
@@ -91,23 +91,11 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path: Path,
 def test_a_journal_on_a_full_disk_stays_readable(tmp_path: Path) -> None:
     """A real full disk: appends fail with ENOSPC until room is made, and the file never
     holds a partial record (Optuna's reader loads it after every failure)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs as root: {mounted.stderr}")
-    try:
+    with small_disk(tmp_path, "256k") as disk:
         path = disk / "s.log"
         study_with_trials(path, 1)
         study = optuna.load_study(study_name="s", storage=open_storage(f"journal://{path}"))
-        filler = disk / "filler"
-        with open(filler, "wb", buffering=0) as f:  # the disk fills up
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError:
-                pass
+        filler = fill(disk)
         before = path.read_bytes()
         for i in range(3):
             with pytest.raises(OSError) as e:
@@ -117,5 +105,3 @@ def test_a_journal_on_a_full_disk_stays_readable(tmp_path: Path) -> None:
         filler.unlink()
         study.set_user_attr("k", "v" * 20_000)
         assert plain_load(path).user_attrs == {"k": "v" * 20_000}
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

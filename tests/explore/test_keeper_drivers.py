@@ -3,7 +3,6 @@ ranks against the list as stored, so the list holds the best of all of them."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from explore.keeper import MODELS_ATTR, ModelKeeper, default_artifacts
+from tests.explore.drivers import fill, small_disk
 
 
 def _finished(study: optuna.Study, value: float) -> tuple[optuna.trial.FrozenTrial, int]:
@@ -130,27 +130,17 @@ def test_a_model_that_cannot_be_written_leaves_the_result_and_no_partial_file(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_a_full_disk_under_the_model_store_keeps_the_result(tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs as root: {mounted.stderr}")
-    try:
-        staged_on = tmp_path / "elsewhere"
+    with small_disk(tmp_path, "1m") as disk:
         keeper, study, _ = _a_model_on(disk / "s.artifacts", f"sqlite:///{tmp_path / 's.db'}")
         # the worker's file is written where there is room; the store is what is full
-        staged = str(staged_on / "trial-0.npz")
+        staged_on = tmp_path / "elsewhere"
         staged_on.mkdir()
+        staged = str(staged_on / "trial-0.npz")
         np.savez(staged, w=np.ones(200_000, np.float32))
-        with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
-            while True:
-                f.write(b"\0" * 4096)
+        fill(disk)
         trial, number = _finished(study, 0.8)
         kept = keeper.keep(trial, staged)
         keeper.written(number)
         assert "No space left" in kept.user_attrs["explore"]["model_error"]
         assert {p.name for p in (disk / "s.artifacts").iterdir()} == {".staging"}
         keeper.close()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

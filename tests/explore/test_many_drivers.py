@@ -14,7 +14,6 @@ import glob
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,10 +24,12 @@ from explore.live import counted
 from tests.explore.drivers import (
     check_study,
     descendants,
+    fill,
     finish,
     grid_space,
     pids_alive,
     running_trials,
+    small_disk,
     start,
     trials,
 )
@@ -283,26 +284,13 @@ def _is_worker(pid: int) -> bool:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs as root: {mounted.stderr}")
-    try:
+    with small_disk(tmp_path, "2m") as disk:
         storage = f"sqlite:///{disk / 'grid.db'}"
         space = grid_space(tmp_path, 40, rounds=2)
         driver = start(space, storage)
         running_trials(storage, 1)
         time.sleep(1.0)
-        filler = disk / "filler"
-        with open(filler, "wb") as f:  # the disk fills up while the run goes on
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = fill(disk)  # the disk fills up while the run goes on
         code, out = finish([driver], timeout=120)[0]
         assert code == 1, out
         assert "Traceback" not in out
@@ -311,5 +299,3 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> 
         filler.unlink()  # readable again: every trial written before is there
         written = [t for t in trials(storage) if t.state.is_finished()]
         assert len(written) < 40
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
