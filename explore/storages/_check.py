@@ -22,6 +22,7 @@ import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import optuna
 
@@ -113,6 +114,18 @@ def _check_query(query: Any, shown: str) -> None:
                                    "seconds")
 
 
+def _unwritable(db: Path) -> bool:
+    """Whether SQLite could not make its lock and log files beside ``db`` (a read-only
+    mount, a folder of another user): then a study there is read as an immutable file."""
+    return not os.access(db.resolve().parent, os.W_OK | os.X_OK)
+
+
+def _read_only(db: Path) -> tuple[str, bool]:
+    """``sqlite3.connect`` arguments that read ``db`` without locks or a log: nothing
+    can write a file nobody may write beside, so none is needed."""
+    return f"file:{quote(str(db.resolve()))}?mode=ro&immutable=1", True
+
+
 def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return
@@ -125,7 +138,7 @@ def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
         # what this process's open connections are reading ("malformed" images seen in a
         # process that read a study while a run wrote it).  A connection that only reads
         # writes nothing, and removes the write-ahead log it opened when it closes.
-        conn = sqlite3.connect(db)
+        conn = sqlite3.connect(*_read_only(db)) if _unwritable(db) else sqlite3.connect(db)
         try:
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
@@ -161,11 +174,18 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
     """Check ``url`` (:func:`check`) and open its storage: by the plugin registered for
     its scheme, else Optuna's relational storage, waiting at most
     :data:`CONNECT_TIMEOUT` seconds for a server.  Raises :class:`StorageError`."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
     check(url, write=write)
     s = scheme(url)
     try:
+        database = make_url(url).database if s == "sqlite" else None
+        if not write and database and not database.startswith("file:") and \
+                database != ":memory:" and _unwritable(Path(database)):
+            # a study on a read-only mount: read as an immutable file (no locks, no log)
+            target, _ = _read_only(Path(database))
+            return relational(f"sqlite:///{target}&uri=true")
         if s in STORAGES and (write or s != "sqlite"):
             got = STORAGES.get(s).create(url)
             return relational(got) if isinstance(got, str) else got
@@ -174,8 +194,6 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
             kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT}
         return relational(url, kwargs)
     except SQLAlchemyError as e:
-        from sqlalchemy.engine import make_url
-
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
         raise StorageError(f"cannot open storage {_shown(make_url(url))}: {reason}"
                            ) from None

@@ -6,6 +6,7 @@ the user gave, no traceback."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import sqlalchemy
 
 from explore.storages import explain
 from tests.explore.cli_run import explore_run
+from tests.explore.drivers import small_disk
 from tests.explore.test_explore_run import write
 
 
@@ -75,3 +77,26 @@ def test_a_study_name_longer_than_postgres_holds(tmp_path: Path, postgres_url: s
     out = explore_run(f, "--storage", postgres_url, "--study", "s" * 600)
     assert out.exit_code == 2, out.output
     assert "at most 512 characters" in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_study_on_a_read_only_mount_can_be_shown_and_exported(tmp_path: Path,
+                                                                 kind: str) -> None:
+    """Results copied to a read-only share are read there: SQLite as an immutable file
+    (it cannot make its lock and log files beside it), the journal without its lock
+    (issue 32, item 9)."""
+    f = write(tmp_path, trials=2)
+    with small_disk(tmp_path, "20m") as disk:
+        storage = f"sqlite:///{disk / 't.db'}" if kind == "sqlite" else \
+            f"journal://{disk / 't.log'}"
+        assert explore_run(f, "--storage", storage).exit_code == 0
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(disk)],
+                                   capture_output=True, text=True)
+        assert remounted.returncode == 0, remounted.stderr
+        for command in (["show"], ["export", "--output", str(tmp_path / "t.csv")]):
+            got = subprocess.run([sys.executable, "-m", "explore.cli", *command,
+                                  "--storage", storage, "--study", "tiny"],
+                                 capture_output=True, text=True)
+            assert got.returncode == 0, got.stdout + got.stderr
+        assert len((tmp_path / "t.csv").read_text().splitlines()) == 3  # a header, 2 trials
