@@ -900,6 +900,10 @@ class Scheduler:
             self._fail(p.trial, f"worker {w.index} (pid {w.pid}) died with exit code {code}",
                        retry=not p.requeued)
         self.live.flush()  # the repeats are queued before this driver claims again
+        # in the run's summary, which --quiet prints too
+        self.stats.notes.append(f"worker {w.index} (pid {w.pid}) died with exit code {code}: "
+                                f"its {len(w.residents)} trials failed and were queued again, "
+                                "and a new worker took its place")
         replacement = await_ready(self._spawn(w.index))
         s = self.stats
         # what its device's budget leaves beside the other workers there, as it measures

@@ -117,10 +117,12 @@ def test_a_crashed_worker_is_replaced_and_its_trial_requeued(tmp_path: Path) -> 
 
     sched = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
                       device="cpu", main=IN_TEST, progress=kill_once)
-    sched.run(3)
+    stats = sched.run(3)
     df = load(storage, "tiny")
     failed = df[df["state"] == "fail"]
     assert killed and len(failed) >= 1
+    # said in the run's summary (printed with --quiet too), not only in the trials
+    assert [n for n in stats.notes if f"(pid {killed[0]}) died" in n]
     assert failed["fail_reason"].str.contains("died").all()
     trials = optuna.load_study(study_name="tiny", storage=storage).trials
     requeued = [t for t in trials if "requeued_from" in t.user_attrs]
