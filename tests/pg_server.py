@@ -281,6 +281,17 @@ class PgServer:
                 shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
+    def pause(self) -> None:
+        """Stop the server at once, as a crash or an operator would, keeping its data:
+        :meth:`resume` starts it again on the same port."""
+        self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w", "-t",
+                  "20", timeout=40)
+        self.running = False
+
+    def resume(self) -> None:
+        """Start the paused server again (its data and port as they were)."""
+        self._start_server()
+
     def _kill(self) -> None:
         """SIGKILL the server (its pid is the first line of ``postmaster.pid``), when
         ``pg_ctl stop`` failed."""

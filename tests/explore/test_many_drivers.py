@@ -299,3 +299,36 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> 
         filler.unlink()  # readable again: every trial written before is there
         written = [t for t in trials(storage) if t.state.is_finished()]
         assert len(written) < 40
+
+
+@pytest.mark.slow
+def test_the_database_server_stopped_mid_run_then_started_again(tmp_path: Path) -> None:
+    """A PostgreSQL server that goes away mid-run (stopped at once, as a crash would):
+    the driver stops with exit 1 and says the server went away, leaves no process
+    behind; once the server is back, the next run completes the study exactly."""
+    from tests.pg_server import PgServer, PostgresUnavailable
+
+    try:
+        server = PgServer().start()
+    except PostgresUnavailable as e:  # as the session's server fixture: CI must have one
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    try:
+        storage = server.new_database("gone")
+        space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
+        driver = start(space, storage)
+        running_trials(storage, 2)
+        family = descendants(driver.pid)
+        server.pause()
+        out, _ = driver.communicate(timeout=120)
+        assert driver.returncode == 1, out
+        assert "the database server went away" in out and "Traceback" not in out, out
+        time.sleep(0.5)
+        assert not pids_alive(family), "a worker outlived its driver"
+        server.resume()
+        (code, again), = finish([start(space, storage)])
+        assert code == 0, again
+        check_study(storage, 12)
+    finally:
+        server.stop()
