@@ -508,7 +508,14 @@ class Scheduler:
         if claim is None:
             return None
         drawn: dict[str, Any] = {}
-        trial = self.live.ask(claim, lambda t: drawn.setdefault("p", suggest(t, self.space)))
+
+        def draw(t: optuna.trial.Trial) -> dict[str, Any]:
+            # the last draw is the one kept: a draw given up (a point taken, a duplicate)
+            # is drawn again, and the trial trains what the stored trial holds
+            drawn["p"] = suggest(t, self.space)
+            return drawn["p"]
+
+        trial = self.live.ask(claim, draw)
         if trial is None:
             return None
         params = drawn["p"]

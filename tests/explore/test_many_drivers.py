@@ -87,9 +87,11 @@ def test_a_driver_stopped_first_leaves_the_others_kept_models_alone(tmp_path: Pa
     assert code == 130, out
     assert other_code == 0, other_out
     ts = check_study(storage, 30)
+    # no failure that counts: the stopped driver's trials failed as interrupted and
+    # ran again (a queued repeat whose grid point ran meanwhile gives way, uncounted)
     failed = [t.user_attrs["explore"]["fail_reason"] for t in ts
-              if t.state == TrialState.FAIL]
-    assert all(reason == "interrupted" for reason in failed), failed
+              if t.state == TrialState.FAIL and counted(t)]
+    assert not failed, failed
     store = tmp_path / "grid.artifacts"
     assert not (store / ".staging").exists()  # both ended: nothing staged is left
     assert 1 <= len([p for p in store.iterdir()]) <= 5
