@@ -211,7 +211,10 @@ def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
     time.sleep(0.5)
     assert not pids_alive(family), "a worker outlived its driver"
     shared = glob.glob(f"/dev/shm/explore-data-{driver.pid}-*")
-    assert shared if how == "kill" and os.path.isdir("/dev/shm") else not shared
+    # kill -9 leaves the file; any run on the machine may sweep it from then on (under
+    # -n 2 another test's driver sometimes did before this line), so only a stopped
+    # driver's absence is asserted here, and the killed one's after the next run
+    assert how == "kill" or not shared
     before = [t for t in trials(storage) if t.state.is_finished()]
     if how != "kill":
         assert driver.returncode == SIGNALLED[how][2], out
