@@ -279,6 +279,12 @@ class LiveStudy:
                 not _alive(record["pid"]):
             return float("inf")
         driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR)
+        # a claim whose record is not written yet names its driver too ("host:pid:tag"):
+        # one of this host killed between the two is gone as surely, with no wait
+        parts = driver.split(":") if isinstance(driver, str) else []
+        if len(parts) >= 3 and ":".join(parts[:-2]) == self.host and parts[-2].isdigit() \
+                and not _alive(int(parts[-2])):
+            return float("inf")
         beat = self.beats.get(driver) if driver else None
         if beat is None:  # never beat (killed at once), or not one of ours: its start
             start = t.datetime_start

@@ -100,3 +100,32 @@ def test_a_queued_repeat_whose_point_ran_meanwhile_is_not_run_again() -> None:
     finally:
         live.finish(trial, 0.5)
         live.close()
+
+
+def test_a_claim_of_a_driver_of_this_host_that_is_gone_is_stale_at_once() -> None:
+    """A driver killed between claiming a trial and writing its record leaves a RUNNING
+    trial that names it only by its claim; on the same host its pid is gone, so the
+    trial is stale at once, not after the grace period (the next run waited for it)."""
+    import subprocess
+    import sys
+    import time
+
+    from explore.live import CLAIM_ATTR
+
+    space = parse_space(ONE_POINT)
+    stored = optuna.create_study(study_name="one")
+    live = LiveStudy(stored, space, total=2, device="cpu", grace=600)
+    try:
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        claimed = stored.ask()
+        stored._storage.set_trial_user_attr(claimed._trial_id, CLAIM_ATTR,
+                                            f"{live.host}:{gone}:abc123")
+        frozen = stored._storage.get_trial(claimed._trial_id)
+        assert live._silence(frozen, time.time()) == float("inf")
+        alive = stored.ask()  # a claim of a driver that lives (this process) is waited for
+        stored._storage.set_trial_user_attr(alive._trial_id, CLAIM_ATTR,
+                                            f"{live.host}:{live.pid}:abc123")
+        assert live._silence(stored._storage.get_trial(alive._trial_id), time.time()) < 60
+    finally:
+        live.close()
