@@ -114,7 +114,7 @@ def test_gpu_parallel_smoke_on_the_cpu() -> None:
 
 
 @pytest.mark.parametrize("script", ["gpu_wheels.sh", "gpu_session.sh", "gpu_explore.sh",
-                                    "gpu_ray.sh"])
+                                    "gpu_ray.sh", "pg_kill_loop.sh"])
 def test_shell_scripts_parse(script: str) -> None:
     out = subprocess.run(["bash", "-n", str(TOOLS / script)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
