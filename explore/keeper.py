@@ -40,6 +40,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from explore.procmem import alive
 from explore.study import RECORD_ATTR
 
 MODELS_ATTR = "models"  # study user attribute: the kept models, best first
@@ -73,21 +74,11 @@ def sweep_stale_staging(staging: Path) -> list[Path]:
         for folder in staging.iterdir():
             owner, _, rest = folder.name.rpartition("-")[0].rpartition("-")
             pid = int(rest) if rest.isdigit() else 0
-            if owner != host or pid <= 0 or _alive(pid):
+            if owner != host or pid <= 0 or alive(pid):
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             gone.append(folder)
     return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class ModelKeeper:

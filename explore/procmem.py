@@ -15,6 +15,22 @@ from __future__ import annotations
 import os
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (a zombie counts as gone; another
+    user's process, which cannot be signalled, as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def rss(pid: int | str = "self") -> int:
     """A process's resident memory (0 where ``/proc`` has none, or once it is gone)."""
     try:

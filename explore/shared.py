@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from engine.alignment import align_up
+from explore.procmem import alive
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,6 @@ def _directory() -> str | None:
         else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
-
-
 def sweep_stale(directory: str | None = None) -> list[str]:
     """Remove the shared files of runs whose process is gone (ended by ``kill -9``, or
     by a second Ctrl-C that left no time to clean up): each file's name carries the pid
@@ -71,7 +62,7 @@ def sweep_stale(directory: str | None = None) -> list[str]:
         if not name.startswith(PREFIX):
             continue
         pid = name[len(PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or alive(int(pid)):
             continue
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(folder, name))

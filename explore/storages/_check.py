@@ -120,10 +120,10 @@ def _unwritable(db: Path) -> bool:
     return not os.access(db.resolve().parent, os.W_OK | os.X_OK)
 
 
-def _read_only(db: Path) -> tuple[str, bool]:
-    """``sqlite3.connect`` arguments that read ``db`` without locks or a log: nothing
-    can write a file nobody may write beside, so none is needed."""
-    return f"file:{quote(str(db.resolve()))}?mode=ro&immutable=1", True
+def _read_only(db: Path) -> str:
+    """The SQLite URI that reads ``db`` without locks or a log: nothing can write a
+    file nobody may write beside, so none is needed."""
+    return f"file:{quote(str(db.resolve()))}?mode=ro&immutable=1"
 
 
 def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
@@ -138,7 +138,8 @@ def _check_sqlite(database: str | None, shown: str, write: bool) -> None:
         # what this process's open connections are reading ("malformed" images seen in a
         # process that read a study while a run wrote it).  A connection that only reads
         # writes nothing, and removes the write-ahead log it opened when it closes.
-        conn = sqlite3.connect(*_read_only(db)) if _unwritable(db) else sqlite3.connect(db)
+        conn = sqlite3.connect(_read_only(db), uri=True) if _unwritable(db) else \
+            sqlite3.connect(db)
         try:
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
@@ -184,8 +185,7 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
         if not write and database and not database.startswith("file:") and \
                 database != ":memory:" and _unwritable(Path(database)):
             # a study on a read-only mount: read as an immutable file (no locks, no log)
-            target, _ = _read_only(Path(database))
-            return relational(f"sqlite:///{target}&uri=true")
+            return relational(f"sqlite:///{_read_only(Path(database))}&uri=true")
         if s in STORAGES and (write or s != "sqlite"):
             got = STORAGES.get(s).create(url)
             return relational(got) if isinstance(got, str) else got

@@ -91,11 +91,10 @@ class SafeJournalBackend(JournalFileBackend):
 
     def __init__(self, path: str, lock_obj: Any = None) -> None:
         super().__init__(path, lock_obj=lock_obj)
-        self._path = path
         self._repair()
 
     def _repair(self) -> None:
-        if not ends_in_partial_record(self._path):
+        if not ends_in_partial_record(self._file_path):
             return  # nothing to cut: no lock taken (a read-only mount can be read)
         try:
             self._lock.acquire()
@@ -104,14 +103,14 @@ class SafeJournalBackend(JournalFileBackend):
             finally:
                 self._lock.release()
         except OSError as e:  # a reader on a read-only mount: readers skip such a line
-            warnings.warn(f"{self._path} ends in a partial record that could not be cut "
+            warnings.warn(f"{self._file_path} ends in a partial record that could not be cut "
                           f"off ({e}); a run that writes to it will cut it",
                           PartialRecordWarning, stacklevel=3)
 
     def _cut(self) -> None:
-        cut = cut_partial_record(self._path)
+        cut = cut_partial_record(self._file_path)
         if cut:
-            warnings.warn(f"{self._path} ended in a partial record ({cut:,} bytes, a write "
+            warnings.warn(f"{self._file_path} ended in a partial record ({cut:,} bytes, a write "
                           "that did not finish: a full disk, or a process killed while "
                           "writing); it was cut off", PartialRecordWarning, stacklevel=3)
 
@@ -124,7 +123,7 @@ class SafeJournalBackend(JournalFileBackend):
         try:
             self._cut()  # a writer killed since this process opened the journal
             # unbuffered, so that nothing of a failed write is written later on close
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 start = os.lseek(fd, 0, os.SEEK_END)
                 try:
