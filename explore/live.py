@@ -68,6 +68,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from explore.optuna_adapter import grid_points, storage_of, study_id, trial_id
+from explore.procmem import alive
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
 
@@ -104,6 +105,18 @@ def counted(t: FrozenTrial) -> bool:
 def driver_name() -> str:
     """This process's name as a driver: host, pid and a random tag (pids are reused)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def driver_host_pid(name: Any) -> tuple[str | None, int | None]:
+    """The host and pid of a :func:`driver_name` (None, None for anything else).
+
+    >>> driver_host_pid("node-3:4242:ab12cd"), driver_host_pid(None)
+    (('node-3', 4242), (None, None))
+    """
+    parts = name.split(":") if isinstance(name, str) else []
+    if len(parts) < 3 or not parts[-2].isdigit():
+        return None, None
+    return ":".join(parts[:-2]), int(parts[-2])
 
 
 @dataclass
@@ -275,15 +288,12 @@ class LiveStudy:
         """Seconds since the driver of another's running trial was last heard from
         (infinite for a driver of this host whose process is gone: no need to wait)."""
         record = t.user_attrs.get(RECORD_ATTR, {})
-        if record.get("host") == self.host and isinstance(record.get("pid"), int) and \
-                not _alive(record["pid"]):
-            return float("inf")
         driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR)
-        # a claim whose record is not written yet names its driver too ("host:pid:tag"):
-        # one of this host killed between the two is gone as surely, with no wait
-        parts = driver.split(":") if isinstance(driver, str) else []
-        if len(parts) >= 3 and ":".join(parts[:-2]) == self.host and parts[-2].isdigit() \
-                and not _alive(int(parts[-2])):
+        # by its record, or by its claim's name when the record is not written yet (a
+        # driver killed between the two is gone as surely)
+        host, pid = (record.get("host"), record.get("pid")) if "pid" in record \
+            else driver_host_pid(driver)
+        if host == self.host and isinstance(pid, int) and not alive(pid):
             return float("inf")
         beat = self.beats.get(driver) if driver else None
         if beat is None:  # never beat (killed at once), or not one of ours: its start
@@ -421,8 +431,7 @@ class LiveStudy:
             if lost == "duplicate" and claim.fixed:
                 self._give_up(claim, "its grid point ran meanwhile as another trial")
             else:
-                self._write(lambda: self.storage.set_trial_state_values(
-                    claim.stored_id, TrialState.WAITING))
+                self._write(lambda: self._unclaim(claim.stored_id))
             return None
         record = self._record({}, claim.requeued_from)
         sid = claim.stored_id
@@ -632,6 +641,13 @@ class LiveStudy:
             full[REQUEUED_FROM] = requeued_from
         return full
 
+    def _unclaim(self, stored_id: int) -> None:
+        """Give a claimed trial back to the queue, its claimant's name cleared first: a
+        driver that takes it later is not this one, and a claim whose named driver is
+        gone is stale at once (:meth:`_silence`)."""
+        self.storage.set_trial_user_attr(stored_id, CLAIM_ATTR, "")
+        self.storage.set_trial_state_values(stored_id, TrialState.WAITING)
+
     def _requeue(self, params: dict[str, Any], number: int) -> None:
         # what Study.enqueue_trial writes, through this driver's (timed) storage
         self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
@@ -688,21 +704,6 @@ class LiveStudy:
     def _store_storage_time(self) -> None:
         self.raw_storage.set_study_system_attr(
             self.study_id, STORAGE_TIME_PREFIX + self.driver, self.storage_time.as_dict())
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _failed(e: BaseException) -> str:
