@@ -29,8 +29,9 @@ from explore.datasets._base import (
 from explore.datasets._digits import Digits, load_digits
 from explore.datasets._mnist import Mnist, load_mnist, mnist_path, read_mnist_pickle
 from explore.datasets._tables import BundledTable, sklearn_file
+from explore.datasets.preprocess import Preprocess
 from explore.datasets.quantize import quantize
-from explore.datasets.table import Preprocess, TableDataset, from_file, from_python, resolve
+from explore.datasets.table import TableDataset, from_file, from_python, resolve
 from explore.registry import import_plugins
 
 names = DATASETS.names

@@ -20,7 +20,8 @@ import numpy as np
 
 from explore.datasets._base import BaseDataset, Dataset, Empty, plain_empty, register
 from explore.datasets.errors import DataError
-from explore.datasets.table import TableDataset, _Source
+from explore.datasets.source import Source
+from explore.datasets.table import TableDataset
 
 DEFAULTS: dict[str, Any] = {"valid": 0.2, "test": 0.2, "scale": "standard", "seed": 0}
 
@@ -53,15 +54,15 @@ class BundledTable(BaseDataset):
     def __init__(self) -> None:
         self._default: TableDataset | None = None
 
-    def arrays(self) -> _Source:
+    def arrays(self) -> Source:
         """The features and the target (class indices, or the raw target values)."""
         path = sklearn_file(self.file)
         table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
         if table.shape != (self.rows, len(self.columns) + 1):
             raise DataError(f"{path}: expected {self.rows} rows of {len(self.columns)} "
                             f"features and a target, got {table.shape}")
-        return _Source(self.file, x=table[:, :-1], y=table[:, -1].astype(np.int64),
-                       names=list(self.columns))
+        return Source(self.file, x=table[:, :-1], y=table[:, -1].astype(np.int64),
+                      names=list(self.columns))
 
     def configure(self, **options: Any) -> TableDataset:
         given = {k: v for k, v in options.items() if v is not None}
@@ -72,7 +73,7 @@ class BundledTable(BaseDataset):
             return self._default
         opts = {**DEFAULTS, **given}
 
-        def read() -> list[_Source | None]:
+        def read() -> list[Source | None]:
             return [self.arrays(), None, None]
 
         ds = TableDataset._from_reader(read, None, None, (), opts["valid"], opts["test"],
@@ -126,10 +127,10 @@ class Diabetes(BundledTable):
     task = "regression"
     columns = ("age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6")
 
-    def arrays(self) -> _Source:
+    def arrays(self) -> Source:
         x = np.loadtxt(sklearn_file(self.file), ndmin=2)
         y = np.loadtxt(sklearn_file("diabetes_target.csv.gz"))
         if x.shape != (self.rows, len(self.columns)) or y.shape != (self.rows,):
             raise DataError(f"{self.file}: expected {self.rows} rows of "
                             f"{len(self.columns)} features, got {x.shape} and {y.shape}")
-        return _Source(self.file, x=x, y=y, names=list(self.columns))
+        return Source(self.file, x=x, y=y, names=list(self.columns))

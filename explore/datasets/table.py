@@ -23,20 +23,18 @@ for the length of a run.  ``.npy`` features are memory-mapped.
 >>> len(data.train), data.train.x.dtype, data.train.y.dtype
 (8, dtype('float32'), dtype('int64'))
 
-Task inference, when ``task`` is not given: a float target with a non-integral value
-is a regression; a boolean, text or categorical target is a classification; an
-integer target (or a float one whose values are all integral) is a classification
-unless it has more than 20 distinct values that are more than 10% of the rows (few
-samples per value: a count or an amount), which makes it a regression.
+The steps live beside this module: reading files (:mod:`~explore.datasets.data_files`)
+into a :class:`~explore.datasets.source.Source`, the columns' layout, checks and
+scaling (:mod:`~explore.datasets.columns`), the target and the task it implies when
+``task`` is not given (:mod:`~explore.datasets.target`), and the split
+(:mod:`~explore.datasets.split`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -46,162 +44,35 @@ from explore.datasets._base import (
     Dataset,
     Empty,
     Split,
+    get,
     plain_empty,
 )
-from explore.datasets.errors import DataError
-from explore.datasets.preprocess import Preprocess, _is_frame, _pd, _plain
+from explore.datasets.columns import (
+    SCALES,
+    check_columns,
+    check_encoded_width,
+    chunk_rows,
+    fit_scaling,
+    input_columns,
+    layout_of,
+    numeric_rows,
+    train_categories,
+)
+from explore.datasets.data_files import read_file, read_pair
+from explore.datasets.errors import DataError, listing
+from explore.datasets.preprocess import Preprocess, _is_frame, _plain
+from explore.datasets.source import Source, Table, as_source, require_rows
+from explore.datasets.split import split_rows
+from explore.datasets.target import (
+    check_classes_seen,
+    check_target,
+    class_codes,
+    infer_task,
+    sorted_unique,
+)
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-SCALES = ("none", "standard", "minmax")
-FORMATS = (".csv", ".parquet", ".npz", ".npy")
-CHUNK_BYTES = 4 << 20  # rows read and converted at a time: about this many float64 bytes
-MANY_VALUES = 20  # a target with more distinct values than this may be a regression
-# search_spaces/README.md, "Limits": checked before anything is allocated
-MAX_NPZ_BYTES = 2 << 30  # an .npz's arrays, decompressed (read into memory whole)
-MAX_FEATURES = 100_000  # columns of a table, features of arrays, after one-hot encoding
-MAX_CATEGORIES = 10_000  # categories of one categorical column
-
-__all__ = ["FORMATS", "SCALES", "DataSection", "Preprocess", "TableDataset", "from_file",
-           "from_python", "infer_task", "resolve", "split_rows"]
-
-
-# -- sources: what was read, before it is checked --------------------------------------------
-
-
-@dataclass
-class _Source:
-    """One table as read: a DataFrame, or a features array ``x`` and its target ``y``."""
-
-    where: str  # for messages: the file, or "the DataFrame"
-    frame: pd.DataFrame | None = None
-    x: np.ndarray | None = None  # [n, ...] numeric (possibly memory-mapped)
-    y: np.ndarray | None = None
-    names: list[str] | None = None  # of x's columns (default x0, x1, ...)
-
-    @property
-    def n(self) -> int:
-        if self.frame is not None:
-            return len(self.frame)
-        assert self.x is not None
-        return len(self.x)
-
-
-Table = Any  # a DataFrame, or a pair (features, target) of arrays or lists
-
-
-def _source(data: Table, where: str) -> _Source:
-    if isinstance(data, _Source):
-        return data
-    if _is_frame(data):
-        return _Source(where, frame=data)
-    if isinstance(data, tuple | list) and len(data) == 2:
-        x = data[0] if isinstance(data[0], np.ndarray) else np.asarray(data[0])
-        y = np.asarray(data[1])
-        return _Source(where, x=x, y=y)
-    raise DataError(f"{where}: expected a pandas DataFrame or a pair (X, y) of arrays, "
-                    f"got {type(data).__name__}")
-
-
-# -- splitting --------------------------------------------------------------------------------
-
-
-def _count(frac: float, n: int) -> int:
-    return 0 if frac <= 0 else max(1, round(frac * n))
-
-
-def _allocate(want: int, room: np.ndarray, share: np.ndarray) -> np.ndarray | None:
-    """``want`` rows over classes in proportion to ``share`` (largest remainders, ties
-    to the first class), at most ``room`` each; None if they do not fit."""
-    if want > room.sum():
-        return None
-    quota = want * share / share.sum()
-    take = np.minimum(np.floor(quota).astype(np.int64), room)
-    order = np.argsort(-(quota - np.floor(quota)), kind="stable")
-    while take.sum() < want:
-        for c in order:
-            if take.sum() < want and take[c] < room[c]:
-                take[c] += 1
-    return take
-
-
-def split_rows(n: int, valid: float, test: float, seed: int = 0,
-               classes: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """Row indices (train, valid, test) of ``n`` rows, each in a random order: ``valid``
-    and ``test`` fractions of the rows (at least one each when above 0), stratified by
-    ``classes`` (class index per row) when given, so that each class keeps its share in
-    every split and at least one row in train.  The same arguments give the same split.
-
-    >>> y = np.array([0] * 8 + [1] * 2)
-    >>> tr, va, te = split_rows(10, 0.5, 0.0, seed=0, classes=y)
-    >>> sorted(np.bincount(y[tr]).tolist()), np.bincount(y[va]).tolist()
-    ([1, 4], [4, 1])
-    """
-    rng = np.random.default_rng(seed)
-    n_valid, n_test = _count(valid, n), _count(test, n)
-    if n - n_valid - n_test < 1:
-        raise DataError(f"too few rows: {n} rows cannot give {n_valid} validation and "
-                        f"{n_test} test rows and still leave one to train on")
-    if classes is None:
-        perm = rng.permutation(n)
-        return perm[n_valid + n_test:], perm[:n_valid], perm[n_valid:n_valid + n_test]
-    counts = np.bincount(classes)
-    per = [rng.permutation(np.flatnonzero(classes == c)) for c in range(len(counts))]
-    room = counts - 1  # every class keeps a row to train on
-    parts: list[list[np.ndarray]] = [[], [], []]
-    taken = np.zeros(len(counts), np.int64)
-    for slot, want in ((1, n_valid), (2, n_test)):
-        take = _allocate(want, room - taken, counts.astype(np.float64))
-        if take is None:
-            raise DataError(f"too few rows: {n} rows in {len(counts)} classes cannot give "
-                            f"{n_valid} validation and {n_test} test rows while every class "
-                            f"keeps a row in training")
-        for c, k in enumerate(take):
-            parts[slot].append(per[c][taken[c]:taken[c] + k])
-        taken += take
-    for c in range(len(counts)):
-        parts[0].append(per[c][taken[c]:])
-    return tuple(rng.permutation(np.concatenate(p)) if p else np.empty(0, np.int64)
-                 for p in parts)
-
-
-# -- task -------------------------------------------------------------------------------------
-
-
-def _numeric(a: np.ndarray | pd.Series) -> bool:
-    if isinstance(a, np.ndarray):
-        return a.dtype.kind in "biuf"
-    types = _pd().api.types
-    return bool(types.is_numeric_dtype(a) or types.is_bool_dtype(a))
-
-
-def infer_task(y: np.ndarray) -> str:
-    """``classification`` or ``regression`` for target values ``y`` (the rule is in
-    the module's docstring).
-
-    >>> infer_task(np.array([0.5, 1.5])), infer_task(np.array(["a", "b"]))
-    ('regression', 'classification')
-    """
-    y = np.asarray(y)
-    if not _numeric(y) or y.dtype == bool:
-        return "classification"
-    if y.dtype.kind == "f" and not np.all(np.isfinite(y) & (np.mod(y, 1, where=np.isfinite(y),
-                                                             out=np.zeros_like(y)) == 0)):
-        return "regression"
-    distinct = len(np.unique(y))
-    return "regression" if distinct > MANY_VALUES and distinct > 0.1 * len(y) else \
-        "classification"
-
-
-def _sorted_unique(y: np.ndarray) -> np.ndarray:
-    try:
-        return np.unique(y)
-    except TypeError:  # text mixed with numbers
-        return np.unique(y.astype(str))
-
-
-# -- the dataset --------------------------------------------------------------------------------
+# Preprocess is also imported from here (explore.trained).
+__all__ = ["DataSection", "Preprocess", "TableDataset", "from_file", "from_python", "resolve"]
 
 
 class DataSection(Protocol):
@@ -245,16 +116,6 @@ class DataSection(Protocol):
     def seed(self) -> int | None: ...
 
 
-@dataclass
-class _Layout:
-    """Which columns are what, decided once from the main source."""
-
-    target: str | None
-    numeric: list[str]
-    categorical: list[str]
-    int_categories: dict[str, bool] = field(default_factory=dict)  # else text
-
-
 class TableDataset(BaseDataset):
     """A table or arrays as a data set: read and checked when made (a
     :class:`DataError` otherwise), split, its :class:`Preprocess` fitted on the
@@ -266,7 +127,8 @@ class TableDataset(BaseDataset):
     uint8 with a ``pixel_scale`` of 1).  ``valid`` and ``test`` are fractions of the
     rows (stratified for a classification) or tables of their own; ``scale`` is
     ``standard`` (mean 0, std 1), ``minmax`` ([0, 1]) or ``none``; ``task`` is
-    inferred when None (:func:`infer_task`); ``seed`` fixes the split.
+    inferred when None (:func:`~explore.datasets.target.infer_task`); ``seed`` fixes
+    the split.
 
     Attributes besides :class:`BaseDataset`'s: ``name``, ``rows`` (train, valid,
     test counts), ``preprocess``, ``target`` and ``where`` (the source, for messages).
@@ -282,16 +144,16 @@ class TableDataset(BaseDataset):
                  valid: float | Table = 0.2, test: float | Table = 0.0,
                  scale: str = "standard", task: str | None = None, seed: int = 0,
                  name: str = "table") -> None:
-        def read() -> list[_Source | None]:
-            return [_source(data, "the data"),
-                    None if _is_fraction(valid) else _source(valid, "the validation data"),
-                    None if _is_fraction(test) else _source(test, "the test data")]
+        def read() -> list[Source | None]:
+            return [as_source(data, "the data"),
+                    None if _is_fraction(valid) else as_source(valid, "the validation data"),
+                    None if _is_fraction(test) else as_source(test, "the test data")]
 
         self._setup(read, target, features, categorical, valid, test, scale, task, seed,
                     name)
 
     @classmethod
-    def _from_reader(cls, read: Callable[[], list[_Source | None]], target: str | None,
+    def _from_reader(cls, read: Callable[[], list[Source | None]], target: str | None,
                      features: Sequence[str] | None, categorical: Sequence[str],
                      valid: float | Any, test: float | Any, scale: str, task: str | None,
                      seed: int, name: str) -> TableDataset:
@@ -302,7 +164,7 @@ class TableDataset(BaseDataset):
 
     # -- reading and checking, once --------------------------------------------------------
 
-    def _setup(self, read: Callable[[], list[_Source | None]], target: str | None,
+    def _setup(self, read: Callable[[], list[Source | None]], target: str | None,
                features: Sequence[str] | None, categorical: Sequence[str], valid: Any,
                test: Any, scale: str, task: str | None, seed: int, name: str) -> None:
         if scale not in SCALES:
@@ -325,19 +187,19 @@ class TableDataset(BaseDataset):
         self.where = main.where
         for src, key in zip(sources, (None, "valid", "test"), strict=True):
             if src is not None:
-                _has_rows(src, key)
-        layout = self._layout(main, target, features, categorical)
+                require_rows(src, key)
+        layout = layout_of(main, target, features, categorical)
         self._lay = layout
         for s in sources:
             if s is not None:
-                self._check(s, layout)
+                check_columns(s, layout)
         y_main = self._target(main)
         self.task = task or infer_task(y_main)
-        self._check_target(main, y_main, layout)
+        check_target(main.where, self._tname(), y_main, self.task)
         codes_main = None
         if self.task == "classification":
-            every = _sorted_unique(y_main)
-            codes_main = _class_codes(y_main, every)
+            every = sorted_unique(y_main)
+            codes_main = class_codes(y_main, every)
             if len(every) < 2:
                 raise DataError(f"{main.where}: the target {self._tname()} has one class "
                                 f"({_plain(every[0])!r}): nothing to classify; is it the "
@@ -346,40 +208,24 @@ class TableDataset(BaseDataset):
                                                   classes=codes_main)
         # the fitted transformation, from the training rows only
         self.target = layout.target
-        categories = tuple(self._categories(main, c, train) for c in layout.categorical)
-        for c, cats in zip(layout.categorical, categories, strict=True):
-            if len(cats) > MAX_CATEGORIES:
-                raise DataError(f"{main.where}: the categorical column {c!r} has "
-                                f"{len(cats):,} categories in the training rows, more than "
-                                f"the {MAX_CATEGORIES:,} a column may one-hot encode to; "
-                                "is it an identifier? leave it out of the features",
-                                key="categorical")
-        width = len(layout.numeric) + sum(map(len, categories))
-        if width > MAX_FEATURES:
-            raise DataError(f"{main.where}: {width:,} features after one-hot encoding, "
-                            f"more than the {MAX_FEATURES:,} a model's input may have",
-                            key="categorical" if categories else "features")
-        offset, spread = self._fit(main, train, layout, scale)
+        categories = tuple(train_categories(main, layout, c, train)
+                           for c in layout.categorical)
+        check_encoded_width(main.where, layout, categories)
+        offset, spread = fit_scaling(main, train, layout, scale)
         labels: tuple[Any, ...] = ()
         target_scale = None
         y_train = y_main[train]
         if self.task == "classification":
-            labels = tuple(_plain(v) for v in _sorted_unique(y_train))
+            labels = tuple(_plain(v) for v in sorted_unique(y_train))
             for s, rows in self._split_sources(sources, train, valid_rows, test_rows)[1:]:
-                if s is None:
-                    continue
-                y = self._target(s)[rows] if rows is not None else self._target(s)
-                unseen = sorted({_plain(v) for v in _sorted_unique(y)} - set(labels),
-                                key=str)
-                if unseen:
-                    raise DataError(f"{s.where}: the target has {unseen[0]!r}, a class the "
-                                    f"training split does not have; classes: "
-                                    f"{', '.join(map(repr, labels))}", key="target")
+                if s is not None:
+                    y = self._target(s)[rows] if rows is not None else self._target(s)
+                    check_classes_seen(s.where, y, labels)
         else:
             mean = float(np.mean(y_train, dtype=np.float64))
             std = float(np.std(y_train, dtype=np.float64)) or 1.0
             target_scale = (mean, std)
-        columns = tuple(c for c in self._columns(main, layout))
+        columns = tuple(c for c in input_columns(main, layout))
         self.preprocess = Preprocess(
             columns=columns, numeric=tuple(layout.numeric), offset=offset, scale=spread,
             categorical=tuple(layout.categorical), categories=categories, task=self.task,
@@ -406,127 +252,7 @@ class TableDataset(BaseDataset):
     def _tname(self) -> str:
         return repr(self._lay.target) if self._lay.target else "y"
 
-    def _layout(self, s: _Source, target: str | None, features: Sequence[str] | None,
-                categorical: Sequence[str]) -> _Layout:
-        cats = list(categorical)
-        if len(set(cats)) != len(cats):
-            raise DataError(f"categorical lists a column twice: {_dupes(cats)}",
-                            key="categorical")
-        if features is not None:
-            feats = list(features)
-            if len(set(feats)) != len(feats):
-                raise DataError(f"features lists a column twice: {_dupes(feats)}",
-                                key="features")
-        if s.frame is None:
-            if target is not None or features is not None or cats:
-                raise DataError(f"{s.where}: target, features and categorical name columns "
-                                f"of a table; arrays have none", key="target")
-            x, y = s.x, s.y
-            assert x is not None and y is not None
-            if x.ndim < 2:
-                raise DataError(f"{s.where}: the features must be a 2-D array (rows, "
-                                f"features), got shape {x.shape}", key="x")
-            width = int(np.prod(x.shape[1:]))
-            if width > MAX_FEATURES:
-                raise DataError(f"{s.where}: {width:,} features per row, more than the "
-                                f"{MAX_FEATURES:,} a model's input may have", key="x")
-            if width == 0:
-                raise DataError(f"{s.where}: the features array has shape {x.shape}: no "
-                                f"features to learn from", key="x")
-            if s.names is not None and len(s.names) == width:
-                return _Layout(None, list(s.names), [])
-            return _Layout(None, [f"x{i}" for i in range(width)], [])
-        frame = s.frame
-        names = [str(c) for c in frame.columns]
-        if len(set(names)) != len(names):
-            raise DataError(f"{s.where}: duplicate column names: {_dupes(names)}")
-        if target is None:
-            raise DataError(f"{s.where}: name the target column (target:); columns: "
-                            f"{_listing(names)}", key="target")
-        _need(s, [target], names, "target")
-        if features is None:
-            feats = [c for c in names if c != target]
-        else:
-            _need(s, feats, names, "features")
-            if target in feats:
-                raise DataError(f"the target {target!r} is also listed in features",
-                                key="features")
-        _need(s, cats, names, "categorical")
-        if target in cats:
-            raise DataError(f"the target {target!r} is also listed in categorical",
-                            key="categorical")
-        stray = [c for c in cats if c not in feats]
-        if stray:
-            raise DataError(f"categorical columns {_listing(stray)} are not among the "
-                            f"features", key="categorical")
-        if not feats:
-            raise DataError(f"{s.where}: no feature columns besides the target {target!r}",
-                            key="features")
-        col = {str(c): c for c in frame.columns}
-        for c in [*feats, target]:
-            if frame[col[c]].dtype == object:
-                _scalar_cells(s, c, frame[col[c]].to_numpy(),
-                              "target" if c == target else "categorical")
-        text = [c for c in feats if c not in cats and not _numeric(frame[col[c]])]
-        if text:
-            raise DataError(f"{s.where}: the columns {_listing(text)} are not numeric; "
-                            f"list them under categorical (one-hot encoded) or leave them "
-                            f"out of the features", key="categorical")
-        types = _pd().api.types
-        ints = {c: bool(types.is_integer_dtype(frame[col[c]]) or
-                        types.is_bool_dtype(frame[col[c]])) for c in cats}
-        return _Layout(target, [c for c in feats if c not in cats],
-                       [c for c in feats if c in cats], ints)
-
-    @staticmethod
-    def _columns(s: _Source, layout: _Layout) -> list[str]:
-        if s.frame is None:
-            return layout.numeric
-        keep = set(layout.numeric) | set(layout.categorical)
-        return [str(c) for c in s.frame.columns if str(c) in keep]
-
-    def _check(self, s: _Source, layout: _Layout) -> None:
-        """Every value of every feature (and the target) is there and finite."""
-        if s.frame is None:
-            x, y = s.x, s.y
-            assert x is not None and y is not None
-            if y.ndim != 1:
-                raise DataError(f"{s.where}: the target must be 1-D, got shape {y.shape}",
-                                key="y")
-            if len(x) != len(y):
-                raise DataError(f"{s.where}: x has {len(x)} rows and y has {len(y)}; they "
-                                f"must have one target per row", key="y")
-            if int(np.prod(x.shape[1:])) != len(layout.numeric):
-                raise DataError(f"{s.where}: {int(np.prod(x.shape[1:]))} features per row; "
-                                f"the training data has {len(layout.numeric)}")
-            if not _numeric(x):
-                raise DataError(f"{s.where}: the features are {x.dtype}, not numbers", key="x")
-            for start, block in _blocks(x):
-                _finite(block.reshape(len(block), -1), start, s.where, layout.numeric)
-            return
-        frame = s.frame
-        names = [str(c) for c in frame.columns]
-        need = [*layout.numeric, *layout.categorical]
-        if layout.target is not None:
-            need.append(layout.target)
-        _need(s, need, names, "features")
-        col = {str(c): c for c in frame.columns}
-        text = [c for c in layout.numeric if not _numeric(frame[col[c]])]
-        if text:
-            raise DataError(f"{s.where}: the columns {_listing(text)} are not numeric",
-                            key="categorical")
-        if layout.numeric:
-            sub = frame[[col[c] for c in layout.numeric]]
-            for start in range(0, len(frame), _chunk_rows(len(layout.numeric))):
-                block = sub.iloc[start:start + _chunk_rows(len(layout.numeric))]
-                _finite(block.to_numpy(np.float64), start, s.where, layout.numeric)
-        for c in layout.categorical:
-            missing = np.flatnonzero(frame[col[c]].isna().to_numpy())
-            if len(missing):
-                raise DataError(f"{s.where}: row {missing[0] + 1}, column {c!r}: a missing "
-                                f"value", key="categorical")
-
-    def _target(self, s: _Source) -> np.ndarray:
+    def _target(self, s: Source) -> np.ndarray:
         if s.frame is None:
             assert s.y is not None
             return np.asarray(s.y)
@@ -534,86 +260,19 @@ class TableDataset(BaseDataset):
         assert self._lay.target is not None
         return s.frame[col[self._lay.target]].to_numpy()
 
-    def _check_target(self, s: _Source, y: np.ndarray, layout: _Layout) -> None:
-        name = self._tname()
-        if y.dtype.kind in "cmMV":  # complex, times, raw bytes: neither numbers nor labels
-            raise DataError(f"{s.where}: the target {name} is {y.dtype}: a target is real "
-                            f"numbers or class labels", key="target")
-        numeric = _numeric(y) and y.dtype != object
-        if numeric and y.dtype.kind in "fc":
-            bad = np.flatnonzero(~np.isfinite(y))
-            if len(bad):
-                raise DataError(f"{s.where}: row {bad[0] + 1}, target {name}: "
-                                f"{_plain(y[bad[0]])} (values must be finite)", key="target")
-        elif not numeric:
-            missing = np.flatnonzero(_pd().isna(y))
-            if len(missing):
-                raise DataError(f"{s.where}: row {missing[0] + 1}, target {name}: a missing "
-                                f"value", key="target")
-        if self.task == "regression" and not (numeric and y.dtype != bool):
-            raise DataError(f"{s.where}: the target {name} is {y.dtype} ("
-                            f"{_plain(y[0])!r}, ...), not numbers: a regression needs a "
-                            f"numeric target", key="task")
-        if self.task == "classification" and numeric and y.dtype.kind == "f":
-            distinct = len(np.unique(y))
-            if distinct > MANY_VALUES and distinct > 0.5 * len(y):
-                raise DataError(f"{s.where}: the target {name} has {distinct} distinct values "
-                                f"in {len(y)} rows, too many for classes; use task: "
-                                f"regression", key="task")
-
-    def _categories(self, s: _Source, column: str, train: np.ndarray) -> tuple[Any, ...]:
-        assert s.frame is not None
-        values = s.frame[{str(c): c for c in s.frame.columns}[column]].to_numpy()[train]
-        if self._lay.int_categories.get(column):
-            return tuple(int(v) for v in np.unique(values.astype(np.int64)))
-        return tuple(str(v) for v in np.unique(values.astype(str)))
-
-    def _fit(self, s: _Source, train: np.ndarray, layout: _Layout,
-             scale: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """(offset, scale) per numeric feature over the training rows, a chunk at a time
-        (one chunk for a table that small: numpy's own mean and std)."""
-        k = len(layout.numeric)
-        if scale == "none" or not k:
-            return (0.0,) * k, (1.0,) * k
-        rows = np.sort(train)
-        chunks = [rows[i:i + _chunk_rows(k)] for i in range(0, len(rows), _chunk_rows(k))]
-        if scale == "minmax":
-            lo = np.full(k, np.inf)
-            hi = np.full(k, -np.inf)
-            for c in chunks:
-                b = _numeric_rows(s, layout, c)
-                lo, hi = np.minimum(lo, b.min(0)), np.maximum(hi, b.max(0))
-            span = hi - lo
-            span[span == 0] = 1.0
-            return tuple(map(float, lo)), tuple(map(float, span))
-        if len(chunks) == 1:
-            b = _numeric_rows(s, layout, chunks[0])
-            mean, std = b.mean(0), b.std(0)
-        else:
-            total = np.zeros(k)
-            for c in chunks:
-                total += _numeric_rows(s, layout, c).sum(0)
-            mean = total / len(rows)
-            sq = np.zeros(k)
-            for c in chunks:
-                sq += ((_numeric_rows(s, layout, c) - mean) ** 2).sum(0)
-            std = np.sqrt(sq / len(rows))
-        std[std == 0] = 1.0
-        return tuple(map(float, mean)), tuple(map(float, std))
-
     # -- loading, each time from the source ------------------------------------------------------
 
-    def _split_sources(self, sources: list[_Source | None], train: np.ndarray,
+    def _split_sources(self, sources: list[Source | None], train: np.ndarray,
                        valid: np.ndarray, test: np.ndarray
-                       ) -> list[tuple[_Source | None, np.ndarray | None]]:
+                       ) -> list[tuple[Source | None, np.ndarray | None]]:
         """(source, rows) per split; rows None: all of a source of its own."""
         main = sources[0]
-        out: list[tuple[_Source | None, np.ndarray | None]] = [(main, train)]
+        out: list[tuple[Source | None, np.ndarray | None]] = [(main, train)]
         for own, rows in ((sources[1], valid), (sources[2], test)):
             out.append((own, None) if own is not None else (main, rows))
         return out
 
-    def _splits(self) -> Iterator[tuple[str, _Source, np.ndarray]]:
+    def _splits(self) -> Iterator[tuple[str, Source, np.ndarray]]:
         """Read the data again and split it as when the dataset was made."""
         sources = self._read()
         main = sources[0]
@@ -621,7 +280,7 @@ class TableDataset(BaseDataset):
         codes = None
         if self.task == "classification":
             y = self._target(main)
-            codes = _class_codes(y, _sorted_unique(y))
+            codes = class_codes(y, sorted_unique(y))
         parts = split_rows(main.n, *self._fractions, seed=self.seed, classes=codes)
         rng = np.random.default_rng(self.seed + 1)
         for name, (s, rows) in zip(("train", "valid", "test"),
@@ -665,10 +324,10 @@ class TableDataset(BaseDataset):
         return Dataset(self.name, out["train"], out["valid"], out["test"], self.classes,
                        self.task, self.target_scale)
 
-    def _write(self, s: _Source, rows: np.ndarray, out: np.ndarray) -> None:
+    def _write(self, s: Source, rows: np.ndarray, out: np.ndarray) -> None:
         assert self.preprocess is not None
         lay = self._lay
-        step = _chunk_rows(max(1, self.features))
+        step = chunk_rows(max(1, self.features))
         buf = np.empty((min(step, len(rows)), self.features), np.float32)
         for start in range(0, len(rows), step):
             idx = rows[start:start + step]
@@ -678,7 +337,7 @@ class TableDataset(BaseDataset):
                 assert s.x is not None
                 out[start + order] = s.x[got].reshape(len(got), -1)
                 continue
-            num = _numeric_rows(s, lay, got)
+            num = numeric_rows(s, lay, got)
             cats = [] if s.frame is None else [
                 s.frame[{str(c): c for c in s.frame.columns}[c]].to_numpy()[got]
                 for c in lay.categorical]
@@ -691,214 +350,15 @@ class TableDataset(BaseDataset):
         if self.task == "regression":
             mean, std = self.target_scale or (0.0, 1.0)
             return ((np.asarray(y, np.float64) - mean) / std).astype(np.float32)
-        codes = _class_codes(y, np.asarray(self.preprocess.labels, dtype=object
+        codes = class_codes(y, np.asarray(self.preprocess.labels, dtype=object
                                            if any(isinstance(v, str) for v in
                                                   self.preprocess.labels) else None))
         return codes
 
 
-def _has_rows(s: _Source, key: str | None) -> None:
-    """A source with no rows (a header-only CSV, arrays of length 0) or arrays that are
-    not arrays of rows is refused before anything else is said about it."""
-    if s.frame is None:
-        for what, a in (("features", s.x), ("target", s.y)):
-            if not isinstance(a, np.ndarray):
-                raise DataError(f"{s.where}: the {what} are not an array "
-                                f"({type(a).__name__})", key=key or "x")
-            if a.ndim == 0:
-                raise DataError(f"{s.where}: the {what} are a single value, not an array "
-                                f"of rows", key=key or "x")
-    if s.n == 0:
-        cols = "" if s.frame is None else \
-            f" (columns: {_listing([str(c) for c in s.frame.columns])})"
-        raise DataError(f"{s.where}: no rows{cols}: nothing to learn from", key=key)
-
-
 def _is_fraction(v: Any) -> bool:
+    """A split given as a fraction of the rows (not as a table of its own)."""
     return isinstance(v, float | int) and not isinstance(v, bool)
-
-
-def _class_codes(y: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Index of each label among the sorted ``labels`` (all present)."""
-    if y.dtype == object or labels.dtype == object:
-        y, labels = y.astype(str), labels.astype(str)
-    return np.searchsorted(labels, y).astype(np.int64)
-
-
-def _chunk_rows(width: int) -> int:
-    return max(1, CHUNK_BYTES // (8 * max(1, width)))
-
-
-def _blocks(x: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    step = _chunk_rows(int(np.prod(x.shape[1:])))
-    for start in range(0, len(x), step):
-        yield start, x[start:start + step]
-
-
-def _numeric_rows(s: _Source, layout: _Layout, rows: np.ndarray) -> np.ndarray:
-    """float64 ``[len(rows), numeric]`` of the numeric features of ``rows`` (sorted)."""
-    if s.frame is None:
-        assert s.x is not None
-        return np.asarray(s.x[rows], np.float64).reshape(len(rows), -1)
-    col = {str(c): c for c in s.frame.columns}
-    if not layout.numeric:
-        return np.empty((len(rows), 0))
-    return s.frame[[col[c] for c in layout.numeric]].iloc[rows].to_numpy(np.float64)
-
-
-def _finite(block: np.ndarray, start: int, where: str, names: Sequence[str]) -> None:
-    if block.dtype.kind not in "fc":
-        return
-    bad = ~np.isfinite(block)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(f"{where}: row {start + r + 1}, column {names[c]!r}: "
-                        f"{block[r, c]} (values must be finite numbers)")
-
-
-def _scalar_cells(s: _Source, column: str, values: np.ndarray, key: str) -> None:
-    """A cell holding a list, an array or a mapping (a Parquet list column) is no value
-    of a feature or a target."""
-    for i, v in enumerate(values):
-        if isinstance(v, list | tuple | dict | set | np.ndarray):
-            raise DataError(f"{s.where}: row {i + 1}, column {column!r}: holds a list of "
-                            "values, not one (a list column is neither a feature nor a "
-                            "target)", key=key)
-
-
-def _need(s: _Source, wanted: Sequence[str], names: list[str], key: str) -> None:
-    have = set(names)
-    missing = [c for c in wanted if c not in have]
-    if missing:
-        raise DataError(f"{s.where}: no column {missing[0]!r}; columns: {_listing(names)}",
-                        key=key)
-
-
-def _listing(names: Sequence[str]) -> str:
-    return ", ".join(map(str, names[:30])) + (f", ... ({len(names)} in all)"
-                                               if len(names) > 30 else "")
-
-
-def _dupes(names: Sequence[str]) -> str:
-    return ", ".join(sorted({n for n in names if list(names).count(n) > 1}))
-
-
-# -- files and Python data ----------------------------------------------------------------------
-
-
-def _npz_fits(path: Path, z: Any, names: list[str]) -> None:
-    """Refuse an ``.npz`` whose arrays would decompress to more than
-    :data:`MAX_NPZ_BYTES`, from their headers, before decompressing anything (a few MB
-    of deflated zeros can declare gigabytes)."""
-    from numpy.lib import format as npy
-
-    total = 0
-    for name in names:
-        with z.zip.open(f"{name}.npy") as f:
-            version = npy.read_magic(f)
-            read = {(1, 0): npy.read_array_header_1_0,
-                    (2, 0): npy.read_array_header_2_0}.get(version)
-            if read is None:
-                raise DataError(f"{path}: array {name!r} is in .npy format {version}; "
-                                "save it with numpy.savez (format 1.0 or 2.0)", key="path")
-            shape, _, dtype = read(f)
-        total += math.prod(shape) * dtype.itemsize
-    if total > MAX_NPZ_BYTES:
-        raise DataError(f"{path}: its arrays would take {total:,} bytes decompressed, more "
-                        f"than the {MAX_NPZ_BYTES:,} an .npz may (it is read into "
-                        "memory whole); give larger data as x: and y: .npy files, which "
-                        "are memory-mapped", key="path")
-
-
-def _csv_columns(path: Path) -> int:
-    """The columns of a CSV's header line (the first 16 MiB of it at most): pandas
-    takes seconds and hundreds of MB to parse a header of 200,000 names alone."""
-    import csv
-
-    with open(path, "rb") as f:
-        line = f.readline(16 << 20).decode("utf-8", "replace")
-    return max((len(r) for r in csv.reader([line.rstrip("\r\n")])), default=0)
-
-
-def _few_columns(path: Path, n: int, key: str) -> None:
-    """A table's columns, from its header, before its rows are read."""
-    if n > MAX_FEATURES + 1:
-        raise DataError(f"{path}: {n:,} columns, more than the {MAX_FEATURES:,} features "
-                        "(and a target) a model's input may have", key=key)
-
-
-def _not_a_file(path: Path) -> str:
-    return "not a regular file (a folder, FIFO, device or socket)" if path.exists() else \
-        "no such file"
-
-
-def _read_file(path: Path, target: str | None, features: Sequence[str] | None,
-               key: str = "path") -> _Source:
-    suffix = path.suffix.lower()
-    if suffix not in FORMATS:
-        raise DataError(f"{path}: unknown format {path.suffix or '(no suffix)'!r}; data files "
-                        f"are {', '.join(FORMATS)}", key=key)
-    if not path.is_file():
-        raise DataError(f"{path}: {_not_a_file(path)}", key=key)
-    try:
-        if suffix == ".csv":
-            _few_columns(path, _csv_columns(path), key)
-            return _Source(str(path), frame=_pd().read_csv(path))
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            _few_columns(path, len(pq.read_schema(path).names), key)
-            return _Source(str(path), frame=_pd().read_parquet(path))
-        if suffix == ".npy":
-            raise DataError(f"{path}: a .npy file holds one array: give x: and y: files "
-                            f"instead of path:", key=key)
-        with np.load(path, allow_pickle=False) as z:
-            names = list(z.files)
-            tname = target or ("y" if "y" in names else None)
-            if tname is None or tname not in names:
-                raise DataError(f"{path}: no array {tname!r} for the target; arrays: "
-                                f"{', '.join(names)}" if tname else
-                                f"{path}: name the target array (target:); arrays: "
-                                f"{', '.join(names)}", key="target")
-            others = [n for n in names if n != tname]
-            if features is not None:
-                if len(features) != 1 or features[0] not in names or features[0] == tname:
-                    raise DataError(f"{path}: features names the one features array; "
-                                    f"arrays: {', '.join(names)}", key="features")
-                xname = features[0]
-            elif len(others) != 1:
-                raise DataError(f"{path}: {len(others)} arrays besides the target "
-                                f"({', '.join(others)}); name the features one "
-                                f"(features: [name])", key="features")
-            else:
-                xname = others[0]
-            _npz_fits(path, z, [xname, tname])
-            return _Source(str(path), x=z[xname], y=z[tname])
-    except DataError:
-        raise
-    except Exception as e:  # a parser's or numpy's own message
-        raise DataError(f"{path}: cannot read it: {e}", key=key) from None
-
-
-def _read_pair(x: Path, y: Path) -> _Source:
-    for p, key in ((x, "x"), (y, "y")):
-        if p.suffix.lower() != ".npy":
-            raise DataError(f"{p}: x and y are .npy files", key=key)
-        if not p.is_file():
-            raise DataError(f"{p}: {_not_a_file(p)}", key=key)
-    try:
-        xs = np.load(x, mmap_mode="r", allow_pickle=False)
-        ys = np.load(y, mmap_mode="r", allow_pickle=False)
-    except Exception as e:
-        raise DataError(f"{x} / {y}: cannot read them: {e}", key="x") from None
-    for p, a, key in ((x, xs, "x"), (y, ys, "y")):
-        if not isinstance(a, np.ndarray):  # np.load opens an .npz whatever its name
-            for b in (xs, ys):
-                if hasattr(b, "close"):
-                    b.close()
-            raise DataError(f"{p}: not a .npy array but an .npz archive (arrays: "
-                            f"{_listing(list(a.files))}); give it as path:", key=key)
-    return _Source(f"{x}", x=xs, y=np.asarray(ys))
 
 
 def from_file(path: str | Path | None = None, target: str | None = None, *,
@@ -928,24 +388,24 @@ def from_file(path: str | Path | None = None, target: str | None = None, *,
     if path is not None:
         main = Path(path)
 
-        def first() -> _Source:
-            return _read_file(main, *names)
+        def first() -> Source:
+            return read_file(main, *names)
     else:
         assert x is not None and y is not None
         xp, yp = Path(x), Path(y)
 
-        def first() -> _Source:
-            return _read_pair(xp, yp)
+        def first() -> Source:
+            return read_pair(xp, yp)
 
-    def other(v: Any, key: str) -> _Source | None:
+    def other(v: Any, key: str) -> Source | None:
         if _is_fraction(v):
             return None
         p = Path(v)
         if path is None:  # arrays: a split of its own is an .npz of the same arrays
-            return _read_file(p, None, None, key=key)
-        return _read_file(p, *names, key=key)
+            return read_file(p, None, None, key=key)
+        return read_file(p, *names, key=key)
 
-    def read() -> list[_Source | None]:
+    def read() -> list[Source | None]:
         return [first(), other(valid, "valid"), other(test, "test")]
 
     label = name or (Path(path).stem if path is not None else Path(str(x)).stem)
@@ -970,7 +430,7 @@ def from_python(data: Table, target: str | None = None, **options: Any) -> Table
     """
     if _is_frame(data) and target is None:
         raise DataError(f"name the target column: target=...; columns: "
-                        f"{_listing([str(c) for c in data.columns])}", key="target")
+                        f"{listing([str(c) for c in data.columns])}", key="target")
     return TableDataset(data, target, **options)
 
 
@@ -984,8 +444,6 @@ def resolve(section: DataSection) -> BaseDataset:
     >>> resolve(NS(name="digits", valid=100, test=None, scale=None, seed=None)).features
     64
     """
-    from explore.datasets._base import get
-
     if section.name is not None:
         ds = get(section.name)
         options = {"valid": section.valid if isinstance(section.valid, float) else None,

@@ -251,7 +251,7 @@ def test_an_npz_declaring_more_than_the_cap_is_refused_before_decompressing(
 def test_a_csv_wider_than_the_feature_cap_is_refused_from_its_header(tmp_path: Path) -> None:
     import time
 
-    from explore.datasets.table import MAX_FEATURES
+    from explore.datasets.columns import MAX_FEATURES
 
     n = MAX_FEATURES + 1
     (tmp_path / "data.csv").write_text(",".join(f"c{i}" for i in range(n)) + ",y\n" +
@@ -263,7 +263,7 @@ def test_a_csv_wider_than_the_feature_cap_is_refused_from_its_header(tmp_path: P
 
 
 def test_a_categorical_column_of_too_many_categories_is_refused(tmp_path: Path) -> None:
-    from explore.datasets.table import MAX_CATEGORIES
+    from explore.datasets.columns import MAX_CATEGORIES
 
     rows = "".join(f"{i},k{i},{i % 2}\n" for i in range(int(MAX_CATEGORIES * 1.3)))
     (tmp_path / "data.csv").write_text("a,cat,y\n" + rows)

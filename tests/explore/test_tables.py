@@ -13,7 +13,7 @@ import pytest
 
 from explore import datasets
 from explore.datasets import DataError, Preprocess, from_file, from_python
-from explore.datasets.table import split_rows
+from explore.datasets.split import split_rows
 from explore.scheduler.shared_data import load_shared
 from explore.space import load_space, parse_space
 from explore.yamlio import SpaceError
@@ -294,7 +294,7 @@ def test_a_float_target_with_many_values_is_not_a_classification() -> None:
 
 
 def test_task_inference() -> None:
-    from explore.datasets.table import infer_task
+    from explore.datasets.target import infer_task
 
     assert infer_task(np.array([0.5, 1.0])) == "regression"
     assert infer_task(np.array([1.0, 2.0, 1.0])) == "classification"  # integral floats

@@ -1,0 +1,93 @@
+"""A table's target: the task it implies when none is given (:func:`infer_task`), the
+checks its values pass, and its classes as codes.
+
+Task inference: a float target with a non-integral value is a regression; a boolean,
+text or categorical target is a classification; an integer target (or a float one
+whose values are all integral) is a classification unless it has more than 20
+distinct values that are more than 10% of the rows (few samples per value: a count or
+an amount), which makes it a regression.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from explore.datasets.columns import is_numeric
+from explore.datasets.errors import DataError
+from explore.datasets.preprocess import _pd, _plain
+
+MANY_VALUES = 20  # a target with more distinct values than this may be a regression
+
+
+def infer_task(y: np.ndarray) -> str:
+    """``classification`` or ``regression`` for target values ``y`` (the rule is in
+    the module's docstring).
+
+    >>> infer_task(np.array([0.5, 1.5])), infer_task(np.array(["a", "b"]))
+    ('regression', 'classification')
+    """
+    y = np.asarray(y)
+    if not is_numeric(y) or y.dtype == bool:
+        return "classification"
+    if y.dtype.kind == "f" and not np.all(np.isfinite(y) & (np.mod(y, 1, where=np.isfinite(y),
+                                                             out=np.zeros_like(y)) == 0)):
+        return "regression"
+    distinct = len(np.unique(y))
+    return "regression" if distinct > MANY_VALUES and distinct > 0.1 * len(y) else \
+        "classification"
+
+
+def sorted_unique(y: np.ndarray) -> np.ndarray:
+    """The distinct values of ``y``, sorted (as text where text is mixed with numbers)."""
+    try:
+        return np.unique(y)
+    except TypeError:  # text mixed with numbers
+        return np.unique(y.astype(str))
+
+
+def class_codes(y: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Index of each label among the sorted ``labels`` (all present)."""
+    if y.dtype == object or labels.dtype == object:
+        y, labels = y.astype(str), labels.astype(str)
+    return np.searchsorted(labels, y).astype(np.int64)
+
+
+def check_target(where: str, name: str, y: np.ndarray, task: str) -> None:
+    """The target values ``y`` of the source ``where`` (``name``: the target, for
+    messages) are all there, finite, and of a kind the ``task`` can learn."""
+    if y.dtype.kind in "cmMV":  # complex, times, raw bytes: neither numbers nor labels
+        raise DataError(f"{where}: the target {name} is {y.dtype}: a target is real "
+                        f"numbers or class labels", key="target")
+    numeric = is_numeric(y) and y.dtype != object
+    if numeric and y.dtype.kind in "fc":
+        bad = np.flatnonzero(~np.isfinite(y))
+        if len(bad):
+            raise DataError(f"{where}: row {bad[0] + 1}, target {name}: "
+                            f"{_plain(y[bad[0]])} (values must be finite)", key="target")
+    elif not numeric:
+        missing = np.flatnonzero(_pd().isna(y))
+        if len(missing):
+            raise DataError(f"{where}: row {missing[0] + 1}, target {name}: a missing "
+                            f"value", key="target")
+    if task == "regression" and not (numeric and y.dtype != bool):
+        raise DataError(f"{where}: the target {name} is {y.dtype} ("
+                        f"{_plain(y[0])!r}, ...), not numbers: a regression needs a "
+                        f"numeric target", key="task")
+    if task == "classification" and numeric and y.dtype.kind == "f":
+        distinct = len(np.unique(y))
+        if distinct > MANY_VALUES and distinct > 0.5 * len(y):
+            raise DataError(f"{where}: the target {name} has {distinct} distinct values "
+                            f"in {len(y)} rows, too many for classes; use task: "
+                            f"regression", key="task")
+
+
+def check_classes_seen(where: str, y: np.ndarray, labels: tuple[Any, ...]) -> None:
+    """Every class of ``y`` (a validation or test split's targets) is one of the
+    training split's ``labels``."""
+    unseen = sorted({_plain(v) for v in sorted_unique(y)} - set(labels), key=str)
+    if unseen:
+        raise DataError(f"{where}: the target has {unseen[0]!r}, a class the "
+                        f"training split does not have; classes: "
+                        f"{', '.join(map(repr, labels))}", key="target")
