@@ -27,7 +27,7 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
     space = load_space(f)
     storage = f"sqlite:///{tmp_path / 'tiny.db'}"
     study = open_study(space, storage)
-    from explore.cli import _record_run
+    from explore.runner import record_run as _record_run
 
     stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
                       device="cpu", main=IN_TEST).run(5)

@@ -14,7 +14,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from rich.console import Console
 
 import explore
-from explore import cli
+from explore.cli import console as cli
 from explore.cli import main
 from explore.results import COLUMNS, load, metric_columns
 from explore.study import RECORD_ATTR

@@ -1,0 +1,46 @@
+"""The ``explore`` command: run a search space, size a candidate, show or export a
+study.
+
+    explore run search_spaces/quick.yaml
+    explore size search_spaces/paper_mnist.yaml --params lr=0.01 --memory 64MB --json
+    explore show search_spaces/quick.yaml
+    explore export search_spaces/quick.yaml --format csv --output trials.csv
+
+Bad input (a malformed space, an unknown parameter, a size that is not one) is
+reported with the file, line and key at fault and exit status 2, before any study is
+created or changed.
+
+One module per command group (:mod:`.search`: run; :mod:`.sizing`: size;
+:mod:`.studies`: show, export; :mod:`.models`: export-model, evaluate; :mod:`.serve`:
+dashboard), sharing :mod:`.console` (output, exit statuses), :mod:`.common` (the space
+and study a command names), :mod:`.output` (--output files) and :mod:`.summary`.
+The commands import optuna, pandas, onnx and the rest of explore when they run, not
+at the top: ``explore --help`` starts without them.
+"""
+
+from __future__ import annotations
+
+import click
+
+from explore import __version__
+from explore.cli.models import evaluate, export_model
+from explore.cli.search import run
+from explore.cli.serve import dashboard
+from explore.cli.sizing import size
+from explore.cli.studies import export, show
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="explore",
+                      message="%(prog)s %(version)s")
+def main() -> None:
+    """Hyperparameter and architecture search that never runs out of memory."""
+    import optuna  # lazy: a sixth of a second that --help and --version do not wait for
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+for _command in (run, size, show, export, export_model, evaluate, dashboard):
+    main.add_command(_command)

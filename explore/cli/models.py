@@ -1,0 +1,92 @@
+"""``explore export-model`` and ``explore evaluate``: a model the search kept, written
+as ONNX or scored on the test split."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from explore.cli import console
+from explore.cli.common import read_space, where
+from explore.cli.console import fail
+from explore.cli.output import checked_output, write_output
+
+
+def _model(space_file: str | None, storage: str | None, study_name: str | None,
+           trial: int | None) -> Any:
+    """The kept model a command names (exit status 2 with the reason if none)."""
+    # lazy: optuna, numpy and the engine, which --help does not need
+    from explore.storages import StorageError
+    from explore.trained import ModelError, load_model
+
+    storage, study_name = where(space_file, storage, study_name)
+    try:
+        return load_model(storage, study_name, trial)
+    except (ModelError, StorageError) as e:
+        fail(str(e))
+
+
+@click.command("export-model")
+@click.argument("space_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--storage")
+@click.option("--study", "study_name")
+@click.option("--trial", type=int, help="the trial whose model (default: the best kept)")
+@click.option("--output", type=click.Path(dir_okay=False), required=True,
+              help="the ONNX file to write")
+def export_model(space_file: str | None, storage: str | None, study_name: str | None,
+                 trial: int | None, output: str) -> None:
+    """Write a kept model as ONNX, its preprocessing inside: it takes raw rows."""
+    import onnx  # lazy: a fifth of a second, for this command alone
+
+    target = checked_output(output, space_file, storage, study_name)
+    model = _model(space_file, storage, study_name, trial)
+    proto = model.to_onnx()
+    write_output(target, output, lambda tmp: onnx.save(proto, str(tmp)))
+    ins = ", ".join(f"{i.name}" for i in proto.graph.input)
+    outs = ", ".join(o.name for o in proto.graph.output)
+    console.out.print(f"trial {model.trial} of study {model.study!r} -> {target} "
+                      f"(inputs: {ins}; outputs: {outs})", highlight=False)
+
+
+@click.command()
+@click.argument("space_file", type=click.Path(dir_okay=False))
+@click.option("--storage")
+@click.option("--study", "study_name")
+@click.option("--trial", type=int, help="the trial whose model (default: the best kept)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def evaluate(space_file: str, storage: str | None, study_name: str | None, trial: int | None,
+             as_json: bool) -> None:
+    """Report a kept model's metrics on the test split of SPACE_FILE's data set."""
+    # lazy: numpy, optuna and the engine, which --help does not need
+    from explore.datasets import DataError
+    from explore.trained import data_mismatch, evaluate_split
+
+    space = read_space(space_file)  # first: a refused space leaves the storage unopened
+    model = _model(space_file, storage, study_name, trial)
+    try:
+        other = data_mismatch(model, space.data)
+        if other is not None:
+            fail(f"{space_file}: its data set is not the one study {model.study!r} was "
+                 f"trained on ({other}); evaluate with the study's own space file")
+        test = space.data.load().test
+    except DataError as e:
+        fail(str(e))
+    if len(test) == 0:
+        fail(f"{space_file}: the data set has no test split; add dataset.test "
+             "(a fraction such as 0.2, or a file)")
+    try:
+        got = evaluate_split(model, test.x, test.y)
+    except DataError as e:
+        fail(f"{space_file}: {e}")
+    if as_json:
+        click.echo(json.dumps({"trial": model.trial, "rows": len(test), "metrics": got}))
+        return
+    t = Table(title=f"trial {model.trial} on the test split ({len(test):,} rows)",
+              header_style="bold")
+    for name in got:
+        t.add_column(name)
+    t.add_row(*(f"{v:.4g}" for v in got.values()))
+    console.out.print(t)

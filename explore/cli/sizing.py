@@ -1,0 +1,101 @@
+"""``explore size``: the exact memory plan of one candidate of a space, and the largest
+batch that fits a budget."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from explore.cli import console
+from explore.cli.common import byte_size, read_space
+from explore.cli.console import fail
+
+
+@click.command()
+@click.argument("space_file", type=click.Path(dir_okay=False))
+@click.option("--params", "params", multiple=True, metavar="KEY=VALUE",
+              help="fix a parameter (repeatable); ranges take their low end otherwise")
+@click.option("--memory", help="also report the largest batch that fits this budget")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: bool) -> None:
+    """Print the exact plan of one candidate of SPACE_FILE."""
+    # lazy: the engine, numpy and optuna, which --help does not need
+    from engine import BudgetError, compile_graph
+    from engine.errors import EngineError
+    from explore.builders import BuildError
+    from explore.candidate import compile_candidate, graph_of
+    from explore.model_builders import LowTrial
+    from explore.optimizers import build_optimizer
+    from explore.sampling import fixed
+    from explore.space import check_value
+
+    space = read_space(space_file)
+    overrides = {}
+    for item in params:
+        if "=" not in item:
+            fail(f"--params {item!r}: write KEY=VALUE")
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = _value(v.strip())
+    builder_keys = set(type(space.model).model_fields) if space.uses_builder else set()
+    for k, v in overrides.items():
+        if k in builder_keys:
+            continue  # the builder's own parameter: its builder says what it may be
+        try:
+            check_value(k, v)
+        except ValueError as e:
+            fail(f"--params {k}: {e}")
+    budget = byte_size(memory, "--memory")
+    try:
+        graph = None
+        if space.uses_builder:  # the builder's own parameters: answered from --params
+            # the model's keys are the builder's; the space keeps its training ones
+            mine = set(space.params()) - set(type(space.model).model_fields)
+            given = {k: v for k, v in overrides.items() if k not in mine}
+            overrides = {k: v for k, v in overrides.items() if k in mine}
+        try:
+            p = fixed(space, overrides)
+        except ValueError as e:
+            fail(f"--params {e}")
+        if p["batch_size"] == "auto" and budget is None:
+            p["batch_size"] = space.training.auto_max_batch
+        if space.uses_builder:
+            graph = graph_of(space, p, trial=LowTrial(given))
+        cand = compile_candidate(space, p, budget or 1 << 62, graph=graph)
+        # the engine's search for the largest batch that fits (engine.max_batch)
+        biggest = compile_graph(graph or graph_of(space, p), memory=budget,
+                                optimizer=build_optimizer(p),
+                                device=space.budget.device).batch_size if budget else None
+    except KeyError as e:
+        fail(f"--params: {e.args[0]}")
+    except (BuildError, BudgetError, EngineError, ValueError) as e:
+        fail(str(e))
+    prog = cand.program
+    result: dict[str, Any] = {"zones": dict(prog.zone_bytes), "total_bytes": prog.total_bytes,
+                              "batch_size": cand.train_batch,
+                              "compiled_batch": prog.batch_size}
+    if biggest is not None:
+        result["max_batch"] = biggest
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    console.out.print(prog.plan_report(), highlight=False)
+    console.out.print(
+        f"batch {cand.train_batch} (compiled for {prog.batch_size}, the validation "
+        f"chunk): {prog.total_bytes:,} bytes"
+        + (f"; largest batch in {budget:,} bytes: {biggest:,}" if biggest else ""))
+
+
+def _value(text: str) -> Any:
+    """A --params value: an integer, a number, true/false, a [list] or a name."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    if text.startswith("["):
+        return [_value(x.strip()) for x in text.strip("[]").split(",") if x.strip()]
+    return text
