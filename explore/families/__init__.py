@@ -10,9 +10,10 @@ Add one with a module that subclasses :class:`BaseFamily` and registers it
 from explore.families import _mlp  # noqa: F401
 from explore.families import _cnn  # noqa: F401
 # isort: on
-from explore.families._base import FAMILIES, BaseFamily, get, register
+from explore.families._base import FAMILIES, AtKey, BaseFamily, get, register
 from explore.families._cnn import Cnn
 from explore.families._mlp import Mlp
+from explore.families._onnx import Onnx, check_onnx_key
 from explore.registry import import_plugins
 
 names = FAMILIES.names
@@ -20,4 +21,5 @@ names = FAMILIES.names
 # Any other implementation in this folder registers by being here.
 import_plugins(__name__, __path__)
 
-__all__ = ["FAMILIES", "BaseFamily", "Cnn", "Mlp", "get", "names", "register"]
+__all__ = ["FAMILIES", "AtKey", "BaseFamily", "Cnn", "Mlp", "Onnx", "check_onnx_key", "get",
+           "names", "register"]

@@ -31,7 +31,17 @@ class BaseFamily(ABC):
 
     def check(self, model: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if the ``model`` section (name -> fixed value or range, as
-        the schema parsed it) does not fit the family.  Accepts everything by default."""
+        the schema parsed it) does not fit the family (:class:`AtKey` for a problem of
+        one key).  Accepts everything by default."""
+
+
+class AtKey(ValueError):
+    """A problem :meth:`BaseFamily.check` finds at one key of the model section: the
+    schema reports it at that key's line rather than the section's."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 FAMILIES: Registry[BaseFamily] = Registry("model family")

@@ -52,13 +52,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from engine import CalcGraph, Init, Mode
+from engine import CalcGraph, EngineError, GraphError, Init, Mode, lower
 from engine.graph import Kind, Node, Variable
+from engine.onnx_io import import_onnx
 from explore.builders import REGRESSION_LOSS_OPS, BuildError, task_loss
 from explore.datasets import BaseDataset
-from explore.families._base import BaseFamily, register
+from explore.families._base import AtKey, BaseFamily, register
 from explore.ranges import Choice, Range
 
 # The model section's keys of the built-in families: a model from a file has its own
@@ -112,17 +114,12 @@ def load(path: str | os.PathLike[str]) -> Imported:
     try:
         st = os.stat(p)
     except OSError:
-        from engine import GraphError
-
         raise GraphError(f"{p}: no such ONNX file") from None
     return _load(p, st.st_mtime_ns, st.st_size)
 
 
 @lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int, size: int) -> Imported:
-    from engine import lower
-    from engine.onnx_io import import_onnx
-
     infer = import_onnx(path)
     inputs = [v for v in infer.variables.values() if v.kind is Kind.PLACEHOLDER]
     if len(inputs) != 1:
@@ -263,6 +260,38 @@ def check_head(model: Imported, head: int) -> None:
                          "re-initialise")
 
 
+def check_onnx_key(key: str, value: Any, model: Mapping[str, Any], base: Path | None) -> Any:
+    """The schema's check of this family's keys of the model section
+    (:class:`explore.space.Model`), one at a time as they are validated: ``onnx`` is
+    resolved against ``base`` (the YAML file's folder, else the current one) and must
+    import as a model; ``freeze`` must be globs and ``head`` at most the weight layers,
+    both checked against the file when ``onnx`` is in ``model`` (the keys validated so
+    far).  Returns the value (the file's absolute path for ``onnx``); ValueError."""
+    if key == "onnx":
+        if value is None:
+            return value
+        if not value.is_absolute():
+            value = Path(base or Path.cwd()) / value
+        value = value.resolve()
+        try:
+            load(value)
+        except Exception as e:  # the importer's errors, as the schema's
+            raise ValueError(str(e)) from None
+        return value
+    path = model.get("onnx")
+    if key == "freeze":
+        if isinstance(value, Range) and not isinstance(value, Choice):
+            raise ValueError("freeze is a list of parameter names (globs), or a choice of "
+                             "comma-separated globs")
+        for option in value.options if isinstance(value, Choice) else [value]:
+            globs(option)  # a number or a flag is no glob (ValueError)
+        if path is not None:
+            check_freeze(load(path), value)
+    elif key == "head" and path is not None:
+        check_head(load(path), value)
+    return value
+
+
 @register("onnx")
 class Onnx(BaseFamily):
     def build(self, params: dict[str, Any], dataset: BaseDataset,
@@ -334,6 +363,10 @@ class Onnx(BaseFamily):
     def check(self, model: Mapping[str, Any]) -> None:
         if not model.get("onnx"):
             raise ValueError("family onnx needs onnx: the path of an .onnx file")
+        try:
+            check_trainable(load(model["onnx"]), model.get("freeze"), model.get("head") or 0)
+        except ValueError as e:
+            raise AtKey("freeze", str(e)) from None
         searched = [k for k in ARCHITECTURE_KEYS if isinstance(model.get(k), Range)]
         if searched:
             raise ValueError(f"{', '.join(searched)}: a model of family onnx has its file's "
@@ -357,8 +390,6 @@ def _probe(model: Imported, shape: tuple[int, ...], head: int, outputs: int
            ) -> tuple[int, ...]:
     """The logits' shape for these input dimensions and head, checked once per process
     and setting (a BuildError when the sizes do not work out)."""
-    from engine import EngineError, lower
-
     if shape == model.input_shape and not head:  # as imported
         scores = model.logits_shape
     else:  # the model with this input shape and head, on one path, shapes inferred
