@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import BudgetError, CalcGraph, Program, compile_graph
+from engine.errors import EngineError
 from explore import families
+from explore.builders import BuildError
 from explore.optimizers import build_optimizer
 from explore.space import Space
 
@@ -132,3 +134,8 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int,
                           f"worker's arena holds {share:,}")
     return Candidate(params, prog, train)
 
+
+def user_errors(space: Space) -> tuple[type[Exception], ...]:
+    """What building a model raises for its own trial to fail: the user's model code
+    fails its own trial, whatever it raised; the run goes on."""
+    return (BuildError, EngineError) if space.uses_builder else (BuildError,)

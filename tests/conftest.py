@@ -55,3 +55,9 @@ def postgres_url(postgres: PgServer, request: pytest.FixtureRequest) -> str:
     _databases += 1
     name = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:50].strip("_")
     return postgres.new_database(f"t{_databases}_{name}")
+
+
+# -- the deterministic simulation (tests/explore/scheduler/test_simulation.py) -----------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--simulate", type=int, default=10_000, metavar="N",
+                     help="schedules the scheduler's simulation plays (default 10,000)")

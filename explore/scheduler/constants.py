@@ -39,7 +39,7 @@ def machine_key(device: str) -> str:
     loads (numba's LLVM, about 130 MB, only with the fused kernels on), and the device."""
     import numpy
 
-    from explore import __version__ as explore_version
+    from explore.version import __version__ as explore_version
     from explore.worker import JIT_DEFAULT
 
     return "|".join((platform.node(), platform.machine(), sys.version.split()[0],

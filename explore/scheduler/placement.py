@@ -9,16 +9,30 @@ No processes are involved, so placement is tested without any
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 
 from engine import Program
 from engine.alignment import align_up
 from engine.free_list import FreeList
-from explore.candidate import Candidate
+
+
+class Sized(Protocol):
+    """What placement reads of a compiled candidate (:class:`explore.candidate.Candidate`,
+    or a simulation's): its heap, its training batch and its programs, the preferred
+    first."""
+
+    @property
+    def heap_bytes(self) -> int: ...
+
+    @property
+    def train_batch(self) -> int: ...
+
+    def fitting(self) -> Iterator[Any]: ...
 
 
 @dataclass
@@ -51,7 +65,7 @@ class Placement:
     or, for a member of a stack, the stack's (``stack``; ``size`` 0)."""
 
     trial: optuna.trial.Trial
-    candidate: Candidate
+    candidate: Sized
     worker: int
     offset: int
     size: int
@@ -105,12 +119,12 @@ class Spot:
     program: Program
 
 
-def find_spot(workers: dict[int, Worker], cand: Candidate) -> Spot | None:
+def find_spot(workers: dict[int, Worker], cand: Sized) -> Spot | None:
     """The least busy worker that has room, then best fit within its arena: packing
     by memory alone piled every trial into one worker while the other idled.  Where
     the preferred program fits nowhere, the largest of the candidate's smaller ones
-    (compiled for smaller validation chunks, :meth:`Candidate.fitting`, each compiled
-    only when asked for) that fits a gap is chosen: the trial starts now instead of
+    (compiled for smaller validation chunks, ``Candidate.fitting``, each compiled only
+    when asked for) that fits a gap is chosen: the trial starts now instead of
     waiting for a bigger hole.  None if no program fits any arena."""
     for prog in cand.fitting():
         size = align_up(prog.total_bytes)

@@ -42,10 +42,10 @@ from typing import Any
 
 from engine import Program, compile_graph
 from engine.compile.stack import stack_graphs, stack_key, stack_optimizers, stack_signature
-from explore.candidate import Candidate, compile_candidate, graph_of
+from explore.candidate import compile_candidate, graph_of
 from explore.metrics.evaluation import MEANS, ROWS, SUMS, outputs_needed
 from explore.optimizers import build_optimizer
-from explore.scheduler.placement import Stack
+from explore.scheduler.placement import Sized, Stack
 from explore.space import Space
 
 __all__ = ["Drawn", "Pending", "compile_stack", "graph_of", "groups", "means_only",
@@ -68,7 +68,7 @@ class Pending:
     ``optimizers``, one per trial, are kept to stack again without some)."""
 
     trials: list[Any]
-    candidate: Candidate
+    candidate: Sized
     requeued: list[bool]
     graphs: list[Any] = field(default_factory=list)
     optimizers: list[Any] = field(default_factory=list)

@@ -16,7 +16,7 @@ from engine.alignment import align_down
 from explore.datasets import load_digits
 from explore.runner import RunRefused, check_gpus, prepare
 from explore.scheduler import Scheduler
-from explore.scheduler.loop import headroom
+from explore.scheduler.admission import headroom
 from explore.scheduler.processes import one_gpu
 from explore.space import Budget, SpaceError, load_space, machine_memory
 from explore.study import open_study

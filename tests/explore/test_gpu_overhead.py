@@ -174,8 +174,8 @@ def test_a_gpu_budget_that_admits_workers_gives_each_an_arena_its_smallest_fits(
     """Admission counts the smallest candidate in whole pages, as the arenas are cut: a
     budget that admits n workers never leaves them arenas too small for it (it refused
     runs one worker would fit: 1,256 MB with two workers asked on an H100)."""
+    from explore.scheduler.admission import admitted_heap, arena_size, headroom
     from explore.scheduler.constants import workers_that_fit
-    from explore.scheduler.loop import admitted_heap, arena_size, headroom
 
     left = budget - headroom(budget)
     n = min(asked, workers_that_fit(left, 0, worker, admitted_heap(smallest, "gpu")))

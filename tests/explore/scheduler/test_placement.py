@@ -6,30 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import optuna
-
 from engine.free_list import FreeList
 from explore.candidate import compile_candidate
-from explore.datasets import load_digits
-from explore.protocol import Start, ToWorker
 from explore.sampling import fixed
-from explore.scheduler import Placement, Scheduler, Worker
-from explore.scheduler.placement import find_spot
+from explore.scheduler.commands import Admitted, Launch
+from explore.scheduler.core import Core
+from explore.scheduler.placement import Placement, Worker, find_spot
+from explore.scheduler.simulated import SimPolicy, SimTrial
 from explore.scheduler.stacking import Pending
+from explore.scheduler.telemetry import RunStats
 from explore.space import parse_space
-from tests.explore.cli_run import IN_TEST
 
 SPACE = {"name": "p", "dataset": "digits", "budget": {"trials": 3, "rounds": 1,
                                                       "memory": "64MB", "workers": 1},
          "pruner": "none", "training": {"batch_size": 8}}
-
-
-class Pipe:
-    def __init__(self) -> None:
-        self.sent: list[ToWorker] = []
-
-    def send(self, msg: ToWorker) -> None:
-        self.sent.append(msg)
 
 
 def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits() -> None:
@@ -41,27 +31,17 @@ def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits()
     big, small = sizes[359], sizes[44]
     # One of each, not two big: a gap of 44 rows' program (and less than 89 rows').
     arena = -(-big // 64) * 64 + -(-small // 64) * 64 + 64
-    sched = Scheduler(space, optuna.create_study(direction="maximize"), load_digits(),
-                      workers=1, memory=space.budget.memory, device="cpu", main=IN_TEST)
-    try:
-        pipe = Pipe()
-        sched.workers = {0: Worker(0, None, pipe, arena=arena,  # type: ignore[arg-type]
-                                   free=FreeList([(0, arena)]))}
-        sched.stats.arena = arena
-        for _ in range(3):
-            claim = sched.live.claim()
-            assert claim is not None
-            sched.waiting.append(Pending([sched.live.ask(claim, lambda t: None)], cand, [False]))
-        sched._place()
-        starts = [m for m in pipe.sent if isinstance(m, Start)]
-        assert len(starts) == 2 and len(sched.waiting) == 1  # the third waits for room
-        compiled = [sched.notes[m.number]["compiled_batch"] for m in starts]
-        assert compiled == [359, 44] == [m.program.batch_size for m in starts]
-        assert [sched.notes[m.number]["total_bytes"] for m in starts] == [big, small]
-        placed = sum(p.size for p in sched.workers[0].residents.values())
-        assert placed <= arena and list(sched.workers[0].free) == [(arena - 64, 64)]
-    finally:
-        sched.arrays.close()
+    core = Core(SimPolicy(0, gated=False), RunStats(arena))
+    core.add_worker(Worker(0, None, None, arena=arena,  # type: ignore[arg-type]
+                           free=FreeList([(0, arena)])))
+    for n in range(3):
+        core.handle(Admitted(Pending([SimTrial(n)], cand, [False])))
+    launched = [c for c in core.place() if isinstance(c, Launch)]
+    assert len(launched) == 2 and len(core.waiting) == 1  # the third waits for room
+    assert [c.program.batch_size for c in launched] == [359, 44]
+    assert [c.program.total_bytes for c in launched] == [big, small]
+    placed = sum(p.size for p in core.workers[0].residents.values())
+    assert placed <= arena and list(core.workers[0].free) == [(arena - 64, 64)]
 
 
 class _Program:

@@ -1,0 +1,122 @@
+"""Where candidates come from: claim a trial of the study, let the sampler choose its
+parameters, build its graph and compile it to fit an arena, stacked with others where
+they share an architecture and an optimizer kind.  What comes out is a
+:class:`~.stacking.Pending`, for the decision core to place; a trial whose model
+cannot be built or does not fit fails here, with its reason, before any worker sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from engine import BudgetError
+from engine.compile.stack import StackError
+from engine.errors import EngineError
+from explore.builders import BuildError
+from explore.candidate import compile_candidate, graph_of, user_errors
+from explore.live import LiveStudy
+from explore.sampling import suggest
+from explore.scheduler.stacking import Drawn, Pending, compile_stack, groups
+from explore.scheduler.telemetry import RunStats
+from explore.space import Space
+from explore.study import PARAMS_ATTR
+
+# fail(trial, reason): the trial ends as failed before it started (explore.scheduler.core)
+Fail = Callable[[optuna.trial.Trial, str], None]
+
+
+class Intake:
+    """Asks ``live`` for trials of ``space`` and compiles them to fit ``stats.arena``,
+    ``stack`` at a time (1: never stacked); ``notes`` gets each trial's parameters."""
+
+    def __init__(self, space: Space, live: LiveStudy, stats: RunStats, notes: dict[int, Any],
+                 fail: Fail, stack: int) -> None:
+        self.space, self.live, self.stats, self.notes = space, live, stats, notes
+        self.fail, self.stack = fail, stack
+        self.errors = user_errors(space)
+
+    def ask(self) -> tuple[bool, list[Pending]]:
+        """Claim trials of the study (queued ones first), sample, build and compile them:
+        one, or up to ``stack`` at once.  The first is False once the study's total is
+        claimed (and nothing was drawn)."""
+        drawn: list[Drawn] = []
+        claimed_all = False
+        for _ in range(self.stack):
+            d = self._draw()
+            if d is None:
+                claimed_all = True
+                break
+            if isinstance(d, Drawn):
+                drawn.append(d)
+        if not drawn:
+            return not claimed_all, []
+        out: list[Pending] = []
+        for group in groups(drawn) if self.stack > 1 else [[x] for x in drawn]:
+            if len(group) > 1:
+                stacked = self._stacked(group)
+                if stacked is not None:
+                    out.append(stacked)
+                    continue
+            out.extend(p for p in map(self._alone, group) if p is not None)
+        return True, out
+
+    def _draw(self) -> Drawn | bool | None:
+        """Claim a trial, sample it and build its graph: None when the study's total is
+        claimed, False when the trial failed already (its builder raised)."""
+        claim = self.live.claim()
+        if claim is None:
+            return None
+        drawn: dict[str, Any] = {}
+
+        def draw(t: optuna.trial.Trial) -> dict[str, Any]:
+            # the last draw is the one kept: a draw given up (a point taken, a duplicate)
+            # is drawn again, and the trial trains what the stored trial holds
+            drawn["p"] = suggest(t, self.space)
+            return drawn["p"]
+
+        trial = self.live.ask(claim, draw)
+        if trial is None:
+            return None
+        params = drawn["p"]
+        requeued = self.live.requeued(trial)
+        self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
+        try:
+            graph = graph_of(self.space, params, trial=trial if self.space.uses_builder
+                             else None)
+            if self.space.uses_builder:
+                self.live.new_params(trial)  # the builder's own, seen by other drivers
+        except self.errors as e:
+            self._fail_build(trial, e)
+            return False
+        return Drawn(trial, params, graph, requeued)
+
+    def _fail_build(self, trial: optuna.trial.Trial, e: Exception) -> None:
+        self.fail(trial, str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}")
+
+    def _alone(self, d: Drawn) -> Pending | None:
+        try:
+            cand = compile_candidate(self.space, d.params, self.stats.arena, graph=d.graph)
+        except BudgetError as e:
+            self.fail(d.trial, f"does not fit: {e}")
+            return None
+        except self.errors as e:
+            self._fail_build(d.trial, e)
+            return None
+        return Pending([d.trial], cand, [d.requeued])
+
+    def _stacked(self, group: list[Drawn]) -> Pending | None:
+        """``group`` as one stack; None if it does not stack or does not fit an arena
+        (its trials then run one by one)."""
+        try:
+            pending = compile_stack(self.space, group, self.stats.arena)
+        except StackError as e:  # an op of the model has no stacked form: none will
+            self.stack = 1
+            self.stats.notes.append(f"trials are not stacked: {e}")
+            return None
+        except (BudgetError, BuildError, EngineError):
+            return None  # too big as a stack, say: its trials run alone
+        self.stats.counts["stacked"] = self.stats.counts.get("stacked", 0) + len(group)
+        return pending

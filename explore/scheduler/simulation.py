@@ -1,0 +1,440 @@
+"""A deterministic simulation of one driver's run: the decision core (:mod:`.core`)
+against simulated workers, messages that cross, workers that die, processes that grow,
+and Ctrl-C, every choice drawn from one seed.
+
+A schedule is what one seed makes of a run: how many workers and what arenas, which
+candidates (alone or stacked, each with several programs to fall back on), what the
+pruner says of each report, and, step by step, which message is delivered next, which
+worker runs a round, which dies.  After every step the invariants are checked; a failing
+seed raises :class:`Violation` naming the seed and the step, and ``simulate(seed)``
+replays the same schedule exactly (nothing here reads a clock or the system's
+randomness).  ``tests/explore/scheduler/test_simulation.py`` runs thousands of seeds.
+
+>>> result = simulate(7)
+>>> result.ended == result.trials and result.steps > 0
+True
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.trial import TrialState
+
+from engine.alignment import align_up
+from engine.free_list import FreeList
+from explore.protocol import Continue, Done, Pause, Regroup, Report, Stop, TrialFailed
+from explore.scheduler.commands import (
+    Admitted,
+    Failed,
+    Finished,
+    Idle,
+    Interrupted,
+    Launch,
+    RegroupedStack,
+    Reported,
+    Send,
+    Tell,
+    Tick,
+    WorkerDied,
+)
+from explore.scheduler.core import Core
+from explore.scheduler.placement import Stack, Worker
+from explore.scheduler.simulated import (
+    SimCandidate,
+    SimPolicy,
+    SimProgram,
+    SimRegrouped,
+    SimResident,
+    SimStart,
+    SimTrial,
+    SimWorker,
+)
+from explore.scheduler.stacking import Pending
+from explore.scheduler.telemetry import RunStats
+
+MAX_STEPS = 20_000  # a schedule not over by then is stuck: nothing ends what it holds
+
+
+class Violation(AssertionError):
+    """An invariant broken: the message names the seed that replays it."""
+
+
+@dataclass
+class Result:
+    seed: int
+    trials: int  # trials asked (repeats of re-queued ones included)
+    ended: int  # trials told
+    steps: int
+    states: dict[str, int]
+
+
+class Simulation:
+    """One schedule, drawn from ``seed``; :meth:`run` plays it to the end."""
+
+    def __init__(self, seed: int, core_type: type[Core] = Core) -> None:
+        self.seed = seed
+        rng = self.rng = random.Random(seed)
+        self.n_workers = rng.randint(1, 3)
+        self.rounds = rng.randint(1, 4)
+        self.total = rng.randint(2, 12)
+        self.stack = rng.choice([1, 1, 2, 3])
+        arena = align_up(rng.randint(2_000, 20_000))
+        self.arena = arena
+        self.stats = RunStats(0)
+        self.stats.main, self.stats.data, self.stats.headroom = 1_000, 2_000, 500
+        self.stats.overheads = [3_000] * self.n_workers
+        self.stats.budget = self.stats.fixed + self.stats.headroom + arena * self.n_workers
+        self.stats.arena = arena
+        lockstep = self.n_workers == 1 and rng.random() < 0.3
+        if lockstep:  # one trial at a time, as the loop runs a seeded run on one worker
+            self.stack = 1
+        self.policy = SimPolicy(seed, gated=rng.random() < 0.5)
+        self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part)
+        self.gated = self.policy.gated or lockstep
+        self.workers: dict[int, SimWorker] = {}
+        for i in range(self.n_workers):
+            self._open(i)
+        self.asked = 0
+        self.queued: list[int] = []  # numbers whose repeat is to be asked first
+        self.repeats: set[int] = set()  # numbers that are repeats
+        self.told: dict[int, TrialState] = {}
+        self.retried: set[int] = set()
+        self.outbox: deque[tuple[int, Any]] = deque()  # (worker, message) to the core
+        self.step = 0
+        self.now = 0.0
+        self.size_of: dict[int, int] = {}  # a trial's heap alone, for its parts
+
+    # -- the world --------------------------------------------------------------------
+    def _open(self, index: int) -> None:
+        """A worker with its arena open, in the core and in the world."""
+        w = Worker(index, None, None, arena=self.arena,  # type: ignore[arg-type]
+                   free=FreeList([(0, self.arena)]))
+        self.core.add_worker(w)
+        self.workers[index] = SimWorker(index)
+
+    def _part(self, st: Stack, members: list[int]) -> SimProgram:
+        return SimProgram(sum(self.size_of[m] for m in members) * 9 // 10 + 64)
+
+    def _candidate(self) -> SimCandidate:
+        big = self.rng.randint(200, max(300, self.arena * 6 // 5))  # some never fit
+        return SimCandidate(tuple(sorted({big, big * 2 // 3, big // 3 + 1}, reverse=True)))
+
+    def _ask(self) -> None:
+        """The intake: claim (repeats first), sample, compile: one or a stack."""
+        group: list[tuple[SimTrial, bool]] = []
+        for _ in range(self.stack):
+            if self.queued:
+                self.queued.pop(0)
+                requeued = True
+            elif self.asked - len(self.repeats) < self.total:
+                requeued = False
+            else:
+                break
+            t = SimTrial(self.asked)
+            self.asked += 1
+            if requeued:
+                self.repeats.add(t.number)
+            group.append((t, requeued))
+        if not group:
+            return
+        cand = self._candidate()
+        size = cand.sizes[-1] * len(group) * 9 // 10 + 64
+        # a stack compiled to fit an arena, or its trials run alone (the intake's rule)
+        if len(group) > 1 and size <= self.arena and self.rng.random() < 0.7:
+            for t, _ in group:
+                self.size_of[t.number] = cand.sizes[-1]
+            pend = Pending([t for t, _ in group], SimCandidate((size,)),
+                           [r for _, r in group], [None] * len(group), [None] * len(group))
+            self._deliver(Admitted(pend))
+            return
+        for t, r in group:
+            if cand.sizes[-1] > self.arena:  # the intake's compile: does not fit
+                self.core.fail(t, "does not fit", never_started=True)
+                self._carry(self.core.take())
+                continue
+            self.size_of[t.number] = cand.sizes[0]
+            self._deliver(Admitted(Pending([t], cand, [r])))
+
+    def _deliver(self, event: Any) -> None:
+        self._carry(self.core.handle(event))
+
+    def _carry(self, commands: list[Any]) -> None:
+        """The loop's part: carry out the core's commands (a dead worker found on the
+        way is reported once they are done)."""
+        dead: list[int] = []
+        s = self.stats
+        if any(isinstance(c, Launch) for c in commands) and \
+                self.core.heaps() > s.budget - s.fixed - max(s.growth, s.headroom):
+            raise Violation(self._where(f"placed {self.core.heaps():,} bytes of heaps, "
+                                        "beyond the room the budget leaves"))
+        for c in commands:
+            if isinstance(c, Launch):
+                sw = self.workers.get(c.worker)
+                if sw is None or not sw.alive:
+                    self.core.unplace(c.worker, c.pending, c.stack, c.offset,
+                                      align_up(c.program.total_bytes))
+                    dead.append(c.worker)
+                    continue
+                members = [t.number for t in c.pending.trials]
+                number = members[0] if c.stack is None else c.stack.number
+                sw.inbox.append(SimStart(number, members))  # type: ignore[arg-type]
+            elif isinstance(c, Send):
+                sw = self.workers.get(c.worker)
+                if sw is None or not sw.alive:
+                    dead.append(c.worker)
+                else:
+                    sw.inbox.append(c.msg)
+            elif isinstance(c, Tell):
+                self._told(c)
+        for i in dict.fromkeys(dead):
+            self._died(i)
+
+    def _told(self, c: Tell) -> None:
+        n = c.trial.number
+        if n in self.told:
+            raise Violation(self._where(f"trial {n} told twice"))
+        state = TrialState.COMPLETE if c.state is None else c.state
+        self.told[n] = state
+        if c.retry:
+            if n in self.repeats and not self.interrupted:  # Ctrl-C queues every trial
+                raise Violation(self._where(f"trial {n}, a repeat, queued again"))
+            self.retried.add(n)
+            self.queued.append(n)
+
+    def _died(self, index: int) -> None:
+        sw = self.workers.get(index)
+        if sw is None or index not in self.core.workers:
+            return
+        sw.alive = False
+        self.outbox = deque((i, m) for i, m in self.outbox if i != index)
+        self._deliver(WorkerDied(index, -9, 1000 + index))
+        self._open(index)  # a new worker takes its place
+
+    # -- a simulated worker ------------------------------------------------------------
+    def _receive(self, sw: SimWorker) -> None:
+        msg = sw.inbox.popleft()
+        if isinstance(msg, SimStart):
+            r = SimResident(msg.number, list(msg.members), self.rounds, self.gated,
+                            live=set(msg.members))
+            sw.residents[msg.number] = r
+            for m in msg.members:
+                sw.owner[m] = msg.number
+        elif isinstance(msg, Continue | Pause):
+            if msg.number in sw.owner:
+                sw.residents[sw.owner[msg.number]].word(msg.number, isinstance(msg, Continue))
+        elif isinstance(msg, Stop):
+            if msg.number in sw.owner:
+                r = sw.residents[sw.owner[msg.number]]
+                r.word(msg.number, None)
+                if not r.live:
+                    self._drop(sw, r.number)
+        elif isinstance(msg, Regroup):
+            old = sw.residents.get(msg.number)
+            if old is not None:
+                for part in msg.parts:
+                    r = SimResident(part.number, list(part.members), old.rounds, old.gated,
+                                    old.round, set(part.members) & old.live,
+                                    old.waiting & set(part.members),
+                                    set(part.members) if part.paused else set())
+                    sw.residents[part.number] = r
+                for m in old.members:
+                    sw.owner.pop(m, None)
+                for part in msg.parts:
+                    for m in part.members:
+                        sw.owner[m] = part.number
+                sw.residents.pop(msg.number)
+            self.outbox.append((sw.index, SimRegrouped(msg.number)))
+
+    def _drop(self, sw: SimWorker, number: int) -> None:
+        r = sw.residents.pop(number, None)
+        if r is not None:
+            for m in r.members:
+                if sw.owner.get(m) == number:
+                    del sw.owner[m]
+
+    def _run_round(self, sw: SimWorker, r: SimResident) -> None:
+        live = sorted(r.live)
+        for m in live:  # the core's view: what runs is not paused
+            p = self.core.workers[sw.index].residents.get(m)
+            if p is not None and p.paused is not None:
+                raise Violation(self._where(f"trial {m} runs while paused at rung "
+                                            f"{p.paused}"))
+        r.round += 1
+        if self.rng.random() < 0.03:  # a trial's loss diverges, or its code raises
+            m = self.rng.choice(live)
+            self.outbox.append((sw.index, TrialFailed(m, "diverged: simulated")))
+            r.word(m, None)
+            live.remove(m)
+        if r.round >= r.rounds or not live:
+            self._drop(sw, r.number)
+            for m in live:
+                self.outbox.append((sw.index, Done(m, {"score": self._score(m)}, r.round,
+                                                   0, 0.0, self.now, self.now)))
+            return
+        if r.gated:
+            r.waiting = set(live)
+        for m in live:
+            self.outbox.append((sw.index, Report(m, r.round, {"score": self._score(m)},
+                                                 self.now)))
+
+    def _score(self, number: int) -> float:
+        return random.Random(self.seed * 7_919 + number).random()
+
+    # -- a step ------------------------------------------------------------------------
+    def run(self) -> Result:
+        interrupt_at = self.rng.randint(3, 80) if self.rng.random() < 0.1 else None
+        self.interrupted = False
+        while True:
+            self.step += 1
+            if self.step > MAX_STEPS:
+                raise Violation(self._where("stuck: the run holds trials that nothing ends"))
+            self.now += self.rng.random()
+            self._deliver(Tick(self.now))
+            if self.step == interrupt_at:
+                self.interrupted = True
+                self._deliver(Interrupted())
+                self.check()
+                if self.core.holds():
+                    raise Violation(self._where("trials held after Ctrl-C"))
+                break
+            # the loop: ask while what was asked found room, and place
+            while not self.core.waiting and self._more() and \
+                    self.core.in_hand() < len(self.core.workers):
+                before = self.asked
+                self._ask()
+                self._carry(self.core.place())
+                if self.asked == before:
+                    break
+            if not self.core.holds() and not self._more() and not self._busy():
+                self.check()
+                break
+            if not self._busy() and not any(w.active() for w in self.core.workers.values()):
+                self._deliver(Idle())
+            else:
+                self._act()
+            self._carry(self.core.go())
+            self._carry(self.core.place())
+            self.check()
+        self.check(final=interrupt_at is None)
+        states: dict[str, int] = {}
+        for s in self.told.values():
+            states[s.name] = states.get(s.name, 0) + 1
+        return Result(self.seed, self.asked, len(self.told), self.step, states)
+
+    def _more(self) -> bool:
+        return bool(self.queued) or self.asked - len(self.repeats) < self.total
+
+    def _busy(self) -> bool:
+        """Whether anything is on its way or can run in the world."""
+        return bool(self.outbox) or any(
+            sw.inbox or any(r.runnable() for r in sw.residents.values())
+            for sw in self.workers.values() if sw.alive)
+
+    def _act(self) -> None:
+        """One thing happens: a message arrives at a worker or at the core, a worker
+        runs a round, a worker dies, the processes grow or shrink."""
+        choices: list[Any] = []
+        for sw in self.workers.values():
+            if not sw.alive:
+                continue
+            if sw.inbox:
+                choices.append(("receive", sw))
+            runnable = [r for r in sw.residents.values() if r.runnable()]
+            if runnable:
+                choices.append(("round", sw, runnable))
+        if self.outbox:
+            choices += [("report", None)] * 3
+        if not choices:
+            return
+        roll = self.rng.random()
+        if roll < 0.01:
+            self._died(self.rng.choice(sorted(self.workers)))
+            return
+        if roll < 0.03:
+            self.stats.growth = self.rng.choice([0, 0, 500, self.arena // 2])
+            return
+        choice = self.rng.choice(choices)
+        if choice[0] == "receive":
+            self._receive(choice[1])
+        elif choice[0] == "round":
+            self._run_round(choice[1], self.rng.choice(choice[2]))
+        else:
+            index, msg = self.outbox.popleft()
+            if isinstance(msg, SimRegrouped):
+                self._deliver(RegroupedStack(index, msg.number))
+            elif isinstance(msg, Report):
+                self._deliver(Reported(index, msg))
+            elif isinstance(msg, Done):
+                self._deliver(Finished(index, msg))
+            else:
+                self._deliver(Failed(index, msg))
+
+    # -- the invariants ----------------------------------------------------------------
+    def _where(self, what: str) -> str:
+        return f"seed {self.seed}, step {self.step}: {what} (replay: simulate({self.seed}))"
+
+    def check(self, final: bool = False) -> None:
+        core = self.core
+        placed: dict[int, int] = {}
+        paused = 0
+        for w in core.workers.values():
+            regions = [(o, n) for o, n in w.free]
+            regions += [(p.offset, p.size) for p in w.residents.values() if p.size]
+            regions += [(s.offset, s.size) for s in w.stacks.values()]
+            regions.sort()
+            end = 0
+            for o, n in regions:
+                if o < end:
+                    raise Violation(self._where(f"worker {w.index}'s regions overlap at {o}"))
+                end = o + n
+            if sum(n for _, n in regions) != w.arena or end > w.arena:
+                raise Violation(self._where(f"worker {w.index}'s arena is not all "
+                                            f"accounted for: {regions} of {w.arena}"))
+            for n, p in w.residents.items():
+                if n in placed:
+                    raise Violation(self._where(f"trial {n} held by two workers"))
+                placed[n] = w.index
+                paused += p.paused is not None
+                if n in self.told:
+                    raise Violation(self._where(f"trial {n} held after it ended"))
+        if core.heaps() > self.stats.budget - self.stats.fixed:
+            raise Violation(self._where("the placed heaps exceed the budget"))
+
+        if core.counts["paused"] != paused:
+            raise Violation(self._where(f"{core.counts['paused']} counted paused, "
+                                        f"{paused} held paused"))
+        waiting = [t.number for p in core.waiting for t in p.trials]
+        told_counts = {s: 0 for s in ("complete", "pruned", "failed")}
+        for s in self.told.values():
+            told_counts[s.name.lower() if s != TrialState.FAIL else "failed"] += 1
+        for k, v in told_counts.items():
+            if core.counts[k] != v:
+                raise Violation(self._where(f"counted {core.counts[k]} {k}, told {v}"))
+        for n in range(self.asked):
+            where = (n in placed) + (n in self.told) + waiting.count(n)
+            if where != 1:
+                raise Violation(self._where(f"trial {n} is in {where} places "
+                                            "(held, ended, waiting)"))
+        if final:
+            if core.holds():
+                raise Violation(self._where("trials held at the end"))
+            if len(self.told) != self.asked:
+                raise Violation(self._where("a trial never ended"))
+            if self.asked - len(self.repeats) != self.total or \
+                    len(self.repeats) != len(self.retried):
+                raise Violation(self._where("a re-queued trial was not asked again once"))
+
+
+def simulate(seed: int, core_type: type[Core] = Core) -> Result:
+    """Play the schedule of ``seed`` to its end, checking the invariants after every
+    step; raises :class:`Violation` with the seed and step where one breaks."""
+    return Simulation(seed, core_type).run()
+
+
+def simulate_many(seeds: range, core_type: type[Core] = Core) -> list[Result]:
+    """Every schedule of ``seeds``; the first violation raised as it happens."""
+    return [simulate(s, core_type) for s in seeds]

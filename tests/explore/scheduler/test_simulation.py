@@ -1,0 +1,116 @@
+"""The decision core against thousands of simulated schedules
+(:mod:`explore.scheduler.simulation`): workers that run, report, fail and die, messages
+that cross, processes that grow, Ctrl-C; every choice from one seed, every invariant
+checked after every step.  ``pytest --simulate N`` plays N schedules (10,000 by
+default); a failure names the seed, and ``simulate(seed)`` replays it.
+
+Each planted bug below is a one-line mistake a change to the core could make; the
+simulation must catch each within the first seeds, or it checks too little."""
+
+from __future__ import annotations
+
+import pytest
+
+from explore.scheduler.core import Core
+from explore.scheduler.placement import Worker
+from explore.scheduler.simulation import Simulation, Violation, simulate
+
+CHUNKS = 8  # the seeds in parts, so that pytest-xdist spreads them over the cores
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_schedule_keeps_the_invariants(request: pytest.FixtureRequest,
+                                             chunk: int) -> None:
+    n = request.config.getoption("--simulate")
+    seeds = range(chunk * n // CHUNKS, (chunk + 1) * n // CHUNKS)
+    states: dict[str, int] = {}
+    for seed in seeds:
+        for k, v in simulate(seed).states.items():
+            states[k] = states.get(k, 0) + v
+    if len(seeds) >= 200:  # the schedules reach every way a trial ends
+        assert {"COMPLETE", "PRUNED", "FAIL"} <= set(states), states
+
+
+def test_the_schedules_reach_what_the_core_decides() -> None:
+    """Pauses resumed, stacks regrouped, workers dead, repeats asked, Ctrl-C: the
+    schedules exercise each, so the invariants are checked where they can break."""
+    seen = dict.fromkeys(("resumed", "regrouped", "repeats", "interrupted"), 0)
+    for seed in range(600):
+        sim = Simulation(seed)
+        sim.run()
+        seen["resumed"] += sim.core.counts["resumed"]
+        seen["regrouped"] += sim.core.counts.get("regrouped", 0)
+        seen["repeats"] += len(sim.repeats)
+        seen["interrupted"] += sim.interrupted
+    assert all(seen.values()), seen
+
+
+def test_a_seed_replays_the_same_schedule() -> None:
+    a, b = simulate(123), simulate(123)
+    assert a == b and a.steps > 10
+
+
+# -- planted bugs ------------------------------------------------------------------------
+class PlacesBeyondTheRoom(Core):
+    """Forgets that processes grown beyond their constants take room from the heaps."""
+
+    def room(self) -> int:
+        return self.stats.budget - self.stats.fixed
+
+
+class KeepsPausedTrialsWhenIdle(Core):
+    """Never prunes a paused trial when nothing could promote it."""
+
+    def _idle(self) -> None:
+        pass
+
+
+class LeaksARegroupedStack(Core):
+    """Drops a regrouped stack without giving its region back."""
+
+    def _regrouped(self, w: Worker | None, number: int) -> None:
+        if w is not None:
+            w.stacks.pop(number, None)
+
+
+class QueuesRepeatsAgain(Core):
+    """Queues every trial of a dead worker again, repeats included: a trial that
+    kills its worker would be run forever."""
+
+    def _died(self, index: int, code: int | None, pid: int) -> None:
+        w = self.workers.pop(index, None)
+        if w is None:
+            return
+        self.in_flight = None
+        for p in list(w.residents.values()):
+            self.fail(p.trial, "died", retry=True)
+
+
+class ForgetsPausedOnResume(Core):
+    """Resumes a paused trial without taking it off the pause (it is promoted again
+    and again, and never waits apart from its stack)."""
+
+    def _resume_promoted(self) -> None:
+        for w, p in self.paused():
+            assert p.paused is not None
+            if self.policy.promotable(p.trial, p.paused):
+                self._continue(w, p)
+
+
+@pytest.mark.parametrize("planted", [PlacesBeyondTheRoom, KeepsPausedTrialsWhenIdle,
+                                     LeaksARegroupedStack, QueuesRepeatsAgain,
+                                     ForgetsPausedOnResume])
+def test_a_planted_bug_is_caught_and_its_seed_replays_it(planted: type[Core]) -> None:
+    caught: tuple[int, str] | None = None
+    for seed in range(3_000):
+        try:
+            simulate(seed, planted)
+        except (Violation, AssertionError, KeyError) as e:
+            caught = (seed, str(e))
+            break
+    assert caught is not None, f"{planted.__name__} went unseen in 3,000 schedules"
+    seed, message = caught
+    with pytest.raises((Violation, AssertionError, KeyError)) as again:
+        simulate(seed, planted)
+    assert str(again.value) == message
+    simulate(seed)  # the same schedule keeps every invariant without the bug
