@@ -46,6 +46,7 @@ class Prepared:
     source: Path | None  # the space's file, if it came from one
     # the user says a space that differs from the study's is meant (explore.space_change)
     space_changed: bool = False
+    smallest: int | None = None  # the smallest candidate's heap (scheduler.admission)
 
 
 def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
@@ -58,6 +59,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     ``space_changed``: a space that differs from the one the study was searched with is
     meant (:mod:`explore.space_change`)."""
     from explore.datasets import DataError
+    from explore.scheduler.admission import Refused, admit
     from explore.space import Space, load_space, parse_size, parse_space
     from explore.storages import StorageError
     from explore.storages import check as check_storage
@@ -128,8 +130,10 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         except TypeError as e:
             raise RunRefused(str(e)) from None
     check_objectives(sp, ds)
-    check_data_size(sp, ds)
-    check_model(sp)
+    try:
+        smallest = admit(sp, ds)
+    except Refused as e:
+        raise RunRefused(str(e)) from None
     if budget.device == "gpu":
         check_gpus(budget)
     url = storage or (default_storage(source) if source is not None
@@ -147,7 +151,8 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             raise RunRefused(f"keep_models: {problem} (the default folder for the kept "
                              "models); set artifacts: to a writable folder or keep_models: "
                              "0")
-    return Prepared(sp, url, study or sp.name or "explore", source, space_changed)
+    return Prepared(sp, url, study or sp.name or "explore", source, space_changed,
+                    smallest)
 
 
 TABLE_OPTIONS = ("features", "categorical", "valid", "test", "scale", "task", "seed")
@@ -172,40 +177,6 @@ def check_objectives(space: Any, ds: Any) -> None:
             raise RunRefused(f"objective {o.metric!r} does not apply to this data set "
                              f"({task}" + (f", {classes} classes" if classes else "") +
                              f"); objectives that do: {can}")
-
-
-def check_data_size(space: Any, ds: Any) -> None:
-    """The run's rows of a table, as the workers share them (float32 features, or uint8
-    pixels, and the targets), must fit the budget on their own: refused before the
-    study and the shared file exist, not by the memory they would exhaust."""
-    rows = getattr(ds, "rows", None)
-    if rows is None:
-        return  # a built-in set: the scheduler's accounting sizes it
-    heads = space.dataset.heads if space.dataset is not None else (None, None)
-    n = sum(r if h is None else min(h, r) for r, h in zip(rows[:2], heads, strict=True))
-    per_row = int(ds.features) * (1 if getattr(ds, "pixel_scale", None) else 4) + 8
-    need = n * per_row
-    if need > space.budget.memory:
-        raise RunRefused(f"dataset: its {n:,} training and validation rows of "
-                         f"{int(ds.features):,} features take {need:,} bytes in memory, "
-                         f"more than the budget of {space.budget.memory:,} bytes; raise "
-                         "budget.memory or use fewer rows (dataset.train, dataset.valid)")
-
-
-def check_model(space: Any) -> None:
-    """The space's first candidate (every range at its low end) must make a model of
-    the data set: a family that does not suit the data (a CNN on a table that is not
-    an image) is refused before any study, not failed trial by trial."""
-    from explore.builders import BuildError
-    from explore.candidate import graph_of
-    from explore.sampling import fixed
-
-    if space.uses_builder:
-        return  # the user's code: each trial's failure is its own, with its traceback
-    try:
-        graph_of(space, fixed(space))
-    except BuildError as e:
-        raise RunRefused(f"model: {e}") from None
 
 
 def data_record(ds: Any) -> dict[str, Any]:
@@ -285,7 +256,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     try:
         sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
                           device=budget.device, devices=budget.ordinals, progress=progress,
-                          main=main, keeper=keeper, baseline=baseline)
+                          main=main, keeper=keeper, baseline=baseline,
+                          smallest=prep.smallest)
     except BaseException:
         data.close()
         raise

@@ -1,18 +1,29 @@
-"""What a run admits: the arithmetic of the budget, in one place.
+"""What a run admits: whether a space, its data and its budget can run, in one place.
 
-A budget must hold the scheduler's process, the data (once), multiprocessing's
-resource tracker, each worker's measured cost, and for each worker an arena the
-space's smallest candidate fits in; what is left is split evenly into arenas.  This
-module computes each of those figures and, for a budget that holds none, the message
-that says what it takes and the least that would do.
+Before any study or shared file exists (:func:`admit`, called by
+:func:`explore.runner.prepare`): the data's rows must fit the budget on their own, the
+space's first candidate must make a model of the data, and that candidate (every range
+at its low end) is compiled once, its heap the least an arena must hold.  When the
+workers start (:class:`~.loop.Scheduler`): a budget must hold the scheduler's process,
+the data (once), multiprocessing's resource tracker, each worker's measured cost, and
+for each worker an arena of at least that heap; what is left is split evenly into
+arenas.  A budget that holds none is refused with what it takes and the least
+``--memory`` that would do (:func:`too_small`).
+
+The schema (``budget.memory`` against the machine's memory) and the compiler
+(:func:`engine.compile.compiler.check_fits_machine`, a guard against plans no machine
+could hold) check their own layers' limits; what a run admits is decided here.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine import BudgetError
 from engine.alignment import align_down, align_up
 from explore import sampling
-from explore.candidate import compile_candidate, user_errors
+from explore.builders import BuildError
+from explore.candidate import compile_candidate, graph_of, user_errors
 from explore.scheduler.constants import Measured
 from explore.space import Space
 
@@ -55,17 +66,54 @@ def headroom(budget: int) -> int:
     return max(HEADROOM_MIN, int(budget * HEADROOM))
 
 
-def smallest_heap(space: Space) -> int:
+class Refused(ValueError):
+    """The run cannot be admitted; the message says why and what would do."""
+
+
+def admit(space: Space, ds: Any) -> int:
+    """Check that ``space`` can run on ``ds`` within its budget (:class:`Refused`
+    otherwise); the heap of its smallest candidate, compiled once (0 when the user's
+    builder fails on it: that trial then fails when asked for, with its reason)."""
+    check_data_size(space, ds)
+    graph = None
+    if not space.uses_builder:  # the user's code: each trial's failure is its own
+        try:
+            graph = graph_of(space, sampling.fixed(space))
+        except BuildError as e:  # a family that does not suit the data, say
+            raise Refused(f"model: {e}") from None
+    return smallest_heap(space, graph)
+
+
+def check_data_size(space: Space, ds: Any) -> None:
+    """The run's rows of a table, as the workers share them (float32 features, or uint8
+    pixels, and the targets), must fit the budget on their own: refused before the
+    study and the shared file exist, not by the memory they would exhaust."""
+    rows = getattr(ds, "rows", None)
+    if rows is None:
+        return  # a built-in set: the scheduler's accounting sizes it
+    heads = space.dataset.heads if space.dataset is not None else (None, None)
+    n = sum(r if h is None else min(h, r) for r, h in zip(rows[:2], heads, strict=True))
+    per_row = int(ds.features) * (1 if getattr(ds, "pixel_scale", None) else 4) + 8
+    need = n * per_row
+    if need > space.budget.memory:
+        raise Refused(f"dataset: its {n:,} training and validation rows of "
+                      f"{int(ds.features):,} features take {need:,} bytes in memory, "
+                      f"more than the budget of {space.budget.memory:,} bytes; raise "
+                      "budget.memory or use fewer rows (dataset.train, dataset.valid)")
+
+
+def smallest_heap(space: Space, graph: Any = None) -> int:
     """The heap of the space's smallest candidate (every range at its low end) at its
     training batch (batch 1 for ``auto``), as an arena holds it; 0 when that candidate
-    fails on its own (its trial then fails when asked for, with its reason)."""
+    fails on its own (its trial then fails when asked for, with its reason).  ``graph``:
+    the candidate's, when built already."""
     params = sampling.fixed(space)
     if params["batch_size"] == "auto":
         params["batch_size"] = 1
     # a builder's model is the user's code: what it raises is its trial's failure
     failing: tuple[type[Exception], ...] = (BudgetError, *user_errors(space))
     try:
-        cand = compile_candidate(space, params, 1 << 62)
+        cand = compile_candidate(space, params, 1 << 62, graph=graph)
     except failing:
         return 0
     return align_up(min(p.total_bytes for p in cand.fitting()))

@@ -87,11 +87,13 @@ class Scheduler:
                  workers: int, memory: int, device: str, devices: list[int] | None = None,
                  progress: Progress | None = None,
                  trials_per_worker: int | None = None, main: int | None = None,
-                 keeper: ModelKeeper | None = None, baseline: int = 0) -> None:
+                 keeper: ModelKeeper | None = None, baseline: int = 0,
+                 smallest: int | None = None) -> None:
         self.space, self.device = space, device
         self.devices = list(devices) if devices else [0]
         self.per_device = memory  # each device's budget
         self.keeper = keeper  # keeps the best trials' weights, if any
+        self.smallest = smallest  # admission.admit's, when the runner admitted the run
         scale = getattr(space.data, "target_scale", None)
         self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit
         self.stored = study  # shared with any other drivers of the study
@@ -180,7 +182,8 @@ class Scheduler:
         one worker and the space's smallest candidate is refused with the minimum that
         would do; one that holds fewer workers than asked runs with fewer, and says so."""
         s = self.stats
-        smallest = smallest_heap(self.space)  # first: compiling is part of this process's cost
+        # first (or by the runner's admission): compiling is part of this process's cost
+        smallest = smallest_heap(self.space) if self.smallest is None else self.smallest
         if self.main is not None:
             s.main = self.main
         elif self.device == "cpu":  # on a GPU the host processes hold none of the budget
@@ -264,11 +267,10 @@ class Scheduler:
         return sum(pss(c) for c in children() if c not in workers)
 
     def _too_small(self, smallest: int, known: Measured) -> str:
-        s = self.stats
         return too_small(budget=self.per_device, devices=len(self.devices),
                          device=self.device, smallest=smallest, known=known,
-                         host_share=self._host_share(known.tracker), main=s.main,
-                         data=s.data)
+                         host_share=self._host_share(known.tracker), main=self.stats.main,
+                         data=self.stats.data)
 
     def stop(self) -> None:
         stop_all(self.workers.values())
