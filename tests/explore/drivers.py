@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -161,11 +162,13 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def running_trials(storage: str, least: int, timeout: float = 120
-                   ) -> list[optuna.trial.FrozenTrial]:
+def running_trials(storage: str, least: int, timeout: float = 120,
+                   driver: subprocess.Popen | None = None) -> list[optuna.trial.FrozenTrial]:
     """The study's running trials once ``least`` of them are placed (their record has
-    the worker, the arena offset and the planned bytes)."""
+    the worker, the arena offset and the planned bytes).  Past ``timeout`` it fails
+    with the trials' states and, given the ``driver``, what it printed (it is ended)."""
     deadline = time.time() + timeout
+    ts: list[optuna.trial.FrozenTrial] = []
     while time.time() < deadline:
         try:
             ts = trials(storage)
@@ -175,5 +178,18 @@ def running_trials(storage: str, least: int, timeout: float = 120
                   and "worker" in t.user_attrs.get(RECORD_ATTR, {})]
         if len(placed) >= least:
             return placed
+        if driver is not None and driver.poll() is not None:
+            break  # it ended: no trial will run now
         time.sleep(0.2)
-    raise AssertionError(f"fewer than {least} trials ever ran")
+    said = ""
+    if driver is not None:  # stopped as Ctrl-C does, so that its summary says why
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGINT)
+        try:
+            text = driver.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            text = driver.communicate()[0]
+        said = "; the driver said:\n" + text[-3000:]
+    raise AssertionError(f"fewer than {least} trials ever ran (the study: "
+                         f"{[(t.number, t.state.name) for t in ts]}){said}")

@@ -142,7 +142,7 @@ def test_four_drivers_two_workers_each_on_postgres(tmp_path: Path, postgres_url:
 def _kill_driver_mid_run(tmp_path: Path, storage: str) -> None:
     space = grid_space(tmp_path, 16, rounds=8, grace=3)
     victim = start(space, storage)
-    running_trials(storage, 1)
+    running_trials(storage, 1, driver=victim)
     family = descendants(victim.pid)
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
@@ -196,7 +196,7 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path: Path, how: str) 
 def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
     space = grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB")
     driver = start(space, storage)
-    running_trials(storage, 2)
+    running_trials(storage, 2, driver=driver)
     family = descendants(driver.pid)
     assert family
     if how == "kill":
@@ -241,7 +241,7 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_no_shared_data(tmp_path: Path) 
     cleanup, but removes the shared data set first; no worker outlives it."""
     storage = f"sqlite:///{tmp_path / 'grid.db'}"
     driver = start(grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB"), storage)
-    running_trials(storage, 2)
+    running_trials(storage, 2, driver=driver)
     family = descendants(driver.pid)
     assert glob.glob(f"/dev/shm/explore-data-{driver.pid}-*") or \
         not os.path.isdir("/dev/shm")
@@ -261,7 +261,7 @@ def test_a_killed_worker_is_requeued_under_the_right_number(
     storage = _storage(kind, tmp_path, request)
     space = grid_space(tmp_path, 6, rounds=40, workers=1)
     driver = start(space, storage)
-    running_trials(storage, 1)
+    running_trials(storage, 1, driver=driver)
     workers = [p for p in descendants(driver.pid)
                if "explore-worker" in Path(f"/proc/{p}/cmdline").read_bytes().decode(
                    errors="replace") or _is_worker(p)]
