@@ -78,6 +78,7 @@ def test_an_interrupted_comparison_keeps_what_it_measured(
     assert "interrupted: runs per side {'a': 1, 'b': 2, 'c': 1}" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_paper_mlp() -> None:
     pytest.importorskip("torch")
     r = run_bench("paper_mlp.py", "--quick", "--repeats", "1")
@@ -96,6 +97,7 @@ def test_paper_mlp() -> None:
     assert r["repeats"] == 1 and r["samples"] == 1024 and r["threads"] >= 1
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_cnn_step() -> None:
     pytest.importorskip("torch")
     r = run_bench("cnn_step.py", "--quick", "--repeats", "1")
@@ -111,6 +113,7 @@ def test_cnn_step() -> None:
     assert r["engine_peak_rss_bytes"] > 0 and r["torch_peak_rss_bytes"] > 0
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 @pytest.mark.parametrize("pruner", ["none", "median"])
 def test_explore_throughput(pruner: str) -> None:
     pytest.importorskip("torch")
@@ -131,6 +134,7 @@ def test_explore_throughput(pruner: str) -> None:
     assert 0 < r["explore_best"] <= 1 and r["explore_peak_bytes"] > 0
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_multi_model_smallest_cell() -> None:
     pytest.importorskip("torch")
     r = run_bench("multi_model.py", "--only", "1:1", "--repeats", "1", "--device", "cpu")

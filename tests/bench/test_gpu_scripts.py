@@ -44,6 +44,7 @@ def test_the_memory_suite_has_the_architectures_issue_22_names() -> None:
     assert sum(family(c) == "onnx" for c in CASES) == 18  # nine light models, two batches
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_gpu_memory_smoke_on_the_cpu() -> None:
     r = bench_json("gpu_memory.py", "--device", "cpu", "--smoke")
     assert r["failed"] == [] and r["skipped"] == []
@@ -89,6 +90,7 @@ def test_gpu_memory_judges_residuals_by_a_given_constant() -> None:
     assert c["residual"] == c["measured"] - c["planned"] - 1000
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_gpu_parallel_smoke_on_the_cpu() -> None:
     r = bench_json("gpu_parallel.py", "--device", "cpu", "--smoke")
     budget, heap, constant = r["budget_bytes"], r["engine_heap_bytes"], r["engine_constant_bytes"]

@@ -106,6 +106,7 @@ def check(r: dict[str, Any], sides: tuple[str, ...]) -> None:
         assert (t is not None) == (got["best_accuracy"] >= search["target"])
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_explore_and_optuna_smoke_on_the_cpu() -> None:
     pytest.importorskip("torch")
     sides = ("explore", "optuna_njobs", "optuna_journal")
@@ -116,6 +117,7 @@ def test_explore_and_optuna_smoke_on_the_cpu() -> None:
     assert got["optuna_torch"]["variant"] in peers.OPTUNA_SIDES
 
 
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
 def test_ray_tune_smoke_on_the_cpu() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("ray.tune")

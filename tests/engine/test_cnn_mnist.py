@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from engine import VM, Adam, compile_graph
 from engine.models import mnist_cnn
@@ -13,6 +14,7 @@ from engine.runtime.train import evaluate, train_epoch
 from explore.datasets import load_mnist
 
 
+@pytest.mark.slow  # a whole MNIST training: CI's slow step
 def test_a_cnn_learns_mnist_and_exports_to_onnx() -> None:
     ds = load_mnist()
     g = mnist_cnn()
