@@ -33,7 +33,7 @@ from tests.allocations import step_allocations
 from tests.planverify import assert_no_clobber
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ONNX = get("onnx")
 
 

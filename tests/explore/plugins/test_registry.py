@@ -10,7 +10,7 @@ import pytest
 from explore import datasets, families, metrics, optimizers, pruners, samplers
 from explore.registry import Registry
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Thing:

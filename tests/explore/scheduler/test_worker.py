@@ -37,7 +37,7 @@ from explore.worker import main
 ARENA = 8_000_000
 # The checkout under test: the spawner script runs outside it, where `explore` could
 # otherwise resolve to whatever checkout is installed.
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
