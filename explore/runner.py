@@ -14,12 +14,31 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.exceptions import StorageInternalError
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
+from engine.runtime import backends
+from explore import metrics
+from explore.datasets import DataError
+from explore.datasets.table import from_python
+from explore.folders import directory_problem
+from explore.keeper import ModelKeeper, default_artifacts
+from explore.live import counted
+from explore.model_builders import spec_of
+from explore.scheduler import Scheduler, SchedulerError
+from explore.scheduler.admission import Refused, admit
+from explore.scheduler.shared_data import load_shared
+from explore.space import Space, check_study_name, load_space, parse_size, parse_space
+from explore.space_change import CHANGES_ATTR, changes
+from explore.storages import StorageError, explain, sqlite_file
+from explore.storages import check as check_storage
+from explore.study import default_storage, open_study
 from explore.yamlio import SourceError, SpaceError
 
 DATA_ATTR = "data"  # study user attribute: what a model of the study takes and gives
@@ -58,12 +77,6 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     """Read and check everything a run needs; raises :class:`RunRefused`.
     ``space_changed``: a space that differs from the one the study was searched with is
     meant (:mod:`explore.space_change`)."""
-    from explore.datasets import DataError
-    from explore.scheduler.admission import Refused, admit
-    from explore.space import Space, load_space, parse_size, parse_space
-    from explore.storages import StorageError
-    from explore.storages import check as check_storage
-    from explore.study import default_storage
 
     source: Path | None = None
     options: dict[str, Any] = {}
@@ -110,16 +123,12 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     if study is not None and not study.strip():
         raise RunRefused("study is empty: give a study name")
     if study is not None:
-        from explore.space import check_study_name
-
         try:
             check_study_name(study)
         except ValueError as e:
             raise RunRefused(f"study: {e}") from None
     try:
         if data is not None:
-            from explore.datasets.table import from_python
-
             sp = sp.with_data(from_python(data, target=target, **options))
         ds = sp.data
     except DataError as e:
@@ -143,8 +152,6 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     except StorageError as e:
         raise RunRefused(str(e)) from None
     if sp.keep_models > 0 and not sp.artifacts:  # a space's own folder: checked when read
-        from explore.folders import directory_problem
-        from explore.keeper import default_artifacts
 
         problem = directory_problem(default_artifacts(url))
         if problem is not None:
@@ -166,7 +173,6 @@ def _table_options(space: Any) -> dict[str, Any]:
 
 def check_objectives(space: Any, ds: Any) -> None:
     """Every objective must be measurable on the data set (RunRefused otherwise)."""
-    from explore import metrics
 
     task = getattr(ds, "task", "classification")
     classes = int(getattr(ds, "classes", 0) or 0)
@@ -201,15 +207,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     when the study already had its trials).  Raises :class:`RunRefused` (nothing
     written) when the budget cannot hold the run.  ``baseline``: this process's memory
     before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
-    from optuna.exceptions import StorageInternalError
-    from sqlalchemy.exc import SQLAlchemyError
 
-    from explore.datasets import DataError
-    from explore.keeper import ModelKeeper, default_artifacts
-    from explore.scheduler import Scheduler, SchedulerError
-    from explore.scheduler.shared_data import load_shared
-    from explore.storages import StorageError, explain, sqlite_file
-    from explore.study import open_study
 
     space = prep.space
     budget = space.budget
@@ -238,7 +236,6 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         return RunRefused(message)
 
     check_space_change(study, space, prep.space_changed)
-    from explore.live import counted
 
     # The study's total is shared with any other drivers (explore.live): nothing to do
     # once that many trials ended; trials a dead driver left running are failed and
@@ -279,18 +276,17 @@ def check_gpus(budget: Any) -> None:
     """Each GPU the budget names is on this machine and holds its ``memory``; raises
     :class:`RunRefused`.  Ordinals are CUDA's, counted within ``CUDA_VISIBLE_DEVICES``
     where that is set."""
-    from engine.runtime.backends import gpu_available, gpu_count, gpu_memory_bytes
 
-    if not gpu_available():
+    if not backends.gpu_available():
         raise RunRefused("--device gpu: no CUDA device with cupy on this machine")
-    count = gpu_count()
+    count = backends.gpu_count()
     missing = [d for d in budget.ordinals if d >= count]
     if missing:
         raise RunRefused(f"--devices: device {missing[0]} is not on this machine, which "
                          f"has {count} CUDA device{'s' * (count != 1)} "
                          f"(0 to {count - 1})")
     for d in budget.ordinals:
-        have = gpu_memory_bytes(d)
+        have = backends.gpu_memory_bytes(d)
         if budget.memory > have:
             raise RunRefused(f"budget.memory: {budget.memory:,} bytes is more than GPU "
                              f"{d} has ({have:,} bytes)")
@@ -300,9 +296,7 @@ def check_space_change(study: optuna.Study, space: Any, meant: bool) -> None:
     """Refuse a space that differs from the one ``study`` was searched with (raises
     :class:`RunRefused` listing the changes), unless the change is ``meant`` and one
     study can hold both; a meant change is recorded in the study."""
-    from datetime import datetime
 
-    from explore.space_change import CHANGES_ATTR, changes
 
     old = study.user_attrs.get(SPACE_ATTR)
     if not isinstance(old, dict):
@@ -334,7 +328,6 @@ def check_space_change(study: optuna.Study, space: Any, meant: bool) -> None:
 def space_record(space: Any) -> dict[str, Any]:
     """The space as stored with its study; a builder given as a function is recorded by
     its importable name, where it has one."""
-    from explore.model_builders import spec_of
 
     out: dict[str, Any] = space.model_dump(mode="json")
     if space._builder is not None and space.model.builder is None:
