@@ -96,7 +96,7 @@ class ModelKeeper:
         self.store: Any = None
         if k > 0:
             # here, not at import: optuna.artifacts imports boto3 and Google's storage
-            # client where they are installed (14 MB of the scheduler's memory)
+            # client where they are installed (about 14 MB of the scheduler's memory)
             from optuna.artifacts import FileSystemArtifactStore
 
             self.store = FileSystemArtifactStore(str(self.directory))

@@ -5,10 +5,11 @@ The arrays live in one file on a RAM file system (``/dev/shm`` on Linux; the tem
 directory elsewhere), mapped with ``numpy.memmap``.  A loader can write straight into
 it (:meth:`SharedArrays.empty`), so the data set is never held twice, not even while
 it is loaded; and unlike ``multiprocessing.shared_memory`` it needs no resource-tracker
-process (10 MB of the budget on its own).  The scheduler keeps the file mapped for the
-run, so its pages count in the process tree's memory; it unlinks the file when the run
-ends (:meth:`SharedArrays.close`), and a run that could not (``kill -9``) leaves it to
-the next one, which removes the files of processes that are gone (:func:`sweep_stale`).
+process (about 10 MB of the budget on its own).  The scheduler keeps the file mapped
+for the run, so its pages count in the process tree's memory; it unlinks the file when
+the run ends (:meth:`SharedArrays.close`), and a run that could not (``kill -9``) leaves
+it to the next one, which removes the files of processes that are gone
+(:func:`sweep_stale`).
 
 >>> import numpy as np
 >>> with SharedArrays({"x": np.arange(6.0).reshape(2, 3)}) as shm:

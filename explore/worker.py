@@ -244,8 +244,9 @@ def process_main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
 JIT_DEFAULT = "0"
 """A worker runs the engine's numpy kernels unless ``CALCGRAPH_JIT=1`` is set: the
 fused kernels (numba, :mod:`engine.ops.jit`) are 1.1-13x faster per op but numba's
-LLVM takes the worker from about 26 MB of measured overhead to about 155 MB, memory
-that a budget of a few hundred MB per worker needs for trials."""
+LLVM adds about 130 MB to the worker's measured overhead, several times the worker's
+own (``docs/measurements.md``), memory that a budget of a few hundred MB per worker
+needs for trials."""
 
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:

@@ -40,9 +40,9 @@ class _Loader(yaml.SafeLoader):
 
 # YAML 1.2's core schema over PyYAML's 1.1 resolvers.  Booleans are true and false only:
 # 1.1 also reads yes, no, on, off, y and n, so a choice of country codes [se, no] or a
-# flag written ``yes`` changed type silently; now they are strings, and a flag given one
-# is refused by name.  Dates are strings too (1.1 made datetime objects, which no
-# parameter takes and no study can store).
+# flag written ``yes`` would change type silently; here they are strings, and a flag
+# given one is refused by name.  Dates are strings too (1.1 makes datetime objects,
+# which no parameter takes and no study can store).
 # Integers and floats are 1.2's too: decimal, 0o octal and 0x hex integers only, so 1.1's
 # forms (1_000, sexagesimal 1:30 = 90, 010 = 8, 0b1) are strings, refused wherever a
 # number belongs rather than read as another number.

@@ -128,8 +128,9 @@ GREEDY_LIMIT = 2048
 def auto(items: Sequence[Item]) -> Packing:
     """Best fit; where it misses the lower bound and there are at most
     ``GREEDY_LIMIT`` items, greedy by size too, keeping the smaller packing.  On the
-    benchmark suite greedy by size is never worse in bytes but is O(n^2): about 0.1 s
-    at 10^4 buffers against best fit's 5 ms, and the max-batch search plans ~40 times."""
+    benchmark suite greedy by size is never worse in bytes but is O(n^2): at 10^4
+    buffers well over ten times best fit's time (``docs/measurements.md``), and the
+    max-batch search plans ~40 times."""
     packing = best_fit(items)
     if len(items) <= GREEDY_LIMIT and packing[1] > lower_bound(items):
         other = greedy_by_size(items)

@@ -38,9 +38,9 @@ from engine.errors import GraphError
 
 # One tensor of a model (an initializer, a Constant, a generated weight, an input's
 # row): 2^30 elements, 4 GiB of float32.  The largest single weights of the models this
-# engine runs are a few hundred million elements (VGG's first dense layer, 103 M); the
-# engine-wide 2^34 (64 GiB of float32) let an input [N, 2^34] import and compile to a
-# 137 GB program.  Whole programs are also held to the machine's memory by the
+# engine runs are a few hundred million elements (VGG's first dense layer, 103 M); an
+# engine-wide 2^34 (64 GiB of float32) would let an input [N, 2^34] import and compile
+# to a 137 GB program.  Whole programs are also held to the machine's memory by the
 # compiler (engine.compile.compiler.check_fits_machine).
 MAX_TENSOR_ELEMENTS = 1 << 30
 # A folded constant is materialised by ONNX's reference evaluator (numpy, no streaming):

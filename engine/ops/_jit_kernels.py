@@ -384,7 +384,7 @@ def max_pool_grad_tiled(x: Any, y: Any, dy: Any, dx: Any, kh: int, kw: int) -> N
 # input rows as slices, and the window is four named values, so LLVM vectorises the
 # row (stride-2 loads); 3x faster than numpy's three maximum calls over strided views
 # and 2x faster than the general tiled loop above (measured on the MNIST CNN's two
-# poolings, docs/architecture.md).  ``x`` may be taller or wider than 2·oH, 2·oW (a
+# poolings, docs/measurements.md).  ``x`` may be taller or wider than 2·oH, 2·oW (a
 # floored pooling): the cells past the last window get zero gradient.
 
 

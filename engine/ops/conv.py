@@ -27,7 +27,7 @@ each row read the next row's start: the GEMM computes them and the copy into ``Y
 drops them (the gradients see zeros there; an infinite input value read there makes
 the weight gradient NaN where narrow rows give an infinity: a diverged step either
 way).  The GEMM grows by ``Wp/oW``.  Which op
-uses them (:func:`wide_rows`) was measured on 12 shapes (``docs/architecture.md``).
+uses them (:func:`wide_rows`) was measured on 12 shapes (``docs/measurements.md``).
 """
 
 from __future__ import annotations
@@ -120,12 +120,12 @@ def wide_rows(op: str, geo: dict[str, Any]) -> bool:
     wide rows (the module's docstring): only at stride 1, and only where the rows grow
     by a third at most (a kernel nearly as wide as its input, such as a classifier
     written as a 6x6 convolution of a 6x6 map, would make the GEMM and its workspace
-    several times larger: 32 ms against 7 there).  Measured on two cores (12 shapes,
-    batch 8-64, 1-64 channels, widths 7-56, rows growing by 1.07-1.29x): the forward
-    gained 5-25% at every shape; the input gradient 10-40% from two channels a group
-    (it lost 10% with one); the weight gradient, whose GEMM is the larger part, only
-    for rows of up to 16 (it lost 5-10% for single-digit channel counts at widths
-    28-32)."""
+    several times larger, and the op several times slower).  Measured on two cores
+    (``docs/measurements.md``; 12 shapes, batch 8-64, 1-64 channels, widths 7-56, rows
+    growing by 1.07-1.29x): the forward gained 5-25% at every shape; the input gradient
+    10-40% from two channels a group (it lost 10% with one); the weight gradient, whose
+    GEMM is the larger part, only for rows of up to 16 (it lost 5-10% for single-digit
+    channel counts at widths 28-32)."""
     ow, wp = geo["out"][1], geo["padded"][1]
     if geo["s"] != (1, 1) or 3 * (wp - ow) > ow:
         return False

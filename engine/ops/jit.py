@@ -6,11 +6,10 @@ classes a dozen calls whose per-row reductions numpy runs slowly.  The kernels o
 :mod:`engine.ops._jit_kernels` do each chain in one loop, compiled by numba (LLVM
 vectorises it), writing into the same heap views, so a step still allocates nothing.
 
-**Why numba, not numexpr.**  Measured on the 2-core AVX-512 machine (float32,
-medians, ``docs/architecture.md``): numexpr's interpreter runs a scalar loop per
-term, 4-5x slower than one numpy call (``a*b`` over 10^6 floats: 481 µs against 102),
-so its one pass lost to numpy's ten even for Adam (248 µs against 42 over the paper
-MLP's 55,050 parameters); numba's loop took 7.6 µs.  Transcendentals are the
+**Why numba, not numexpr.**  numexpr's interpreter runs a scalar loop per term,
+4-5x slower than one numpy call, so its one pass loses to numpy's ten even for Adam,
+where numba's one loop beats both (float32, medians; the figures are in
+``docs/measurements.md``, "Fused kernels").  Transcendentals are the
 exception: numpy's SIMD ``tanh``/``exp`` beat numba's scalar libm calls by 10-40x, so
 the fused kernels keep those calls in numpy and fuse the arithmetic around them.
 
@@ -26,9 +25,9 @@ dispatch cost more than a second core gave, and the GEMMs between them already u
 every core.  The one parallel kernel, a product that skips its data's zeros (a stack's
 ``sparse`` first layer), runs on numba's threads only where BLAS runs on one thread
 (:func:`parallel_threads`): OpenBLAS's idle threads spin for a while after each call,
-and numba's pool working beside them took a stack's step from 0.5 to 8 ms on two
-cores.  ``NUMBA_NUM_THREADS`` is among the variables the explore scheduler sets to each
-worker's share.
+and numba's pool working beside them made a stack's step over ten times slower on
+two cores (``docs/measurements.md``).  ``NUMBA_NUM_THREADS`` is among the variables
+the explore scheduler sets to each worker's share.
 
 **Which one runs.**  Each op that has a fused form registers it as a ``Variant``
 named ``"numba"`` beside ``"numpy"`` (an auto-tuner may time both on the real
@@ -52,10 +51,10 @@ from engine.ops._base import KernelArgs, KernelFactory, Step, Variant, Workspace
 ENV = "CALCGRAPH_JIT"  # "0": never compile, numpy everywhere
 
 # Elements (of the op's largest tensor, or the parameter region) from which the fused
-# form is the static default, and up to which it stays so (None: no bound).  Measured
-# on the 2-core machine, float32, each op's numpy and numba variants interleaved,
-# medians (docs/architecture.md, "Fused kernels"): the fused form won at every size
-# from 68 elements up (numba's call costs ~0.25 µs, numpy's ~1 µs a call), by 1.1x
+# form is the static default, and up to which it stays so (None: no bound).  Timed
+# with each op's numpy and numba variants interleaved, float32, medians
+# (docs/measurements.md, "Fused kernels"): the fused form won at every size from 68
+# elements up (a call through numba costs a fraction of one through numpy), by 1.1x
 # (Sigmoid at 170k, where numpy's tanh is the work) to 30x (the cross-entropy at 4
 # rows), so every threshold is 0.  They stay per kind: a machine where numpy's calls
 # cost less, or numba's more, raises them.

@@ -680,9 +680,10 @@ def _regularize(xp: Any, kind: str, coef: float, p: Any, g: Any, s: Any) -> Step
 
 IN_PLACE_BYTES = 2 << 20
 """Arrays from this size on are read in place by :meth:`VM.set`; smaller ones are
-copied.  Reading a new array in place costs binding the steps that read it once
-(about 70-110 µs for the paper MLP on the 2-core machine), which is what copying
-2 MiB costs; an array fed again is read with the steps already bound."""
+copied.  Reading a new array in place costs binding the steps that read it once,
+which for the paper MLP is about what copying 2 MiB costs (``docs/measurements.md``,
+"The VM and the auto-tuner"); an array fed again is read with the steps already
+bound."""
 
 EXTERNAL_BINDINGS = 4
 """Sets of in-place arrays whose bindings a VM keeps (and whose arrays it keeps alive)."""

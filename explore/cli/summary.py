@@ -26,7 +26,7 @@ def print_summary(study: Any, run: dict[str, Any] | None) -> None:
     """The study's counts and best trial, and the memory of ``run`` (the run just ended,
     or the study's last): the budget, the planned peak, the peak the system measured
     for the run's processes, and the packing efficiency.  Reads the trials directly:
-    pandas alone would add 35 MB to the run's process at its end."""
+    pandas alone would add about 35 MB to the run's process at its end."""
     out = console.out
     trials = study.get_trials(deepcopy=False)
     states = Counter(tr.state.name.lower() for tr in trials)

@@ -13,7 +13,8 @@ from explore.datasets.errors import DataError
 
 def digits_file() -> Path:
     """scikit-learn's ``digits.csv.gz``, found without importing scikit-learn: the
-    package pulls in scipy and takes 70 MB of the run's memory for a 1,797-row table."""
+    package pulls in scipy and takes about 70 MB of the run's memory for a 1,797-row
+    table."""
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise DataError("the digits dataset needs scikit-learn: pip install scikit-learn")

@@ -28,8 +28,8 @@ DEFAULTS: dict[str, Any] = {"valid": 0.2, "test": 0.2, "scale": "standard", "see
 
 def sklearn_file(name: str) -> Path:
     """A data file of scikit-learn's (``sklearn/datasets/data/<name>``), found without
-    importing scikit-learn: the package pulls in scipy and takes 70 MB of the run's
-    memory for tables of a few hundred rows."""
+    importing scikit-learn: the package pulls in scipy and takes about 70 MB of the
+    run's memory for tables of a few hundred rows."""
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise DataError(f"the dataset in {name} needs scikit-learn: pip install scikit-learn")

@@ -13,9 +13,8 @@ QUANTIZE_CHUNK = 1 << 18  # elements converted at a time: the temporaries stay i
 def quantize(x: np.ndarray, scale: float) -> np.ndarray:
     """``x`` as uint8 pixels ``q`` with ``float32(q) * float32(scale) == x`` exactly (what
     the model's DequantizeLinear computes), or :class:`DataError` if ``x`` is not such
-    an image.  Converted a chunk at a time: whole-array temporaries were three float
-    copies of the data set (94 MB for MNIST's 20,000 images) and took three times as
-    long.
+    an image.  Converted a chunk at a time: whole-array temporaries would be three
+    float copies of the data set, and take about three times as long.
 
     >>> quantize(np.array([[0.0, 0.5, 0.99609375]], np.float32), 1 / 256).tolist()
     [[0, 128, 255]]

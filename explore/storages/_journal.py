@@ -173,7 +173,7 @@ class Journal(BaseStorage):
         # on every file system the log may live on, network ones included.  A writer
         # holds it for one append (milliseconds); one left by a process killed while
         # holding it is taken over after LOCK_GRACE seconds (Optuna's default, 30 s,
-        # stalled every driver for that long after a kill -9).
+        # would stall every driver for that long after a kill -9).
         return optuna.storages.JournalStorage(
             SafeJournalBackend(path, lock_obj=JournalFileOpenLock(path,
                                                                   grace_period=LOCK_GRACE)))

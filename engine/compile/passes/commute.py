@@ -7,10 +7,10 @@ gradient reaches the same element of each window, the first maximum of ``x`` (eq
 positive values are equal under Relu too; where Relu flattens every element of a
 window to 0 the gradient is 0 either way).  The activation and its gradient then run
 on the pooled tensor, a quarter of the elements for 2x2 windows: on the MNIST CNN's
-step this took Relu and ReluGrad from 0.25 to 0.06 ms, and its training plan 5%
-smaller at batch 64 (the gradient zone no longer holds the activation's full-size
-gradients, the forward zone keeps the pooled pre-activation beside the pooled
-activation; ``docs/architecture.md``).
+step Relu and ReluGrad after the pooling take about a quarter of their time before
+it, and the training plan at batch 64 is 5% smaller (the gradient zone holds none of
+the activation's full-size gradients, the forward zone keeps the pooled
+pre-activation beside the pooled activation; ``docs/measurements.md``).
 
 Not Sigmoid or Tanh, though they are monotone too: they map neighbouring inputs to the
 same float where they saturate, and the gradient would then reach the window's larger

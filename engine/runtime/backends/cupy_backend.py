@@ -30,12 +30,13 @@ def no_accelerators(cupy: Any) -> None:
     Through them (CuPy's default since v11), every reduction (sum, max, min, mean: a
     loss, a bias gradient, a metric) takes temporary storage from the memory pool on
     each call: a step that allocates, a pool that grows in the first steps by what no
-    plan counts (up to 208 MB, with the in-place copies, for an onnx VGG-19 at batch 16
-    on an H100), and a step no CUDA graph could hold.  CuPy's own reduction kernels
-    write into ``out=`` and take nothing.  (CUB's path also failed outright on a min over two
-    non-adjacent axes with ``out=``, in CuPy 14.2.)  The switch is CuPy's private API,
-    process-wide (a user's own CuPy code in the same process runs without CUB too);
-    ``CUPY_ACCELERATORS`` set in the environment is the public way, read at import."""
+    plan counts (on the order of 100 MB, with the in-place copies, for an onnx VGG-19
+    at batch 16: ``docs/measurements.md``), and a step no CUDA graph could hold.  CuPy's
+    own reduction kernels write into ``out=`` and take nothing.  (CUB's path also fails
+    outright on a min over two non-adjacent axes with ``out=``, in CuPy 14.2.)  The
+    switch is CuPy's private API, process-wide (a user's own CuPy code in the same
+    process runs without CUB too); ``CUPY_ACCELERATORS`` set in the environment is the
+    public way, read at import."""
     core = getattr(cupy, "_core", None)
     for name in ("set_reduction_accelerators", "set_routine_accelerators",
                  "set_elementwise_accelerators"):
