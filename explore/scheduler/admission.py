@@ -36,7 +36,7 @@ HEADROOM_MIN = 2_000_000
 
 
 # A CUDA device maps memory in pages of 2 MiB and rounds each allocation up to them
-# (measured on an H100: a heap's device memory is its planned bytes rounded up to 2 MiB).
+# (a heap's device memory is its planned bytes rounded up to 2 MiB: docs/measurements.md).
 # An arena on a GPU is a whole number of pages, so that what it takes is what it holds.
 GPU_PAGE = 2 << 20
 

@@ -48,8 +48,8 @@ def main_left_behind() -> Iterator[None]:
 
     By default a spawned child runs the parent's main script (as ``__mp_main__``) so
     that objects defined there unpickle; a worker needs none of it (its target is
-    :func:`explore.worker.main`), yet would hold everything that script imports: for
-    a script importing optuna it measured 42 MB of PSS per worker instead of 25 MB, all
+    :func:`explore.worker.main`), yet would hold everything that script imports (a
+    script importing optuna makes each worker's PSS well over half again as big), all
     of it charged to the budget as fixed overhead.  ``multiprocessing`` skips a main
     module whose spec is named ``__main__`` (as it does for ``python -m pkg``), so the
     spec says so while the worker starts."""
@@ -72,7 +72,7 @@ def forked_not_vforked() -> Iterator[None]:
     Between a vfork and its exec the child borrows the parent's whole address space,
     and ``/proc`` reports that memory for both: anything that sums the PSS of the run's
     processes at that instant (the run's own sampler, or a user's) counts the scheduler
-    twice, 60-140 MB over the budget for a moment.  After a fork the pages are shared
+    twice, over the budget by the scheduler's size for a moment.  After a fork the pages are shared
     copy-on-write and their PSS is split, so the sum stays true; it costs a copy of the
     page tables (milliseconds) per worker started.  ``subprocess._USE_VFORK`` is the
     switch CPython documents for this, and multiprocessing reads it."""

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 from explore.procmem import children, gpu_processes, pss
 
-# The process tree's memory is read from /proc at most this often (seconds): a read is
-# ~0.2 ms per process, and the accounting is sampled after every event (5 a second per
-# worker on the paper's space); the processes' memory changes slowly.
+# The process tree's memory is read from /proc at most this often (seconds): a read
+# walks every mapping of every process, and the accounting is sampled after every event
+# (several a second per worker); the processes' memory changes slowly.
 SAMPLE_EVERY = 0.2
 # On a GPU the driver's management library is asked instead: it lists every process
 # of every device in one call, but starting the library is slower than reading /proc.
