@@ -161,7 +161,7 @@ def data_mismatch(model: TrainedModel, ds: Any) -> str | None:
 def evaluate_split(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Every metric of the model's task over preprocessed rows ``x`` and their ``y``
     (as a data set's split holds them), measured by its eval path as in a search."""
-    from explore.worker import Validation
+    from explore.scheduler.worker import Validation
 
     std = model.data.target_scale[1] if model.data.target_scale else 1.0
     v = Validation.of(model.vm.program, len(y), std)

@@ -3,8 +3,8 @@
 A dataset plugin subclasses :class:`BaseDataset`, states what is known without
 loading it (features, classes, image shape, validation size, pixel scale) and loads
 the arrays.  Loaded data sets cross process boundaries only as the scheduler's shared
-arrays (:mod:`explore.shared`), never pickled whole; ``load`` is called once per run,
-in the scheduler's process, and may cache per process.
+arrays (:mod:`explore.scheduler.shared_arrays`), never pickled whole; ``load`` is
+called once per run, in the scheduler's process, and may cache per process.
 """
 
 from __future__ import annotations

@@ -18,23 +18,53 @@ reason, enqueued once more, and a new worker takes its place.
 
 One job per module:
 
-- :mod:`~explore.scheduler.loop`: :class:`Scheduler`, the ask/tell loop over Optuna
-  and the workers' messages (:mod:`explore.protocol`);
+- :mod:`~explore.scheduler.core`: the decisions, with no process, pipe, clock or
+  storage in them (events in, :mod:`~explore.scheduler.commands` out), the pruner's
+  word from :mod:`~explore.scheduler.policy`;
+- :mod:`~explore.scheduler.loop`: :class:`Scheduler`, which starts the workers, takes
+  candidates from :mod:`~explore.scheduler.intake` and moves messages between the
+  workers (:mod:`~explore.scheduler.protocol`), the core and the study;
+- :mod:`~explore.scheduler.admission`: what a budget admits, and why not;
 - :mod:`~explore.scheduler.placement`: the workers' arenas mirrored as free lists
   (:class:`engine.free_list.FreeList`) and the choice of a worker and an offset;
-- :mod:`~explore.scheduler.processes`: spawning workers (their share of the cores,
-  without the parent's ``__main__``), their start-up handshake, ending them;
-- :mod:`~explore.scheduler.shared_data`: the data set loaded once, in shared memory;
+- :mod:`~explore.scheduler.stacking`: trials trained as one stacked program;
+- :mod:`~explore.scheduler.worker`: the worker process; :mod:`~.processes` spawns,
+  greets and ends workers (their share of the cores, without the parent's
+  ``__main__``); :mod:`~.signals`: Ctrl-C, SIGTERM, SIGHUP;
+- :mod:`~explore.scheduler.shared_arrays`, :mod:`~.shared_data`: the data set, once,
+  in a shared file;
 - :mod:`~explore.scheduler.constants`: what the processes cost, remembered per machine;
 - :mod:`~explore.scheduler.telemetry`: the packing timeline, counts, the process tree's
   measured peak and its growth;
+- :mod:`~explore.scheduler.simulation`: the core under seeded simulated schedules;
 - :mod:`~explore.scheduler.errors`: :class:`SchedulerError`.
+
+The names below are imported when first used: a worker process imports its own module
+of this package and nothing of the scheduler's (Optuna, the study), whose memory it
+would otherwise hold, charged to the budget.
 """
 
-from explore.scheduler.errors import SchedulerError
-from explore.scheduler.loop import Scheduler
-from explore.scheduler.placement import Placement, Worker
-from explore.scheduler.telemetry import Progress, RunStats, Sample
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explore.scheduler.errors import SchedulerError
+    from explore.scheduler.loop import Scheduler
+    from explore.scheduler.placement import Placement, Worker
+    from explore.scheduler.telemetry import Progress, RunStats, Sample
+
+_WHERE = {"Scheduler": "loop", "SchedulerError": "errors", "Placement": "placement",
+          "Worker": "placement", "Progress": "telemetry", "RunStats": "telemetry",
+          "Sample": "telemetry"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'explore.scheduler' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"explore.scheduler.{_WHERE[name]}"), name)
+
 
 __all__ = ["Placement", "Progress", "RunStats", "Sample", "Scheduler", "SchedulerError",
            "Worker"]

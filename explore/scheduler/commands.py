@@ -14,8 +14,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from explore.protocol import Done, Report, ToWorker, TrialFailed
 from explore.scheduler.placement import Stack
+from explore.scheduler.protocol import Done, Report, ToWorker, TrialFailed
 from explore.scheduler.stacking import Pending
 
 # -- events: what the loop tells the core ---------------------------------------------

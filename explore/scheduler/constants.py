@@ -4,7 +4,7 @@ The budget holds everything the run uses (docs/architecture.md, "The budget"): t
 scheduler's own process, multiprocessing's resource tracker, every worker, the shared
 data set once, and the trials' heaps.  The first three are *constants* of a machine and
 its libraries: the scheduler measures its own at the start of every run, and a worker
-measures itself after a warm-up (:func:`explore.worker.warm_up`).  A worker's and the
+measures itself after a warm-up (:func:`explore.scheduler.worker.warm_up`).  A worker's and the
 tracker's figures are kept in a small JSON file per machine and library versions, so
 that the next run knows them before it starts a process: it can then refuse a budget
 too small, or start fewer workers, without first going over the budget to find out.
@@ -39,8 +39,8 @@ def machine_key(device: str) -> str:
     loads (numba's LLVM, about 130 MB, only with the fused kernels on), and the device."""
     import numpy
 
+    from explore.scheduler.worker import JIT_DEFAULT
     from explore.version import __version__ as explore_version
-    from explore.worker import JIT_DEFAULT
 
     return "|".join((platform.node(), platform.machine(), sys.version.split()[0],
                      f"numpy {numpy.__version__}", f"explore {explore_version}", device,

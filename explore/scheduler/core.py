@@ -29,7 +29,6 @@ from optuna.trial import TrialState
 
 from engine.alignment import align_up
 from engine.free_list import FreeList
-from explore.protocol import Continue, Done, Part, Pause, Regroup, Report, Stop, TrialFailed
 from explore.scheduler.commands import (
     Admitted,
     Command,
@@ -51,6 +50,16 @@ from explore.scheduler.commands import (
 )
 from explore.scheduler.placement import Placement, Stack, Worker, find_spot
 from explore.scheduler.policy import PRUNE, Policy
+from explore.scheduler.protocol import (
+    Continue,
+    Done,
+    Part,
+    Pause,
+    Regroup,
+    Report,
+    Stop,
+    TrialFailed,
+)
 from explore.scheduler.stacking import Pending, part_program
 from explore.scheduler.telemetry import RunStats
 

@@ -4,7 +4,7 @@ other drivers of the study).
 
 The decisions are the core's (:mod:`.core`); this loop only moves messages: it starts
 the workers and opens their arenas (sized by :mod:`.admission`), takes candidates from
-the intake (:mod:`.intake`), turns the workers' messages (:mod:`explore.protocol`) into
+the intake (:mod:`.intake`), turns the workers' messages (:mod:`explore.scheduler.protocol`) into
 the core's events and carries out its commands: a message to a worker, a record or an
 end written to the study (by :class:`explore.live.LiveStudy`'s writer thread).
 """
@@ -26,7 +26,6 @@ from explore.datasets import Dataset
 from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
 from explore.procmem import children, pss
-from explore.protocol import Done, FromWorker, Regrouped, Report, Start, ToWorker, TrialFailed
 from explore.scheduler.admission import (
     admitted_heap,
     arena_size,
@@ -61,14 +60,23 @@ from explore.scheduler.intake import Intake
 from explore.scheduler.placement import Worker
 from explore.scheduler.policy import OptunaPolicy
 from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
+from explore.scheduler.protocol import (
+    Done,
+    FromWorker,
+    Regrouped,
+    Report,
+    Start,
+    ToWorker,
+    TrialFailed,
+)
+from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import share_dataset
 from explore.scheduler.signals import StopFlag, catch_stop_signals
 from explore.scheduler.stacking import Pending, stacks_for
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sample
-from explore.shared import SharedArrays
+from explore.scheduler.worker import release_heap_memory
 from explore.space import Space
 from explore.study import RECORD_ATTR
-from explore.worker import release_heap_memory
 
 
 class Scheduler:

@@ -2,8 +2,8 @@
 
 Workers are spawned (not forked: no inherited locks, and the same code on every OS),
 each with its share of the cores for BLAS and without re-running the parent's main
-script.  A worker answers :class:`explore.protocol.Ready` with its measured overhead,
-then allocates the arena it is told (:class:`explore.protocol.OpenArena`).
+script.  A worker answers :class:`explore.scheduler.protocol.Ready` with its measured overhead,
+then allocates the arena it is told (:class:`explore.scheduler.protocol.OpenArena`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Iterable, Iterator
 from multiprocessing.context import SpawnContext
 
 from engine.free_list import FreeList
-from explore.protocol import ArenaOpened, Exit, FromWorker, OpenArena, Ready
 from explore.scheduler.errors import SchedulerError
 from explore.scheduler.placement import Worker
-from explore.shared import ArraySpec
-from explore.worker import process_main as worker_main
+from explore.scheduler.protocol import ArenaOpened, Exit, FromWorker, OpenArena, Ready
+from explore.scheduler.shared_arrays import ArraySpec
+from explore.scheduler.worker import process_main as worker_main
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
@@ -48,7 +48,7 @@ def main_left_behind() -> Iterator[None]:
 
     By default a spawned child runs the parent's main script (as ``__mp_main__``) so
     that objects defined there unpickle; a worker needs none of it (its target is
-    :func:`explore.worker.main`), yet would hold everything that script imports (a
+    :func:`explore.scheduler.worker.main`), yet would hold everything that script imports (a
     script importing optuna makes each worker's PSS well over half again as big), all
     of it charged to the budget as fixed overhead.  ``multiprocessing`` skips a main
     module whose spec is named ``__main__`` (as it does for ``python -m pkg``), so the

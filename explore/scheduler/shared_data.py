@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from explore.datasets import Dataset, compact
-from explore.shared import SharedArrays
+from explore.scheduler.shared_arrays import SharedArrays
 from explore.space import Space
 
 NAMES = ("x_train", "y_train", "x_valid", "y_valid")

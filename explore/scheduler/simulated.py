@@ -1,6 +1,6 @@
 """The simulated world of :mod:`.simulation`: trials, candidates and programs as the
 core sees them, a pruner drawn from the seed, and workers that run what they are sent
-(as :mod:`explore.worker` does: rounds, reports, the word after a report, stacks held
+(as :mod:`explore.scheduler.worker` does: rounds, reports, the word after a report, stacks held
 at a rung until regrouped).
 """
 
@@ -11,8 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from explore.protocol import ToWorker
 from explore.scheduler.policy import PRUNE, Verdict
+from explore.scheduler.protocol import ToWorker
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class SimPolicy:
 
 @dataclass
 class SimResident:
-    """What a simulated worker runs: a trial alone or a stack (as explore.worker's
+    """What a simulated worker runs: a trial alone or a stack (as explore.scheduler.worker's
     Resident: members live, waiting for their word, held at a rung)."""
 
     number: int

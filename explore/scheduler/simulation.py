@@ -26,7 +26,6 @@ from optuna.trial import TrialState
 
 from engine.alignment import align_up
 from engine.free_list import FreeList
-from explore.protocol import Continue, Done, Pause, Regroup, Report, Stop, TrialFailed
 from explore.scheduler.commands import (
     Admitted,
     Failed,
@@ -43,6 +42,7 @@ from explore.scheduler.commands import (
 )
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Stack, Worker
+from explore.scheduler.protocol import Continue, Done, Pause, Regroup, Report, Stop, TrialFailed
 from explore.scheduler.simulated import (
     SimCandidate,
     SimPolicy,

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import explore
-from explore.worker import diverged
+from explore.scheduler.worker import diverged
 
 
 def test_the_reason_names_the_loss_and_the_round() -> None:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explore.procmem import gpu_bytes
-from explore.worker import device_overhead
+from explore.scheduler.worker import device_overhead
 
 GIB = 1 << 30
 

@@ -10,7 +10,7 @@ import pytest
 from engine import SGD, VM, compile_graph
 from engine.runtime.train import train_epoch
 from explore.builders import BuildError, build_graph
-from explore.worker import Validation
+from explore.scheduler.worker import Validation
 from tests.allocations import step_allocations
 from tests.planverify import assert_no_clobber
 

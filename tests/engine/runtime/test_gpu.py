@@ -232,7 +232,7 @@ def test_a_worker_s_overhead_is_its_own_device_memory() -> None:
     import cupy
 
     from explore.procmem import gpu_bytes
-    from explore.worker import device_overhead, warm_up
+    from explore.scheduler.worker import device_overhead, warm_up
 
     warm_up("gpu")
     free, total = cupy.cuda.runtime.memGetInfo()

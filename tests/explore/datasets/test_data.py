@@ -143,7 +143,7 @@ def test_a_run_sweeps_the_shared_files_of_processes_that_are_gone(tmp_path: Path
     import subprocess
     import sys
 
-    from explore.shared import PREFIX, SharedArrays, sweep_stale
+    from explore.scheduler.shared_arrays import PREFIX, SharedArrays, sweep_stale
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)

@@ -8,7 +8,6 @@ from typing import Any
 from optuna.trial import TrialState
 
 from engine.free_list import FreeList
-from explore.protocol import Continue, Done, Pause, Regroup, Report, Stop
 from explore.scheduler.commands import (
     Admitted,
     Finished,
@@ -25,6 +24,7 @@ from explore.scheduler.commands import (
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.policy import PRUNE, Verdict
+from explore.scheduler.protocol import Continue, Done, Pause, Regroup, Report, Stop
 from explore.scheduler.simulated import SimCandidate, SimProgram, SimTrial
 from explore.scheduler.stacking import Pending
 from explore.scheduler.telemetry import RunStats

@@ -10,9 +10,9 @@ from typing import Any, get_args
 
 import pytest
 
-from explore import protocol
 from explore.candidate import compile_candidate
 from explore.sampling import fixed
+from explore.scheduler import protocol
 from explore.space import parse_space
 
 EXAMPLES: list[Any] = [

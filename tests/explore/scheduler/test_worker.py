@@ -17,7 +17,8 @@ import pytest
 from explore import datasets
 from explore.candidate import compile_candidate
 from explore.datasets import load_digits, quantize
-from explore.protocol import (
+from explore.sampling import fixed
+from explore.scheduler.protocol import (
     ArenaOpened,
     Continue,
     Done,
@@ -29,10 +30,9 @@ from explore.protocol import (
     Start,
     Stop,
 )
-from explore.sampling import fixed
-from explore.shared import SharedArrays
+from explore.scheduler.shared_arrays import SharedArrays
+from explore.scheduler.worker import main
 from explore.space import parse_space
-from explore.worker import main
 
 ARENA = 8_000_000
 # The checkout under test: the spawner script runs outside it, where `explore` could

@@ -2,9 +2,9 @@
 
 What crosses the process boundary, and how:
 
-- **At spawn**, as the arguments of :func:`explore.worker.main` (pickled by
+- **At spawn**, as the arguments of :func:`explore.scheduler.worker.main` (pickled by
   ``multiprocessing``'s spawn method): the child end of a ``multiprocessing.Pipe``,
-  the data set's :class:`explore.shared.ArraySpec` per array (names and offsets in
+  the data set's :class:`explore.scheduler.shared_arrays.ArraySpec` per array (names and offsets in
   one shared-memory block: the arrays themselves are never pickled, each worker maps
   the same pages) and the device name.
 - **Over the pipe**, every message is one instance of a class below, pickled by

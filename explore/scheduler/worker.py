@@ -13,7 +13,7 @@ idles waiting for it.  A *gated* trial (one the pruner may pause at a rung) inst
 waits for "continue" after each report; "pause" tells it that the trial waits at a
 rung, so the worker starts a trial not yet begun in the meantime.
 
-Messages are the classes of :mod:`explore.protocol` (which says what crosses the
+Messages are the classes of :mod:`explore.scheduler.protocol` (which says what crosses the
 process boundary and how); the scheduler's side is :mod:`explore.scheduler`.
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 from explore import metrics
 from explore.metrics.evaluation import MEANS, ROWS, SUMS, Evaluation, compute_all
 from explore.procmem import gpu_bytes, pss
-from explore.protocol import (
+from explore.scheduler.protocol import (
     ArenaOpened,
     Continue,
     Done,
@@ -48,7 +48,7 @@ from explore.protocol import (
     ToWorker,
     TrialFailed,
 )
-from explore.shared import ArraySpec, attach
+from explore.scheduler.shared_arrays import ArraySpec, attach
 from explore.weights import save_weights
 
 
