@@ -60,6 +60,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
 import optuna
@@ -68,7 +69,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from explore.optuna_adapter import grid_points, storage_of, study_id, trial_id
-from explore.procmem import alive
+from explore.procmem import alive as process_alive
 from explore.space import Space
 from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
 
@@ -221,11 +222,26 @@ class LiveStudy:
     """The stored study ``stored`` shared with any other drivers, and the working copy
     :attr:`work` that this driver's sampler and pruner consult.  ``total``: the study's
     ``budget.trials``; ``grace``: seconds without a heartbeat after which another
-    driver's running trials are stale."""
+    driver's running trials are stale.
+
+    What the driver reads of the world can be given, for a deterministic simulation of
+    several drivers (:mod:`explore.study_simulation`); the defaults are the real ones.
+    ``clock``: the time now, in seconds since the epoch (when to read again,
+    heartbeats, silences, the start a claim is stamped with); ``sleep``: how the driver waits for a
+    claim before its own to be written; ``alive``: whether a process of this host
+    lives; ``driver``: this driver's name (:func:`driver_name`; the host and pid it
+    names are the record's); ``inline``: every write done at once on the caller's
+    thread rather than by a writer thread, the heartbeat when one is due
+    (:meth:`_Writer.tick`)."""
 
     def __init__(self, stored: optuna.Study, space: Space, *, total: int, device: str,
-                 grace: float = GRACE, worker_record: dict[str, Any] | None = None) -> None:
+                 grace: float = GRACE, worker_record: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 alive: Callable[[int], bool] = process_alive, driver: str | None = None,
+                 inline: bool = False) -> None:
         self.stored, self.total, self.grace, self.device = stored, total, grace, device
+        self.clock, self.sleep, self.alive = clock, sleep, alive
         self.space = space
         self.every = min(HEARTBEAT_EVERY, grace / 4)  # seconds between heartbeats
         # Every storage call of this driver goes through `storage`, timed and counted.
@@ -239,8 +255,10 @@ class LiveStudy:
                                         directions=list(stored.directions),
                                         sampler=make_sampler(space), pruner=make_pruner(space))
         self.wstorage = storage_of(self.work)
-        self.driver = driver_name()
-        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.driver = driver_name() if driver is None else driver
+        host, pid = driver_host_pid(driver)
+        self.host, self.pid = (socket.gethostname(), os.getpid()) if host is None or pid is None \
+            else (host, pid)
         self.ours: dict[int, Ours] = {}  # working-copy trial id -> stored
         self.our_ids: set[int] = set()  # stored ids of our trials
         # stored id -> (work id; state, intermediate values and parameters mirrored)
@@ -251,7 +269,7 @@ class LiveStudy:
         # grid search runs each point once, across drivers (explore.live._lost)
         self.unique = space.sampler.name == "grid"
         self.held: dict[str, Any] | None = None  # a point drawn and lost to the total
-        self.writer = _Writer(self)
+        self.writer = _Writer(self, inline)
         self.refresh(force=True)
 
     # -- reading ---------------------------------------------------------------------------
@@ -259,7 +277,7 @@ class LiveStudy:
         """Read what changed in the storage (if :data:`REFRESH_EVERY` has passed, or
         ``force``), mirror the other drivers' trials into the working copy, and fail
         the trials of drivers silent for longer than ``grace``."""
-        now = time.time()
+        now = self.clock()
         if not force and now - self.read_at < REFRESH_EVERY:
             return
         self.check()
@@ -293,7 +311,7 @@ class LiveStudy:
         # driver killed between the two is gone as surely)
         host, pid = (record.get("host"), record.get("pid")) if "pid" in record \
             else driver_host_pid(driver)
-        if host == self.host and isinstance(pid, int) and not alive(pid):
+        if host == self.host and isinstance(pid, int) and not self.alive(pid):
             return float("inf")
         beat = self.beats.get(driver) if driver else None
         if beat is None:  # never beat (killed at once), or not one of ours: its start
@@ -354,7 +372,7 @@ class LiveStudy:
         done, running = self.counts()
         if done >= self.total:
             return True
-        now = time.time()
+        now = self.clock()
         quiet = any(t.state == TrialState.RUNNING and trial_id(t) not in self.our_ids
                     and self._silence(t, now) > 3 * self.every for t in self.view)
         return not quiet and done + running >= self.total and \
@@ -378,16 +396,23 @@ class LiveStudy:
             except Exception as e:
                 raise WriteFailed(_failed(e)) from None
             if taken:  # ours: no other driver's change from WAITING succeeded
-                return Claim(trial_id(t), t.number, t.system_attrs.get("fixed_params"),
+                # named as ours, as a new claim is: the others judge it by this driver's
+                # heartbeats, not by when it was taken, while its parameters are drawn
+                sid = trial_id(t)
+                self._write(partial(self.storage.set_trial_user_attr, sid, CLAIM_ATTR,
+                                    self.driver))
+                self.our_ids.add(sid)
+                return Claim(sid, t.number, t.system_attrs.get("fixed_params"),
                              t.user_attrs.get(REQUEUED_FROM))
         template = optuna.trial.FrozenTrial(
             number=0, state=TrialState.RUNNING, value=None, values=None,
-            datetime_start=datetime.now(), datetime_complete=None, params={},
+            datetime_start=datetime.fromtimestamp(self.clock()), datetime_complete=None, params={},
             distributions={}, user_attrs={CLAIM_ATTR: self.driver}, system_attrs={},
             intermediate_values={}, trial_id=0)
         sid = self._write(lambda: self.storage.create_new_trial(self.study_id,
                                                                 template_trial=template))
-        return Claim(sid, self.storage.get_trial_number_from_id(sid))
+        self.our_ids.add(sid)  # never failed as stale by this driver, nor waited for
+        return Claim(sid, self._write(lambda: self.storage.get_trial_number_from_id(sid)))
 
     def ask(self, claim: Claim, suggest: Callable[[Trial], Any]) -> Trial | None:
         """The working copy's trial for ``claim``, its parameters drawn by ``suggest``
@@ -428,6 +453,7 @@ class LiveStudy:
             if fixed:
                 break
         if lost is not None:
+            self.our_ids.discard(claim.stored_id)
             if lost == "duplicate" and claim.fixed:
                 self._give_up(claim, "its grid point ran meanwhile as another trial")
             else:
@@ -454,6 +480,7 @@ class LiveStudy:
             # now; each side that sees the other gives way (both may: the point is then
             # drawn again once the grid looks exhausted, see _free_point).
             self.work.tell(trial, state=TrialState.FAIL)
+            self.our_ids.discard(sid)
             self._give_up(claim, f"its grid point was claimed at the same time by trial "
                           f"{other}", record)
             return None
@@ -524,17 +551,17 @@ class LiveStudy:
         parameters of claims before it that are being written."""
         # A claim's parameters may wait behind other writers (SQLite takes one at a
         # time); one whose driver went quiet is not waited for (it turns stale).
-        deadline = time.time() + 30.0
+        deadline = self.clock() + 30.0
         while True:
             self.refresh(force=True)
             before = [t for t in self.view if t.number < number]
-            now = time.time()
+            now = self.clock()
             if now > deadline or not any(
                     t.state == TrialState.RUNNING and RECORD_ATTR not in t.user_attrs
                     and trial_id(t) not in self.our_ids
                     and self._silence(t, now) <= 3 * self.every for t in before):
                 break
-            time.sleep(0.01)
+            self.sleep(0.01)
         if sum(counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
                for t in before) >= self.total:
             return "total"
@@ -662,7 +689,8 @@ class LiveStudy:
         # killed before that is queued again as an empty slot
         params = dict(t.params) if RECORD_ATTR in t.user_attrs else {}
         silent = self._silence(t, now)
-        why = f"its driver {record.get('driver', '(unknown)')} " + (
+        driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR) or "(unknown)"
+        why = f"its driver {driver} " + (
             "has exited" if silent == float("inf") else
             f"sent no heartbeat for {silent:.0f} s (grace {self.grace:.0f} s)")
         record.update(fail_reason=f"stale: {why}", retried=again, failed_by=self.driver)
@@ -696,7 +724,7 @@ class LiveStudy:
         """Store this driver's :attr:`storage_time` in the study (the writer's last
         write, itself not counted), wait for every write; raise :class:`WriteFailed` if
         one failed."""
-        if self.writer.thread.is_alive():
+        if self.writer.running():
             self.writer.put(self._store_storage_time)
         self.writer.close()
         self.check()
@@ -716,22 +744,52 @@ def _failed(e: BaseException) -> str:
 class _Writer:
     """Writes to the storage on a thread of its own, in order, and records the
     driver's heartbeat every :data:`HEARTBEAT_EVERY` seconds.  After a failed write
-    it writes nothing more (the rest would fail the same way) and keeps the reason."""
+    it writes nothing more (the rest would fail the same way) and keeps the reason.
+    ``inline``: no thread; each write is done when it is put, and the heartbeat when
+    one is due at a write or a :meth:`tick` (a simulation's drivers)."""
 
-    def __init__(self, live: LiveStudy) -> None:
+    def __init__(self, live: LiveStudy, inline: bool = False) -> None:
         self.live = live
         self.queue: queue.Queue[Callable[[], Any] | None] = queue.Queue()
         self.error: str | None = None
         self.beat = 0.0
+        self.inline, self.closed = inline, False
         self.thread = threading.Thread(target=self._run, name="explore-study-writer",
                                        daemon=True)
-        self.thread.start()
+        if not inline:
+            self.thread.start()
 
     def put(self, write: Callable[[], Any]) -> None:
-        self.queue.put(write)
+        if self.inline:
+            if not self.closed:
+                self._inline(write)
+        else:
+            self.queue.put(write)
+
+    def tick(self) -> None:
+        """(inline) The heartbeat, if one is due: what the thread does when idle."""
+        if self.inline and not self.closed:
+            self._inline(_idle)
+
+    def running(self) -> bool:
+        """Whether writes put now are still done."""
+        return not self.closed if self.inline else self.thread.is_alive()
+
+    def _inline(self, item: Callable[[], Any]) -> None:
+        if self.error is not None:
+            return
+        was = getattr(_on_writer, "yes", False)
+        _on_writer.yes = True  # counted as the writer's calls, as on its thread
+        try:
+            self._heartbeat()
+            item()
+        except Exception as e:  # raised by the next check, as the thread's are
+            self.error = _failed(e)
+        finally:
+            _on_writer.yes = was
 
     def _heartbeat(self) -> None:
-        now = time.time()
+        now = self.live.clock()
         if now - self.beat >= self.live.every:
             self.beat = now
             live = self.live
@@ -759,13 +817,17 @@ class _Writer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every write put so far is done (or failed)."""
+        if self.inline:
+            return  # done as they were put
         done = threading.Event()
         self.queue.put(_Marker(done))
         if self.thread.is_alive():
             done.wait(timeout)
 
     def close(self) -> None:
-        if self.thread.is_alive():
+        if self.inline:
+            self.closed = True
+        elif self.thread.is_alive():
             self.queue.put(None)
             self.thread.join()
 
