@@ -1,5 +1,5 @@
 """The study side of many drivers at scale: what each trial costs in storage calls and
-bytes when 10 to 100 drivers share one study (:mod:`explore.study_simulation`, the
+bytes when 10 to 100 drivers share one study (:mod:`explore.live.simulation`, the
 deterministic simulation, at a fixed scale and without mishaps but deaths).
 
 METHOD.  ``--drivers`` (10, 30 and 100 by default), each holding up to ``--in-flight``
@@ -12,7 +12,7 @@ clock moving 0.05 to 3 s at a time.
 ``--deaths`` (3) drivers die at evenly spaced steps; no stalls and no failed storage
 calls.  Every driver is a real :class:`explore.live.LiveStudy` on a virtual clock with
 its writes inline, all on Optuna's in-memory storage, each through a counting wrapper
-(:class:`explore.study_simulation.DriverStorage`).  The invariants are checked every
+(:class:`explore.live.simulation.DriverStorage`).  The invariants are checked every
 100 steps and at the end (the study has its total, nothing running or queued).
 
 Measured per scale, per counted trial: storage calls by kind (all drivers together);
@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from explore.study_simulation import EPOCH, Simulation, quiet
+from explore.live.simulation import EPOCH, Simulation, quiet
 
 
 def one_scale(drivers: int, in_flight: int, total: int, deaths: int,

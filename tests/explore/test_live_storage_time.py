@@ -76,8 +76,8 @@ class Recording(InMemoryStorage):
 @pytest.fixture
 def recording(monkeypatch: pytest.MonkeyPatch) -> Recording:
     clocks, cpu = Clocks(), Clocks()
-    monkeypatch.setattr(explore.live, "_clock", clocks)
-    monkeypatch.setattr(explore.live, "_cpu_clock", cpu)
+    monkeypatch.setattr(explore.live.timing, "_clock", clocks)
+    monkeypatch.setattr(explore.live.timing, "_cpu_clock", cpu)
     return Recording(clocks, cpu)
 
 

@@ -1,4 +1,4 @@
-"""Several drivers on one study (:mod:`explore.study_simulation`): drivers that claim,
+"""Several drivers on one study (:mod:`explore.live.simulation`): drivers that claim,
 ask, report and end trials, die, stall, and meet a storage that fails, on a virtual
 clock, every choice from one seed and every invariant checked after every step.
 ``pytest --simulate N`` scales the scheduler's simulation to N schedules (10,000 by
@@ -19,8 +19,8 @@ import pytest
 from optuna.trial import FrozenTrial
 
 from explore.live import REQUEUED_FROM, Claim, LiveStudy
+from explore.live.simulation import Violation, simulate
 from explore.study import RECORD_ATTR
-from explore.study_simulation import Violation, simulate
 
 CHUNKS = 4  # the seeds in parts, so that pytest-xdist spreads them over the cores
 SHARE = 5  # the study's schedules: --simulate's number divided by this

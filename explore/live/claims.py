@@ -1,0 +1,263 @@
+"""Claiming a trial of a shared study: one queued in the storage or a new one, its
+parameters drawn and checked against the claims before it (the study's total, and for
+a grid the points other drivers hold), written with the driver's record; a claim that
+lost is given back.  A part of :class:`~explore.live.study.LiveStudy`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import Trial, TrialState
+
+from explore.live.names import (
+    CLAIM_ATTR,
+    PARAMS_ATTR,
+    RECORD_ATTR,
+    REQUEUED_FROM,
+    Claim,
+    Ours,
+    WriteFailed,
+    counted,
+)
+from explore.live.writer import _failed
+from explore.optuna_adapter import grid_points, trial_id
+from explore.study import make_sampler
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+
+    from explore.space import Space
+
+
+class Claiming:
+    """The claims of a :class:`~explore.live.study.LiveStudy` (a mixin of it)."""
+
+    if TYPE_CHECKING:  # what the claims read of the LiveStudy they are a part of
+        clock: Callable[[], float]
+        sleep: Callable[[float], None]
+        driver: str
+        every: float
+        held: dict[str, Any] | None
+        our_ids: set[int]
+        ours: dict[int, Ours]
+        space: Space
+        storage: BaseStorage
+        study_id: int
+        total: int
+        unique: bool
+        view: list[FrozenTrial]
+        work: optuna.Study
+        wstorage: BaseStorage
+
+        def refresh(self, force: bool = False) -> None: ...
+        def counts(self) -> tuple[int, int]: ...
+        def _silence(self, t: FrozenTrial, now: float) -> float: ...
+        def _record(self, record: dict[str, Any], requeued_from: int | None
+                    ) -> dict[str, Any]: ...
+        def _unclaim(self, stored_id: int) -> None: ...
+        def _write(self, write: Callable[[], Any]) -> Any: ...
+
+    def claim(self) -> Claim | None:
+        """A trial of the study this driver may start: one queued in the storage
+        (WAITING, taken over atomically; the oldest first) or a new empty RUNNING one;
+        None while the trials that ended and those running reach the total."""
+        self.refresh(force=True)
+        done, running = self.counts()
+        if done + running >= self.total:
+            return None
+        for t in sorted((t for t in self.view if t.state == TrialState.WAITING),
+                        key=lambda t: t.number):
+            try:
+                taken = self.storage.set_trial_state_values(trial_id(t), TrialState.RUNNING)
+            except (UpdateFinishedTrialError, KeyError):
+                taken = False  # finished or taken meanwhile
+            except Exception as e:
+                raise WriteFailed(_failed(e)) from None
+            if taken:  # ours: no other driver's change from WAITING succeeded
+                # named as ours, as a new claim is: the others judge it by this driver's
+                # heartbeats, not by when it was taken, while its parameters are drawn
+                sid = trial_id(t)
+                self._write(partial(self.storage.set_trial_user_attr, sid, CLAIM_ATTR,
+                                    self.driver))
+                self.our_ids.add(sid)
+                return Claim(sid, t.number, t.system_attrs.get("fixed_params"),
+                             t.user_attrs.get(REQUEUED_FROM))
+        template = optuna.trial.FrozenTrial(
+            number=0, state=TrialState.RUNNING, value=None, values=None,
+            datetime_start=datetime.fromtimestamp(self.clock()), datetime_complete=None, params={},
+            distributions={}, user_attrs={CLAIM_ATTR: self.driver}, system_attrs={},
+            intermediate_values={}, trial_id=0)
+        sid = self._write(lambda: self.storage.create_new_trial(self.study_id,
+                                                                template_trial=template))
+        self.our_ids.add(sid)  # never failed as stale by this driver, nor waited for
+        return Claim(sid, self._write(lambda: self.storage.get_trial_number_from_id(sid)))
+
+    def ask(self, claim: Claim, suggest: Callable[[Trial], Any]) -> Trial | None:
+        """The working copy's trial for ``claim``, its parameters drawn by ``suggest``
+        (given the fixed ones of a queued trial) and written to the claimed trial with
+        this driver's record.  First the claim is checked against the trials claimed
+        before it (by their numbers in the storage): if those reach the study's total,
+        or (grid search) one has the same parameters, the stored trial goes back to
+        the queue, empty, and None is returned (a grid point taken is drawn again)."""
+        fixed = claim.fixed
+        if not fixed and self.held:  # a point this driver drew and lost to the total
+            fixed, self.held = self.held, None
+        for attempt in range(8):
+            trial = self._ask_work(fixed, claim.number, attempt)
+            params = suggest(trial)
+            frozen = self.wstorage.get_trial(trial_id(trial))
+            lost = self._lost(claim.number, params)
+            if lost is None and not claim.fixed and not self.unique and attempt < 7 and \
+                    self._same_point(claim.number, params, fresh=False) is not None:
+                # another trial of the study holds these parameters already (a small
+                # space of choices): drawn again, with other randomness
+                self.work.tell(trial, state=TrialState.FAIL)
+                continue
+            if lost is None:
+                break
+            self.work.tell(trial, state=TrialState.FAIL)  # never stored: the sampler skips it
+            if lost == "total":  # the same point is drawn again at the next claim
+                self.held = dict(self.wstorage.get_trial(trial_id(trial)).params)
+                break
+            # Taken by another driver.  This copy's grid sampler counts the points it
+            # gave up as visited, so near the end it may see the grid exhausted while the
+            # study still lacks a point: take one that no written trial holds.
+            if claim.fixed:  # a queued repeat whose point ran meanwhile: not again
+                break
+            free = self._free_point(claim.number)
+            if free is not None:
+                fixed = free
+                continue
+            if fixed:
+                break
+        if lost is not None:
+            self.our_ids.discard(claim.stored_id)
+            if lost == "duplicate" and claim.fixed:
+                self._give_up(claim, "its grid point ran meanwhile as another trial")
+            else:
+                self._write(lambda: self._unclaim(claim.stored_id))
+            return None
+        record = self._record({}, claim.requeued_from)
+        sid = claim.stored_id
+
+        def write() -> None:  # the record last: others mirror a trial once it is there
+            for name, value in frozen.params.items():
+                dist = frozen.distributions[name]
+                self.storage.set_trial_param(sid, name, dist.to_internal_repr(value), dist)
+            for key, value in frozen.system_attrs.items():  # a grid point's id, say
+                self.storage.set_trial_system_attr(sid, key, value)
+            self.storage.set_trial_user_attr(sid, PARAMS_ATTR, params)
+            self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+
+        self._write(write)
+        other = self._same_point(claim.number, params) if self.unique else None
+        if other is not None:
+            # Written at the same moment as another claim of the point, which the check
+            # above could not see: a claim taken from the queue has an early number, so
+            # claims after it did not wait for it, nor it for them.  Both writes are in
+            # now; each side that sees the other gives way (both may: the point is then
+            # drawn again once the grid looks exhausted, see _free_point).
+            self.work.tell(trial, state=TrialState.FAIL)
+            self.our_ids.discard(sid)
+            self._give_up(claim, f"its grid point was claimed at the same time by trial "
+                          f"{other}", record)
+            return None
+        self.our_ids.add(sid)
+        self.ours[trial_id(trial)] = Ours(sid, claim.number, claim.requeued_from,
+                                          params=set(frozen.params))
+        return trial
+
+    def _same_point(self, number: int, params: dict[str, Any], fresh: bool = True
+                    ) -> int | None:
+        """The number of another trial that holds ``params`` (running with its record
+        written, or counted), read afresh (or as last read, without ``fresh``); None if
+        there is none."""
+        if fresh:
+            self.refresh(force=True)
+        return next((t.number for t in self.view if t.number != number
+                     and t.user_attrs.get(PARAMS_ATTR) == params
+                     and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
+                          or counted(t))), None)
+
+    def _give_up(self, claim: Claim, why: str,
+                 record: dict[str, Any] | None = None) -> None:
+        """End ``claim`` as a failure that does not count towards the total."""
+        full = {**(record or self._record({}, claim.requeued_from)),
+                "fail_reason": why, "retried": True}
+
+        def write() -> None:
+            self.storage.set_trial_user_attr(claim.stored_id, RECORD_ATTR, full)
+            self.storage.set_trial_state_values(claim.stored_id, TrialState.FAIL)
+
+        self._write(write)
+
+    def _free_point(self, number: int) -> dict[str, Any] | None:
+        """A grid point that no trial of the study holds (running with its parameters
+        written, or counted), the first in the grid's order; None if there is none or the
+        sampler is not a grid."""
+        points = grid_points(self.work.sampler)
+        if not points:
+            return None
+        taken = [t.params for t in self.view if t.number != number and (
+            counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs))]
+        # a queued repeat holds its point: it runs once a driver takes it
+        taken += [t.system_attrs["fixed_params"] for t in self.view
+                  if t.state == TrialState.WAITING and t.system_attrs.get("fixed_params")]
+        return next((p for p in points if p not in taken), None)
+
+    def _ask_work(self, fixed: dict[str, Any] | None, number: int, attempt: int = 0
+                  ) -> Trial:
+        """A working-copy trial, with ``fixed`` parameters where a queued trial has
+        them; parameters the sampler cannot take (a grid point of another space: the
+        space changed between runs) are dropped, and the trial is drawn afresh.  Its
+        sampler's randomness is the stored trial ``number``'s (:func:`make_sampler`):
+        no two trials of the study share it, whichever driver or run draws them."""
+        if not self.unique:  # a grid keeps one sampler: its points are made distinct
+            # across drivers by the claims (_lost, _free_point), not by randomness
+            self.work.sampler = make_sampler(self.space, number, attempt)
+        if not fixed:
+            return self.work.ask()
+        self.work.enqueue_trial(fixed, skip_if_exists=False)
+        try:
+            return self.work.ask()
+        except ValueError:
+            return self.work.ask()
+
+    def _lost(self, number: int, params: dict[str, Any]) -> str | None:
+        """Why claim ``number`` must give way, or None: "total" if the trials claimed
+        before it that ended or run reach the study's total, "duplicate" if (grid
+        search) one of them has the same ``params``.  Waits (30 s at most) for the
+        parameters of claims before it that are being written."""
+        # A claim's parameters may wait behind other writers (SQLite takes one at a
+        # time); one whose driver went quiet is not waited for (it turns stale).
+        deadline = self.clock() + 30.0
+        while True:
+            self.refresh(force=True)
+            before = [t for t in self.view if t.number < number]
+            now = self.clock()
+            if now > deadline or not any(
+                    t.state == TrialState.RUNNING and RECORD_ATTR not in t.user_attrs
+                    and trial_id(t) not in self.our_ids
+                    and self._silence(t, now) <= 3 * self.every for t in before):
+                break
+            self.sleep(0.01)
+        if sum(counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
+               for t in before) >= self.total:
+            return "total"
+        # Any trial whose parameters are written, later numbers too: a claim taken from
+        # the queue has an early number but was not waited for by later ones.
+        # (By the parameters as the trial's own user attribute: SQLite reads a trial's
+        # parameters and its attributes in separate statements, so a read between a
+        # writer's two may see its record with parameters missing.)
+        if self.unique and any(
+                t.user_attrs.get(PARAMS_ATTR) == params and t.number != number
+                and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
+                     or counted(t)) for t in self.view):
+            return "duplicate"
+        return None

@@ -1,0 +1,356 @@
+"""One driver's view of a shared study: :class:`LiveStudy`, the facade of the study
+side (the package's docstring says how drivers cooperate)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from explore.live import timing
+from explore.live.claims import Claiming
+from explore.live.names import (
+    CLAIM_ATTR,
+    FLAT,
+    GRACE,
+    HEARTBEAT_EVERY,
+    HEARTBEAT_PREFIX,
+    REFRESH_EVERY,
+    REQUEUED_FROM,
+    STORAGE_TIME_PREFIX,
+    Ours,
+    WriteFailed,
+    counted,
+    driver_host_pid,
+    driver_name,
+)
+from explore.live.timing import StorageTime, _Timed
+from explore.live.writer import _failed, _Writer
+from explore.optuna_adapter import storage_of, study_id, trial_id
+from explore.procmem import alive as process_alive
+from explore.space import Space
+from explore.study import RECORD_ATTR, Keep, make_pruner, make_sampler
+
+
+class LiveStudy(Claiming):
+    """The stored study ``stored`` shared with any other drivers, and the working copy
+    :attr:`work` that this driver's sampler and pruner consult.  ``total``: the study's
+    ``budget.trials``; ``grace``: seconds without a heartbeat after which another
+    driver's running trials are stale.
+
+    What the driver reads of the world can be given, for a deterministic simulation of
+    several drivers (:mod:`explore.live.simulation`); the defaults are the real ones.
+    ``clock``: the time now, in seconds since the epoch (when to read again,
+    heartbeats, silences, the start a claim is stamped with); ``sleep``: how the driver waits for a
+    claim before its own to be written; ``alive``: whether a process of this host
+    lives; ``driver``: this driver's name (:func:`driver_name`; the host and pid it
+    names are the record's); ``inline``: every write done at once on the caller's
+    thread rather than by a writer thread, the heartbeat when one is due
+    (:meth:`_Writer.tick`)."""
+
+    def __init__(self, stored: optuna.Study, space: Space, *, total: int, device: str,
+                 grace: float = GRACE, worker_record: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 alive: Callable[[int], bool] = process_alive, driver: str | None = None,
+                 inline: bool = False) -> None:
+        self.stored, self.total, self.grace, self.device = stored, total, grace, device
+        self.clock, self.sleep, self.alive = clock, sleep, alive
+        self.space = space
+        self.every = min(HEARTBEAT_EVERY, grace / 4)  # seconds between heartbeats
+        # Every storage call of this driver goes through `storage`, timed and counted.
+        self.storage_time = StorageTime()
+        self.raw_storage = storage_of(stored)
+        self.storage = cast(BaseStorage, _Timed(self.raw_storage, self.storage_time))
+        self.study_id = study_id(stored)
+        # The stored study's name: Hyperband assigns a trial to a bracket by a hash of
+        # the study's name and the trial's number, and an unnamed study gets a random one.
+        self.work = optuna.create_study(study_name=stored.study_name,
+                                        directions=list(stored.directions),
+                                        sampler=make_sampler(space), pruner=make_pruner(space))
+        self.wstorage = storage_of(self.work)
+        self.driver = driver_name() if driver is None else driver
+        host, pid = driver_host_pid(driver)
+        self.host, self.pid = (socket.gethostname(), os.getpid()) if host is None or pid is None \
+            else (host, pid)
+        self.ours: dict[int, Ours] = {}  # working-copy trial id -> stored
+        self.our_ids: set[int] = set()  # stored ids of our trials
+        # stored id -> (work id; state, intermediate values and parameters mirrored)
+        self.mirrored: dict[int, tuple[int, TrialState, int, int]] = {}
+        self.view: list[FrozenTrial] = []
+        self.beats: dict[str, float] = {}
+        self.read_at = self.beats_at = 0.0
+        # grid search runs each point once, across drivers (explore.live._lost)
+        self.unique = space.sampler.name == "grid"
+        self.held: dict[str, Any] | None = None  # a point drawn and lost to the total
+        self.writer = _Writer(self, inline)
+        self.refresh(force=True)
+
+    # -- reading ---------------------------------------------------------------------------
+    def refresh(self, force: bool = False) -> None:
+        """Read what changed in the storage (if :data:`REFRESH_EVERY` has passed, or
+        ``force``), mirror the other drivers' trials into the working copy, and fail
+        the trials of drivers silent for longer than ``grace``."""
+        now = self.clock()
+        if not force and now - self.read_at < REFRESH_EVERY:
+            return
+        self.check()
+        self.read_at = now
+        try:
+            self.view = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        except Exception as e:  # a server gone, a corrupt file: said as such
+            raise WriteFailed(_failed(e)) from None
+        for t in self.view:
+            if trial_id(t) not in self.our_ids:
+                self._mirror(t)
+        if now - self.beats_at >= self.every or force:
+            self.beats_at = now
+            try:
+                attrs = self.storage.get_study_system_attrs(self.study_id)
+            except Exception as e:
+                raise WriteFailed(_failed(e)) from None
+            self.beats = {k[len(HEARTBEAT_PREFIX):]: float(v) for k, v in attrs.items()
+                          if k.startswith(HEARTBEAT_PREFIX)}
+            for t in self.view:
+                if t.state == TrialState.RUNNING and trial_id(t) not in self.our_ids and \
+                        self._silence(t, now) > self.grace:
+                    self._fail_stale(t, now)
+
+    def _silence(self, t: FrozenTrial, now: float) -> float:
+        """Seconds since the driver of another's running trial was last heard from
+        (infinite for a driver of this host whose process is gone: no need to wait)."""
+        record = t.user_attrs.get(RECORD_ATTR, {})
+        driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR)
+        # by its record, or by its claim's name when the record is not written yet (a
+        # driver killed between the two is gone as surely)
+        host, pid = (record.get("host"), record.get("pid")) if "pid" in record \
+            else driver_host_pid(driver)
+        if host == self.host and isinstance(pid, int) and not self.alive(pid):
+            return float("inf")
+        beat = self.beats.get(driver) if driver else None
+        if beat is None:  # never beat (killed at once), or not one of ours: its start
+            start = t.datetime_start
+            beat = start.timestamp() if start is not None else now
+        return now - beat
+
+    def _mirror(self, t: FrozenTrial) -> None:
+        """Another driver's trial into the working copy, or its news."""
+        if t.state == TrialState.WAITING:
+            return
+        known = self.mirrored.get(trial_id(t))
+        if known is None:
+            if t.state == TrialState.RUNNING and RECORD_ATTR not in t.user_attrs:
+                return  # its parameters are being written: mirrored at the next read
+            template = optuna.trial.FrozenTrial(
+                number=0, state=t.state, value=None, values=t.values,
+                datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
+                params=t.params, distributions=t.distributions, user_attrs=t.user_attrs,
+                system_attrs={k: v for k, v in t.system_attrs.items() if k != "fixed_params"},
+                intermediate_values=dict(t.intermediate_values), trial_id=0)
+            wid = self.wstorage.create_new_trial(study_id(self.work), template_trial=template)
+            self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values),
+                                          len(t.params))
+            return
+        wid, state, steps, n_params = known
+        if (state, steps, n_params) == (t.state, len(t.intermediate_values), len(t.params)):
+            return
+        if state == TrialState.RUNNING:
+            # a read may have caught its parameters half written (SQLite reads them
+            # apart from its attributes): the rest arrive while it runs
+            have = self.wstorage.get_trial(wid).params
+            for name, value in t.params.items():
+                if name not in have:
+                    dist = t.distributions[name]
+                    self.wstorage.set_trial_param(wid, name, dist.to_internal_repr(value), dist)
+            for step, v in t.intermediate_values.items():
+                self.wstorage.set_trial_intermediate_value(wid, step, v)
+            if t.state.is_finished():
+                self.wstorage.set_trial_state_values(wid, t.state, t.values)
+        self.mirrored[trial_id(t)] = (wid, t.state, len(t.intermediate_values), len(t.params))
+
+    def counts(self) -> tuple[int, int]:
+        """(trials counted towards the total, trials running), study-wide, as last read."""
+        done = sum(counted(t) for t in self.view)
+        return done, sum(t.state == TrialState.RUNNING for t in self.view)
+
+    def unclaimed(self) -> int:
+        """Trials of the total that no one has claimed yet, as last read."""
+        done, running = self.counts()
+        return max(0, self.total - done - running)
+
+    def settled(self) -> bool:
+        """Whether this driver, holding no trial, may end: the study has its total, or
+        will have it from trials that live drivers run (a trial whose driver has gone
+        quiet is waited for until it ends or turns stale, so it is re-run here)."""
+        self.refresh(force=True)  # an end decided on a stale view could leave trials queued
+        done, running = self.counts()
+        if done >= self.total:
+            return True
+        now = self.clock()
+        quiet = any(t.state == TrialState.RUNNING and trial_id(t) not in self.our_ids
+                    and self._silence(t, now) > 3 * self.every for t in self.view)
+        return not quiet and done + running >= self.total and \
+            not any(t.state == TrialState.WAITING for t in self.view)
+
+    def stored_number(self, trial: Trial) -> int:
+        """``trial``'s number in the storage (the one users see)."""
+        return self.ours[trial_id(trial)].number
+
+    def requeued(self, trial: Trial) -> bool:
+        """Whether ``trial`` repeats one that failed when its process died."""
+        return self.ours[trial_id(trial)].requeued_from is not None
+
+    # -- writing (on the writer thread, in order) -------------------------------------------
+    def record(self, trial: Trial, record: dict[str, Any]) -> None:
+        """Write the trial's record (one user attribute), and the numbers of it a
+        dashboard sorts and plots by as user attributes of their own (:data:`FLAT`):
+        optuna-dashboard shows a dict as one line of JSON, cut at 1,024 characters."""
+        ours = self.ours[trial_id(trial)]
+        sid, full = ours.stored_id, self._record(record, ours.requeued_from)
+        flat = {name: full[k] for k, name in FLAT.items() if isinstance(full.get(k), int)}
+
+        def write() -> None:
+            self.storage.set_trial_user_attr(sid, RECORD_ATTR, full)
+            for k, v in flat.items():
+                self.storage.set_trial_user_attr(sid, k, v)
+
+        self.writer.put(write)
+
+    def new_params(self, trial: Trial) -> None:
+        """Write the parameters ``trial`` was given since it was claimed (a model
+        builder asks for its own while the trial is compiled)."""
+        ours = self.ours[trial_id(trial)]
+        frozen = self.wstorage.get_trial(trial_id(trial))
+        new = {k: (v, frozen.distributions[k]) for k, v in frozen.params.items()
+               if k not in ours.params}
+        if not new:
+            return
+        ours.params.update(new)
+        sid = ours.stored_id
+
+        def write() -> None:
+            for name, (value, dist) in new.items():
+                self.storage.set_trial_param(sid, name, dist.to_internal_repr(value), dist)
+
+        self.writer.put(write)
+
+    def report(self, trial: Trial, step: int, value: float) -> None:
+        """Write an intermediate value (a dashboard shows it while the trial runs)."""
+        ours = self.ours[trial_id(trial)]
+        ours.reported.add(step)
+        sid = ours.stored_id
+        self.writer.put(lambda: self.storage.set_trial_intermediate_value(sid, step, value))
+
+    def finish(self, trial: Trial, values: Any = None, state: TrialState | None = None,
+               keep: Keep | None = None, retry: bool = False) -> None:
+        """Tell the working copy, then write the result: the trial's user attributes,
+        its remaining intermediate values and its state.  ``retry``: it failed because
+        its process died or was interrupted; a new trial with its parameters is
+        queued (once, unless it was interrupted: then always)."""
+        self.new_params(trial)
+        self.work.tell(trial, values, state=state)
+        frozen = self.wstorage.get_trial(trial_id(trial))
+        ours = self.ours.pop(trial_id(trial))
+
+        def write() -> None:
+            t0 = timing._clock()
+            t = keep.before(frozen) if keep is not None else frozen
+            self.storage_time.keep_seconds += timing._clock() - t0
+            for k, v in t.user_attrs.items():
+                if k == RECORD_ATTR:
+                    v = self._record({**v, "retried": True} if retry else v,
+                                     ours.requeued_from)
+                self.storage.set_trial_user_attr(ours.stored_id, k, v)
+            for step, v in t.intermediate_values.items():
+                if step not in ours.reported:
+                    self.storage.set_trial_intermediate_value(ours.stored_id, step, v)
+            self.storage.set_trial_state_values(ours.stored_id, t.state, t.values)
+            if retry:
+                self._requeue(frozen.params, ours.number)
+            if keep is not None:
+                t0 = timing._clock()
+                keep.after(ours.number)
+                self.storage_time.keep_seconds += timing._clock() - t0
+
+        self.writer.put(write)
+
+    def _record(self, record: dict[str, Any], requeued_from: int | None) -> dict[str, Any]:
+        """A trial's record as stored: who runs it (driver, host, pid, device) first,
+        and the trial it repeats, if any."""
+        full = {"driver": self.driver, "host": self.host, "pid": self.pid,
+                "device": self.device, **record}
+        if requeued_from is not None:
+            full[REQUEUED_FROM] = requeued_from
+        return full
+
+    def _unclaim(self, stored_id: int) -> None:
+        """Give a claimed trial back to the queue, its claimant's name cleared first: a
+        driver that takes it later is not this one, and a claim whose named driver is
+        gone is stale at once (:meth:`_silence`)."""
+        self.storage.set_trial_user_attr(stored_id, CLAIM_ATTR, "")
+        self.storage.set_trial_state_values(stored_id, TrialState.WAITING)
+
+    def _requeue(self, params: dict[str, Any], number: int) -> None:
+        # what Study.enqueue_trial writes, through this driver's (timed) storage
+        self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
+            state=TrialState.WAITING, system_attrs={"fixed_params": params},
+            user_attrs={REQUEUED_FROM: number}))
+
+    def _fail_stale(self, t: FrozenTrial, now: float) -> None:
+        """Fail another driver's trial whose driver went silent; re-queue it once."""
+        record = dict(t.user_attrs.get(RECORD_ATTR, {}))
+        again = REQUEUED_FROM not in record and REQUEUED_FROM not in t.user_attrs
+        # its parameters are whole once its record is there (written last); a trial
+        # killed before that is queued again as an empty slot
+        params = dict(t.params) if RECORD_ATTR in t.user_attrs else {}
+        silent = self._silence(t, now)
+        driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR) or "(unknown)"
+        why = f"its driver {driver} " + (
+            "has exited" if silent == float("inf") else
+            f"sent no heartbeat for {silent:.0f} s (grace {self.grace:.0f} s)")
+        record.update(fail_reason=f"stale: {why}", retried=again, failed_by=self.driver)
+        try:
+            self.storage.set_trial_user_attr(trial_id(t), RECORD_ATTR, record)
+            if not self.storage.set_trial_state_values(trial_id(t), TrialState.FAIL):
+                return
+        except (UpdateFinishedTrialError, RuntimeError):
+            return  # finished meanwhile, or another driver failed it first
+        if again:
+            self._requeue(params, t.number)
+
+    def _write(self, write: Callable[[], Any]) -> Any:
+        """A write on this thread, its failure a :class:`WriteFailed`."""
+        try:
+            return write()
+        except Exception as e:
+            raise WriteFailed(_failed(e)) from None
+
+    def check(self) -> None:
+        """Raise :class:`WriteFailed` if a write failed."""
+        if self.writer.error is not None:
+            raise WriteFailed(self.writer.error)
+
+    def flush(self) -> None:
+        """Wait for every write so far; raise :class:`WriteFailed` if one failed."""
+        self.writer.flush()
+        self.check()
+
+    def close(self) -> None:
+        """Store this driver's :attr:`storage_time` in the study (the writer's last
+        write, itself not counted), wait for every write; raise :class:`WriteFailed` if
+        one failed."""
+        if self.writer.running():
+            self.writer.put(self._store_storage_time)
+        self.writer.close()
+        self.check()
+
+    def _store_storage_time(self) -> None:
+        self.raw_storage.set_study_system_attr(
+            self.study_id, STORAGE_TIME_PREFIX + self.driver, self.storage_time.as_dict())
