@@ -26,13 +26,7 @@ from explore.datasets import Dataset
 from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
 from explore.procmem import children, pss
-from explore.scheduler.admission import (
-    admitted_heap,
-    arena_size,
-    headroom,
-    smallest_heap,
-    too_small,
-)
+from explore.scheduler import admission
 from explore.scheduler.commands import (
     Command,
     Event,
@@ -159,10 +153,6 @@ class Scheduler:
     def workers(self) -> dict[int, Worker]:
         return self.core.workers
 
-    @workers.setter
-    def workers(self, value: dict[int, Worker]) -> None:
-        self.core.workers = value
-
     @property
     def waiting(self) -> list[Pending]:
         return self.core.waiting
@@ -191,7 +181,7 @@ class Scheduler:
         would do; one that holds fewer workers than asked runs with fewer, and says so."""
         s = self.stats
         # first (or by the runner's admission): compiling is part of this process's cost
-        smallest = smallest_heap(self.space) if self.smallest is None else self.smallest
+        smallest = admission.smallest_heap(self.space) if self.smallest is None else self.smallest
         if self.main is not None:
             s.main = self.main
         elif self.device == "cpu":  # on a GPU the host processes hold none of the budget
@@ -205,11 +195,11 @@ class Scheduler:
             self._start_workers(1)
             known = self._measured(key)
         per, ndev = self.per_device, len(self.devices)
-        s.headroom = headroom(per) * ndev
-        n = min(self.n_workers, workers_that_fit(per - headroom(per),
+        s.headroom = admission.headroom(per) * ndev
+        n = min(self.n_workers, workers_that_fit(per - admission.headroom(per),
                                                  self._host_share(known.tracker),
                                                  known.worker,
-                                                 admitted_heap(smallest, self.device)))
+                                                 admission.admitted_heap(smallest, self.device)))
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
         self.n_running = n * ndev
@@ -248,9 +238,9 @@ class Scheduler:
         device's budget leaves beside their overheads, its share of the host's bytes
         and its headroom."""
         per = self.per_device
-        left = per - headroom(per) - self._host_share(self.stats.tracker) - \
+        left = per - admission.headroom(per) - self._host_share(self.stats.tracker) - \
             sum(w.overhead for w in ws)
-        return arena_size(left // len(ws), self.device)
+        return admission.arena_size(left // len(ws), self.device)
 
     def _start_workers(self, count: int) -> None:
         """Start ``count`` more workers (in parallel) and wait until each is ready."""
@@ -275,7 +265,7 @@ class Scheduler:
         return sum(pss(c) for c in children() if c not in workers)
 
     def _too_small(self, smallest: int, known: Measured) -> str:
-        return too_small(budget=self.per_device, devices=len(self.devices),
+        return admission.too_small(budget=self.per_device, devices=len(self.devices),
                          device=self.device, smallest=smallest, known=known,
                          host_share=self._host_share(known.tracker), main=self.stats.main,
                          data=self.stats.data)
@@ -498,10 +488,10 @@ class Scheduler:
         replacement = await_ready(self._spawn(w.index))
         s = self.stats
         # what its device's budget leaves beside the other workers there, as it measures
-        others = self._host_share(s.tracker) + headroom(self.per_device) + \
+        others = self._host_share(s.tracker) + admission.headroom(self.per_device) + \
             sum(x.overhead + x.arena for x in self.workers.values()
                 if x.device == replacement.device)
-        open_arena(replacement, min(w.arena, arena_size(
+        open_arena(replacement, min(w.arena, admission.arena_size(
             self.per_device - others - replacement.overhead, self.device)))
         self.core.add_worker(replacement)
         s.overheads = [x.overhead for x in self.workers.values()]

@@ -7,14 +7,13 @@ the trials the scheduler places in it, each in its own region of the arena (thei
 heaps are packed side by side), and runs them a round at a time, depth first (the
 trial furthest along goes on; the others wait, ready, in their regions).  After each
 round it reports the validation metrics and goes straight on with the same trial:
-the pruner's answer comes back within milliseconds, and a "stop" ends the round it
-interrupts within ``engine.runtime.train.STOP_EVERY`` mini-batches, so the worker never
-idles waiting for it.  A *gated* trial (one the pruner may pause at a rung) instead
-waits for "continue" after each report; "pause" tells it that the trial waits at a
-rung, so the worker starts a trial not yet begun in the meantime.
+the pruner's answer comes back soon, and a "stop" ends the round it interrupts within
+``engine.runtime.train.STOP_EVERY`` mini-batches: the worker never idles waiting for
+it.  A *gated* trial (one the pruner may pause at a rung) instead waits for "continue"
+after each report; "pause" tells it that the trial waits at a rung, so the worker
+starts a trial not yet begun in the meantime.
 
-Messages are the classes of :mod:`explore.scheduler.protocol` (which says what crosses the
-process boundary and how); the scheduler's side is :mod:`explore.scheduler`.
+Messages: :mod:`.protocol`; the scheduler's side: :mod:`.core` and :mod:`.loop`.
 """
 
 from __future__ import annotations
