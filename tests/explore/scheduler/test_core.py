@@ -25,22 +25,21 @@ from explore.scheduler.core import Core
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.policy import PRUNE, Verdict
 from explore.scheduler.protocol import Continue, Done, Pause, Regroup, Report, Stop
-from explore.scheduler.simulated import SimCandidate, SimProgram, SimTrial
+from explore.scheduler.simulated import SimCandidate, SimPolicy, SimProgram, SimTrial
 from explore.scheduler.stacking import Pending
 from explore.scheduler.telemetry import RunStats
 
 ARENA = 10_240
 
 
-class Scripted:
+class Scripted(SimPolicy):
     """A pruner that says what the test says: ``verdicts[(trial, round)]``, and
-    promotes the trials in ``promoted``."""
+    promotes the trials in ``promoted`` (the rest as the simulation's policy)."""
 
     def __init__(self, gated: bool = False, **verdicts: Verdict) -> None:
-        self.gated = gated
+        super().__init__(0, gated)
         self.verdicts = {tuple(map(int, k[1:].split("_"))): v for k, v in verdicts.items()}
         self.promoted: set[int] = set()
-        self.steps: dict[int, int] = {}
 
     def report(self, trial: Any, round: int, measured: dict[str, float],
                heap: int) -> Verdict:
@@ -49,15 +48,6 @@ class Scripted:
 
     def promotable(self, trial: Any, rung: int) -> bool:
         return trial.number in self.promoted
-
-    def last_step(self, trial: Any) -> int | None:
-        return self.steps.get(trial.number)
-
-    def values(self, measured: dict[str, float], heap: int) -> list[float]:
-        return [measured["score"]]
-
-    def best(self, a: float | None, b: float) -> float:
-        return b if a is None else max(a, b)
 
 
 def core_with(policy: Scripted, workers: int = 1, growth: int = 0) -> Core:
