@@ -13,7 +13,7 @@ T=("$F::test_a_driver_killed_mid_run_is_taken_over_on_postgres"
 failed=0
 for i in $(seq 1 "${1:-20}"); do
     s=$SECONDS
-    line=$(python -m pytest -q -n 2 -p no:cacheprovider "${T[@]}" 2>&1 |
+    line=$(python -m pytest -q -n 2 -p no:cacheprovider -m "slow or not slow" "${T[@]}" 2>&1 |
            grep -E "passed|failed|^FAILED" | tr '\n' ' ')
     echo "run $i: $line($((SECONDS - s)) s)"
     case $line in *failed*) failed=$((failed + 1)) ;; esac
