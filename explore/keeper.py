@@ -40,11 +40,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from explore.attrs import ARTIFACTS_ATTR, MODELS_ATTR, RECORD_ATTR
 from explore.procmem import alive
-from explore.study import RECORD_ATTR
-
-MODELS_ATTR = "models"  # study user attribute: the kept models, best first
-ARTIFACTS_ATTR = "artifacts"  # study user attribute: the artifact store's directory
 
 
 def default_artifacts(storage: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
+from explore.attrs import RUNS_ATTR
 from explore.storages import open_storage, release
 from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
 
@@ -124,7 +125,7 @@ def runs(study: optuna.Study) -> pd.DataFrame:
     True
     """
     rows = []
-    for r in study.user_attrs.get("runs", []):
+    for r in study.user_attrs.get(RUNS_ATTR, []):
         rows.append({"budget": r.get("budget"), "peak": r.get("peak"),
                      "measured_peak": r.get("measured_peak"),
                      "packing_efficiency": r.get("packing_efficiency"),

@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.runtime import backends
 from explore import metrics
+from explore.attrs import BUILDER_DIR_ATTR, CHANGES_ATTR, DATA_ATTR, RUNS_ATTR, SPACE_ATTR
 from explore.datasets import DataError
 from explore.datasets.table import from_python
 from explore.folders import directory_problem
@@ -35,15 +36,11 @@ from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
 from explore.scheduler.shared_data import load_shared
 from explore.space import Space, check_study_name, load_space, parse_size, parse_space
-from explore.space_change import CHANGES_ATTR, changes
+from explore.space_change import changes
 from explore.storages import StorageError, explain, sqlite_file
 from explore.storages import check as check_storage
 from explore.study import default_storage, open_study
 from explore.yamlio import SourceError, SpaceError
-
-DATA_ATTR = "data"  # study user attribute: what a model of the study takes and gives
-BUILDER_DIR_ATTR = "builder_dir"  # study user attribute: where its model builder imports
-SPACE_ATTR = "space"  # study user attribute: the space it was run with (JSON)
 
 
 class RunRefused(Exception):
@@ -222,7 +219,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         # name the database cannot hold, a server gone: said as such
         raise RunRefused(f"cannot open study {prep.study_name!r} in {prep.storage}: "
                          f"{explain(e)}") from None
-    new_study = not study.get_trials(deepcopy=False) and "runs" not in study.user_attrs
+    new_study = not study.get_trials(deepcopy=False) and RUNS_ATTR not in study.user_attrs
 
     def refuse(message: str) -> RunRefused:
         """``message``, leaving nothing behind: a study this run created and ran no
@@ -338,5 +335,5 @@ def space_record(space: Any) -> dict[str, Any]:
 def record_run(study: optuna.Study, stats: Any) -> dict[str, Any]:
     """Append the run's record (:meth:`RunStats.record_dict`) to the study's ``runs``."""
     run: dict[str, Any] = stats.record_dict()
-    study.set_user_attr("runs", [*study.user_attrs.get("runs", []), run])
+    study.set_user_attr(RUNS_ATTR, [*study.user_attrs.get(RUNS_ATTR, []), run])
     return run

@@ -28,10 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from explore.attrs import CHANGES_ATTR as CHANGES_ATTR  # named in explore.attrs
+
 SECTIONS = ("model", "training", "dataset", "objectives")
 # settings that do not change what a trial computes
 IGNORED = {"training.eval_batch_size"}
-CHANGES_ATTR = "space_changes"  # study user attribute: the changes runs declared meant
 
 
 @dataclass(frozen=True)

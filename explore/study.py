@@ -23,13 +23,14 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from explore import pruners, samplers
+
+# the trial attributes' names, read through this module by many: explore.attrs names them
+from explore.attrs import PARAMS_ATTR as PARAMS_ATTR
+from explore.attrs import RECORD_ATTR as RECORD_ATTR
 from explore.pruners import PrunerArgs
 from explore.samplers import SamplerArgs
 from explore.space import Space
 from explore.storages import connect
-
-PARAMS_ATTR = "params"  # the full parameters (per-layer lists) of a trial
-RECORD_ATTR = "explore"  # everything a trial records: sizes, placement, times, reasons
 
 
 def default_storage(space_path: str | Path) -> str:

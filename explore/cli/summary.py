@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
+from explore.attrs import RUNS_ATTR
 from explore.cli import console
 
 
@@ -18,7 +19,7 @@ def mb(n: int) -> str:
 
 def last_run(study: Any) -> dict[str, Any] | None:
     """The study's last run with its memory measured, or None."""
-    runs = study.user_attrs.get("runs") or []
+    runs = study.user_attrs.get(RUNS_ATTR) or []
     return runs[-1] if runs and "measured_peak" in runs[-1] else None
 
 

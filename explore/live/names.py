@@ -13,7 +13,15 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from explore.study import PARAMS_ATTR, RECORD_ATTR
+from explore.attrs import (
+    CLAIM_ATTR,
+    FLAT,
+    HEARTBEAT_PREFIX,
+    PARAMS_ATTR,
+    RECORD_ATTR,
+    REQUEUED_FROM,
+    STORAGE_TIME_PREFIX,
+)
 
 __all__ = ["CLAIM_ATTR", "FLAT", "GRACE", "HEARTBEAT_EVERY", "HEARTBEAT_PREFIX",
            "PARAMS_ATTR", "RECORD_ATTR", "REFRESH_EVERY", "REQUEUED_FROM",
@@ -23,17 +31,6 @@ __all__ = ["CLAIM_ATTR", "FLAT", "GRACE", "HEARTBEAT_EVERY", "HEARTBEAT_PREFIX",
 HEARTBEAT_EVERY = 5.0  # seconds between a driver's heartbeats
 REFRESH_EVERY = 2.0  # seconds between reads of the other drivers' trials
 GRACE = 60.0  # default seconds of silence after which a driver's trials are stale
-HEARTBEAT_PREFIX = "explore:heartbeat:"  # a study system attribute per driver
-REQUEUED_FROM = "requeued_from"  # user attribute: the trial a re-queued one repeats
-CLAIM_ATTR = "explore_claim"  # user attribute: the driver that claimed a trial
-STORAGE_TIME_PREFIX = "explore:storage-time:"  # a study system attribute per driver
-
-
-# Numbers of a placed trial's record also stored as user attributes of their own (record
-# key -> attribute): what a dashboard shows of a running trial at a glance, its planned
-# heap bytes first (optuna-dashboard lists attributes by name), batch and placement.
-FLAT = {"total_bytes": "bytes_planned", "batch_size": "batch_size", "worker": "worker",
-        "device_index": "device_index"}
 
 
 class WriteFailed(RuntimeError):
