@@ -266,8 +266,8 @@ class Core:
             return
         w.overhead_now = msg.overhead
         self._release(w, p, regroup=False)  # its stack's members all end together
-        self._emit(Note(p.trial, {"pauses": p.pauses}),
-                   Note(p.trial, {"rounds": msg.rounds, "switches": msg.switches,
+        self._emit(Note(p.trial, {"pauses": p.pauses, "rounds": msg.rounds,
+                                  "switches": msg.switches,
                                   "busy_s": msg.busy_s, "start": msg.started,
                                   "end": msg.ended,
                                   "metrics": {k: v for k, v in msg.metrics.items()

@@ -433,8 +433,3 @@ def simulate(seed: int, core_type: type[Core] = Core) -> Result:
     """Play the schedule of ``seed`` to its end, checking the invariants after every
     step; raises :class:`Violation` with the seed and step where one breaks."""
     return Simulation(seed, core_type).run()
-
-
-def simulate_many(seeds: range, core_type: type[Core] = Core) -> list[Result]:
-    """Every schedule of ``seeds``; the first violation raised as it happens."""
-    return [simulate(s, core_type) for s in seeds]
