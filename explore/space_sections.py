@@ -41,7 +41,7 @@ PrunerName = Annotated[str, BeforeValidator(pruners.PRUNERS.check)]
 FamilyName = Annotated[str, BeforeValidator(families.FAMILIES.check)]
 
 
-class Dataset(Strict):
+class DatasetSection(Strict):
     """The ``dataset:`` section: a registered name, or a file of the user's::
 
         dataset: digits                               # a name: mnist, digits, iris, ...
@@ -64,7 +64,7 @@ class Dataset(Strict):
     scikit-learn tables: ``valid``/``test`` fractions, ``scale``, ``seed``).  Relative
     paths are resolved against the YAML file's folder (:func:`load_space`), or the
     current one for a space given from Python.  What the data says is checked when it
-    is resolved (:attr:`Space.data`)."""
+    is resolved (:attr:`Space.data`, a :class:`~explore.datasets.BaseDataset`)."""
 
     name: DatasetName | None = None
     path: Path | None = None
@@ -113,7 +113,7 @@ class Dataset(Strict):
         return v
 
     @model_validator(mode="after")
-    def _one_source(self) -> Dataset:
+    def _one_source(self) -> DatasetSection:
         sources = [k for k in ("name", "path") if getattr(self, k) is not None]
         if self.x is not None or self.y is not None:
             if self.x is None or self.y is None:
@@ -236,7 +236,7 @@ class Pruner(Strict):
 class Model(Strict):
     family: FamilyName = "mlp"
     # A Python function, "module:function", that builds each trial's model and asks the
-    # trial for its own parameters (explore.model_builders); the other keys then unused.
+    # trial for its own parameters (explore.families.builder); the other keys then unused.
     builder: str | None = None
     _base: Path | None = PrivateAttr(default=None)  # the space's folder: where to import
 

@@ -20,7 +20,7 @@ from explore.datasets._base import (
     DATASETS,
     BaseDataset,
     DataError,
-    Dataset,
+    LoadedData,
     Split,
     compact,
     get,
@@ -37,7 +37,7 @@ from explore.registry import import_plugins
 names = DATASETS.names
 
 
-def load(name: str) -> Dataset:
+def load(name: str) -> LoadedData:
     """The dataset ``name`` (:class:`DataError` listing the available ones if none)."""
     return get(name).load()
 
@@ -45,7 +45,7 @@ def load(name: str) -> Dataset:
 # Any other implementation in this folder registers by being here.
 import_plugins(__name__, __path__)
 
-__all__ = ["DATASETS", "BaseDataset", "BundledTable", "DataError", "Dataset", "Digits", "Mnist",
-           "Preprocess", "Split", "TableDataset", "compact", "from_file", "from_python", "get",
-           "load", "load_digits", "load_mnist", "mnist_path", "names", "quantize",
+__all__ = ["DATASETS", "BaseDataset", "BundledTable", "DataError", "Digits", "LoadedData",
+           "Mnist", "Preprocess", "Split", "TableDataset", "compact", "from_file", "from_python",
+           "get", "load", "load_digits", "load_mnist", "mnist_path", "names", "quantize",
            "read_mnist_pickle", "register", "resolve", "sklearn_file"]

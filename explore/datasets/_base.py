@@ -2,9 +2,11 @@
 
 A dataset plugin subclasses :class:`BaseDataset`, states what is known without
 loading it (features, classes, image shape, validation size, pixel scale) and loads
-the arrays.  Loaded data sets cross process boundaries only as the scheduler's shared
-arrays (:mod:`explore.scheduler.shared_arrays`), never pickled whole; ``load`` is
-called once per run, in the scheduler's process, and may cache per process.
+the arrays as a :class:`LoadedData`.  Loaded data cross process boundaries only as the
+scheduler's shared arrays (:mod:`explore.scheduler.shared_arrays`), never pickled whole;
+``load`` is called once per run, in the scheduler's process, and may cache per process.
+(The search space's ``dataset:`` section, which names one, is
+:class:`explore.space.DatasetSection`.)
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ class Split:
 
 
 @dataclass(frozen=True)
-class Dataset:
+class LoadedData:
+    """A data set's arrays once loaded (:meth:`BaseDataset.load`, ``load_compact``): its
+    train, valid and test :class:`Split`, and what the model needs to know of them."""
+
     name: str
     train: Split
     valid: Split
@@ -64,10 +69,11 @@ def plain_empty(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 class BaseDataset(ABC):
-    """A data set.  The attributes are known without loading its arrays: the scheduler
-    and ``explore size`` compile candidates from them alone.  A built-in one states them
-    as class attributes; a file's (:class:`~explore.datasets.table.TableDataset`) knows
-    them once it has read the file, as instance attributes."""
+    """A data set, which :meth:`load` loads as a :class:`LoadedData`.  The attributes are
+    known without loading its arrays: the scheduler and ``explore size`` compile
+    candidates from them alone.  A built-in one states them as class attributes; a
+    file's (:class:`~explore.datasets.table.TableDataset`) knows them once it has read
+    the file, as instance attributes."""
 
     features: int  # input values per sample (after one-hot encoding, for tables)
     classes: int  # classes of a classification; 0 for a regression
@@ -93,11 +99,11 @@ class BaseDataset(ABC):
         return 1 if self.task == "regression" else self.classes
 
     @abstractmethod
-    def load(self) -> Dataset:
+    def load(self) -> LoadedData:
         """The arrays (raises :class:`DataError` when they cannot be had)."""
 
     def load_compact(self, train: int | None = None, valid: int | None = None,
-                     empty: Empty = plain_empty) -> Dataset:
+                     empty: Empty = plain_empty) -> LoadedData:
         """What a run trains on: the first ``train`` and ``valid`` rows (None: all), no
         test rows, images as exact uint8 pixels when ``pixel_scale`` is set, each array
         made by ``empty(name, shape, dtype)`` (names ``x_train``, ``y_train``,
@@ -120,8 +126,8 @@ class BaseDataset(ABC):
                         key=next(iter(given)))
 
 
-def compact(data: Dataset, train: int | None, valid: int | None, scale: float | None,
-            empty: Empty = plain_empty) -> Dataset:
+def compact(data: LoadedData, train: int | None, valid: int | None, scale: float | None,
+            empty: Empty = plain_empty) -> LoadedData:
     """The first ``train`` and ``valid`` rows of ``data`` (None: all) copied into arrays
     made by ``empty`` (see :meth:`BaseDataset.load_compact`), images as exact uint8
     pixels of ``scale`` when one is given (and they are not uint8 already)."""
@@ -135,7 +141,7 @@ def compact(data: Dataset, train: int | None, valid: int | None, scale: float | 
         y[...] = s.y
         out.append(Split(x, y))
     none = Split(out[0].x[:0], out[0].y[:0])
-    return Dataset(data.name, out[0], out[1], none, data.classes, data.task, data.target_scale)
+    return LoadedData(data.name, out[0], out[1], none, data.classes, data.task, data.target_scale)
 
 
 DATASETS: Registry[BaseDataset] = Registry("dataset", error=DataError)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explore.datasets._base import BaseDataset, Dataset, Split, register
+from explore.datasets._base import BaseDataset, LoadedData, Split, register
 from explore.datasets.errors import DataError
 
 
@@ -25,7 +25,7 @@ def digits_file() -> Path:
     return path
 
 
-def load_digits(seed: int = 0) -> Dataset:
+def load_digits(seed: int = 0) -> LoadedData:
     """scikit-learn's 8x8 digits (1,797 images), split 60/20/20, scaled to [0, 1]."""
     table = np.loadtxt(digits_file(), delimiter=",", ndmin=2)
     if table.shape != (1797, 65):
@@ -36,7 +36,7 @@ def load_digits(seed: int = 0) -> Dataset:
     order = np.random.default_rng(seed).permutation(len(y))
     x, y = x[order], y[order]
     a, b = int(0.6 * len(y)), int(0.8 * len(y))
-    return Dataset("digits", Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]), 10)
+    return LoadedData("digits", Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]), 10)
 
 
 @register("digits")
@@ -44,5 +44,5 @@ class Digits(BaseDataset):
     features, classes, image, valid = 64, 10, (1, 8, 8), 359
     pixel_scale = 1 / 16  # the pixels are k/16
 
-    def load(self) -> Dataset:
+    def load(self) -> LoadedData:
         return load_digits()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explore.datasets._base import BaseDataset, Dataset, Empty, Split, plain_empty, register
+from explore.datasets._base import BaseDataset, Empty, LoadedData, Split, plain_empty, register
 from explore.datasets._pickle_arrays import CHUNK_BYTES, Reader, load_arrays
 from explore.datasets.errors import DataError
 from explore.datasets.quantize import quantize
@@ -41,7 +41,7 @@ def mnist_path() -> Path:
 
 def read_mnist_pickle(path: Path, sha256: str = MNIST_SHA256,
                       rows: tuple[int | None, int | None, int | None] = (None, None, None),
-                      scale: float | None = None, empty: Empty = plain_empty) -> Dataset:
+                      scale: float | None = None, empty: Empty = plain_empty) -> LoadedData:
     """The (train, valid, test) splits of an MNIST pickle, checked against its SHA-256
     first.  ``rows`` keeps the first n images of each split (None: all); with ``scale``
     the images are kept as exact uint8 pixels of that scale (:func:`quantize`), read and
@@ -80,7 +80,7 @@ def read_mnist_pickle(path: Path, sha256: str = MNIST_SHA256,
         labels = empty(f"y_{name}", (len(x),), np.int64)
         labels[...] = y[:len(x)]
         out.append(Split(x, labels))
-    return Dataset("mnist", out[0], out[1], out[2], 10)
+    return LoadedData("mnist", out[0], out[1], out[2], 10)
 
 
 def _read_rows(f: Reader, shape: tuple[int, ...], out: np.ndarray, scale: float | None,
@@ -100,10 +100,10 @@ def _read_rows(f: Reader, shape: tuple[int, ...], out: np.ndarray, scale: float 
             out[start:start + m] = quantize(buf[:m], scale) if scale else buf[:m]
 
 
-_CACHE: dict[str, Dataset] = {}
+_CACHE: dict[str, LoadedData] = {}
 
 
-def load_mnist() -> Dataset:
+def load_mnist() -> LoadedData:
     """The real MNIST: 50,000 train, 10,000 validation, 10,000 test images, float32 in
     [0, 1] with 784 features, int64 labels.  Cached per process."""
     if "mnist" not in _CACHE:
@@ -116,11 +116,11 @@ class Mnist(BaseDataset):
     features, classes, image, valid = 784, 10, (1, 28, 28), 10_000
     pixel_scale = 1 / 256  # the pickle holds k/256
 
-    def load(self) -> Dataset:
+    def load(self) -> LoadedData:
         return load_mnist()
 
     def load_compact(self, train: int | None = None, valid: int | None = None,
-                     empty: Empty = plain_empty) -> Dataset:
+                     empty: Empty = plain_empty) -> LoadedData:
         """Only the rows asked for, as uint8, streamed: no float32 copy of MNIST."""
         return read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=self.pixel_scale,
                                  empty=empty)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from explore.datasets._base import BaseDataset, Dataset, Empty, plain_empty, register
+from explore.datasets._base import BaseDataset, Empty, LoadedData, plain_empty, register
 from explore.datasets.errors import DataError
 from explore.datasets.source import Source
 from explore.datasets.table import TableDataset
@@ -83,11 +83,11 @@ class BundledTable(BaseDataset):
             self._default = ds
         return ds
 
-    def load(self) -> Dataset:
+    def load(self) -> LoadedData:
         return self.configure().load()
 
     def load_compact(self, train: int | None = None, valid: int | None = None,
-                     empty: Empty = plain_empty) -> Dataset:
+                     empty: Empty = plain_empty) -> LoadedData:
         return self.configure().load_compact(train, valid, empty)
 
 

@@ -41,8 +41,8 @@ import numpy as np
 from explore.datasets._base import (
     TASKS,
     BaseDataset,
-    Dataset,
     Empty,
+    LoadedData,
     Split,
     get,
     plain_empty,
@@ -77,7 +77,7 @@ __all__ = ["DataSection", "Preprocess", "TableDataset", "from_file", "from_pytho
 
 class DataSection(Protocol):
     """What :func:`resolve` reads: the search space's ``dataset:`` section
-    (:class:`explore.space.Dataset`)."""
+    (:class:`explore.space.DatasetSection`)."""
 
     @property
     def name(self) -> str | None: ...
@@ -292,17 +292,17 @@ class TableDataset(BaseDataset):
                 raise DataError(f"{s.where} changed since it was read")
             yield name, s, rng.permutation(s.n) if rows is None else rows
 
-    def load(self) -> Dataset:
+    def load(self) -> LoadedData:
         """Every split, float32 features (uint8 pixels converted back to float32)."""
         data = self.load_compact(None, None, plain_empty, test=True)
         if self.pixel_scale is None:
             return data
         tr, va, te = (Split(s.x.astype(np.float32) * np.float32(self.pixel_scale), s.y)
                       for s in (data.train, data.valid, data.test))
-        return Dataset(self.name, tr, va, te, self.classes, self.task, self.target_scale)
+        return LoadedData(self.name, tr, va, te, self.classes, self.task, self.target_scale)
 
     def load_compact(self, train: int | None = None, valid: int | None = None,
-                     empty: Empty = plain_empty, test: bool = False) -> Dataset:
+                     empty: Empty = plain_empty, test: bool = False) -> LoadedData:
         """The first ``train`` and ``valid`` rows of those splits (None: all; the test
         split only with ``test``), transformed a chunk of rows at a time straight into
         arrays made by ``empty`` (``x_train``, ``y_train``, ...): float32 features, or
@@ -321,8 +321,8 @@ class TableDataset(BaseDataset):
                      else np.int64)
             y[...] = self._encode_target(self._target(s)[rows])
             out[name] = Split(x, y)
-        return Dataset(self.name, out["train"], out["valid"], out["test"], self.classes,
-                       self.task, self.target_scale)
+        return LoadedData(self.name, out["train"], out["valid"], out["test"], self.classes,
+                          self.task, self.target_scale)
 
     def _write(self, s: Source, rows: np.ndarray, out: np.ndarray) -> None:
         assert self.preprocess is not None
@@ -455,7 +455,7 @@ def resolve(section: DataSection) -> BaseDataset:
                             f"takes no {refused[0]} (only row counts: train, valid)",
                             key=refused[0])
         return ds.configure(**{k: options[k] for k in given})
-    # an integer valid is a head count of the split (explore.space.Dataset.heads)
+    # an integer valid is a head count of the split (explore.space.DatasetSection.heads)
     valid = section.valid if isinstance(section.valid, float | Path) else 0.2
     return from_file(
         section.path, section.target, x=section.x, y=section.y, features=section.features,

@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 
 from engine.alignment import align_up
-from explore.datasets import Dataset
+from explore.datasets import LoadedData
 from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
 from explore.procmem import children, pss
@@ -85,7 +85,7 @@ class Scheduler:
     caller inside a bigger process (a test, a notebook holding other data) may say what
     of it the run accounts for."""
 
-    def __init__(self, space: Space, study: optuna.Study, data: Dataset | SharedArrays, *,
+    def __init__(self, space: Space, study: optuna.Study, data: LoadedData | SharedArrays, *,
                  workers: int, memory: int, device: str, devices: list[int] | None = None,
                  progress: Progress | None = None,
                  trials_per_worker: int | None = None, main: int | None = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explore.datasets import Dataset, compact
+from explore.datasets import LoadedData, compact
 from explore.scheduler.shared_arrays import SharedArrays
 from explore.space import Space
 
@@ -33,7 +33,7 @@ def load_shared(space: Space) -> SharedArrays:
     return shared
 
 
-def share_dataset(space: Space, data: Dataset) -> SharedArrays:
+def share_dataset(space: Space, data: LoadedData) -> SharedArrays:
     """The space's share of ``data`` (already loaded: a test's or a notebook's) in a new
     shared file, as :func:`load_shared` would have loaded it."""
     shared = SharedArrays()

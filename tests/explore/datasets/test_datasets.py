@@ -10,7 +10,7 @@ import pytest
 
 from explore import datasets
 from explore.candidate import compile_candidate
-from explore.datasets import BaseDataset, DataError, Dataset, Split, load, quantize
+from explore.datasets import BaseDataset, DataError, LoadedData, Split, load, quantize
 from explore.results import load as load_results
 from explore.sampling import fixed
 from explore.space import parse_space
@@ -23,15 +23,15 @@ class Stripes(BaseDataset):
     features, classes, image, valid = 16, 2, (1, 4, 4), 40
     pixel_scale = 1 / 16
 
-    def load(self) -> Dataset:
+    def load(self) -> LoadedData:
         rng = np.random.default_rng(0)
         y = rng.integers(0, 2, 200)
         x = rng.integers(0, 8, (200, 16)).astype(np.float32)
         x[y == 0, :8] += 8
         x[y == 1, 8:] += 8
         x /= 16
-        return Dataset("stripes", Split(x[:120], y[:120]), Split(x[120:160], y[120:160]),
-                       Split(x[160:], y[160:]), 2)
+        return LoadedData("stripes", Split(x[:120], y[:120]), Split(x[120:160], y[120:160]),
+                          Split(x[160:], y[160:]), 2)
 
 
 @pytest.fixture
