@@ -21,7 +21,7 @@ from typing import Any
 from engine import BudgetError, CalcGraph, Program, compile_graph
 from engine.errors import EngineError
 from explore import families
-from explore.builders import BuildError
+from explore.families import BuildError
 from explore.optimizers import build_optimizer
 from explore.space import Space
 
@@ -31,14 +31,14 @@ BUILDER_PARAMS = "builder_params"  # in a builder trial's params: what the build
 def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True,
              trial: Any = None) -> CalcGraph:
     """The CalcGraph of ``params`` for the space's data set, by the space's family, or
-    by its model builder (:mod:`explore.model_builders`): called with ``trial`` (the live
+    by its model builder (:mod:`explore.families.builder`): called with ``trial`` (the live
     Optuna trial, which then records what the builder chose in
     ``params["builder_params"]``), else replaying ``params["builder_params"]``, else
     with every range at its low end."""
     if not space.uses_builder:
         return families.get(space.model.family).build(params, space.data,
                                                        eval_loss=eval_loss)
-    from explore.model_builders import LowTrial, call_builder, graph_of_model, replay
+    from explore.families.builder import LowTrial, call_builder, graph_of_model, replay
 
     if trial is None:
         chosen = params.get(BUILDER_PARAMS)

@@ -28,10 +28,10 @@ from explore import metrics
 from explore.attrs import BUILDER_DIR_ATTR, CHANGES_ATTR, DATA_ATTR, RUNS_ATTR, SPACE_ATTR
 from explore.datasets import DataError
 from explore.datasets.table import from_python
+from explore.families.builder import spec_of
 from explore.folders import directory_problem
 from explore.keeper import ModelKeeper, default_artifacts
 from explore.live import counted
-from explore.model_builders import spec_of
 from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
 from explore.scheduler.shared_data import load_shared

@@ -40,8 +40,8 @@ from pydantic import (
 from explore import datasets, samplers
 from explore.datasets import BaseDataset, DataError
 from explore.datasets.table import resolve
+from explore.families.builder import BuilderError, load_builder
 from explore.folders import directory_problem
-from explore.model_builders import BuilderError, load_builder
 from explore.ranges import (  # the parameter types are part of the schema's vocabulary
     Choice,
     FloatRange,
@@ -63,7 +63,7 @@ from explore.space_rules import (  # sizes, limits and each parameter's rule
 )
 from explore.space_sections import (  # the sections
     Budget,
-    Dataset,
+    DatasetSection,
     Model,
     Objective,
     Pruner,
@@ -73,7 +73,7 @@ from explore.space_sections import (  # the sections
 )
 from explore.yamlio import Document, SourceError, SpaceError, load_file
 
-__all__ = ["WHEN_DEFAULTS", "Budget", "ByteSize", "Choice", "Dataset", "FloatRange",
+__all__ = ["WHEN_DEFAULTS", "Budget", "ByteSize", "Choice", "DatasetSection", "FloatRange",
            "IntRange", "Located", "Model", "Objective", "Param", "Pruner", "Range", "Sampler",
            "Scalar", "Space", "SpaceError", "Training", "can_be", "check_study_name",
            "check_value", "describe", "load_space", "machine_memory", "parse_size",
@@ -135,7 +135,7 @@ class Space(Strict):
             check_study_name(v)
         return v
     # None: the data is given from Python (with_data)
-    dataset: Annotated[Dataset | None, BeforeValidator(_dataset)] = None
+    dataset: Annotated[DatasetSection | None, BeforeValidator(_dataset)] = None
     objectives: list[Objective] = Field(
         default_factory=lambda: [Objective(metric="accuracy")], min_length=1, max_length=3)
     budget: Budget
@@ -199,7 +199,7 @@ class Space(Strict):
     @property
     def builder(self) -> Any:
         """The model builder function (imported once from ``model.builder``; raises
-        :class:`~explore.model_builders.BuilderError` when it cannot be)."""
+        :class:`~explore.families.builder.BuilderError` when it cannot be)."""
         if self._builder is None:
             if self.model.builder is None:
                 raise BuilderError("the space has no model builder")

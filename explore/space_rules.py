@@ -16,7 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from explore import builders, optimizers
+from explore import optimizers
+from explore.families.layers import ACTIVATIONS, INITS
+from explore.families.tasks import LOSSES
 from explore.ranges import Choice, FloatRange, IntRange, finite
 
 # -- sizes -------------------------------------------------------------------------------
@@ -143,7 +145,7 @@ _batch.numeric = "int"  # type: ignore[attr-defined]
 
 
 def _losses() -> list[str]:
-    return ["auto", *dict.fromkeys(n for names in builders.LOSSES.values() for n in names)]
+    return ["auto", *dict.fromkeys(n for names in LOSSES.values() for n in names)]
 
 
 RULES: dict[str, Callable[[Any], None]] = {
@@ -151,9 +153,9 @@ RULES: dict[str, Callable[[Any], None]] = {
     "blocks": _integer(0, MAX_LAYERS),
     "width": _integer(1, MAX_WIDTH),
     "channels": _integer(1, MAX_WIDTH),
-    "activation": _name("activation", lambda: list(builders.ACTIVATIONS)),
+    "activation": _name("activation", lambda: list(ACTIVATIONS)),
     "dropout": _number(0, 1, hi_open=True),
-    "init": _name("init", lambda: list(builders.INITS)),
+    "init": _name("init", lambda: list(INITS)),
     "kernel": _integer(1, MAX_KERNEL, odd=True),
     "stride": _integer(1, MAX_STRIDE),
     "pool": _flag,

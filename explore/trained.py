@@ -240,7 +240,7 @@ def rebuild(space: dict[str, Any], params: dict[str, Any], data: StoredData,
     space's model builder replaying what it chose."""
     from explore import families
     from explore.candidate import BUILDER_PARAMS
-    from explore.model_builders import (
+    from explore.families.builder import (
         BuilderError,
         call_builder,
         graph_of_model,
@@ -250,7 +250,7 @@ def rebuild(space: dict[str, Any], params: dict[str, Any], data: StoredData,
 
     spec = space["model"].get("builder")
     if builder is None and spec is None:
-        return families.get(space["model"]["family"]).build(params, data)  # type: ignore[arg-type]
+        return families.get(space["model"]["family"]).build(params, data)
     try:
         fn = builder or load_builder(spec, builder_dir)
         return graph_of_model(call_builder(fn, replay(params.get(BUILDER_PARAMS) or {})),

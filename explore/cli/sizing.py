@@ -24,9 +24,9 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
     # lazy: the engine, numpy and optuna, which --help does not need
     from engine import BudgetError, compile_graph
     from engine.errors import EngineError
-    from explore.builders import BuildError
     from explore.candidate import compile_candidate, graph_of
-    from explore.model_builders import LowTrial
+    from explore.families import BuildError
+    from explore.families.builder import LowTrial
     from explore.optimizers import build_optimizer
     from explore.sampling import fixed
     from explore.space import check_value

@@ -1,8 +1,19 @@
-"""Model families by name: ``get("mlp").build(params, dataset)``.
+"""Model families by name: ``get("mlp").build(params, data)``; one place for every way
+a trial's parameters become a network.
 
-Add one with a module that subclasses :class:`BaseFamily` and registers it
-(``@register("name")``); ``model.family: name`` is accepted as soon as it is imported
-(the built-in ones are imported here).
+- the built-in families ``mlp``, ``cnn`` and ``resnet`` (:mod:`explore.families.layers`
+  holds what they share) and ``onnx``, a model read from a file;
+- :mod:`explore.families.builder`, the user's own Python (``model.builder``), a function
+  of the trial;
+- :mod:`explore.families.tasks`, the conventions every model follows for its task.
+
+Add a family with a module that subclasses :class:`BaseFamily` (or
+:class:`~explore.families.layers.ModuleFamily`, for an :mod:`engine.nn` network) and
+registers it (``@register("name")``); ``model.family: name`` is accepted as soon as it is
+imported (the built-in ones are imported here).
+
+>>> names()
+('mlp', 'cnn', 'onnx', 'resnet')
 """
 
 # Registration order is the order the schema's messages list the names in.
@@ -10,10 +21,21 @@ Add one with a module that subclasses :class:`BaseFamily` and registers it
 from explore.families import _mlp  # noqa: F401
 from explore.families import _cnn  # noqa: F401
 # isort: on
-from explore.families._base import FAMILIES, AtKey, BaseFamily, get, register
-from explore.families._cnn import Cnn
-from explore.families._mlp import Mlp
+from explore.families._base import (
+    FAMILIES,
+    AtKey,
+    BaseFamily,
+    BuildError,
+    DataShape,
+    Shape,
+    get,
+    register,
+)
+from explore.families._cnn import CnnFamily
+from explore.families._mlp import MlpFamily
 from explore.families._onnx import Onnx, check_onnx_key
+from explore.families.builder import BuilderError
+from explore.families.layers import ModuleFamily
 from explore.registry import import_plugins
 
 names = FAMILIES.names
@@ -21,5 +43,6 @@ names = FAMILIES.names
 # Any other implementation in this folder registers by being here.
 import_plugins(__name__, __path__)
 
-__all__ = ["FAMILIES", "AtKey", "BaseFamily", "Cnn", "Mlp", "Onnx", "check_onnx_key", "get",
-           "names", "register"]
+__all__ = ["FAMILIES", "AtKey", "BaseFamily", "BuildError", "BuilderError", "CnnFamily",
+           "DataShape", "MlpFamily", "ModuleFamily", "Onnx", "Shape", "check_onnx_key",
+           "get", "names", "register"]

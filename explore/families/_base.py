@@ -1,33 +1,73 @@
 """What a model family is, and the registry of families by name.
 
 A family turns one candidate's sampled parameters (:func:`explore.sampling.suggest`)
-into a :class:`~engine.CalcGraph` for the data set's task, with a ``train`` path (the
-loss) and an ``eval`` path whose last layer is ``logits`` (what an exported model
-computes) and whose outputs are what the task's metrics read
-(:mod:`explore.metrics.evaluation`; ``eval_loss`` when asked for), and says which model
-sections it accepts.  Families run in the scheduler's process only: what crosses to a worker
-is the compiled program, never the family or its graph.
+into a :class:`~engine.CalcGraph` for the data set's task, in the conventions of
+:mod:`explore.families.tasks` (a ``train`` path into the loss, an ``eval`` path ending
+in ``logits`` and in what the task's metrics read), and says which model sections it
+accepts.  A family reads of the data set only its shape (:class:`DataShape`): a
+:class:`~explore.datasets.BaseDataset`, or a study's record of one when a kept model is
+rebuilt.  Families run in the scheduler's process only: what crosses to a worker is the
+compiled program, never the family or its graph.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from engine import CalcGraph
-from explore.datasets import BaseDataset
 from explore.registry import Registry
+
+
+class BuildError(ValueError):
+    """Parameters that do not make a model (an unknown activation, ...)."""
+
+
+class DataShape(Protocol):
+    """What a family reads of a data set: ``features`` per row, ``classes`` (0 for a
+    regression), the ``task``, the ``image`` shape (channels, height, width; None for a
+    table) and the ``pixel_scale`` of rows kept as uint8 pixels (None: float32)."""
+
+    @property
+    def features(self) -> int: ...
+    @property
+    def classes(self) -> int: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def image(self) -> tuple[int, int, int] | None: ...
+    @property
+    def pixel_scale(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A :class:`DataShape` given by hand, to build a family's model without a data set.
+
+    >>> from explore import families
+    >>> g = families.get("mlp").build({"depth": 0, "widths": [], "activations": [],
+    ...     "dropouts": [], "init": "he_uniform"}, Shape(features=8, classes=3))
+    >>> g.outputs[:2]
+    ['loss', 'logits']
+    """
+
+    features: int
+    classes: int
+    task: str = "classification"
+    image: tuple[int, int, int] | None = None
+    pixel_scale: float | None = None
 
 
 class BaseFamily(ABC):
     """A model family (``model.family`` in a search space)."""
 
     @abstractmethod
-    def build(self, params: dict[str, Any], dataset: BaseDataset,
+    def build(self, params: dict[str, Any], data: DataShape,
               eval_loss: bool = True) -> CalcGraph:
-        """The model of ``params`` for ``dataset`` (raises
-        :class:`~explore.builders.BuildError` for parameters that make no model)."""
+        """The model of ``params`` for ``data`` (raises :class:`BuildError` for
+        parameters that make no model)."""
 
     def check(self, model: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if the ``model`` section (name -> fixed value or range, as

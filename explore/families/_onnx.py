@@ -11,7 +11,7 @@ The file is imported once per process (:func:`load`, by path and modification ti
 with :func:`engine.onnx_io.import_onnx`, twice: as inference (the ``infer`` path) and as
 training (Dropout drawing, batch norm on the batch's statistics), which gives the same
 nodes with each mode's attributes.  :meth:`Onnx.build` replays them on the family's two
-paths, in the conventions of :func:`explore.builders.build_graph`:
+paths, in the conventions of :mod:`explore.families.tasks`:
 
 - the model's one data input is fed from ``x`` (dequantized first where the data set
   keeps uint8 pixels; reshaped from flattened rows to the model's input shape, e.g.
@@ -58,9 +58,8 @@ from typing import Any
 from engine import CalcGraph, EngineError, GraphError, Init, Mode, lower
 from engine.graph import Kind, Node, Variable
 from engine.onnx_io import import_onnx
-from explore.builders import REGRESSION_LOSS_OPS, BuildError, task_loss
-from explore.datasets import BaseDataset
-from explore.families._base import AtKey, BaseFamily, register
+from explore.families._base import AtKey, BaseFamily, BuildError, DataShape, register
+from explore.families.tasks import REGRESSION_LOSS_OPS, task_loss
 from explore.ranges import Choice, Range
 
 # The model section's keys of the built-in families: a model from a file has its own
@@ -294,7 +293,7 @@ def check_onnx_key(key: str, value: Any, model: Mapping[str, Any], base: Path | 
 
 @register("onnx")
 class Onnx(BaseFamily):
-    def build(self, params: dict[str, Any], dataset: BaseDataset,
+    def build(self, params: dict[str, Any], dataset: DataShape,
               eval_loss: bool = True) -> CalcGraph:
         path = params.get("onnx")
         if not path:
@@ -373,7 +372,7 @@ class Onnx(BaseFamily):
                              "architecture; search the training parameters, freeze or head")
 
 
-def _input_shape(model: Imported, dataset: BaseDataset) -> tuple[int, ...]:
+def _input_shape(model: Imported, dataset: DataShape) -> tuple[int, ...]:
     """The model's input shape (after the batch) that the data set's rows fill."""
     shape = model.input_shape
     image = getattr(dataset, "image", None)

@@ -29,8 +29,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine import CalcGraph, Mode
-from explore.builders import BuildError, task_loss, task_outputs
+import optuna
+
+from engine import CalcGraph, Mode, nn
+from explore.families._base import BuildError, DataShape
+from explore.families.tasks import task_of, task_outputs, trace
 
 Builder = Callable[[Any], Any]
 
@@ -109,8 +112,6 @@ class LowTrial:
 
 def replay(values: Mapping[str, Any]) -> Any:
     """A trial that answers each ``suggest_*`` with the value a trial chose."""
-    import optuna
-
     return optuna.trial.FixedTrial(dict(values))
 
 
@@ -127,26 +128,19 @@ def call_builder(fn: Builder, trial: Any) -> Any:
         raise BuilderError(f"the model builder raised:\n{lines}") from None
 
 
-def graph_of_model(result: Any, dataset: Any, params: Mapping[str, Any]) -> CalcGraph:
-    """The CalcGraph of what a builder returned, for ``dataset``'s task: an
-    ``engine.nn`` module is traced (:func:`engine.nn.to_graph`); a CalcGraph must
-    already follow the conventions (placeholders ``x`` and ``y``, paths ``train`` and
-    ``eval``, the eval outputs the task's metrics read)."""
-    task = getattr(dataset, "task", "classification")
-    classes = int(getattr(dataset, "classes", 0) or 0)
+def graph_of_model(result: Any, data: DataShape, params: Mapping[str, Any]) -> CalcGraph:
+    """The CalcGraph of what a builder returned, for ``data``'s task: an ``engine.nn``
+    module is traced (:func:`~explore.families.tasks.trace`); a CalcGraph must already
+    follow the conventions (placeholders ``x`` and ``y``, paths ``train`` and ``eval``,
+    the eval outputs the task's metrics read)."""
+    task = task_of(data)
     if isinstance(result, CalcGraph):
-        check_conventions(result, task, classes)
+        check_conventions(result, task, int(data.classes or 0))
         return result
-    import engine.nn as nn
-
     if not isinstance(result, nn.Module):
         raise BuildError(f"the model builder returned a {type(result).__name__}; it returns "
                          "an engine.nn.Module or a CalcGraph")
-    scale = getattr(dataset, "pixel_scale", None)
-    x_spec: Any = ((0, int(dataset.features)), "uint8") if scale else (0, int(dataset.features))
-    return nn.to_graph(result, inputs={"x": x_spec}, loss=task_loss(params, task),
-                       metrics=task_outputs(task, classes),
-                       dequantize={"x": scale} if scale else None)
+    return trace(result, data, params)
 
 
 def check_conventions(g: CalcGraph, task: str, classes: int) -> None:

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from engine import Optimizer
-from explore.builders import BuildError
+from explore.families import BuildError
 from explore.registry import Registry
 
 
@@ -30,7 +30,7 @@ get = OPTIMIZERS.get
 
 def build_optimizer(params: dict[str, Any]) -> Optimizer:
     """The optimizer of a candidate's ``params`` (``optimizer``, ``lr``, ``momentum``,
-    ``weight_decay``); :class:`~explore.builders.BuildError` for an unknown name."""
+    ``weight_decay``); :class:`~explore.families.BuildError` for an unknown name."""
     name = str(params["optimizer"]).lower()
     if name not in OPTIMIZERS:
         raise BuildError(f"unknown optimizer {params['optimizer']!r}; known: "

@@ -22,8 +22,8 @@ from typing import Any
 from engine import BudgetError
 from engine.alignment import align_down, align_up
 from explore import sampling
-from explore.builders import BuildError
 from explore.candidate import compile_candidate, graph_of, user_errors
+from explore.families import BuildError
 from explore.scheduler.constants import Measured
 from explore.space import Space
 

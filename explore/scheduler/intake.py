@@ -15,8 +15,8 @@ import optuna
 from engine import BudgetError
 from engine.compile.stack import StackError
 from engine.errors import EngineError
-from explore.builders import BuildError
 from explore.candidate import compile_candidate, graph_of, user_errors
+from explore.families import BuildError
 from explore.live import LiveStudy
 from explore.sampling import suggest
 from explore.scheduler.stacking import Drawn, Pending, compile_stack, groups

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from engine import compile_graph
-from explore.builders import build_graph
 from explore.candidate import graph_of
 from explore.cli import main
 from explore.datasets import load_digits
+from explore.families import Shape, get
 from explore.optimizers import build_optimizer
 from explore.results import load
 from explore.sampling import fixed
@@ -138,12 +138,12 @@ def test_size_prints_the_plan_as_json(tmp_path: Path) -> None:
     got = json.loads(result.output)
     space = load_space(f)
     p = fixed(space, {"width": 32})
-    graph = build_graph(p, 64, 10, pixel_scale=1 / 16)  # every metric: loss too
+    graph = get("mlp").build(p, Shape(64, 10, pixel_scale=1 / 16))  # every metric: loss too
     prog = compile_graph(graph, batch_size=got["compiled_batch"], optimizer=build_optimizer(p))
     assert got["zones"] == prog.zone_bytes and got["total_bytes"] == prog.total_bytes
     assert got["batch_size"] == 32 and got["compiled_batch"] == 359  # the validation set
     assert got["max_batch"] >= 32
-    bigger = compile_graph(build_graph(p, 64, 10, pixel_scale=1 / 16),
+    bigger = compile_graph(get("mlp").build(p, Shape(64, 10, pixel_scale=1 / 16)),
                            batch_size=got["max_batch"] + 1, optimizer=build_optimizer(p))
     assert bigger.total_bytes > 1_000_000
 

@@ -75,8 +75,8 @@ def check_located(text: str) -> None:
     import tempfile
 
     from engine import BudgetError
-    from explore.builders import BuildError
     from explore.candidate import compile_candidate
+    from explore.families import BuildError
     from explore.sampling import fixed
     from explore.space import load_space
 

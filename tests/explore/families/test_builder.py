@@ -14,14 +14,14 @@ import optuna
 import pytest
 
 import explore
-from explore.builders import build_graph
+from explore.families import Shape, get
 from explore.study import PARAMS_ATTR, RECORD_ATTR
 from tests.explore.cli_run import explore_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
 MODULE = '''
-from explore.builders import build_graph
+from explore.families import Shape, get
 
 
 def build(trial):
@@ -29,8 +29,8 @@ def build(trial):
     act = trial.suggest_categorical("act", ["relu", "tanh"])
     if width > 40:
         raise ValueError(f"too wide for this test: {width}")
-    return build_graph({"depth": 1, "widths": [width], "activations": [act],
-                        "dropouts": [0.0], "init": "he_uniform"}, 64, 10, pixel_scale=1 / 16)
+    return get("mlp").build({"depth": 1, "widths": [width], "activations": [act],
+                        "dropouts": [0.0], "init": "he_uniform"}, Shape(64, 10, pixel_scale=1 / 16))
 '''
 
 
@@ -100,9 +100,9 @@ def test_explore_size_sizes_a_builders_model(tmp_path: Path, given: dict) -> Non
     r = cli("size", space(tmp_path), *args, "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    want = build_graph({"depth": 1, "widths": [given.get("width", 8)],
+    want = get("mlp").build({"depth": 1, "widths": [given.get("width", 8)],
                         "activations": [given.get("act", "relu")], "dropouts": [0.0],
-                        "init": "he_uniform"}, 64, 10, pixel_scale=1 / 16)
+                        "init": "he_uniform"}, Shape(64, 10, pixel_scale=1 / 16))
     from engine import compile_graph
     from explore.optimizers import build_optimizer
     from explore.sampling import fixed
@@ -116,8 +116,8 @@ def test_explore_size_sizes_a_builders_model(tmp_path: Path, given: dict) -> Non
 def wide_or_narrow(trial: optuna.Trial) -> object:
     """A builder as a notebook's function (importable here: the study records it)."""
     width = trial.suggest_categorical("width", [8, 24])
-    return build_graph({"depth": 1, "widths": [width], "activations": ["relu"],
-                        "dropouts": [0.0], "init": "he_uniform"}, 64, 10, pixel_scale=1 / 16)
+    return get("mlp").build({"depth": 1, "widths": [width], "activations": ["relu"],
+                        "dropouts": [0.0], "init": "he_uniform"}, Shape(64, 10, pixel_scale=1 / 16))
 
 
 def test_explore_run_takes_a_builder_function(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_explore_run_takes_a_builder_function(tmp_path: Path) -> None:
                         builder=wide_or_narrow, storage=storage)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert study.user_attrs["space"]["model"]["builder"] == \
-        "tests.explore.test_model_builders:wide_or_narrow"
+        "tests.explore.families.test_builder:wide_or_narrow"
     model = explore.load_model(storage, "f")  # the recorded builder, imported again
     assert model.params["builder_params"]["width"] in (8, 24)
 

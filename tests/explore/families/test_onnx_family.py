@@ -25,8 +25,7 @@ from onnx import numpy_helper
 
 from engine import SGD, VM, CalcGraph, Init, Kind, Mode, compile_graph
 from engine.onnx_io import export_onnx
-from explore.builders import BuildError
-from explore.families import get
+from explore.families import BuildError, get
 from explore.space import load_space, parse_space
 from explore.yamlio import SpaceError
 from tests.allocations import step_allocations

@@ -11,7 +11,7 @@ import pytest
 
 import explore
 from engine import SGD, VM, compile_graph
-from explore.builders import BuildError, build_graph
+from explore.families import BuildError, Shape, get
 from tests.allocations import step_allocations
 from tests.explore.cli_run import explore_run
 from tests.planverify import assert_no_clobber
@@ -21,7 +21,7 @@ P = {"depth": 0, "widths": [], "activations": [], "dropouts": [], "init": "he_un
 
 
 def test_stages_downsample_and_project_where_the_shape_changes() -> None:
-    g = build_graph(P, 64, 10, image=(1, 8, 8), family="resnet")
+    g = get("resnet").build(P, Shape(64, 10, image=(1, 8, 8)))
     names = set(g.variables)
     assert "stem.0.weight" in names and "stages.0.1.conv2.weight" in names
     assert "stages.0.0.shortcut.0.weight" not in names  # 4 -> 4, stride 1: identity
@@ -31,11 +31,11 @@ def test_stages_downsample_and_project_where_the_shape_changes() -> None:
     # stem; stage 0: two blocks; stage 1: conv1, conv2, shortcut, then a block
     assert [n.attrs.get("strides", (1, 1))[0] for n in convs] == [1, 1, 1, 1, 1, 2, 1, 2, 1, 1]
     with pytest.raises(BuildError, match="needs images"):
-        build_graph(P, 64, 10, family="resnet")
+        get("resnet").build(P, Shape(64, 10))
 
 
 def test_a_resnet_is_planned_exactly_and_its_step_allocates_nothing() -> None:
-    g = build_graph(P, 64, 10, image=(1, 8, 8), pixel_scale=1 / 16, family="resnet")
+    g = get("resnet").build(P, Shape(64, 10, image=(1, 8, 8), pixel_scale=1 / 16))
     for b in (1, 32):
         prog = compile_graph(g, batch_size=b, optimizer=SGD(lr=0.05, momentum=0.9))
         assert VM(prog).allocated_bytes == prog.total_bytes

@@ -9,7 +9,7 @@ import pytest
 
 from engine import SGD, VM, compile_graph
 from engine.runtime.train import train_epoch
-from explore.builders import BuildError, build_graph
+from explore.families import BuildError, Shape, get
 from explore.scheduler.worker import Validation
 from tests.allocations import step_allocations
 from tests.planverify import assert_no_clobber
@@ -31,7 +31,7 @@ def data(task: str, classes: int, n: int, seed: int = 0) -> tuple[np.ndarray, np
 @pytest.mark.parametrize(("task", "classes", "loss"), CASES)
 def test_each_task_model_is_planned_exactly_and_steps_allocate_nothing(
         task: str, classes: int, loss: str) -> None:
-    g = build_graph({**P, "loss": loss}, 6, classes, task=task)
+    g = get("mlp").build({**P, "loss": loss}, Shape(6, classes, task))
     for b in (1, 32, 500):
         prog = compile_graph(g, batch_size=b, optimizer=SGD(lr=0.05))
         assert VM(prog).allocated_bytes == prog.total_bytes
@@ -57,7 +57,7 @@ def test_each_task_model_is_planned_exactly_and_steps_allocate_nothing(
 @pytest.mark.parametrize(("task", "classes", "loss"), CASES)
 def test_the_eval_path_measures_every_metric_of_the_task(task: str, classes: int,
                                                          loss: str) -> None:
-    g = build_graph({**P, "loss": loss}, 6, classes, task=task)
+    g = get("mlp").build({**P, "loss": loss}, Shape(6, classes, task))
     prog = compile_graph(g, batch_size=64, optimizer=SGD(lr=0.05))
     x, y = data(task, classes, 300)
     vm = VM(prog)
@@ -73,6 +73,6 @@ def test_the_eval_path_measures_every_metric_of_the_task(task: str, classes: int
 
 def test_a_loss_that_does_not_suit_the_task_is_a_build_error() -> None:
     with pytest.raises(BuildError, match="loss 'mse' does not suit a classification"):
-        build_graph({**P, "loss": "mse"}, 6, 3)
+        get("mlp").build({**P, "loss": "mse"}, Shape(6, 3))
     with pytest.raises(BuildError, match="mse or mae or huber"):
-        build_graph({**P, "loss": "cross_entropy"}, 6, 0, task="regression")
+        get("mlp").build({**P, "loss": "cross_entropy"}, Shape(6, 0, "regression"))

@@ -8,8 +8,8 @@ import pytest
 
 from engine import SGD, Optimizer
 from explore import optimizers
-from explore.builders import BuildError
 from explore.candidate import compile_candidate
+from explore.families import BuildError
 from explore.optimizers import BaseOptimizer, build_optimizer
 from explore.sampling import fixed
 from explore.space import parse_space
