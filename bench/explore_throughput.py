@@ -112,6 +112,7 @@ def run_explore(size: Size, memory: int, workers: int, seed: int, depth: int | N
                 stack: int | None = None) -> dict[str, Any]:
     import optuna
 
+    from explore.binding import bind
     from explore.scheduler import Scheduler
     from explore.scheduler.shared_data import load_shared
     from explore.space import load_space
@@ -133,11 +134,12 @@ def run_explore(size: Size, memory: int, workers: int, seed: int, depth: int | N
     if eval_batch:
         update["training"] = space.training.model_copy(update={"eval_batch_size": eval_batch})
     space = space.model_copy(update=update)
-    data = load_shared(space)  # as `explore run` loads it: the run's rows, compact
+    bound = bind(space)
+    data = load_shared(bound)  # as `explore run` loads it: the run's rows, compact
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/bench.db")
         t0 = time.perf_counter()
-        stats = Scheduler(space, study, data, workers=workers, memory=memory,
+        stats = Scheduler(bound, study, data, workers=workers, memory=memory,
                           device="cpu", trials_per_worker=depth).run(size.trials)
         wall = time.perf_counter() - t0
         best = study.best_value

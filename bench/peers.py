@@ -163,7 +163,9 @@ class TorchTrainer:
         self.torch = torch
         self.space = space
         self.dev = torch.device("cuda" if device == "gpu" else "cpu")
-        d = space.data
+        from explore.binding import bind
+
+        d = bind(space).data
         self.scale = d.pixel_scale or 1.0
         self.image = d.image
         self.classes = d.classes
@@ -221,7 +223,9 @@ class Pruned(Exception):
 
 def load_arrays(space: Any) -> dict[str, Any]:
     """The space's rows as explore loads them (images as uint8 pixels)."""
-    d = space.data.load_compact(*space.dataset.heads)
+    from explore.binding import bind
+
+    d = bind(space).data.load_compact(*space.dataset.heads)
     return {"x_train": d.train.x, "y_train": d.train.y, "x_valid": d.valid.x,
             "y_valid": d.valid.y}
 
@@ -237,6 +241,7 @@ def torch_threads(device: str, share: int) -> None:
 def run_explore(args: argparse.Namespace) -> dict[str, Any]:
     import optuna
 
+    from explore.binding import bind
     from explore.scheduler import Scheduler
     from explore.scheduler.shared_data import load_shared
     from explore.space import parse_size
@@ -247,11 +252,12 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
     memory = parse_size(args.memory) if args.memory else space.budget.memory
     space = space.model_copy(update={"budget": space.budget.model_copy(
         update={"memory": memory})})
-    data = load_shared(space)
+    bound = bind(space)
+    data = load_shared(bound)
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/peers.db")
         t0 = time.time()
-        stats = Scheduler(space, study, data, workers=args.workers, memory=memory,
+        stats = Scheduler(bound, study, data, workers=args.workers, memory=memory,
                           device=args.device).run(space.budget.trials)
         wall = time.time() - t0
         curve = curve_of_study(study, t0)

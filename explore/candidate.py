@@ -3,11 +3,12 @@
 Compiling is cheap (milliseconds) and touches no device memory, so the scheduler
 compiles every candidate before deciding where — or whether — it runs.
 
+>>> from explore.binding import bind
 >>> from explore.space import parse_space
 >>> from explore.sampling import fixed
 >>> space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
 ...     "memory": "64MB"}, "training": {"batch_size": "auto", "auto_max_batch": 128}})
->>> c = compile_candidate(space, fixed(space), share=4_000_000)
+>>> c = compile_candidate(bind(space), fixed(space), share=4_000_000)
 >>> c.train_batch, c.program.batch_size, c.program.total_bytes <= 4_000_000
 (128, 359, True)
 """
@@ -21,33 +22,32 @@ from typing import Any
 from engine import BudgetError, CalcGraph, Program, compile_graph
 from engine.errors import EngineError
 from explore import families
+from explore.binding import BoundSpace
 from explore.families import BuildError
+from explore.families.builder import LowTrial, call_builder, graph_of_model, replay
 from explore.optimizers import build_optimizer
-from explore.space import Space
 
 BUILDER_PARAMS = "builder_params"  # in a builder trial's params: what the builder chose
 
 
-def graph_of(space: Space, params: dict[str, Any], eval_loss: bool = True,
+def graph_of(bound: BoundSpace, params: dict[str, Any], eval_loss: bool = True,
              trial: Any = None) -> CalcGraph:
     """The CalcGraph of ``params`` for the space's data set, by the space's family, or
     by its model builder (:mod:`explore.families.builder`): called with ``trial`` (the live
     Optuna trial, which then records what the builder chose in
     ``params["builder_params"]``), else replaying ``params["builder_params"]``, else
     with every range at its low end."""
-    if not space.uses_builder:
-        return families.get(space.model.family).build(params, space.data,
-                                                       eval_loss=eval_loss)
-    from explore.families.builder import LowTrial, call_builder, graph_of_model, replay
-
+    if bound.builder is None:
+        return families.get(bound.space.model.family).build(params, bound.data,
+                                                             eval_loss=eval_loss)
     if trial is None:
         chosen = params.get(BUILDER_PARAMS)
         trial = replay(chosen) if chosen is not None else LowTrial()
     before = set(trial.params)  # what the space's own ranges asked already
-    result = call_builder(space.builder, trial)
+    result = call_builder(bound.builder, trial)
     if BUILDER_PARAMS not in params:
         params[BUILDER_PARAMS] = {k: v for k, v in trial.params.items() if k not in before}
-    return graph_of_model(result, space.data, params)
+    return graph_of_model(result, bound.data, params)
 
 
 @dataclass
@@ -92,7 +92,7 @@ def halvings(top: int, bottom: int) -> tuple[int, ...]:
     return (*out, bottom) if top > bottom else ()
 
 
-def compile_candidate(space: Space, params: dict[str, Any], share: int,
+def compile_candidate(bound: BoundSpace, params: dict[str, Any], share: int,
                       graph: CalcGraph | None = None, optimizer: Any = None) -> Candidate:
     """Compile ``params``; ``batch_size: auto`` takes the largest batch whose heap fits
     ``share`` bytes (at most ``training.auto_max_batch``).  The program is compiled for
@@ -101,8 +101,9 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int,
     of the full size (twice as fast at 512 as at 64).  Raises
     :class:`~engine.BudgetError` when even batch 1 does not fit.  ``graph`` and
     ``optimizer`` (default: those of ``params``) may be given: a stack of trials'."""
+    space = bound.space
     if graph is None:  # every metric of the task is reported, loss too
-        graph = graph_of(space, params)
+        graph = graph_of(bound, params)
     opt = build_optimizer(params) if optimizer is None else optimizer
     device = space.budget.device
     bs = params["batch_size"]
@@ -117,7 +118,7 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int,
         train = int(bs)
         fit = None
     head = space.dataset.heads[1] if space.dataset is not None else None
-    n_valid = space.data.valid if head is None else min(head, space.data.valid)
+    n_valid = bound.data.valid if head is None else min(head, bound.data.valid)
     want = max(train, min(space.training.eval_batch_size, n_valid))
     if fit is not None:
         want = min(want, fit)
@@ -135,7 +136,7 @@ def compile_candidate(space: Space, params: dict[str, Any], share: int,
     return Candidate(params, prog, train)
 
 
-def user_errors(space: Space) -> tuple[type[Exception], ...]:
+def user_errors(bound: BoundSpace) -> tuple[type[Exception], ...]:
     """What building a model raises for its own trial to fail: the user's model code
     fails its own trial, whatever it raised; the run goes on."""
-    return (BuildError, EngineError) if space.uses_builder else (BuildError,)
+    return (BuildError, EngineError) if bound.uses_builder else (BuildError,)

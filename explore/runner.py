@@ -1,8 +1,9 @@
 """A search from start to end, shared by ``explore run`` and :func:`explore.run`.
 
 :func:`prepare` reads the space (a file, or a dict of the YAML's structure), applies
-the caller's overrides, binds data given from Python, and reads and checks the data
-set: everything that can be wrong with the input is found here, before a study is
+the caller's overrides and binds the space to its data set and model builder
+(:func:`explore.binding.bind`: the data set is read and checked, the builder imported,
+once): everything that can be wrong with the input is found here, before a study is
 written (:class:`RunRefused`).  :func:`execute` opens the study (creating it, or
 resuming it), loads the data into the run's shared memory, starts the scheduler and
 records the run; a budget that cannot hold the run is refused with the study it
@@ -26,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from engine.runtime import backends
 from explore import metrics
 from explore.attrs import BUILDER_DIR_ATTR, CHANGES_ATTR, DATA_ATTR, RUNS_ATTR, SPACE_ATTR
+from explore.binding import BoundSpace, bind
 from explore.datasets import DataError
 from explore.datasets.table import from_python
 from explore.families.builder import spec_of
@@ -54,15 +56,19 @@ class RunRefused(Exception):
 
 @dataclass
 class Prepared:
-    """A run ready to start: the space (bound to its data set), where its study lives."""
+    """A run ready to start: the space bound to its data set, where its study lives."""
 
-    space: Any  # explore.space.Space
+    bound: BoundSpace
     storage: str
     study_name: str
     source: Path | None  # the space's file, if it came from one
     # the user says a space that differs from the study's is meant (explore.space_change)
     space_changed: bool = False
     smallest: int | None = None  # the smallest candidate's heap (scheduler.admission)
+
+    @property
+    def space(self) -> Space:
+        return self.bound.space
 
 
 def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
@@ -88,10 +94,10 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
                 # replaced by it (and need not be there)
                 options = {k: v for k, v in section.items() if k in TABLE_OPTIONS}
                 raw["dataset"] = None
-            sp = parse_space(raw, resolve_data=data is None)
+            sp = parse_space(raw)
         else:
             source = Path(space)
-            sp = load_space(source, resolve_data=data is None)
+            sp = load_space(source)
             if data is not None and sp.dataset is not None:
                 options = _table_options(sp)
     except SpaceError as e:
@@ -125,19 +131,15 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         except ValueError as e:
             raise RunRefused(f"study: {e}") from None
     try:
-        if data is not None:
-            sp = sp.with_data(from_python(data, target=target, **options))
-        ds = sp.data
-    except DataError as e:
+        given = from_python(data, target=target, **options) if data is not None else None
+        bound = bind(sp, given, builder)
+    except SpaceError as e:
+        raise RunRefused(f"{len(e.errors)} error(s) in the search space", e.errors) from None
+    except (DataError, TypeError) as e:
         raise RunRefused(str(e)) from None
-    if builder is not None:
-        try:
-            sp = sp.with_builder(builder)
-        except TypeError as e:
-            raise RunRefused(str(e)) from None
-    check_objectives(sp, ds)
+    check_objectives(sp, bound.data)
     try:
-        smallest = admit(sp, ds)
+        smallest = admit(bound)
     except Refused as e:
         raise RunRefused(str(e)) from None
     if budget.device == "gpu":
@@ -155,7 +157,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             raise RunRefused(f"keep_models: {problem} (the default folder for the kept "
                              "models); set artifacts: to a writable folder or keep_models: "
                              "0")
-    return Prepared(sp, url, study or sp.name or "explore", source, space_changed,
+    return Prepared(bound, url, study or sp.name or "explore", source, space_changed,
                     smallest)
 
 
@@ -232,7 +234,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                     f.unlink(missing_ok=True)
         return RunRefused(message)
 
-    check_space_change(study, space, prep.space_changed)
+    check_space_change(study, prep.bound, prep.space_changed)
 
     # The study's total is shared with any other drivers (explore.live): nothing to do
     # once that many trials ended; trials a dead driver left running are failed and
@@ -240,7 +242,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
         return study, None
     try:
-        data = load_shared(space)
+        data = load_shared(prep.bound)
     except DataError as e:
         raise refuse(str(e)) from None
     keeper = None
@@ -248,7 +250,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
                              space.keep_models, space.objectives[0].dir == "minimize")
     try:
-        sched = Scheduler(space, study, data, workers=budget.workers, memory=budget.memory,
+        sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
                           device=budget.device, devices=budget.ordinals, progress=progress,
                           main=main, keeper=keeper, baseline=baseline,
                           smallest=prep.smallest)
@@ -256,8 +258,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         data.close()
         raise
     try:
-        study.set_user_attr(DATA_ATTR, data_record(space.data))
-        study.set_user_attr(SPACE_ATTR, space_record(space))
+        study.set_user_attr(DATA_ATTR, data_record(prep.bound.data))
+        study.set_user_attr(SPACE_ATTR, space_record(prep.bound))
         if space.model._base is not None:
             study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
         stats = sched.run(budget.trials)
@@ -289,7 +291,7 @@ def check_gpus(budget: Any) -> None:
                              f"{d} has ({have:,} bytes)")
 
 
-def check_space_change(study: optuna.Study, space: Any, meant: bool) -> None:
+def check_space_change(study: optuna.Study, bound: BoundSpace, meant: bool) -> None:
     """Refuse a space that differs from the one ``study`` was searched with (raises
     :class:`RunRefused` listing the changes), unless the change is ``meant`` and one
     study can hold both; a meant change is recorded in the study."""
@@ -298,7 +300,7 @@ def check_space_change(study: optuna.Study, space: Any, meant: bool) -> None:
     old = study.user_attrs.get(SPACE_ATTR)
     if not isinstance(old, dict):
         return
-    found = changes(old, space_record(space))
+    found = changes(old, space_record(bound))
     if not found:
         return
     listed = [f"  {c}" for c in found]
@@ -322,13 +324,12 @@ def check_space_change(study: optuna.Study, space: Any, meant: bool) -> None:
          "changes": [str(c) for c in found]}])
 
 
-def space_record(space: Any) -> dict[str, Any]:
+def space_record(bound: BoundSpace) -> dict[str, Any]:
     """The space as stored with its study; a builder given as a function is recorded by
     its importable name, where it has one."""
-
-    out: dict[str, Any] = space.model_dump(mode="json")
-    if space._builder is not None and space.model.builder is None:
-        out["model"]["builder"] = spec_of(space._builder)
+    out: dict[str, Any] = bound.space.model_dump(mode="json")
+    if bound.builder is not None and bound.space.model.builder is None:
+        out["model"]["builder"] = spec_of(bound.builder)
     return out
 
 

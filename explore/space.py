@@ -38,9 +38,6 @@ from pydantic import (
 )
 
 from explore import datasets, samplers
-from explore.datasets import BaseDataset, DataError
-from explore.datasets.table import resolve
-from explore.families.builder import BuilderError, load_builder
 from explore.folders import directory_problem
 from explore.ranges import (  # the parameter types are part of the schema's vocabulary
     Choice,
@@ -148,72 +145,22 @@ class Space(Strict):
     keep_models: Int = Field(3, ge=0, le=MAX_TRIALS)
     artifacts: str | None = None
 
-    _data: BaseDataset | None = PrivateAttr(default=None)
-    _builder: Any = PrivateAttr(default=None)
+    # The file it was read from (None: given from Python): errors found later, when the
+    # space is bound to its data and builder (explore.binding), point at their line.
+    _doc: Document | None = PrivateAttr(default=None)
 
-    @property
-    def data(self) -> BaseDataset:
-        """The data set the ``dataset`` section names, resolved once (a file is read and
-        checked then: :class:`~explore.datasets.DataError`) and kept, so compiling many
-        candidates reads nothing; or the one given to :meth:`with_data`."""
-        if self._data is None:
-            if self.dataset is None:
-                raise DataError("the space names no dataset: give one in its dataset "
-                                "section or bind one with Space.with_data(...)")
-            data = resolve(self.dataset)
-            train, valid = self.dataset.heads
-            have = getattr(data, "rows", None)
-            if valid is not None and valid > data.valid:
-                raise DataError(f"{valid:,} validation rows asked for, but the split has "
-                                f"{data.valid:,}", key="valid")
-            if train is not None and have is not None and train > have[0]:
-                raise DataError(f"{train:,} training rows asked for, but the split has "
-                                f"{have[0]:,}", key="train")
-            self._data = data
-        return self._data
+    def error_at(self, loc: tuple[str, ...], message: str) -> SpaceError:
+        """``message`` as an error of the key at ``loc``, at its line of the space's file
+        where it came from one.
 
-    def with_data(self, data: BaseDataset) -> Space:
-        """A copy of the space bound to ``data`` (from Python: a
-        :func:`~explore.datasets.from_python` table, say); its ``dataset`` section's row
-        counts (``train``, ``valid``) still apply.
-
-        >>> from explore.datasets import from_python
-        >>> ds = from_python(([[0.0], [1.0], [2.0], [3.0], [4.0]], [0, 1, 0, 1, 0]))
         >>> s = parse_space({"budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})
-        >>> s.with_data(ds).data is ds, s.dataset is None
-        (True, True)
+        >>> str(s.error_at(("dataset",), "none given"))
+        '<space>: dataset: none given'
         """
-        if not isinstance(data, BaseDataset):
-            raise TypeError(f"with_data takes a dataset (explore.datasets.from_python(...) "
-                            f"makes one of a DataFrame or arrays), not {type(data).__name__}")
-        out = self.model_copy()
-        out._data = data
-        return out
-
-    @property
-    def uses_builder(self) -> bool:
-        """Whether each trial's model comes from a Python builder (model.builder, or
-        one bound with :meth:`with_builder`)."""
-        return self._builder is not None or self.model.builder is not None
-
-    @property
-    def builder(self) -> Any:
-        """The model builder function (imported once from ``model.builder``; raises
-        :class:`~explore.families.builder.BuilderError` when it cannot be)."""
-        if self._builder is None:
-            if self.model.builder is None:
-                raise BuilderError("the space has no model builder")
-            self._builder = load_builder(self.model.builder, self.model._base)
-        return self._builder
-
-    def with_builder(self, fn: Any) -> Space:
-        """A copy of the space whose trials' models come from ``fn(trial)``."""
-        if not callable(fn):
-            raise TypeError(f"a model builder is a function of the trial, not a "
-                            f"{type(fn).__name__}")
-        out = self.model_copy()
-        out._builder = fn
-        return out
+        doc = self._doc
+        return SpaceError([SourceError(doc.file if doc else "<space>",
+                                       doc.line(loc) if doc else None, ".".join(loc),
+                                       message)])
 
     def params(self) -> dict[str, Any]:
         """Every parameter by its name (model ones first: depth before the layers)."""
@@ -290,11 +237,10 @@ class Space(Strict):
         return self
 
 
-def parse_space(data: Any, doc: Document | None = None, resolve_data: bool = True) -> Space:
+def parse_space(data: Any, doc: Document | None = None) -> Space:
     """Validate ``data`` (already read) as a :class:`Space`; every error at once.  Data
-    file paths are relative to ``doc``'s folder, or the current one.  With
-    ``resolve_data`` the dataset is resolved too (:attr:`Space.data`: a file is read and
-    checked), and what is wrong with it is an error of the ``dataset`` section."""
+    file paths are relative to ``doc``'s folder, or the current one.  Nothing is read or
+    imported: :func:`explore.binding.bind` binds the space to its data and builder."""
     base = Path(doc.file).parent if doc else Path.cwd()
     try:
         space = Space.model_validate(data, context={"base": base})
@@ -313,32 +259,18 @@ def parse_space(data: Any, doc: Document | None = None, resolve_data: bool = Tru
                 msg = "unknown key"
             errors.append(SourceError(file, line, ".".join(map(str, loc)), msg))
         raise SpaceError(errors) from None
-    if resolve_data and space.dataset is not None:
-        try:
-            space.data  # noqa: B018 (resolved and kept)
-        except DataError as e:
-            loc = ("dataset", e.key) if e.key else ("dataset",)
-            raise SpaceError([SourceError(doc.file if doc else "<space>",
-                                          doc.line(loc) if doc else None,
-                                          ".".join(loc), str(e))]) from e
-    if space.model.builder is not None:
-        try:
-            space.builder  # noqa: B018 (imported and kept)
-        except BuilderError as e:
-            raise SpaceError([SourceError(doc.file if doc else "<space>",
-                                          doc.line(("model", "builder")) if doc else None,
-                                          "model.builder", str(e))]) from e
+    space._doc = doc
     return space
 
 
-def load_space(path: str | Path, resolve_data: bool = True) -> Space:
-    """Read and validate a search-space file (raises :class:`SpaceError`); with
-    ``resolve_data`` its dataset is resolved too (a data file read and checked)."""
+def load_space(path: str | Path) -> Space:
+    """Read and validate a search-space file (raises :class:`SpaceError`); its data set
+    and builder are bound later (:func:`explore.binding.bind`)."""
     doc = load_file(path)
     if not isinstance(doc.data, dict):
         raise SpaceError([SourceError(doc.file, 1, "", "a search space is a mapping of keys "
                                       "(dataset, budget, model, training, ...)")])
-    space = parse_space(doc.data, doc, resolve_data)
+    space = parse_space(doc.data, doc)
     if space.dataset is None:
         raise SpaceError([SourceError(doc.file, 1, "dataset", "Field required: a name "
                                       f"({', '.join(datasets.names())}) or a file (path:)")])

@@ -292,9 +292,9 @@ class Model(Strict):
     @field_validator("onnx", "freeze", "head", mode="after")
     @classmethod
     def _onnx_keys(cls, v: Any, info: ValidationInfo) -> Any:
-        # the file resolved against the YAML file's folder and imported; freeze and head
-        # checked against it: the family's own rules (explore.families._onnx)
-        return families.check_onnx_key(str(info.field_name), v, info.data,
+        # the file's path resolved against the YAML file's folder, freeze's globs checked:
+        # the family's own rules (explore.families._onnx); the file is read when bound
+        return families.check_onnx_key(str(info.field_name), v,
                                        (info.context or {}).get("base"))
 
     @model_validator(mode="after")

@@ -1,20 +1,24 @@
 """What the commands share: an option's checks, the space file they read, and the
 study they name (by its space file, or by --storage and --study).
 
-explore's own modules are imported inside the functions: each loads optuna, numpy,
-the engine or yaml, which ``explore --help`` does not wait for.
+The space, the study and the storages are imported inside the functions: they load
+pydantic, the engine and SQLAlchemy, which ``explore --help`` does not wait for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
+import optuna
 from rich.markup import escape
 
 from explore.cli import console
 from explore.cli.console import EXIT_USAGE, fail
+from explore.yamlio import SpaceError
 
 
 def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -25,16 +29,30 @@ def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return value
 
 
-def read_space(path: str, resolve_data: bool = True) -> Any:
-    """The space of ``path`` (exit status 2 with every error); its data file is read
-    and checked only with ``resolve_data`` (commands that read a study need only the
-    space's name)."""
-    # lazy: pydantic, numpy and the engine; yaml too (a fifth of the start of --help)
-    from explore.space import load_space
-    from explore.yamlio import SpaceError
+def read_space(path: str) -> Any:
+    """The space of ``path``, as data (exit status 2 with every error): what commands
+    that read a study need (its name)."""
+    from explore.space import load_space  # noqa: PLC0415 (--help start-up: pydantic, the engine)
 
+    with _refused():
+        return load_space(path)
+
+
+def read_bound(path: str) -> Any:
+    """The space of ``path`` bound to its data set and builder
+    (:func:`explore.binding.bind`; exit status 2 with every error)."""
+    from explore.binding import bind  # noqa: PLC0415 (--help start-up: the data sets, the engine)
+
+    space = read_space(path)
+    with _refused():
+        return bind(space)
+
+
+@contextlib.contextmanager
+def _refused() -> Iterator[None]:
+    """A space's errors printed, each with its file, line and key; exit status 2."""
     try:
-        return load_space(path, resolve_data=resolve_data)
+        yield
     except SpaceError as e:
         for item in e.errors:
             console.err.print(f"[red]{escape(str(item))}[/]", highlight=False)
@@ -46,7 +64,7 @@ def read_space(path: str, resolve_data: bool = True) -> Any:
 def byte_size(value: str | None, what: str) -> int | None:
     """The bytes of a size option such as ``--memory 512MB`` (exit status 2 if it is
     not one); None where the option is not given."""
-    from explore.space import parse_size  # lazy: as read_space
+    from explore.space import parse_size  # noqa: PLC0415 (--help start-up: pydantic, the engine)
 
     if value is None:
         return None
@@ -60,12 +78,12 @@ def where(space_file: str | None, storage: str | None, study_name: str | None
           ) -> tuple[str, str]:
     """The storage and study a command names: by its space file (the study next to it,
     named after it) or by --storage and --study (exit status 2 if neither)."""
-    from explore.study import default_storage  # lazy: optuna
+    from explore.study import default_storage  # noqa: PLC0415 (--help start-up: the space, engine)
 
     if space_file is None and (storage is None or study_name is None):
         fail("give SPACE_FILE, or both --storage and --study")
     if space_file is not None:
-        space = read_space(space_file, resolve_data=False)
+        space = read_space(space_file)
         storage = storage or default_storage(space_file)
         study_name = study_name or space.name
     assert storage is not None and study_name is not None
@@ -75,11 +93,8 @@ def where(space_file: str | None, storage: str | None, study_name: str | None
 def read_study(space_file: str | None, storage: str | None, study_name: str | None) -> Any:
     """The study to show or export.  A SQLite file that does not exist is an error (exit
     status 2), not an empty database created by looking."""
-    # lazy: optuna and the storages load in a third of a second
-    import optuna
-
-    from explore.storages import StorageError, explain
-    from explore.study import storage_url
+    from explore.storages import StorageError, explain  # noqa: PLC0415 (--help start-up: SQLAlchemy)
+    from explore.study import storage_url  # noqa: PLC0415 (--help start-up: the space, engine)
 
     storage, study_name = where(space_file, storage, study_name)
     try:

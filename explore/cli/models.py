@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from explore.cli import console
-from explore.cli.common import read_space, where
+from explore.cli.common import read_bound, where
 from explore.cli.console import fail
 from explore.cli.output import checked_output, write_output
 
@@ -19,8 +19,8 @@ def _model(space_file: str | None, storage: str | None, study_name: str | None,
            trial: int | None) -> Any:
     """The kept model a command names (exit status 2 with the reason if none)."""
     # lazy: optuna, numpy and the engine, which --help does not need
-    from explore.storages import StorageError
-    from explore.trained import ModelError, load_model
+    from explore.storages import StorageError  # noqa: PLC0415 (--help start-up)
+    from explore.trained import ModelError, load_model  # noqa: PLC0415 (--help start-up)
 
     storage, study_name = where(space_file, storage, study_name)
     try:
@@ -39,7 +39,7 @@ def _model(space_file: str | None, storage: str | None, study_name: str | None,
 def export_model(space_file: str | None, storage: str | None, study_name: str | None,
                  trial: int | None, output: str) -> None:
     """Write a kept model as ONNX, its preprocessing inside: it takes raw rows."""
-    import onnx  # lazy: a fifth of a second, for this command alone
+    import onnx  # noqa: PLC0415 (--help start-up: onnx loads in a fifth of a second)
 
     target = checked_output(output, space_file, storage, study_name)
     model = _model(space_file, storage, study_name, trial)
@@ -61,17 +61,17 @@ def evaluate(space_file: str, storage: str | None, study_name: str | None, trial
              as_json: bool) -> None:
     """Report a kept model's metrics on the test split of SPACE_FILE's data set."""
     # lazy: numpy, optuna and the engine, which --help does not need
-    from explore.datasets import DataError
-    from explore.trained import data_mismatch, evaluate_split
+    from explore.datasets import DataError  # noqa: PLC0415 (--help start-up)
+    from explore.trained import data_mismatch, evaluate_split  # noqa: PLC0415 (--help start-up)
 
-    space = read_space(space_file)  # first: a refused space leaves the storage unopened
+    bound = read_bound(space_file)  # first: a refused space leaves the storage unopened
     model = _model(space_file, storage, study_name, trial)
     try:
-        other = data_mismatch(model, space.data)
+        other = data_mismatch(model, bound.data)
         if other is not None:
             fail(f"{space_file}: its data set is not the one study {model.study!r} was "
                  f"trained on ({other}); evaluate with the study's own space file")
-        test = space.data.load().test
+        test = bound.data.load().test
     except DataError as e:
         fail(str(e))
     if len(test) == 0:

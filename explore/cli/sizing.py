@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from explore.cli import console
-from explore.cli.common import byte_size, read_space
+from explore.cli.common import byte_size, read_bound
 from explore.cli.console import fail
 
 
@@ -22,23 +22,24 @@ from explore.cli.console import fail
 def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: bool) -> None:
     """Print the exact plan of one candidate of SPACE_FILE."""
     # lazy: the engine, numpy and optuna, which --help does not need
-    from engine import BudgetError, compile_graph
-    from engine.errors import EngineError
-    from explore.candidate import compile_candidate, graph_of
-    from explore.families import BuildError
-    from explore.families.builder import LowTrial
-    from explore.optimizers import build_optimizer
-    from explore.sampling import fixed
-    from explore.space import check_value
+    from engine import BudgetError, compile_graph  # noqa: PLC0415 (--help start-up)
+    from engine.errors import EngineError  # noqa: PLC0415 (--help start-up)
+    from explore.candidate import compile_candidate, graph_of  # noqa: PLC0415 (--help start-up)
+    from explore.families import BuildError  # noqa: PLC0415 (--help start-up)
+    from explore.families.builder import LowTrial  # noqa: PLC0415 (--help start-up)
+    from explore.optimizers import build_optimizer  # noqa: PLC0415 (--help start-up)
+    from explore.sampling import fixed  # noqa: PLC0415 (--help start-up)
+    from explore.space import check_value  # noqa: PLC0415 (--help start-up)
 
-    space = read_space(space_file)
+    bound = read_bound(space_file)
+    space = bound.space
     overrides = {}
     for item in params:
         if "=" not in item:
             fail(f"--params {item!r}: write KEY=VALUE")
         k, v = item.split("=", 1)
         overrides[k.strip()] = _value(v.strip())
-    builder_keys = set(type(space.model).model_fields) if space.uses_builder else set()
+    builder_keys = set(type(space.model).model_fields) if bound.uses_builder else set()
     for k, v in overrides.items():
         if k in builder_keys:
             continue  # the builder's own parameter: its builder says what it may be
@@ -49,7 +50,7 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
     budget = byte_size(memory, "--memory")
     try:
         graph = None
-        if space.uses_builder:  # the builder's own parameters: answered from --params
+        if bound.uses_builder:  # the builder's own parameters: answered from --params
             # the model's keys are the builder's; the space keeps its training ones
             mine = set(space.params()) - set(type(space.model).model_fields)
             given = {k: v for k, v in overrides.items() if k not in mine}
@@ -60,11 +61,11 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
             fail(f"--params {e}")
         if p["batch_size"] == "auto" and budget is None:
             p["batch_size"] = space.training.auto_max_batch
-        if space.uses_builder:
-            graph = graph_of(space, p, trial=LowTrial(given))
-        cand = compile_candidate(space, p, budget or 1 << 62, graph=graph)
+        if bound.uses_builder:
+            graph = graph_of(bound, p, trial=LowTrial(given))
+        cand = compile_candidate(bound, p, budget or 1 << 62, graph=graph)
         # the engine's search for the largest batch that fits (engine.max_batch)
-        biggest = compile_graph(graph or graph_of(space, p), memory=budget,
+        biggest = compile_graph(graph or graph_of(bound, p), memory=budget,
                                 optimizer=build_optimizer(p),
                                 device=space.budget.device).batch_size if budget else None
     except KeyError as e:

@@ -72,7 +72,12 @@ class BaseFamily(ABC):
     def check(self, model: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if the ``model`` section (name -> fixed value or range, as
         the schema parsed it) does not fit the family (:class:`AtKey` for a problem of
-        one key).  Accepts everything by default."""
+        one key).  Reads no file: the schema is data.  Accepts everything by default."""
+
+    def check_files(self, model: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Like :meth:`check`, for what needs the files the section names (a model
+        file): run once when the space is bound to its data (:func:`explore.binding.bind`).
+        Accepts everything by default."""
 
 
 class AtKey(ValueError):

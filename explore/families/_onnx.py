@@ -259,35 +259,25 @@ def check_head(model: Imported, head: int) -> None:
                          "re-initialise")
 
 
-def check_onnx_key(key: str, value: Any, model: Mapping[str, Any], base: Path | None) -> Any:
+def check_onnx_key(key: str, value: Any, base: Path | None) -> Any:
     """The schema's check of this family's keys of the model section
-    (:class:`explore.space.Model`), one at a time as they are validated: ``onnx`` is
-    resolved against ``base`` (the YAML file's folder, else the current one) and must
-    import as a model; ``freeze`` must be globs and ``head`` at most the weight layers,
-    both checked against the file when ``onnx`` is in ``model`` (the keys validated so
-    far).  Returns the value (the file's absolute path for ``onnx``); ValueError."""
+    (:class:`explore.space.Model`), one at a time as they are validated, reading no
+    file: ``onnx`` is resolved against ``base`` (the YAML file's folder, else the
+    current one), ``freeze`` must be globs.  The file itself is read when the space is
+    bound (:meth:`Onnx.check_files`).  Returns the value (the file's absolute path for
+    ``onnx``); ValueError."""
     if key == "onnx":
         if value is None:
             return value
         if not value.is_absolute():
             value = Path(base or Path.cwd()) / value
-        value = value.resolve()
-        try:
-            load(value)
-        except Exception as e:  # the importer's errors, as the schema's
-            raise ValueError(str(e)) from None
-        return value
-    path = model.get("onnx")
+        return value.resolve()
     if key == "freeze":
         if isinstance(value, Range) and not isinstance(value, Choice):
             raise ValueError("freeze is a list of parameter names (globs), or a choice of "
                              "comma-separated globs")
         for option in value.options if isinstance(value, Choice) else [value]:
             globs(option)  # a number or a flag is no glob (ValueError)
-        if path is not None:
-            check_freeze(load(path), value)
-    elif key == "head" and path is not None:
-        check_head(load(path), value)
     return value
 
 
@@ -362,14 +352,29 @@ class Onnx(BaseFamily):
     def check(self, model: Mapping[str, Any]) -> None:
         if not model.get("onnx"):
             raise ValueError("family onnx needs onnx: the path of an .onnx file")
-        try:
-            check_trainable(load(model["onnx"]), model.get("freeze"), model.get("head") or 0)
-        except ValueError as e:
-            raise AtKey("freeze", str(e)) from None
         searched = [k for k in ARCHITECTURE_KEYS if isinstance(model.get(k), Range)]
         if searched:
             raise ValueError(f"{', '.join(searched)}: a model of family onnx has its file's "
                              "architecture; search the training parameters, freeze or head")
+
+    def check_files(self, model: Mapping[str, Any]) -> None:
+        """The file must import as a model; ``freeze``'s globs must match its
+        parameters and leave something to train, ``head`` be at most its weight
+        layers."""
+        try:
+            imported = load(model["onnx"])
+        except Exception as e:  # the importer's errors, at the key
+            raise AtKey("onnx", str(e)) from None
+        freeze, head = model.get("freeze"), model.get("head") or 0
+        try:
+            check_freeze(imported, freeze)
+            check_trainable(imported, freeze, head)
+        except ValueError as e:
+            raise AtKey("freeze", str(e)) from None
+        try:
+            check_head(imported, head)
+        except ValueError as e:
+            raise AtKey("head", str(e)) from None
 
 
 def _input_shape(model: Imported, dataset: DataShape) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from typing import Any
 from engine import BudgetError
 from engine.alignment import align_down, align_up
 from explore import sampling
+from explore.binding import BoundSpace
 from explore.candidate import compile_candidate, graph_of, user_errors
 from explore.families import BuildError
 from explore.scheduler.constants import Measured
@@ -70,18 +71,19 @@ class Refused(ValueError):
     """The run cannot be admitted; the message says why and what would do."""
 
 
-def admit(space: Space, ds: Any) -> int:
-    """Check that ``space`` can run on ``ds`` within its budget (:class:`Refused`
-    otherwise); the heap of its smallest candidate, compiled once (0 when the user's
-    builder fails on it: that trial then fails when asked for, with its reason)."""
-    check_data_size(space, ds)
+def admit(bound: BoundSpace) -> int:
+    """Check that ``bound``'s space can run on its data set within its budget
+    (:class:`Refused` otherwise); the heap of its smallest candidate, compiled once (0
+    when the user's builder fails on it: that trial then fails when asked for, with its
+    reason)."""
+    check_data_size(bound.space, bound.data)
     graph = None
-    if not space.uses_builder:  # the user's code: each trial's failure is its own
+    if not bound.uses_builder:  # the user's code: each trial's failure is its own
         try:
-            graph = graph_of(space, sampling.fixed(space))
+            graph = graph_of(bound, sampling.fixed(bound.space))
         except BuildError as e:  # a family that does not suit the data, say
             raise Refused(f"model: {e}") from None
-    return smallest_heap(space, graph)
+    return smallest_heap(bound, graph)
 
 
 def check_data_size(space: Space, ds: Any) -> None:
@@ -102,18 +104,18 @@ def check_data_size(space: Space, ds: Any) -> None:
                       "budget.memory or use fewer rows (dataset.train, dataset.valid)")
 
 
-def smallest_heap(space: Space, graph: Any = None) -> int:
+def smallest_heap(bound: BoundSpace, graph: Any = None) -> int:
     """The heap of the space's smallest candidate (every range at its low end) at its
     training batch (batch 1 for ``auto``), as an arena holds it; 0 when that candidate
     fails on its own (its trial then fails when asked for, with its reason).  ``graph``:
     the candidate's, when built already."""
-    params = sampling.fixed(space)
+    params = sampling.fixed(bound.space)
     if params["batch_size"] == "auto":
         params["batch_size"] = 1
     # a builder's model is the user's code: what it raises is its trial's failure
-    failing: tuple[type[Exception], ...] = (BudgetError, *user_errors(space))
+    failing: tuple[type[Exception], ...] = (BudgetError, *user_errors(bound))
     try:
-        cand = compile_candidate(space, params, 1 << 62, graph=graph)
+        cand = compile_candidate(bound, params, 1 << 62, graph=graph)
     except failing:
         return 0
     return align_up(min(p.total_bytes for p in cand.fitting()))

@@ -15,13 +15,13 @@ import optuna
 from engine import BudgetError
 from engine.compile.stack import StackError
 from engine.errors import EngineError
+from explore.binding import BoundSpace
 from explore.candidate import compile_candidate, graph_of, user_errors
 from explore.families import BuildError
 from explore.live import LiveStudy
 from explore.sampling import suggest
 from explore.scheduler.stacking import Drawn, Pending, compile_stack, groups
 from explore.scheduler.telemetry import RunStats
-from explore.space import Space
 from explore.study import PARAMS_ATTR
 
 # fail(trial, reason): the trial ends as failed before it started (explore.scheduler.core)
@@ -29,14 +29,14 @@ Fail = Callable[[optuna.trial.Trial, str], None]
 
 
 class Intake:
-    """Asks ``live`` for trials of ``space`` and compiles them to fit ``stats.arena``,
+    """Asks ``live`` for trials of ``bound``'s space and compiles them to fit ``stats.arena``,
     ``stack`` at a time (1: never stacked); ``notes`` gets each trial's parameters."""
 
-    def __init__(self, space: Space, live: LiveStudy, stats: RunStats, notes: dict[int, Any],
+    def __init__(self, bound: BoundSpace, live: LiveStudy, stats: RunStats, notes: dict[int, Any],
                  fail: Fail, stack: int) -> None:
-        self.space, self.live, self.stats, self.notes = space, live, stats, notes
+        self.bound, self.live, self.stats, self.notes = bound, live, stats, notes
         self.fail, self.stack = fail, stack
-        self.errors = user_errors(space)
+        self.errors = user_errors(bound)
 
     def ask(self) -> tuple[bool, list[Pending]]:
         """Claim trials of the study (queued ones first), sample, build and compile them:
@@ -74,7 +74,7 @@ class Intake:
         def draw(t: optuna.trial.Trial) -> dict[str, Any]:
             # the last draw is the one kept: a draw given up (a point taken, a duplicate)
             # is drawn again, and the trial trains what the stored trial holds
-            drawn["p"] = suggest(t, self.space)
+            drawn["p"] = suggest(t, self.bound.space)
             return drawn["p"]
 
         trial = self.live.ask(claim, draw)
@@ -84,9 +84,9 @@ class Intake:
         requeued = self.live.requeued(trial)
         self.notes.setdefault(trial.number, {})[PARAMS_ATTR] = params
         try:
-            graph = graph_of(self.space, params, trial=trial if self.space.uses_builder
+            graph = graph_of(self.bound, params, trial=trial if self.bound.uses_builder
                              else None)
-            if self.space.uses_builder:
+            if self.bound.uses_builder:
                 self.live.new_params(trial)  # the builder's own, seen by other drivers
         except self.errors as e:
             self._fail_build(trial, e)
@@ -98,7 +98,7 @@ class Intake:
 
     def _alone(self, d: Drawn) -> Pending | None:
         try:
-            cand = compile_candidate(self.space, d.params, self.stats.arena, graph=d.graph)
+            cand = compile_candidate(self.bound, d.params, self.stats.arena, graph=d.graph)
         except BudgetError as e:
             self.fail(d.trial, f"does not fit: {e}")
             return None
@@ -111,7 +111,7 @@ class Intake:
         """``group`` as one stack; None if it does not stack or does not fit an arena
         (its trials then run one by one)."""
         try:
-            pending = compile_stack(self.space, group, self.stats.arena)
+            pending = compile_stack(self.bound, group, self.stats.arena)
         except StackError as e:  # an op of the model has no stacked form: none will
             self.stack = 1
             self.stats.notes.append(f"trials are not stacked: {e}")

@@ -22,6 +22,7 @@ from typing import Any
 import optuna
 
 from engine.alignment import align_up
+from explore.binding import BoundSpace
 from explore.datasets import LoadedData
 from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
@@ -69,34 +70,35 @@ from explore.scheduler.signals import StopFlag, catch_stop_signals
 from explore.scheduler.stacking import Pending, stacks_for
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sample
 from explore.scheduler.worker import release_heap_memory
-from explore.space import Space
 from explore.study import RECORD_ATTR
 
 
 class Scheduler:
-    """Runs ``n_trials`` more trials of ``study`` on ``workers`` processes, each
-    holding at most ``trials_per_worker`` trials that are not paused (default: the
-    space's ``budget.trials_per_worker``), within ``memory`` bytes for everything the
-    run's processes use.  With several ``devices`` each has ``workers`` and ``memory``
-    of its own (on the CPU simulated: the run's budget is their sum, and each device
-    carries an equal share of the scheduler's and the data's bytes); a trial runs in
-    one worker, so on one device.  ``main`` is what this process is charged: by default its
-    whole memory, measured at the start (``explore run``'s process is the run's); a
-    caller inside a bigger process (a test, a notebook holding other data) may say what
-    of it the run accounts for."""
+    """Runs ``n_trials`` more trials of ``study`` (searching ``bound``'s space on its
+    data set) on ``workers`` processes, each holding at most ``trials_per_worker``
+    trials that are not paused (default: the space's ``budget.trials_per_worker``),
+    within ``memory`` bytes for everything the run's processes use.  With several
+    ``devices`` each has ``workers`` and ``memory`` of its own (on the CPU simulated:
+    the run's budget is their sum, and each device carries an equal share of the
+    scheduler's and the data's bytes); a trial runs in one worker, so on one device.
+    ``main`` is what this process is charged: by default its whole memory, measured at
+    the start (``explore run``'s process is the run's); a caller inside a bigger process
+    (a test, a notebook holding other data) may say what of it the run accounts for."""
 
-    def __init__(self, space: Space, study: optuna.Study, data: LoadedData | SharedArrays, *,
+    def __init__(self, bound: BoundSpace, study: optuna.Study,
+                 data: LoadedData | SharedArrays, *,
                  workers: int, memory: int, device: str, devices: list[int] | None = None,
                  progress: Progress | None = None,
                  trials_per_worker: int | None = None, main: int | None = None,
                  keeper: ModelKeeper | None = None, baseline: int = 0,
                  smallest: int | None = None) -> None:
-        self.space, self.device = space, device
+        space = bound.space
+        self.bound, self.space, self.device = bound, space, device
         self.devices = list(devices) if devices else [0]
         self.per_device = memory  # each device's budget
         self.keeper = keeper  # keeps the best trials' weights, if any
         self.smallest = smallest  # admission.admit's, when the runner admitted the run
-        scale = getattr(space.data, "target_scale", None)
+        scale = getattr(bound.data, "target_scale", None)
         self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit
         self.stored = study  # shared with any other drivers of the study
         # The stored study kept live (each trial claimed, reported and ended in it) and
@@ -121,7 +123,7 @@ class Scheduler:
         self.progress = progress or (lambda s: None)
         # The run's data: loaded into shared memory by the caller (load_shared), or given
         # as arrays and copied there.  The scheduler owns it from here and frees it in stop().
-        self.arrays = data if isinstance(data, SharedArrays) else share_dataset(space, data)
+        self.arrays = data if isinstance(data, SharedArrays) else share_dataset(bound, data)
         self.stats.data = self.arrays.nbytes if device == "cpu" else 0
         self.ctx = mp.get_context("spawn")
         self.notes: dict[int, dict[str, Any]] = {}
@@ -140,7 +142,7 @@ class Scheduler:
         self.core = Core(self.policy, self.stats, lockstep=self.lockstep)
         # Trials asked at once and stacked where they can be (explore.scheduler.stacking);
         # not in lockstep, whose point is one trial at a time.
-        self.intake = Intake(space, self.live, self.stats, self.notes, self._fail_new,
+        self.intake = Intake(bound, self.live, self.stats, self.notes, self._fail_new,
                              space.budget.stack if not self.lockstep and stacks_for(space)
                              else 1)
         self.remaining = 0
@@ -181,7 +183,7 @@ class Scheduler:
         would do; one that holds fewer workers than asked runs with fewer, and says so."""
         s = self.stats
         # first (or by the runner's admission): compiling is part of this process's cost
-        smallest = admission.smallest_heap(self.space) if self.smallest is None else self.smallest
+        smallest = admission.smallest_heap(self.bound) if self.smallest is None else self.smallest
         if self.main is not None:
             s.main = self.main
         elif self.device == "cpu":  # on a GPU the host processes hold none of the budget

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from explore.binding import BoundSpace
 from explore.datasets import LoadedData, compact
 from explore.scheduler.shared_arrays import SharedArrays
 from explore.space import Space
@@ -13,15 +14,15 @@ def _heads(space: Space) -> tuple[int | None, int | None]:
     return space.dataset.heads if space.dataset is not None else (None, None)
 
 
-def load_shared(space: Space) -> SharedArrays:
-    """The space's rows of its data set (:attr:`Space.data`: the ``dataset`` section's
+def load_shared(bound: BoundSpace) -> SharedArrays:
+    """The space's rows of its data set (the ``dataset`` section's
     ``train``/``valid`` heads, images as uint8 where the dataset has a pixel scale, a
     table's rows preprocessed), loaded straight into a new shared file: the data exists
     once, compact, from the first byte read.  Raises the dataset's
     :class:`~explore.datasets.DataError`; nothing is left behind then."""
     shared = SharedArrays()
     try:
-        data = space.data.load_compact(*_heads(space), empty=shared.empty)
+        data = bound.data.load_compact(*_heads(bound.space), empty=shared.empty)
         # A dataset that ignored ``empty`` gave arrays of its own: copy those in.
         for name, a in zip(NAMES, (data.train.x, data.train.y, data.valid.x, data.valid.y),
                            strict=True):
@@ -33,12 +34,12 @@ def load_shared(space: Space) -> SharedArrays:
     return shared
 
 
-def share_dataset(space: Space, data: LoadedData) -> SharedArrays:
+def share_dataset(bound: BoundSpace, data: LoadedData) -> SharedArrays:
     """The space's share of ``data`` (already loaded: a test's or a notebook's) in a new
     shared file, as :func:`load_shared` would have loaded it."""
     shared = SharedArrays()
     try:
-        compact(data, *_heads(space), space.data.pixel_scale, empty=shared.empty)
+        compact(data, *_heads(bound.space), bound.data.pixel_scale, empty=shared.empty)
     except BaseException:
         shared.close()
         raise

@@ -22,15 +22,16 @@ the others go on.  The worker moves each member's parameters and optimizer state
 (:func:`engine.runtime.members.move_member`) into the new program, placed beside
 the old one in the same arena.
 
+>>> from explore.binding import bind
 >>> from explore.space import parse_space
 >>> from explore.sampling import fixed
 >>> space = parse_space({"dataset": "digits", "budget": {"trials": 2, "rounds": 1,
 ...     "memory": "64MB", "stack": 2}, "training": {"batch_size": 32}})
 >>> params = fixed(space)
->>> drawn = [Drawn(None, params, graph_of(space, params), False) for _ in range(2)]
+>>> drawn = [Drawn(None, params, graph_of(bind(space), params), False) for _ in range(2)]
 >>> stacks_for(space), [len(g) for g in groups(drawn)]
 (True, [2])
->>> compile_stack(space, drawn, 8_000_000).candidate.program.name
+>>> compile_stack(bind(space), drawn, 8_000_000).candidate.program.name
 'mlp[x2]'
 """
 
@@ -42,6 +43,7 @@ from typing import Any
 
 from engine import Program, compile_graph
 from engine.compile.stack import stack_graphs, stack_key, stack_optimizers, stack_signature
+from explore.binding import BoundSpace
 from explore.candidate import compile_candidate, graph_of
 from explore.metrics.evaluation import MEANS, ROWS, SUMS, outputs_needed
 from explore.optimizers import build_optimizer
@@ -117,13 +119,13 @@ def groups(drawn: list[Drawn]) -> list[list[Drawn]]:
     return list(out.values())
 
 
-def compile_stack(space: Space, group: list[Drawn], share: int) -> Pending:
+def compile_stack(bound: BoundSpace, group: list[Drawn], share: int) -> Pending:
     """One stacked candidate of ``group`` (at least two trials) fitting ``share`` bytes.
     Raises :class:`~engine.compile.stack.StackError` when the graphs do not stack and
     :class:`~engine.BudgetError` when the stack does not fit."""
     graphs = [means_only(d.graph) for d in group]
     optimizers = [build_optimizer(d.params) for d in group]
-    cand = compile_candidate(space, group[0].params, share, graph=stack_graphs(graphs),
+    cand = compile_candidate(bound, group[0].params, share, graph=stack_graphs(graphs),
                              optimizer=stack_optimizers(optimizers))
     return Pending([d.trial for d in group], cand, [d.requeued for d in group], graphs,
                    optimizers)

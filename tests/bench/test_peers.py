@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from bench import peers
+from explore.binding import bind
 from explore.candidate import graph_of
 from explore.sampling import suggest
 from explore.space import load_space
@@ -29,11 +30,11 @@ def test_the_torch_networks_have_explores_parameters(search: str) -> None:
     from bench import _torch_models as tm
 
     space = load_space(ROOT / "search_spaces" / peers.SEARCHES[search])
-    data = space.data
+    data = bind(space).data
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=7))
     for _ in range(12):
         params = suggest(study.ask(), space)
-        graph = graph_of(space, dict(params))
+        graph = graph_of(bind(space), dict(params))
         ours = sorted(v.desc.shape for v in graph.variables.values()
                       if v.kind.name == "PARAMETER" and v.trainable)
         net = tm.model(params, data.features, data.classes, data.image)

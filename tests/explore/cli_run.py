@@ -31,6 +31,7 @@ def run_here(space_file: Path) -> None:
     """Run a space's trials with the scheduler inside this process, the way ``explore
     run`` would (its study next to the file): for plugins a test registers here, which
     a process of its own would not know."""
+    from explore.binding import bind
     from explore.scheduler import Scheduler
     from explore.scheduler.shared_data import load_shared
     from explore.space import load_space
@@ -38,5 +39,6 @@ def run_here(space_file: Path) -> None:
 
     space = load_space(space_file)
     study = open_study(space, default_storage(space_file))
-    Scheduler(space, study, load_shared(space), workers=space.budget.workers,
+    bound = bind(space)
+    Scheduler(bound, study, load_shared(bound), workers=space.budget.workers,
               memory=space.budget.memory, device="cpu", main=IN_TEST).run(space.budget.trials)

@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from engine.alignment import align_down
+from explore.binding import bind
 from explore.datasets import load_digits
 from explore.runner import RunRefused, check_gpus, prepare
 from explore.scheduler import Scheduler
@@ -54,7 +55,7 @@ def test_each_device_gets_its_budget_and_workers_and_a_trial_runs_on_one(
     f = write(tmp_path, trials=10, workers=2, memory="200MB", devices="[0, 3]")
     space = load_space(f)
     study = open_study(space, f"sqlite:///{tmp_path / 'devs.db'}")
-    sched = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+    sched = Scheduler(bind(space), study, load_digits(), workers=2, memory=space.budget.memory,
                       device="cpu", devices=space.budget.ordinals, main=IN_TEST)
     arenas: dict[int, list[tuple[int, int]]] = {}
 
@@ -102,7 +103,7 @@ def test_a_worker_that_dies_is_replaced_on_its_own_device(tmp_path: Path) -> Non
             killed.append((busy[0].index, busy[0].arena))
             os.kill(busy[0].pid, signal.SIGKILL)
 
-    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+    sched = Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
                       device="cpu", devices=[0, 1], main=IN_TEST, progress=kill_once)
     sched.run(4)
     assert killed

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine import compile_graph
+from explore.binding import bind
 from explore.candidate import graph_of
 from explore.cli import main
 from explore.datasets import load_digits
@@ -89,7 +90,7 @@ def test_candidates_too_big_fail_without_running(tmp_path: Path) -> None:
     space = load_space(f)
     storage = f"sqlite:///{tmp_path / 'tiny.db'}"
     study = open_study(space, storage)
-    stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+    stats = Scheduler(bind(space), study, load_digits(), workers=2, memory=space.budget.memory,
                       device="cpu", main=IN_TEST).run(2)
     df = load(storage, "tiny").set_index("number")
     big = df[df["params"].map(lambda p: p["widths"][0] == 200000)].iloc[0]
@@ -115,7 +116,7 @@ def test_a_crashed_worker_is_replaced_and_its_trial_requeued(tmp_path: Path) -> 
                 killed.append(busy[0].pid)
                 os.kill(busy[0].pid, signal.SIGKILL)
 
-    sched = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+    sched = Scheduler(bind(space), study, load_digits(), workers=2, memory=space.budget.memory,
                       device="cpu", main=IN_TEST, progress=kill_once)
     stats = sched.run(3)
     df = load(storage, "tiny")
@@ -211,7 +212,7 @@ training: {optimizer: adam, lr: 0.01, batch_size: 32}
     df = load(f"sqlite:///{tmp_path / 'bn.db'}", "bn")
     assert df["state"].tolist() == ["complete"] and df["value"].iloc[0] > 0.5
     space = load_space(f)
-    g = graph_of(space, fixed(space))
+    g = graph_of(bind(space), fixed(space))
     ops = [n.op for n in g.paths[0].nodes]
     # block 0 goes from 1 channel to 4: no residual; block 1 keeps 4: one Add
     assert ops.count("BatchNormalization") == 2 and ops.count("Add") == 1
@@ -224,7 +225,7 @@ def test_a_strided_cnn_halves_the_image_and_skips_the_residual() -> None:
                                                          "memory": "64MB"},
                          "model": {"family": "cnn", "blocks": 2, "channels": 4, "pool": False,
                                    "stride": 2, "residual": True, "depth": 0}})
-    prog = compile_graph(graph_of(space, fixed(space)), batch_size=2)
+    prog = compile_graph(graph_of(bind(space), fixed(space)), batch_size=2)
     # 8x8 digits -> 4x4 -> 2x2, four channels: the dense layer reads 16 values
     assert prog.buffers[prog.params[-2].buffer].shape == (10, 16)  # Linear: [out, in]
     assert "Add" not in [ins.op for ins in prog.instrs]
@@ -247,7 +248,7 @@ def test_a_trial_paused_at_a_rung_resumes_when_promoted(tmp_path: Path, pause: b
     study = open_study(space, storage)
     for lr in (0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6):
         study.enqueue_trial({"width": 16, "lr": lr})  # asked in this order
-    stats = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+    stats = Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
                       device="cpu", main=IN_TEST).run(8)
     df = load(storage, "tiny").set_index("number")
     assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0

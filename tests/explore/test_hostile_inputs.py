@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from explore.binding import bind
 from explore.space import load_space
 from explore.yamlio import SpaceError
 
@@ -35,16 +36,16 @@ def _cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _refused(tmp_path: Path, dataset: str, files: dict[str, bytes], key: str,
              words: str) -> None:
-    """The space over ``files`` is refused at ``key`` with ``words``, by load_space and
-    by ``explore run`` (status 2, no traceback, nothing written).  Refused when the
-    space is read, so before any shared memory is made (a complex target used to leave
-    its /dev/shm file behind)."""
+    """The space over ``files`` is refused at ``key`` with ``words`` when it is bound to
+    its data, and by ``explore run`` (status 2, no traceback, nothing written).  Refused
+    when the run is prepared, so before any shared memory is made (a complex target used
+    to leave its /dev/shm file behind)."""
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     f = tmp_path / "s.yaml"
     f.write_text(f"dataset: {dataset}\n" + REST)
     with pytest.raises(SpaceError) as e:
-        load_space(f)
+        bind(load_space(f))
     [err] = e.value.errors
     assert err.key == key and words in err.message, str(err)
     assert err.line == 1
@@ -220,7 +221,7 @@ def test_a_fifo_as_the_space_or_a_data_file_is_refused_without_blocking(
     os.mkfifo(tmp_path / "data.csv")
     (tmp_path / "s.yaml").write_text("dataset: {path: data.csv, target: y}\n" + REST)
     with pytest.raises(SpaceError) as e:
-        load_space(tmp_path / "s.yaml")
+        bind(load_space(tmp_path / "s.yaml"))
     [err] = e.value.errors
     assert err.key == "dataset.path" and "not a regular file" in err.message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "f.yaml", "s.yaml"]

@@ -17,6 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from explore.binding import bind
 from explore.yamlio import SpaceError
 
 VALID: dict[str, Any] = {
@@ -95,7 +96,7 @@ def check_located(text: str) -> None:
         p = fixed(space)
         if p["batch_size"] == "auto":
             p["batch_size"] = 1
-        compile_candidate(space, p, 1 << 40)
+        compile_candidate(bind(space), p, 1 << 40)
     except (BuildError, BudgetError):
         pass
 

@@ -38,7 +38,7 @@ def _refused(tmp_path: Path, text: str, key: str, match: str) -> str:
     """The one error's text; it names the key, the line the key is on, and ``match``."""
     f = _space(tmp_path, text)
     with pytest.raises(SpaceError) as e:
-        load_space(f, resolve_data=False)
+        load_space(f)
     hits = [x for x in e.value.errors if x.key == key or x.key.startswith(key + ".")]
     assert hits, [str(x) for x in e.value.errors]
     line = next(i + 1 for i, t in enumerate(text.splitlines())
@@ -207,7 +207,7 @@ def test_no_silent_coercion_in_any_section(tmp_path: Path, section: str, key: st
 def test_a_cross_field_error_is_on_its_line(tmp_path: Path) -> None:
     text = _with("training.momentum", "{float: [0.0, 0.9], when: {optimiser: sgd}}")
     with pytest.raises(SpaceError) as e:
-        load_space(_space(tmp_path, text), resolve_data=False)
+        load_space(_space(tmp_path, text))
     [err] = e.value.errors
     assert err.key == "training.momentum.when.optimiser"
     assert err.line == text.splitlines().index(
@@ -219,7 +219,7 @@ def test_a_cross_field_error_is_on_its_line(tmp_path: Path) -> None:
 
 def test_yaml_12_floats_are_numbers(tmp_path: Path) -> None:
     text = _with("training.lr", "{float: [1e-4, 1.0e-1], log: true}")
-    space = load_space(_space(tmp_path, text), resolve_data=False)
+    space = load_space(_space(tmp_path, text))
     assert space.training.lr.bounds == (1e-4, 0.1)
     assert load_text("a: 1e3\nb: '1e3'\nc: 7\n").data == {"a": 1000.0, "b": "1e3", "c": 7}
 
@@ -378,7 +378,7 @@ def test_a_when_may_name_a_parameter_asked_later(tmp_path: Path) -> None:
     text = (BASE.replace("optimizer: adam", "optimizer: {choice: [sgd, adam]}")
             .replace("  width: 8\n", "  width: 8\n  dropout: {float: [0.1, 0.2], "
                      "when: {optimizer: adam}}\n"))
-    space = load_space(_space(tmp_path, text), resolve_data=False)
+    space = load_space(_space(tmp_path, text))
     assert fixed(space)["dropouts"] == [0.0]  # sgd: the first choice
     for opt, want in (("adam", [0.15]), ("sgd", [0.0])):
         p = suggest(optuna.trial.FixedTrial({"optimizer": opt, "dropout": 0.15}), space)
@@ -407,8 +407,8 @@ def test_an_artifacts_folder_that_cannot_be_made_is_refused_at_its_line(
     _refused(tmp_path, BASE + f"keep_models: 1\nartifacts: {where}\n", "artifacts",
              "name a folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
-    load_space(_space(tmp_path, BASE + f"keep_models: 0\nartifacts: {where}\n"),
-               resolve_data=False)  # nothing kept: not used
+    # nothing kept: the folder is not used
+    load_space(_space(tmp_path, BASE + f"keep_models: 0\nartifacts: {where}\n"))
 
 
 def test_the_default_artifacts_folder_is_checked_before_the_study(tmp_path: Path) -> None:
@@ -474,10 +474,10 @@ def test_a_grid_too_big_to_list_is_refused_with_its_count_at_once(
         "sampler: grid\n"
     t0 = time.monotonic()
     with pytest.raises(SpaceError) as e:
-        load_space(_space(tmp_path, text), resolve_data=False)
+        load_space(_space(tmp_path, text))
     assert time.monotonic() - t0 < 5
     [err] = e.value.errors
     assert err.key == "sampler.name" and err.line == text.splitlines().index(
         "sampler: grid") + 1 and count in err.message, str(err)
     small = BASE.replace("  width: 8\n", "  width: {int: [1, 1000]}\n") + "sampler: grid\n"
-    load_space(_space(tmp_path, small), resolve_data=False)
+    load_space(_space(tmp_path, small))

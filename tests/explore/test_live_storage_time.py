@@ -16,6 +16,7 @@ import pytest
 from optuna.storages import BaseStorage, InMemoryStorage
 
 import explore.live
+from explore.binding import bind
 from explore.live import LiveStudy, StorageTime, storage_times
 from explore.space import parse_space
 from tests.explore.cli_run import IN_TEST
@@ -144,7 +145,7 @@ def test_a_run_carries_the_figures_into_its_stats_and_its_record(
     stored = optuna.create_study(storage=recording, study_name="carried",
                                  direction="maximize")
     recording.calls.clear()
-    sched = Scheduler(space, stored, load_digits(), workers=1, memory=space.budget.memory,
+    sched = Scheduler(bind(space), stored, load_digits(), workers=1, memory=space.budget.memory,
                       device="cpu", main=IN_TEST)
     stats = sched.run(2)
     calls = list(recording.calls)  # the driver's, before this test reads the study

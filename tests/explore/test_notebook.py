@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from explore.binding import bind
 from explore.datasets import load_digits
 from explore.scheduler import Scheduler
 from explore.space import load_space
@@ -29,7 +30,7 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
     study = open_study(space, storage)
     from explore.runner import record_run as _record_run
 
-    stats = Scheduler(space, study, load_digits(), workers=2, memory=space.budget.memory,
+    stats = Scheduler(bind(space), study, load_digits(), workers=2, memory=space.budget.memory,
                       device="cpu", main=IN_TEST).run(5)
     _record_run(study, stats)
     monkeypatch.setenv("EXPLORE_STORAGE", storage)

@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from explore.binding import bind
 from explore.live import LiveStudy, WriteFailed
 from explore.results import load
 from explore.sampling import fixed, suggest
@@ -141,7 +142,7 @@ def test_trials_enqueued_in_the_storage_run_first_and_fill_their_stored_trial(
     stored = open_study(space, storage)
     for lr in (0.1, 0.01):
         stored.enqueue_trial({"depth": 1, "width_0": 8, "optimizer": "adam", "lr": lr})
-    Scheduler(space, stored, load_digits(), workers=1, memory=space.budget.memory,
+    Scheduler(bind(space), stored, load_digits(), workers=1, memory=space.budget.memory,
               device="cpu", main=IN_TEST).run(3)
     trials = optuna.load_study(study_name="q", storage=storage).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3  # none left WAITING

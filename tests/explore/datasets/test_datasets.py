@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from explore import datasets
+from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.datasets import BaseDataset, DataError, LoadedData, Split, load, quantize
 from explore.results import load as load_results
@@ -44,7 +45,7 @@ def stripes() -> Iterator[None]:
 def test_a_registered_dataset_is_used_by_name(stripes: None, tmp_path: Path) -> None:
     space = parse_space({"dataset": "stripes", "budget": {"trials": 1, "rounds": 1,
                                                           "memory": "64MB"}})
-    cand = compile_candidate(space, fixed(space), share=8_000_000)
+    cand = compile_candidate(bind(space), fixed(space), share=8_000_000)
     prog = cand.program
     assert prog.buffers[prog.params[0].buffer].shape == (64, 16)  # Linear [out, in]: 16 features in
     assert prog.buffers[prog.params[-2].buffer].shape == (2, 64)  # [out, in]: 2 classes out

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from explore import datasets
+from explore.binding import bind
 from explore.datasets import DataError, Preprocess, from_file, from_python
 from explore.datasets.split import split_rows
 from explore.scheduler.shared_data import load_shared
@@ -90,11 +91,11 @@ def test_an_npy_pair_is_memory_mapped_and_written_into_the_shared_file(
     assert isinstance(sources[0].x, np.memmap)  # not read into memory
     f = tmp_path / "s.yaml"
     f.write_text(f"dataset: {{x: X.npy, y: y.npy, valid: 0.2}}\n{BUDGET}")
-    space = load_space(f)
-    with load_shared(space) as shared:
+    bound = bind(load_space(f))
+    with load_shared(bound) as shared:
         assert set(shared.spec) == {"x_train", "y_train", "x_valid", "y_valid"}
         assert shared.arrays["x_train"].shape == (240, 4)
-        full = space.data.load()
+        full = bound.data.load()
         np.testing.assert_array_equal(shared.arrays["x_train"], full.train.x)
         np.testing.assert_array_equal(shared.arrays["y_valid"], full.valid.y)
 
@@ -329,14 +330,14 @@ def test_scikit_learns_tables_are_read_without_importing_it(name: str) -> None:
 
 
 def test_scikit_learns_tables_take_table_options() -> None:
-    space = parse_space({"dataset": {"name": "iris", "valid": 0.5, "test": 0.0,
-                                     "scale": "minmax"}, "budget": {"trials": 1, "rounds": 1,
-                                                                    "memory": "64MB"}})
-    assert space.data.valid == 75 and space.data.preprocess is not None
-    assert space.data.preprocess.scaling == "minmax"
+    data = bind(parse_space({"dataset": {"name": "iris", "valid": 0.5, "test": 0.0,
+                                         "scale": "minmax"},
+                             "budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})).data
+    assert data.valid == 75 and data.preprocess is not None
+    assert data.preprocess.scaling == "minmax"
     with pytest.raises(SpaceError, match=r"dataset\.scale: .*fixed splits"):
-        parse_space({"dataset": {"name": "digits", "scale": "minmax"},
-                     "budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})
+        bind(parse_space({"dataset": {"name": "digits", "scale": "minmax"},
+                          "budget": {"trials": 1, "rounds": 1, "memory": "64MB"}}))
 
 
 # -- the search space ------------------------------------------------------------------------
@@ -354,7 +355,8 @@ def test_paths_are_relative_to_the_yaml_file(tmp_path: Path, monkeypatch: pytest
     monkeypatch.chdir("/")  # not where the file is
     space = load_space(f)
     assert space.dataset is not None and space.dataset.path == f.parent / "../data/churn.csv"
-    assert space.data.valid == 30 and space.data.rows == (60, 30, 0)
+    data = bind(space).data
+    assert data.valid == 30 and getattr(data, "rows", None) == (60, 30, 0)
     # a dict space resolves against the current directory
     monkeypatch.chdir(tmp_path / "data")
     s = parse_space({"dataset": {"path": "churn.csv", "target": "churned",
@@ -390,7 +392,7 @@ def test_dataset_errors_have_file_line_and_key(case: str, tmp_path: Path) -> Non
     f = tmp_path / "s.yaml"
     f.write_text(text + BUDGET)
     with pytest.raises(SpaceError) as e:
-        load_space(f)
+        bind(load_space(f))  # the schema's errors when read, the data's when bound
     msg = str(e.value)
     assert f"{f}:{line}: {key}: " in msg and words in msg, msg
 
@@ -401,16 +403,35 @@ def test_a_space_binds_data_from_python_and_compiles_against_it() -> None:
 
     space = parse_space({"budget": {"trials": 1, "rounds": 1, "memory": "64MB"},
                          "model": {"depth": 1, "width": 8}, "training": {"batch_size": 8}})
-    with pytest.raises(DataError, match="names no dataset"):
-        space.data  # noqa: B018
+    with pytest.raises(SpaceError, match="names no dataset"):
+        bind(space)
     ds = from_python(churn(90), "churned", categorical=["plan"])
-    bound = space.with_data(ds)
-    assert bound.data is ds and space._data is None
-    cand = compile_candidate(bound, fixed(bound), share=8_000_000)
+    bound = bind(space, ds)
+    assert bound.data is ds and bound.space is space
+    cand = compile_candidate(bound, fixed(space), share=8_000_000)
     prog = cand.program
     assert prog.buffers[prog.params[0].buffer].shape == (8, 5)  # [out, in]: 2 numeric + 3 one-hot
     assert cand.program.batch_size == 18  # validates the split's 18 rows in one chunk
-    # the file is read once: the space keeps what it resolved
-    s = parse_space({"dataset": "iris", "budget": {"trials": 1, "rounds": 1,
-                                                   "memory": "64MB"}})
-    assert s.data is s.data and s.model_copy().data is s.data
+    with pytest.raises(TypeError, match="bound to a dataset"):
+        bind(space, churn(90))  # a frame is made a dataset by from_python
+
+
+def test_reading_a_space_reads_no_data_and_imports_no_code(tmp_path: Path) -> None:
+    """The schema is data: a data file and a builder module are read when the space is
+    bound (once per run), and what is wrong with them is said at their line there."""
+    f = tmp_path / "s.yaml"
+    f.write_text("dataset:\n  path: rows.csv\n  target: t\n  categorical: [plan]\nmodel:\n"
+                 "  builder: not_yet_written:build\n" + BUDGET)
+    (tmp_path / "rows.csv").write_text("a,t\n1,0\n")
+    space = load_space(f)  # neither the table nor the module is touched
+    assert space.dataset is not None and space.model.builder == "not_yet_written:build"
+    (tmp_path / "rows.csv").unlink()
+    with pytest.raises(SpaceError, match=rf"{f}:2: dataset.path: .*no such file"):
+        bind(space)
+    churn(40).to_csv(tmp_path / "rows.csv", index=False)
+    f.write_text(f.read_text().replace("target: t", "target: churned"))
+    with pytest.raises(SpaceError, match=rf"{f}:6: model.builder: cannot import"):
+        bind(load_space(f))
+    (tmp_path / "not_yet_written.py").write_text("def build(trial):\n    return None\n")
+    bound = bind(load_space(f))
+    assert bound.uses_builder and bound.builder is not None and bound.builder.__name__ == "build"

@@ -9,6 +9,7 @@ import pytest
 
 from engine import CalcGraph, Init, Mode
 from explore import families
+from explore.binding import bind
 from explore.candidate import compile_candidate, graph_of
 from explore.datasets import BaseDataset
 from explore.families import BaseFamily
@@ -54,8 +55,8 @@ SPACE = {"dataset": "digits", "budget": {"trials": 1, "rounds": 1, "memory": "64
 
 def test_a_registered_family_is_built_by_name(linear: None) -> None:
     space = parse_space({**SPACE, "model": {"family": "linear", "depth": 0}})
-    assert graph_of(space, fixed(space)).name == "linear"
-    prog = compile_candidate(space, fixed(space), share=8_000_000).program
+    assert graph_of(bind(space), fixed(space)).name == "linear"
+    prog = compile_candidate(bind(space), fixed(space), share=8_000_000).program
     assert sorted(prog.buffers[p.buffer].shape for p in prog.params) == [(10,), (64, 10)]
 
 

@@ -25,6 +25,7 @@ from onnx import numpy_helper
 
 from engine import SGD, VM, CalcGraph, Init, Kind, Mode, compile_graph
 from engine.onnx_io import export_onnx
+from explore.binding import bind
 from explore.families import BuildError, get
 from explore.space import load_space, parse_space
 from explore.yamlio import SpaceError
@@ -413,7 +414,7 @@ def test_a_bad_model_section_is_refused_with_file_line_and_key(
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf\xff" * 10)
     f = write(tmp_path, model)
     with pytest.raises(SpaceError) as e:
-        load_space(f)
+        bind(load_space(f))  # the schema's errors when read, the file's when bound
     assert f"{f}:{line}: {key}: " in str(e.value) and message in str(e.value), str(e.value)
 
 
@@ -449,19 +450,18 @@ def test_the_space_records_the_resolved_file_and_its_settings(
     monkeypatch.chdir(tmp_path)
     budget = {"trials": 1, "rounds": 1, "memory": "64MB"}
     space = parse_space({"dataset": "digits", "budget": budget,
-                         "model": {"onnx": "m.onnx", "freeze": ["conv.*"], "head": 1}},
-                        resolve_data=False)
+                         "model": {"onnx": "m.onnx", "freeze": ["conv.*"], "head": 1}})
     p = space.params()
     assert space.model.family == "onnx"
     assert p["onnx"] == str(path.resolve()) and p["freeze"] == ["conv.*"] and p["head"] == 1
     names = list(p)
     assert names[names.index("stage_blocks") + 1:names.index("loss")] == ["onnx", "freeze", "head"]
-    plain = parse_space({"dataset": "digits", "budget": budget}, resolve_data=False)
+    plain = parse_space({"dataset": "digits", "budget": budget})
     assert "onnx" not in plain.params()
 
 
 def test_the_example_space_loads(tmp_path: Path) -> None:
-    space = load_space(ROOT / "search_spaces" / "onnx_mnist.yaml", resolve_data=False)
+    space = load_space(ROOT / "search_spaces" / "onnx_mnist.yaml")
     assert space.model.family == "onnx" and space.model.head == 1
     assert Path(space.params()["onnx"]) == ROOT / "search_spaces" / "models" / "lenet.onnx"
     g = ONNX.build(space.params() | {"freeze": "conv*"},

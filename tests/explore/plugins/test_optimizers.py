@@ -8,6 +8,7 @@ import pytest
 
 from engine import SGD, Optimizer
 from explore import optimizers
+from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.families import BuildError
 from explore.optimizers import BaseOptimizer, build_optimizer
@@ -35,7 +36,7 @@ def test_a_registered_optimizer_is_used_by_name(nesterovish: None) -> None:
                          "training": {"optimizer": {"choice": ["nesterovish", "adam"]}}})
     p = fixed(space)
     assert p["optimizer"] == "nesterovish" and build_optimizer(p).momentum == 0.9
-    prog = compile_candidate(space, p, share=8_000_000).program
+    prog = compile_candidate(bind(space), p, share=8_000_000).program
     assert prog.zone_bytes["optimizer"] > 0  # the momentum buffers
 
 

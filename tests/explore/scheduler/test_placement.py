@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.free_list import FreeList
+from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.sampling import fixed
 from explore.scheduler.commands import Admitted, Launch
@@ -24,7 +25,7 @@ SPACE = {"name": "p", "dataset": "digits", "budget": {"trials": 3, "rounds": 1,
 
 def test_a_gap_too_small_for_the_preferred_program_takes_the_largest_that_fits() -> None:
     space = parse_space(SPACE)
-    cand = compile_candidate(space, fixed(space), 10_000_000)
+    cand = compile_candidate(bind(space), fixed(space), 10_000_000)
     assert cand.program.batch_size == 359 and cand.fallback_batches == (179, 89, 44, 22, 11, 8)
     sizes = {p.batch_size: p.total_bytes for p in cand.fitting()}
     assert [sizes[b] for b in (359, 179, 89, 44, 22, 11, 8)] == sorted(sizes.values())[::-1]

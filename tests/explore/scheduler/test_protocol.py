@@ -10,6 +10,7 @@ from typing import Any, get_args
 
 import pytest
 
+from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.sampling import fixed
 from explore.scheduler import protocol
@@ -45,7 +46,7 @@ def test_start_carries_the_compiled_program() -> None:
     space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
                                                          "memory": "64MB"},
                          "training": {"batch_size": 8}})
-    cand = compile_candidate(space, fixed(space), 8_000_000)
+    cand = compile_candidate(bind(space), fixed(space), 8_000_000)
     msg = protocol.Start(0, cand.program, 64, 7, 3, cand.train_batch, True)
     got = pickle.loads(pickle.dumps(msg))
     assert (got.number, got.offset, got.seed, got.rounds, got.gated) == (0, 64, 7, 3, True)
@@ -57,7 +58,7 @@ def test_a_stack_starts_and_regroups_with_its_programs() -> None:
     space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
                                                          "memory": "64MB"},
                          "training": {"batch_size": 8}})
-    cand = compile_candidate(space, fixed(space), 8_000_000)
+    cand = compile_candidate(bind(space), fixed(space), 8_000_000)
     start = protocol.Start(-2, cand.program, 64, 7, 3, 8, False, members=(4, 5),
                            member_save_to=("a.npz", None))
     got = pickle.loads(pickle.dumps(start))

@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 import pytest
 
+from explore.binding import bind
 from explore.candidate import graph_of
 from explore.datasets import load_digits
 from explore.results import load
@@ -40,7 +41,7 @@ def run(tmp_path: Path, lrs: list[float], pruner: str = "none") -> tuple[Schedul
     study = open_study(space, storage)
     for lr in lrs:
         study.enqueue_trial({"lr": lr})  # asked in this order
-    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+    sched = Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
                       device="cpu", main=IN_TEST)
     stats = sched.run(len(lrs))
     assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
@@ -127,7 +128,7 @@ def space_of(**training: object) -> Space:
 
 def drawn(space: Space, **params: object) -> Drawn:
     p = {**fixed(space), **params}
-    return Drawn(None, p, graph_of(space, p), False)
+    return Drawn(None, p, graph_of(bind(space), p), False)
 
 
 def test_candidates_group_by_architecture_optimizer_kind_and_batch() -> None:
@@ -143,7 +144,7 @@ def test_only_objectives_made_of_means_stack() -> None:
                       "memory": "64MB", "stack": 4},
                       "objectives": [{"metric": "f1", "direction": "maximize"}]})
     assert not stacks_for(f1)
-    g = graph_of(space_of(), fixed(space_of()))
+    g = graph_of(bind(space_of()), fixed(space_of()))
     kept = {o for p in means_only(g).paths for n in p.nodes for o in n.outputs}
     assert "class_counts" not in kept and {"accuracy", "eval_loss"} <= kept
     assert "class_counts" in {o for p in g.paths for n in p.nodes for o in n.outputs}
@@ -168,7 +169,7 @@ def test_a_model_without_a_stacked_form_runs_its_trials_alone(tmp_path: Path) ->
         "model: {family: cnn, blocks: 1, channels: 4, depth: 0}"))
     space = load_space(f)
     study = open_study(space, f"sqlite:///{tmp_path / 'st.db'}")
-    sched = Scheduler(space, study, load_digits(), workers=1, memory=space.budget.memory,
+    sched = Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
                       device="cpu", main=IN_TEST)
     stats = sched.run(4)
     assert stats.counts["complete"] == 4 and sched.stack == 1

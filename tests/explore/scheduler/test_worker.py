@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from explore import datasets
+from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.datasets import load_digits, quantize
 from explore.sampling import fixed
@@ -64,7 +65,7 @@ def start(conn: Any, number: int, offset: int, rounds: int, gated: bool) -> None
     space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": rounds,
                                                          "memory": "64MB"},
                          "training": {"batch_size": 8}})
-    cand = compile_candidate(space, fixed(space), ARENA // 2)
+    cand = compile_candidate(bind(space), fixed(space), ARENA // 2)
     conn.send(Start(number, cand.program, offset, number, rounds, cand.train_batch, gated))
 
 
@@ -170,7 +171,7 @@ def test_a_big_trials_set_up_stays_inside_its_heap_and_gives_it_back() -> None:
                                                          "memory": "1GB"},
                          "model": {"depth": 2, "width": 2048},
                          "training": {"optimizer": "adam", "batch_size": 32}})
-    cand = compile_candidate(space, fixed(space), 400_000_000)
+    cand = compile_candidate(bind(space), fixed(space), 400_000_000)
     heap = cand.program.total_bytes
     assert heap > 60_000_000
     data = load_digits()
