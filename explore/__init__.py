@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from explore.procmem import pss
 from explore.version import __version__
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     A study remembers its space: running it with another is refused unless
     ``space_changed`` says the change is meant (:mod:`explore.space_change`).  ``builder``,
     a function ``build(trial) -> engine.nn.Module | CalcGraph`` that asks the trial
-    for its own parameters, makes each trial's model (:mod:`explore.model_builders`;
+    for its own parameters, makes each trial's model (:mod:`explore.families.builder`;
     the space's ``model.builder`` names one from a file).  The budget
     counts the whole run: its worker processes, the data, and what this process grows
     by from the call on (what it held before, a notebook's own data, is not the
@@ -56,8 +57,9 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     ...     print(len(study.trials), sorted(study.trials[0].user_attrs["explore"]["metrics"]))
     2 ['loss', 'mae', 'r2', 'rmse', 'train_loss']
     """
-    from explore.procmem import pss
-    from explore.runner import execute, prepare
+    # every import of a submodule runs this file first: the runner (optuna, pandas, the
+    # engine) would make `explore --help` and each spawned worker load it all
+    from explore.runner import execute, prepare  # noqa: PLC0415 (keeps `import explore` light)
 
     before = pss()
     prep = prepare(space, data=data, target=target, storage=storage, study=study,
@@ -71,7 +73,7 @@ def load_model(storage: Any, study: str, trial: int | None = None,
                builder: Any = None) -> TrainedModel:
     """The kept model of ``trial`` (default: the best kept) of ``study``, ready to
     predict: see :func:`explore.trained.load_model`."""
-    from explore.trained import load_model as load
+    from explore.trained import load_model as load  # noqa: PLC0415 (keeps `import explore` light)
 
     return load(storage, study, trial, builder)
 

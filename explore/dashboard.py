@@ -19,6 +19,7 @@ and only when a dashboard is started.
 
 from __future__ import annotations
 
+import errno
 import socket
 import socketserver
 from collections.abc import Callable
@@ -26,6 +27,9 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import optuna
+
+from explore.storages import StorageError, release
+from explore.study import storage_url
 
 INSTALL = 'pip install -e ".[dashboard]"'
 
@@ -39,9 +43,6 @@ def open_study(storage: str, study: str) -> tuple[optuna.storages.BaseStorage, i
     """The storage ``storage`` names, opened creating nothing, and the id of its study
     ``study``; :class:`DashboardError` names the storage and the studies it holds if
     that study is not there."""
-    from explore.storages import StorageError, release
-    from explore.study import storage_url
-
     try:
         opened = storage_url(storage)
     except FileNotFoundError as e:
@@ -62,7 +63,7 @@ def import_dashboard() -> Any:
     """The ``optuna_dashboard`` module, or :class:`DashboardError` saying how to
     install it."""
     try:
-        import optuna_dashboard
+        import optuna_dashboard  # noqa: PLC0415 (optional dependency: the dashboard extra)
     except ImportError as e:
         raise DashboardError(f"optuna-dashboard is not installed ({e}); install it with "
                              f"{INSTALL}") from None
@@ -94,8 +95,6 @@ def listen(app: Any, host: str, port: int) -> WSGIServer:
     try:
         server = server_class((host, port), _QuietHandler)
     except OSError as e:
-        import errno
-
         reason = e.strerror or str(e)
         if e.errno == errno.EADDRINUSE:
             reason += " (another program listens there); give another --port"
@@ -118,8 +117,6 @@ def serve(storage: str, study: str, host: str = "127.0.0.1", port: int = 8080,
     serve.  Raises :class:`DashboardError` before serving; Ctrl-C is a
     :class:`KeyboardInterrupt`, after the socket and the storage's connections are
     closed."""
-    from explore.storages import release
-
     dashboard = import_dashboard()  # first: no storage opened for nothing
     opened, study_id = open_study(storage, study)
     try:

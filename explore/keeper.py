@@ -42,14 +42,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from explore.attrs import ARTIFACTS_ATTR, MODELS_ATTR, RECORD_ATTR
 from explore.procmem import alive
+from explore.storages._journal import journal_path
 
 
 def default_artifacts(storage: str) -> str:
     """The artifact directory for a storage URL (see the module docstring), absolute:
     a relative file is found from the current folder now, as the storage opens it."""
     if storage.startswith("journal:"):
-        from explore.storages._journal import journal_path
-
         path = journal_path(storage)
         if str(path) not in ("", "."):
             return str(path.resolve().with_suffix(".artifacts"))
@@ -92,11 +91,7 @@ class ModelKeeper:
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.store: Any = None
         if k > 0:
-            # here, not at import: optuna.artifacts imports boto3 and Google's storage
-            # client where they are installed (about 14 MB of the scheduler's memory)
-            from optuna.artifacts import FileSystemArtifactStore
-
-            self.store = FileSystemArtifactStore(str(self.directory))
+            self.store = _artifacts().FileSystemArtifactStore(str(self.directory))
             sweep_stale_staging(self.directory / ".staging")
         self.kept: list[dict[str, Any]] = list(study.user_attrs.get(MODELS_ATTR, []))
         # Made when the first trial is placed, so that a run refused before then leaves
@@ -142,13 +137,11 @@ class ModelKeeper:
                 return trial
             if self.study.user_attrs.get(ARTIFACTS_ATTR) != str(self.directory):
                 self.study.set_user_attr(ARTIFACTS_ATTR, str(self.directory))
-            from optuna.artifacts import upload_artifact
-
             tracked = _Tracked(self.store)
             try:
-                artifact = upload_artifact(artifact_store=tracked, file_path=staged,
-                                           study_or_trial=self.study,
-                                           mimetype="application/x-npz")
+                artifact = _artifacts().upload_artifact(
+                    artifact_store=tracked, file_path=staged, study_or_trial=self.study,
+                    mimetype="application/x-npz")
             except OSError as e:
                 # The result counts more than its model: the trial is written without
                 # one (its record says why), and no partial file stays in the store.
@@ -199,6 +192,15 @@ class ModelKeeper:
         for folder in (self.staging.parent, self.directory):
             with contextlib.suppress(OSError):  # not empty: another's, or models kept
                 folder.rmdir()
+
+
+def _artifacts() -> Any:
+    """``optuna.artifacts``, imported once models are kept, not with this module: it
+    imports boto3 and Google's storage client where they are installed (11 to 14 MB of
+    the scheduler's memory, which the budget counts)."""
+    from optuna import artifacts  # noqa: PLC0415 (scheduler memory: only with keep_models)
+
+    return artifacts
 
 
 class _Tracked:

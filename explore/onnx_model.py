@@ -23,6 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from engine.onnx_io.export import export_onnx
 
 OPSET = 17
 ML_OPSET = 3
@@ -30,10 +34,6 @@ ML_OPSET = 3
 
 def model_to_onnx(model: Any) -> Any:
     """The ONNX ``ModelProto`` of a :class:`explore.trained.TrainedModel`."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from engine.onnx_io.export import export_onnx
-
     core = export_onnx(model.graph, outputs=["logits"], vm=model.vm,
                        name=f"{model.study}-trial-{model.trial}")
     g = core.graph
@@ -93,8 +93,6 @@ def model_to_onnx(model: Any) -> Any:
         opsets.append(helper.make_opsetid("ai.onnx.ml", ML_OPSET))
     out = helper.make_model(graph, opset_imports=opsets, producer_name="calcgraph-explore")
     out.ir_version = 8
-    import onnx
-
     # the full check also infers every shape and type, so a file that onnxruntime or
     # another loader would refuse is never written
     onnx.checker.check_model(out, full_check=True)
@@ -103,8 +101,6 @@ def model_to_onnx(model: Any) -> Any:
 
 def _constant(numpy_helper: Any, arr: np.ndarray, name: str) -> Any:
     if arr.dtype == object:
-        from onnx import TensorProto, helper
-
         values: Any = [str(v).encode() for v in arr.reshape(-1)]
         return helper.make_tensor(name, TensorProto.STRING, list(arr.shape), values)
     return numpy_helper.from_array(arr, name)

@@ -13,6 +13,9 @@ True
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+import time
 
 
 def alive(pid: int) -> bool:
@@ -63,8 +66,8 @@ def gpu_bytes(pid: int | None = None) -> int | None:
     device too: with four workers started at once on one GPU, the last to measure
     counted the three contexts before it as its own."""
     try:
-        import cupy
-        import pynvml
+        import cupy  # noqa: PLC0415 (optional dependency: the gpu extra)
+        import pynvml  # noqa: PLC0415 (optional dependency: the gpu extra)
     except ImportError:
         return None
     me = os.getpid() if pid is None else pid
@@ -91,7 +94,7 @@ def gpu_processes() -> dict[int, int] | None:
     (``nvidia-ml-py``) is missing or fails; a process it does not list (in a container
     whose process ids are not the host's) is absent."""
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415 (optional dependency: the gpu extra)
     except ImportError:
         return None
     out: dict[int, int] = {}
@@ -145,10 +148,6 @@ def run_measured(argv: list[str], every: float = 0.02, timeout: float | None = N
     >>> rc, out.strip(), peak >= 0
     (0, '1', True)
     """
-    import subprocess
-    import threading
-    import time
-
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     peak = 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -95,8 +96,6 @@ def import_plugins(package: str, path: Iterable[str]) -> list[str]:
     >>> import_plugins("explore.samplers", explore.samplers.__path__)  # all imported already
     []
     """
-    import sys
-
     found = []
     for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
         name = f"{package}.{info.name}"

@@ -17,9 +17,28 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts.exceptions import ArtifactNotFound
 
+from engine import VM, compile_graph
+from explore import families
+from explore.attrs import BUILDER_DIR_ATTR, DATA_ATTR, SPACE_ATTR
+from explore.candidate import BUILDER_PARAMS
+from explore.datasets.quantize import quantize
+from explore.datasets.table import Preprocess
+from explore.families.builder import (
+    BuilderError,
+    call_builder,
+    graph_of_model,
+    load_builder,
+    replay,
+)
 from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR
-from explore.study import PARAMS_ATTR, RECORD_ATTR
+from explore.onnx_model import model_to_onnx
+from explore.optimizers import build_optimizer
+from explore.runner import data_record
+from explore.scheduler.worker import Validation
+from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
 
 PREDICT_BATCH = 512
 
@@ -45,8 +64,6 @@ class StoredData:
     def from_record(cls, r: dict[str, Any]) -> StoredData:
         pre = None
         if r.get("preprocess"):
-            from explore.datasets.table import Preprocess
-
             pre = Preprocess.from_dict(r["preprocess"])
         return cls(r["task"], int(r["features"]), int(r.get("classes") or 0),
                    tuple(r["image"]) if r.get("image") else None,
@@ -88,8 +105,6 @@ class TrainedModel:
         pixels (see :mod:`explore.datasets.quantize`)."""
         scale = self.data.pixel_scale
         if scale is not None and x.dtype != np.uint8:
-            from explore.datasets.quantize import quantize
-
             return quantize(np.asarray(x, np.float32), scale)
         return x
 
@@ -134,8 +149,6 @@ class TrainedModel:
 
     def to_onnx(self) -> Any:
         """The model as ONNX, preprocessing included (:mod:`explore.onnx_model`)."""
-        from explore.onnx_model import model_to_onnx
-
         return model_to_onnx(self)
 
 
@@ -143,8 +156,6 @@ def data_mismatch(model: TrainedModel, ds: Any) -> str | None:
     """What differs between the data set ``ds`` and the one ``model`` was trained on
     (task, features, classes, image shape, pixel scale, target scale, preprocessing),
     or None: a model evaluated on rows prepared for another data set measures nothing."""
-    from explore.runner import data_record
-
     have = StoredData.from_record(data_record(ds))
     want = model.data
     for key in ("task", "features", "classes", "image", "pixel_scale", "target_scale"):
@@ -161,8 +172,6 @@ def data_mismatch(model: TrainedModel, ds: Any) -> str | None:
 def evaluate_split(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Every metric of the model's task over preprocessed rows ``x`` and their ``y``
     (as a data set's split holds them), measured by its eval path as in a search."""
-    from explore.scheduler.worker import Validation
-
     std = model.data.target_scale[1] if model.data.target_scale else 1.0
     v = Validation.of(model.vm.program, len(y), std)
     return v.measure(model.vm, np.ascontiguousarray(model.model_input(x)),
@@ -212,10 +221,6 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
     A study whose models came from a Python builder rebuilds them with it: the one it
     recorded (``module:function``), or ``builder`` (a function defined in a notebook
     cannot be imported again).  Raises :class:`ModelError` when there is none."""
-    from engine import VM, compile_graph
-    from explore.optimizers import build_optimizer
-    from explore.runner import BUILDER_DIR_ATTR, DATA_ATTR, SPACE_ATTR
-
     s = open_stored(storage, study)
     t, artifact = find_model(s, trial)
     record = s.user_attrs.get(DATA_ATTR)
@@ -238,16 +243,6 @@ def rebuild(space: dict[str, Any], params: dict[str, Any], data: StoredData,
             builder: Any = None, builder_dir: str | None = None) -> Any:
     """A trial's CalcGraph again, from its recorded parameters: by its family, or by the
     space's model builder replaying what it chose."""
-    from explore import families
-    from explore.candidate import BUILDER_PARAMS
-    from explore.families.builder import (
-        BuilderError,
-        call_builder,
-        graph_of_model,
-        load_builder,
-        replay,
-    )
-
     spec = space["model"].get("builder")
     if builder is None and spec is None:
         return families.get(space["model"]["family"]).build(params, data)
@@ -263,9 +258,6 @@ def rebuild(space: dict[str, Any], params: dict[str, Any], data: StoredData,
 
 def read_model(study: optuna.Study, artifact: str, number: int) -> dict[str, np.ndarray]:
     """The weights of a kept model, read through the study's artifact store."""
-    from optuna.artifacts import FileSystemArtifactStore
-    from optuna.artifacts.exceptions import ArtifactNotFound
-
     directory = study.user_attrs.get(ARTIFACTS_ATTR)
     if not directory or not Path(directory).is_dir():
         raise ModelError(f"the artifact store of study {study.study_name!r} "
@@ -282,8 +274,6 @@ def read_model(study: optuna.Study, artifact: str, number: int) -> dict[str, np.
 def open_stored(storage: str | Path | Any, study: str) -> optuna.Study:
     """Load ``study`` from a URL, a SQLite file's path or a storage object, creating
     nothing (:class:`ModelError` if there is no such file or study)."""
-    from explore.study import storage_url
-
     try:
         url = storage_url(storage)
     except FileNotFoundError as e:

@@ -20,7 +20,7 @@ def checked_output(output: str, space_file: str | None, storage: str | None,
     it is a new path or a regular file that is neither a link (not followed or replaced
     silently) nor a file the command reads (the space, the study's database).  Exit
     status 2 otherwise."""
-    from explore.storages import sqlite_file  # lazy: optuna
+    from explore.storages import sqlite_file  # noqa: PLC0415 (--help start-up: SQLAlchemy)
 
     target = Path(output)
     if not output.strip():

@@ -10,13 +10,16 @@ import time
 from typing import Any, NoReturn
 
 import click
+import optuna
 from rich.live import Live
 from rich.table import Table
 
+from explore.attrs import MODELS_ATTR
 from explore.cli import console
 from explore.cli.common import byte_size, not_empty
 from explore.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 from explore.cli.summary import last_run, print_summary
+from explore.scheduler.errors import Stopped, raise_stopped
 
 
 def _ordinals(value: str | None) -> list[int] | None:
@@ -51,10 +54,9 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         workers: int | None, memory: str | None, device: str | None, devices: str | None,
         quiet: bool, space_changed: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
-    # lazy: the runner loads optuna, numpy and the engine, which --help does not need
-    from explore.live import WriteFailed
-    from explore.runner import RunRefused, execute, prepare
-    from explore.scheduler.errors import Stopped, raise_stopped
+    # the runner loads pandas, the engine and the rest, which --help does not need
+    from explore.live import WriteFailed  # noqa: PLC0415 (--help start-up)
+    from explore.runner import RunRefused, execute, prepare  # noqa: PLC0415 (--help start-up)
 
     # SIGTERM and SIGHUP (a job scheduler, a closed terminal) stop a run as Ctrl-C does:
     # the scheduler acts on them between steps, and before it runs they raise here.
@@ -95,10 +97,8 @@ def _stopped(prep: Any, message: str, code: int) -> NoReturn:
     console.err.print(f"[red]{message}[/]", highlight=False)
     if prep is not None:
         with contextlib.suppress(Exception):  # the storage itself may be what failed
-            import optuna  # lazy: as in run (loaded by now)
-
-            from explore.live import counted
-            from explore.study import storage_url
+            from explore.live import counted  # noqa: PLC0415 (--help start-up; loaded by now)
+            from explore.study import storage_url  # noqa: PLC0415 (--help start-up; loaded by now)
 
             study = optuna.load_study(study_name=prep.study_name,
                                       storage=storage_url(prep.storage))
@@ -122,8 +122,7 @@ def _refused(e: Any) -> NoReturn:
 
 def _next_steps(study: Any, prep: Any) -> None:
     """Where the results went and what to do with them."""
-    from explore.keeper import MODELS_ATTR  # lazy: as in run (loaded by now)
-    from explore.study import default_storage
+    from explore.study import default_storage  # noqa: PLC0415 (--help start-up; loaded by now)
 
     out = console.out
     where = f"--storage '{prep.storage}' --study '{study.study_name}'"

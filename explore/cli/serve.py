@@ -24,7 +24,7 @@ from explore.cli.console import EXIT_INTERRUPTED, fail
 def dashboard(space_file: str | None, storage: str | None, study_name: str | None,
               host: str, port: int) -> None:
     """Serve optuna-dashboard on the study, live, until Ctrl-C (the dashboard extra)."""
-    from explore.dashboard import DashboardError, serve  # lazy: optuna, the extra
+    from explore.dashboard import DashboardError, serve  # noqa: PLC0415 (--help start-up: the study, engine)
 
     storage, study_name = where(space_file, storage, study_name)
 

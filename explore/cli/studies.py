@@ -25,7 +25,7 @@ from explore.cli.summary import last_run, print_summary
 def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
     """Summarise a study: counts, best trial, and the best few trials with their final
     metrics and every parameter that varies (those the same in every trial below)."""
-    from explore.results import frame, metric_columns  # lazy: pandas, optuna
+    from explore.results import frame, metric_columns  # noqa: PLC0415 (--help start-up: pandas)
 
     out = console.out
     study = read_study(space_file, storage, study_name)
@@ -71,8 +71,8 @@ def _shown_params(p: Any, other: bool = False) -> Any:
     an ONNX file made the model (``other``: they were not used)."""
     if not isinstance(p, dict) or not (other or "builder_params" in p or "onnx" in p):
         return p
-    from explore.sampling import PER_LAYER  # lazy: as in show (loaded by now)
-    from explore.space import Model
+    from explore.sampling import PER_LAYER  # noqa: PLC0415 (--help start-up; loaded by now)
+    from explore.space import Model  # noqa: PLC0415 (--help start-up; loaded by now)
 
     unused = (set(Model.model_fields) | set(PER_LAYER.values())) - {"onnx", "freeze", "head"}
     return {**{k: v for k, v in p.items() if k not in unused and k != "builder_params"},
@@ -112,7 +112,7 @@ def _num(v: Any) -> str:
 def export(space_file: str | None, storage: str | None, study_name: str | None, fmt: str,
            output: str) -> None:
     """Write the study's trials as a table (one row per trial)."""
-    from explore.results import frame  # lazy: pandas, optuna
+    from explore.results import frame  # noqa: PLC0415 (--help start-up: pandas)
 
     target = checked_output(output, space_file, storage, study_name)
     study = read_study(space_file, storage, study_name)

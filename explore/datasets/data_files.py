@@ -85,7 +85,7 @@ def read_file(path: Path, target: str | None, features: Sequence[str] | None,
         if suffix == ".parquet":
             # Imported only to read a Parquet file: like pandas, pyarrow is a large
             # import that most processes never need.
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # noqa: PLC0415 (only to read a Parquet file)
 
             _few_columns(path, len(pq.read_schema(path).names), key)
             return Source(str(path), frame=_pd().read_parquet(path))

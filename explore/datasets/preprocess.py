@@ -17,7 +17,7 @@ from explore.datasets.errors import DataError
 def _pd() -> Any:
     """pandas, imported when a table needs it: it is about 30 MB of every process's
     memory, and the run's workers and a built-in's run never need it."""
-    import pandas
+    import pandas  # noqa: PLC0415 (30 MB most processes never need)
 
     return pandas
 

@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from explore.live.names import HEARTBEAT_PREFIX
 from explore.live.timing import _on_writer
+from explore.storages import explain
 
 if TYPE_CHECKING:
     from explore.live.study import LiveStudy
 
 def _failed(e: BaseException) -> str:
     """What a failed storage call means (Optuna's own message hides the cause)."""
-    from explore.storages import explain
-
     return explain(e)
 
 

@@ -7,7 +7,7 @@ summed statistics such as ``class_counts``, per-row scores) into one float; ever
 metric of the task is computed and sent as a plain float, named by the metric.  In
 the scheduler, :meth:`BaseMetric.value` reads the objective's value from those floats
 and the candidate's planned heap.  What a metric reads from the eval path is an op
-there (:mod:`explore.builders`), so it is sized and planned like the model.
+there (:mod:`explore.families`), so it is sized and planned like the model.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a validation pass measured, and the metrics computed from it in the worker.
 
-The eval path of a model (:mod:`explore.builders`) ends in ops whose results the
+The eval path of a model (:mod:`explore.families`) ends in ops whose results the
 worker reads after each validation batch, in three kinds:
 
 - means (``accuracy``, ``eval_loss``): a batch's mean, averaged over the batches
@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from explore.metrics._base import METRICS
 
 MEANS = ("accuracy", "eval_loss")
 SUMS = ("class_counts", "regression_sums")
@@ -47,17 +49,13 @@ class Evaluation:
 
 def outputs_needed(names: Iterable[str]) -> tuple[str, ...]:
     """The eval-path outputs the metrics ``names`` read, in :data:`OUTPUTS` order."""
-    from explore import metrics
-
-    need = {o for n in names for o in metrics.get(n).needs}
+    need = {o for n in names for o in METRICS.get(n).needs}
     return tuple(o for o in OUTPUTS if o in need)
 
 
 def compute_all(names: Iterable[str], ev: Evaluation) -> dict[str, float]:
     """Every metric of ``names`` from ``ev``: ``{name: value}``."""
-    from explore import metrics
-
-    return {n: float(metrics.get(n).compute(ev)) for n in names}
+    return {n: float(METRICS.get(n).compute(ev)) for n in names}
 
 
 def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float:

@@ -25,6 +25,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy
+
+from explore.scheduler.worker import JIT_DEFAULT
+from explore.version import __version__ as explore_version
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -37,11 +42,6 @@ class Measured:
 def machine_key(device: str) -> str:
     """What the constants depend on: the machine, Python and the libraries a worker
     loads (numba's LLVM, about 130 MB, only with the fused kernels on), and the device."""
-    import numpy
-
-    from explore.scheduler.worker import JIT_DEFAULT
-    from explore.version import __version__ as explore_version
-
     return "|".join((platform.node(), platform.machine(), sys.version.split()[0],
                      f"numpy {numpy.__version__}", f"explore {explore_version}", device,
                      f"cores {os.cpu_count()}",

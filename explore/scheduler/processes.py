@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import os
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from multiprocessing.context import SpawnContext
@@ -76,8 +77,6 @@ def forked_not_vforked() -> Iterator[None]:
     copy-on-write and their PSS is split, so the sum stays true; it costs a copy of the
     page tables (milliseconds) per worker started.  ``subprocess._USE_VFORK`` is the
     switch CPython documents for this, and multiprocessing reads it."""
-    import subprocess
-
     saved = getattr(subprocess, "_USE_VFORK", None)
     if saved is None:  # before Python 3.11 (no vfork) or after a rename: nothing to do
         yield

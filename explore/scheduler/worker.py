@@ -19,7 +19,12 @@ Messages: :mod:`.protocol`; the scheduler's side: :mod:`.core` and :mod:`.loop`.
 from __future__ import annotations
 
 import contextlib
+import copy
+import ctypes
+import gc
+import multiprocessing
 import os
+import signal
 import sys
 import time
 import traceback
@@ -28,6 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from engine import Adam, compile_graph
+from engine.models import paper_mlp
+from engine.runtime.arena import Arena
+from engine.runtime.heap import CalcHeap
+from engine.runtime.members import member_losses, move_member
+from engine.runtime.train import evaluate_metrics, train_epoch
+from engine.runtime.vm import VM
 from explore import metrics
 from explore.metrics.evaluation import MEANS, ROWS, SUMS, Evaluation, compute_all
 from explore.procmem import gpu_bytes, pss
@@ -105,11 +117,16 @@ class Resident:
         self.runnable = not self.waiting and not self.held
 
 
+def _cupy() -> Any:
+    """The ``cupy`` module, which only a GPU worker uses."""
+    import cupy  # noqa: PLC0415 (optional dependency: the gpu extra)
+
+    return cupy
+
+
 def release_heap_memory() -> None:
     """Hand the C heap's free memory back to the system (glibc's ``malloc_trim``): what
     a trial's set-up allocated and freed would otherwise stay counted in the worker."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL(None).malloc_trim(0)
 
@@ -120,13 +137,6 @@ def warm_up(device: str = "cpu") -> None:
     the overhead measured next is what the worker costs with a model, not before one.
     On a GPU the model runs there: cuBLAS's handle and workspace and the compiled
     kernels exist from then on, and are in the device memory measured next."""
-    import gc
-
-    from engine import Adam, compile_graph
-    from engine.models import paper_mlp
-    from engine.runtime.train import evaluate_metrics, train_epoch
-    from engine.runtime.vm import VM
-
     rng = np.random.default_rng(0)
     x = rng.random((64, 64), dtype=np.float32)
     y = rng.integers(0, 10, 64)
@@ -140,9 +150,7 @@ def warm_up(device: str = "cpu") -> None:
     gc.collect()
     release_heap_memory()
     if device == "gpu":  # the throwaway heap's blocks, which CuPy's pool would keep
-        import cupy
-
-        cupy.get_default_memory_pool().free_all_blocks()
+        _cupy().get_default_memory_pool().free_all_blocks()
 
 
 def device_overhead(device: str) -> int:
@@ -155,12 +163,10 @@ def device_overhead(device: str) -> int:
     not list it, the device's memory in use (conservative: it includes what other
     processes hold, the workers started beside it among them)."""
     if device == "gpu":
-        import cupy
-
         own = gpu_bytes()
         if own is not None:
             return own
-        free, total = cupy.cuda.runtime.memGetInfo()
+        free, total = _cupy().cuda.runtime.memGetInfo()
         return int(total - free)
     return pss()
 
@@ -200,8 +206,6 @@ class Validation:
         return [self._compute(got, y, k) for k in range(models)]
 
     def _evaluate(self, vm: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-        from engine.runtime.train import evaluate_metrics
-
         return evaluate_metrics(vm, x, y, self.means, check=False, sums=self.sums,
                                 per_row=self.per_row)
 
@@ -250,19 +254,9 @@ needs for trials."""
 
 def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     """Entry point of a worker process (see the module docstring)."""
-    import copy
-
-    from engine.runtime.arena import Arena  # after spawn: imported in the worker
-    from engine.runtime.heap import CalcHeap
-    from engine.runtime.members import member_losses, move_member
-    from engine.runtime.train import train_epoch
-    from engine.runtime.vm import VM
-
     arrays = attach(data)
     if device == "gpu":
-        import cupy
-
-        cupy.cuda.runtime.getDeviceCount()
+        _cupy().cuda.runtime.getDeviceCount()
     warm_up(device)
     conn.send(Ready(device_overhead(device), os.getpid()))
     msg = conn.recv()
@@ -484,14 +478,9 @@ def stay_with_the_driver() -> None:
     workers itself; a worker's own KeyboardInterrupt only printed tracebacks).  So are
     SIGTERM and SIGHUP, which systemd and SLURM send to every process of a job: a
     worker ended by one would have its trial failed as died instead of queued again."""
-    import multiprocessing
-    import signal
-
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
-        import ctypes
-
         pr_set_pdeathsig = 1
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from explore.registry import Registry
 
@@ -74,8 +75,6 @@ def _schema_race(e: Exception) -> bool:
     """Whether ``e``, raised while Optuna created its tables, is another process
     creating them at the same moment: a duplicate (a table, a type, an index, the
     version row) or a deadlock between the two."""
-    from sqlalchemy.exc import DBAPIError, IntegrityError
-
     if isinstance(e, IntegrityError):
         return True
     text = str(getattr(e, "orig", None) or e).lower()
@@ -98,8 +97,6 @@ def relational(url: str, engine_kwargs: dict[str, Any] | None = None
     created and completes it; a different error, or the same one
     :data:`SCHEMA_ATTEMPTS` times, is raised.
     """
-    from sqlalchemy.exc import DBAPIError
-
     for attempt in range(1, SCHEMA_ATTEMPTS + 1):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)

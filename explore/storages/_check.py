@@ -25,6 +25,8 @@ from typing import Any
 from urllib.parse import quote
 
 import optuna
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from explore.storages._base import STORAGES, relational, scheme
 
@@ -67,9 +69,6 @@ def check(url: str, *, write: bool) -> None:
     if s in STORAGES and s != "sqlite":
         STORAGES.get(s).check(text, write)  # a plugin's URL: the plugin says what is wrong
         return
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
     try:
         u = make_url(text)
     except ArgumentError:
@@ -175,9 +174,6 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
     """Check ``url`` (:func:`check`) and open its storage: by the plugin registered for
     its scheme, else Optuna's relational storage, waiting at most
     :data:`CONNECT_TIMEOUT` seconds for a server.  Raises :class:`StorageError`."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import SQLAlchemyError
-
     check(url, write=write)
     s = scheme(url)
     try:

@@ -20,6 +20,7 @@ was never a whole record, so no reader ever took it for one.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -29,6 +30,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from explore.storages._base import BaseStorage, register
+from explore.storages._check import StorageError
 
 
 def journal_path(url: str) -> Path:
@@ -115,8 +117,6 @@ class SafeJournalBackend(JournalFileBackend):
                           "writing); it was cut off", PartialRecordWarning, stacklevel=3)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        import json
-
         data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) +
                 "\n").encode("utf-8")
         self._lock.acquire()
@@ -146,8 +146,6 @@ class Journal(BaseStorage):
     added since the last one, so a process sees the others' trials at its next read."""
 
     def check(self, url: str, write: bool) -> None:
-        from explore.storages._check import StorageError
-
         path = journal_path(url)
         if not str(path) or str(path) == ".":
             raise StorageError(f"storage {url!r} names no file: write "

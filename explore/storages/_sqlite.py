@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
+from sqlalchemy import event
 
 from explore.storages._base import BaseStorage, register, relational, sqlite_file
 
@@ -20,8 +21,6 @@ class Sqlite(BaseStorage):
     search of tiny models (a power cut may lose the last few; a crash loses none)."""
 
     def create(self, url: str) -> optuna.storages.BaseStorage | str:
-        from sqlalchemy import event
-
         if sqlite_file(url) is None:  # in memory: every SQLAlchemy connection would get a
             return optuna.storages.InMemoryStorage()  # database of its own
 
