@@ -19,7 +19,9 @@ The default store is a directory next to a SQLite study or a journal file
 (``quick.db`` or ``quick.log`` -> ``quick.artifacts/``), else ``explore-artifacts/`` in
 the working directory.  Several drivers of one study each rank against the list as
 stored when they rank (read again each time), so the list holds the best of all of
-them.
+them; the list's read, merge and write happen under a lock on the store's directory
+(``flock``), since two drivers merging at once would each write the list without the
+other's model, and the one dropped would stay in the store, listed nowhere.
 
 >>> default_artifacts("sqlite:////data/runs/quick.db")
 '/data/runs/quick.artifacts'
@@ -30,10 +32,12 @@ them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -167,14 +171,15 @@ class ModelKeeper:
         if entry is None or self.store is None:
             return
         entry["trial"] = number
-        self.kept = [m for m in self._stored() if m["artifact"] != entry["artifact"]]
-        self.kept.append(entry)
-        self.kept.sort(key=lambda m: m["value"], reverse=not self.minimize)
-        for gone in self.kept[self.k:]:
-            with contextlib.suppress(Exception):  # already gone: nothing to free
-                self.store.remove(gone["artifact"])
-        self.kept = self.kept[:self.k]
-        self.study.set_user_attr(MODELS_ATTR, self.kept)
+        with locked(self.directory):
+            self.kept = [m for m in self._stored() if m["artifact"] != entry["artifact"]]
+            self.kept.append(entry)
+            self.kept.sort(key=lambda m: m["value"], reverse=not self.minimize)
+            for gone in self.kept[self.k:]:
+                with contextlib.suppress(Exception):  # already gone: nothing to free
+                    self.store.remove(gone["artifact"])
+            self.kept = self.kept[:self.k]
+            self.study.set_user_attr(MODELS_ATTR, self.kept)
 
     def _stored(self) -> list[dict[str, Any]]:
         """The kept models as the study lists them now."""
@@ -192,6 +197,19 @@ class ModelKeeper:
         for folder in (self.staging.parent, self.directory):
             with contextlib.suppress(OSError):  # not empty: another's, or models kept
                 folder.rmdir()
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on ``directory`` held by this block: the drivers sharing a
+    store (on one host, or on hosts mounting it where the file system passes ``flock``
+    on, as NFSv4 does) take turns."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _artifacts() -> Any:

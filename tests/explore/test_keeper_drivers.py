@@ -3,10 +3,12 @@ ranks against the list as stored, so the list holds the best of all of them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,43 @@ def test_a_full_disk_under_the_model_store_keeps_the_result(tmp_path: Path) -> N
         assert "No space left" in kept.user_attrs["explore"]["model_error"]
         assert {p.name for p in (disk / "s.artifacts").iterdir()} == {".staging"}
         keeper.close()
+
+
+def test_two_drivers_merging_at_once_leave_no_model_listed_nowhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both drivers read the list before either writes it: without the store's lock each
+    writes a list lacking the other's model, and the model dropped stays in the store,
+    listed nowhere.  The first to read waits (up to a second) for the other to read too;
+    under the lock the other cannot, and reads the list the first wrote."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    store = tmp_path / "s.artifacts"
+    one = ModelKeeper(study, store, k=1, minimize=False)
+    two = ModelKeeper(optuna.load_study(study_name="s", storage=storage), store, k=1,
+                      minimize=False)
+    numbers = {}
+    for keeper, value in ((one, 0.5), (two, 0.7)):
+        trial, numbers[keeper] = _finished(study, value)
+        staged = keeper.stage(numbers[keeper])
+        assert staged is not None
+        np.savez(staged, w=np.zeros(3, np.float32))
+        keeper.keep(trial, staged)  # both uploaded, neither listed yet
+    reads = threading.Barrier(2)
+    stored = ModelKeeper._stored
+
+    def slow_read(self: ModelKeeper) -> list[dict[str, Any]]:
+        out = stored(self)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            reads.wait(timeout=1.0)  # both read before either writes, if they can
+        return out
+
+    monkeypatch.setattr(ModelKeeper, "_stored", slow_read)
+    threads = [threading.Thread(target=k.written, args=(numbers[k],)) for k in (one, two)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    models = optuna.load_study(study_name="s", storage=storage).user_attrs[MODELS_ATTR]
+    assert [(m["trial"], m["value"]) for m in models] == [(numbers[two], 0.7)]
+    on_disk = {p.name for p in store.iterdir() if not p.name.startswith(".")}
+    assert on_disk == {m["artifact"] for m in models}
