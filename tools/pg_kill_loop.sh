@@ -5,7 +5,7 @@
 #   bash tools/pg_kill_loop.sh [N]        # default 20
 set -uo pipefail
 cd "$(dirname "$0")/.."
-F=tests/explore/test_many_drivers.py
+F=tests/explore/live/test_many_drivers.py
 T=("$F::test_a_driver_killed_mid_run_is_taken_over_on_postgres"
    "$F::test_the_only_driver_stopped_then_run_again[kill-postgres]"
    "$F::test_the_only_driver_stopped_then_run_again[interrupt-postgres]"

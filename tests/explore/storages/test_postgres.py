@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from explore.storages import _base, connect, relational
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPACE = """name: q
 dataset: digits
 budget: {trials: 3, rounds: 1, memory: 300MB, workers: 1}
