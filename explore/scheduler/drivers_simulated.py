@@ -34,12 +34,11 @@ from engine.alignment import align_up
 from explore.live import CLAIM_ATTR
 from explore.live.simulated import Driver
 from explore.optuna_adapter import trial_id
-from explore.scheduler.commands import Admitted, Idle, Launch, Moved, Note, Send, Tell
+from explore.scheduler.commands import Idle, Launch, Moved, Note, Send, Tell
 from explore.scheduler.core import Core
 from explore.scheduler.protocol import Pause
-from explore.scheduler.simulated import SimCandidate, SimPolicy, SimTrial
+from explore.scheduler.simulated import SimPolicy, SimTrial
 from explore.scheduler.simulation import Simulation
-from explore.scheduler.stacking import Pending
 from explore.study import RECORD_ATTR
 
 if TYPE_CHECKING:
@@ -156,24 +155,7 @@ class DriverRun(Simulation):
                 self.repeats.add(t.number)
             group.append((t, requeued))
         self.drawn, self.drawing = [], False
-        if not group:
-            return
-        cand = self._candidate()
-        size = cand.sizes[-1] * len(group) * 9 // 10 + 64
-        if len(group) > 1 and size <= self.arena and self.rng.random() < 0.7:
-            for t, _ in group:
-                self.size_of[t.number] = cand.sizes[-1]
-            n = len(group)
-            self._deliver(Admitted(Pending([t for t, _ in group], SimCandidate((size,)),
-                                           [r for _, r in group], [None] * n, [None] * n)))
-        else:
-            for t, r in group:
-                if cand.sizes[-1] > self.arena:  # the compiler's BudgetError
-                    self.core.fail(t, "does not fit: simulated", never_started=True)
-                    self._carry(self.core.take())
-                    continue
-                self.size_of[t.number] = cand.sizes[0]
-                self._deliver(Admitted(Pending([t], cand, [r])))
+        self._admit(group)
         self._carry(self.core.place())
 
     # -- the loop -----------------------------------------------------------------------

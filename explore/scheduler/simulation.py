@@ -139,6 +139,11 @@ class Simulation:
             if requeued:
                 self.repeats.add(t.number)
             group.append((t, requeued))
+        self._admit(group)
+
+    def _admit(self, group: list[tuple[Any, bool]]) -> None:
+        """The intake's compile of a drawn ``group`` (trial, re-queued): a stack that
+        fits an arena, or its trials alone; one that fits no arena fails unstarted."""
         if not group:
             return
         cand = self._candidate()
