@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 F=tests/explore/live/test_many_drivers.py
-T=("$F::test_a_driver_killed_mid_run_is_taken_over_on_postgres"
+T=("$F::test_a_driver_killed_mid_run_is_taken_over[postgres]"
    "$F::test_the_only_driver_stopped_then_run_again[kill-postgres]"
    "$F::test_the_only_driver_stopped_then_run_again[interrupt-postgres]"
    "$F::test_a_killed_worker_is_requeued_under_the_right_number[postgres]")

@@ -4,6 +4,7 @@ results went.  Ctrl-C, SIGTERM and SIGHUP stop it with the study kept."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -19,7 +20,7 @@ from explore.cli import console
 from explore.cli.common import byte_size, not_empty
 from explore.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 from explore.cli.summary import last_run, print_summary
-from explore.scheduler.errors import Stopped, raise_stopped
+from explore.scheduler.errors import STOP_SIGNALS, Stopped, raise_stopped
 
 
 def _ordinals(value: str | None) -> list[int] | None:
@@ -74,6 +75,7 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
     except RunRefused as e:
         _refused(e)
     except KeyboardInterrupt as e:
+        _end_at_once_on_another()
         by = f" by {e.name}" if isinstance(e, Stopped) and e.signum != signal.SIGINT else ""
         _stopped(prep, f"interrupted{by}: the trials in hand were failed as 'interrupted' "
                  "and queued again; run the same command to go on",
@@ -88,6 +90,15 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         run_record = last_run(study)
     print_summary(study, run_record)
     _next_steps(study, prep)
+
+
+def _end_at_once_on_another() -> None:
+    """Once a run is stopped, another Ctrl-C, SIGTERM or SIGHUP ends the process at once
+    with 128 + its number, as a second one does while the run cleans up (the scheduler
+    has put the previous handlers back by now; through those it raised in the middle
+    of the report, and click's own handling turned it into "Aborted!" and exit 1)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda n, _frame: os._exit(128 + n))
 
 
 def _stopped(prep: Any, message: str, code: int) -> NoReturn:

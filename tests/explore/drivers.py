@@ -4,10 +4,12 @@ whose every point is one trial, processes started together, the study then check
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,20 +19,26 @@ import optuna
 from optuna.trial import TrialState
 
 from explore.live import counted
+from explore.scheduler.shared_arrays import PREFIX
 from explore.storages import connect, release
 from explore.study import RECORD_ATTR
+from tests.conftest import _unavailable
 
 
 @contextlib.contextmanager
 def small_disk(folder: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` (``2m``) mounted at ``folder/disk`` for a disk that fills up
-    (as root: the tests that use it skip otherwise), unmounted at the end."""
+    """A tmpfs of ``size`` (``2m``) mounted at ``folder/disk`` for a disk that fills up,
+    unmounted at the end.  Mounting needs root (and a container allowed to mount): where
+    it cannot, the test skips, or fails under CI (``$CI``, as for PostgreSQL), so that
+    a CI that cannot mount never passes these tests silently."""
+    if os.name != "posix" or os.geteuid() != 0:
+        _unavailable("mounting a small tmpfs needs root")
     disk = folder / "disk"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
                               str(disk)], capture_output=True, text=True)
     if mounted.returncode != 0:
-        raise AssertionError(f"cannot mount a tmpfs as root: {mounted.stderr}")
+        _unavailable(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
     try:
         yield disk
     finally:
@@ -102,6 +110,62 @@ def finish(procs: list[subprocess.Popen], timeout: float = 600) -> list[tuple[in
     return out
 
 
+def finish_watching(p: subprocess.Popen, timeout: float = 600) -> tuple[int, str, list[int]]:
+    """One driver's exit status and output, as :func:`finish`, and every process seen
+    below it while it ran (looked at every 0.1 s: the workers it starts late, a dead
+    one's replacement, are there too, which :func:`descendants` taken once misses)."""
+    stream = p.stdout
+    assert stream is not None
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.append(stream.read()), daemon=True)
+    reader.start()
+    family: dict[int, None] = {}
+    deadline = time.time() + timeout
+    while p.poll() is None and time.time() < deadline:
+        family.update(dict.fromkeys(descendants(p.pid)))
+        time.sleep(0.1)
+    late = ""
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+        late = "\n(killed: over the time limit)"
+    reader.join(30)  # the pipe ends when the last process holding it does
+    text = (said[0] if said else "(its output never ended: a process below it still "
+            "holds the pipe)") + late
+    return int(p.returncode), text, list(family)
+
+
+def signal_once_said(p: subprocess.Popen, words: str, signum: int, timeout: float = 60) -> str:
+    """Read the driver's output until a line holds ``words``, then send ``signum`` to its
+    process group (it may have ended meanwhile); returns what was read.  Past ``timeout``
+    the group is killed, so that a driver that never says them cannot hang the test."""
+    assert p.stdout is not None
+    watchdog = threading.Timer(timeout, _signal_group, (p.pid, signal.SIGKILL))
+    watchdog.start()
+    said = []
+    try:
+        for line in p.stdout:
+            said.append(line)
+            if words in line:
+                _signal_group(p.pid, signum)
+                break
+    finally:
+        watchdog.cancel()
+    return "".join(said)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """``signum`` to the process group of ``pid``, unless it is gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signum)
+
+
+def shared_files(pid: int) -> list[str]:
+    """The shared data files (``explore.scheduler.shared_arrays``) that the driver
+    ``pid`` made and that are still there."""
+    return glob.glob(f"/dev/shm/{PREFIX}{pid}-*")
+
+
 def trials(storage: str, study: str = "grid") -> list[optuna.trial.FrozenTrial]:
     """The study's trials now; the connections closed again, as a reader that comes and
     goes would (a test polls many times while drivers write)."""
@@ -130,17 +194,22 @@ def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.tr
     return ts
 
 
-def pids_alive(pids: list[int]) -> list[int]:
-    """Those of ``pids`` that still run (zombies count as gone)."""
-    alive = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    alive.append(pid)
-        except (OSError, IndexError):
-            pass
-    return alive
+def pids_alive(pids: list[int], wait: float = 0) -> list[int]:
+    """Those of ``pids`` that still run (zombies count as gone), after waiting at most
+    ``wait`` seconds for them all to end."""
+    deadline = time.time() + wait
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        alive.append(pid)
+            except (OSError, IndexError):
+                pass
+        if not alive or time.time() >= deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def descendants(pid: int) -> list[int]:

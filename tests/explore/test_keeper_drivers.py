@@ -130,7 +130,6 @@ def test_a_model_that_cannot_be_written_leaves_the_result_and_no_partial_file(
     keeper.close()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_a_full_disk_under_the_model_store_keeps_the_result(tmp_path: Path) -> None:
     with small_disk(tmp_path, "1m") as disk:
         keeper, study, _ = _a_model_on(disk / "s.artifacts", f"sqlite:///{tmp_path / 's.db'}")
