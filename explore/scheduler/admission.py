@@ -34,6 +34,7 @@ from explore.space import Space
 # HEADROOM_MIN bytes) is held back for that; growth the run measures uses it first.
 HEADROOM = 0.02
 HEADROOM_MIN = 2_000_000
+LEAST_MARGIN_PCT = 5  # over the least --memory a refusal names (see too_small)
 
 
 # A CUDA device maps memory in pages of 2 MiB and rounds each allocation up to them
@@ -136,9 +137,12 @@ def too_small(
     arena for the smallest candidate, and the least ``--memory`` that would."""
     heap = admitted_heap(smallest, device)
     need = host_share + heap + known.worker
-    # With the headroom, and what the processes measure varies by a fraction of a
-    # percent from run to run.
-    least = -(-max(need + HEADROOM_MIN, int(need / (1 - HEADROOM))) * 101 // 100 // 1_000_000)
+    # With the headroom, and a margin for what the processes measure from run to run:
+    # a library page's PSS is split among the processes mapping it, so a worker measured
+    # beside another (or while other programs load the same libraries) reads lower than
+    # one alone, by a percent or more of the whole.
+    least = -(-max(need + HEADROOM_MIN, int(need / (1 - HEADROOM))) * (100 + LEAST_MARGIN_PCT)
+              // 100 // 1_000_000)
     each = f" on each of {devices} devices" if devices > 1 else ""
     share = (
         f" (each device's share of them: {host_share:,})" if devices > 1 and device == "cpu" else ""
