@@ -19,6 +19,11 @@ PARAMS_ATTR = "params"  # the full parameters (per-layer lists) of a trial
 RECORD_ATTR = "explore"  # everything a trial records (TrialRecord)
 REQUEUED_FROM = "requeued_from"  # the trial a re-queued one repeats
 CLAIM_ATTR = "explore_claim"  # the driver that claimed a trial (explore.live.driver_name)
+# A stale trial's verdict, written by the driver that fails it before it writes the
+# record and the state: fail_reason, retried, failed_by, and the driver it condemns.  The
+# trial's own driver never writes it, so it survives that driver's record written over
+# the verdict's copy in the record (explore.live.names.final_record).
+STALE_ATTR = "explore_stale"
 # Numbers of a placed trial's record also stored as user attributes of their own (record
 # key -> attribute): what a dashboard shows of a running trial at a glance, its planned
 # heap bytes first (optuna-dashboard lists attributes by name), batch and placement.

@@ -16,8 +16,9 @@ import optuna
 import pandas as pd
 
 from explore.attrs import RUNS_ATTR
+from explore.live.names import final_record
 from explore.storages import open_storage, release
-from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
+from explore.study import PARAMS_ATTR, storage_url
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
@@ -51,7 +52,7 @@ def frame(s: optuna.Study) -> pd.DataFrame:
     values: list[str] = ["value"]
     measured: dict[str, None] = {}  # the metric columns, in the order first recorded
     for t in s.get_trials(deepcopy=False):
-        ua = {**t.user_attrs, **t.user_attrs.get(RECORD_ATTR, {})}
+        ua = {**t.user_attrs, **final_record(t)}  # a stale trial's verdict included
         zones = ua.get("planned_bytes") or {}
         row: dict[str, Any] = {
             "number": t.number, "state": t.state.name.lower(),

@@ -16,6 +16,7 @@ from optuna.trial import Trial, TrialState
 
 from explore.live.names import (
     CLAIM_ATTR,
+    GAVE_UP,
     PARAMS_ATTR,
     RECORD_ATTR,
     REQUEUED_FROM,
@@ -61,6 +62,9 @@ class Claiming:
         def _record(self, record: dict[str, Any], requeued_from: int | None
                     ) -> dict[str, Any]: ...
         def _unclaim(self, stored_id: int) -> None: ...
+        def _check_ours(self, sid: int, number: int) -> None: ...
+        def _settle(self, sid: int, number: int, intended: bool,
+                    params: dict[str, Any] | None = None) -> None: ...
         def _write(self, write: Callable[[], Any]) -> Any: ...
 
     def claim(self) -> Claim | None:
@@ -139,7 +143,8 @@ class Claiming:
         if lost is not None:
             self.our_ids.discard(claim.stored_id)
             if lost == "duplicate" and claim.fixed:
-                self._give_up(claim, "its grid point ran meanwhile as another trial")
+                self._give_up(claim, f"{GAVE_UP} ran meanwhile as another trial",
+                              claim.fixed)
             else:
                 self._write(lambda: self._unclaim(claim.stored_id))
             return None
@@ -153,6 +158,7 @@ class Claiming:
             for key, value in frozen.system_attrs.items():  # a grid point's id, say
                 self.storage.set_trial_system_attr(sid, key, value)
             self.storage.set_trial_user_attr(sid, PARAMS_ATTR, params)
+            self._check_ours(sid, claim.number)  # not over a stale verdict's copy
             self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
 
         self._write(write)
@@ -165,8 +171,8 @@ class Claiming:
             # drawn again once the grid looks exhausted, see _free_point).
             self.work.tell(trial, state=TrialState.FAIL)
             self.our_ids.discard(sid)
-            self._give_up(claim, f"its grid point was claimed at the same time by trial "
-                          f"{other}", record)
+            self._give_up(claim, f"{GAVE_UP} was claimed at the same time by trial {other}",
+                          dict(frozen.params), record)
             return None
         self.our_ids.add(sid)
         self.ours[trial_id(trial)] = Ours(sid, claim.number, claim.requeued_from,
@@ -185,15 +191,19 @@ class Claiming:
                      and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
                           or counted(t))), None)
 
-    def _give_up(self, claim: Claim, why: str,
+    def _give_up(self, claim: Claim, why: str, params: dict[str, Any],
                  record: dict[str, Any] | None = None) -> None:
-        """End ``claim`` as a failure that does not count towards the total."""
+        """End ``claim`` (its point ``params``) as a failure that does not count towards
+        the total and is owed no repeat (``why`` begins with :data:`GAVE_UP`); but if a
+        driver that found it stale wrote its verdict over this record, the verdict's
+        repeat is queued (:meth:`LiveStudy._settle`)."""
         full = {**(record or self._record({}, claim.requeued_from)),
                 "fail_reason": why, "retried": True}
 
         def write() -> None:
             self.storage.set_trial_user_attr(claim.stored_id, RECORD_ATTR, full)
             self.storage.set_trial_state_values(claim.stored_id, TrialState.FAIL)
+            self._settle(claim.stored_id, claim.number, False, params)
 
         self._write(write)
 
@@ -229,11 +239,29 @@ class Claiming:
         except ValueError:
             return self.work.ask()
 
+    @staticmethod
+    def _holds(t: FrozenTrial, number: int) -> bool:
+        """Whether trial ``t`` holds a place of the total that claim ``number`` may not
+        take.  One that counts, whatever its number: a trial taken from the queue keeps
+        its early number, so a claim numbered after it may have ended before it checks.
+        One whose claim passed this check, its record written, whatever its number too:
+        a claim before this one that it did not wait for (its driver silent) may check
+        after this one.  A claimed repeat, whatever its number, record or not: it counts
+        however it ends, even failed as stale before its record (a repeat is not queued
+        again), so neither a claim that did not wait for it (its driver silent) nor one
+        that it would have waited for (had its driver not gone quiet first) may take
+        its place."""
+        if counted(t):
+            return True
+        return t.state == TrialState.RUNNING and t.number != number and (
+            RECORD_ATTR in t.user_attrs or REQUEUED_FROM in t.user_attrs)
+
     def _lost(self, number: int, params: dict[str, Any]) -> str | None:
-        """Why claim ``number`` must give way, or None: "total" if the trials claimed
-        before it that ended or run reach the study's total, "duplicate" if (grid
-        search) one of them has the same ``params``.  Waits (30 s at most) for the
-        parameters of claims before it that are being written."""
+        """Why claim ``number`` must give way, or None: "total" if the trials that hold
+        a place ahead of it (:meth:`_holds`: ended and counted, or running past this
+        check) reach the study's total, "duplicate" if (grid search) one of them has the
+        same ``params``.  Waits (30 s at most) for the parameters of claims before it
+        that are being written."""
         # A claim's parameters may wait behind other writers (SQLite takes one at a
         # time); one whose driver went quiet is not waited for (it turns stale).
         deadline = self.clock() + 30.0
@@ -247,8 +275,7 @@ class Claiming:
                     and self._silence(t, now) <= 3 * self.every for t in before):
                 break
             self.sleep(0.01)
-        if sum(counted(t) or (t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
-               for t in before) >= self.total:
+        if sum(self._holds(t, number) for t in self.view) >= self.total:
             return "total"
         # Any trial whose parameters are written, later numbers too: a claim taken from
         # the queue has an early number but was not waited for by later ones.

@@ -1,7 +1,8 @@
 """The names a study's storage holds for explore, and the small types of the study side:
-which attributes the drivers write (:data:`CLAIM_ATTR`, :data:`REQUEUED_FROM`, the
-heartbeat and storage-time prefixes, the flat copies of a record, :data:`FLAT`), what a
-driver is called, which trials count towards the total, and a claim."""
+which attributes the drivers write (:data:`CLAIM_ATTR`, :data:`REQUEUED_FROM`,
+:data:`STALE_ATTR`, the heartbeat and storage-time prefixes, the flat copies of a record,
+:data:`FLAT`), what a driver is called, how a trial ended (:func:`final_record`), which
+trials count towards the total and which are owed a repeat, and a claim."""
 
 from __future__ import annotations
 
@@ -20,17 +21,21 @@ from explore.attrs import (
     PARAMS_ATTR,
     RECORD_ATTR,
     REQUEUED_FROM,
+    STALE_ATTR,
     STORAGE_TIME_PREFIX,
 )
 
-__all__ = ["CLAIM_ATTR", "FLAT", "GRACE", "HEARTBEAT_EVERY", "HEARTBEAT_PREFIX",
-           "PARAMS_ATTR", "RECORD_ATTR", "REFRESH_EVERY", "REQUEUED_FROM",
+__all__ = ["CLAIM_ATTR", "FLAT", "GAVE_UP", "GRACE", "HEARTBEAT_EVERY", "HEARTBEAT_PREFIX",
+           "PARAMS_ATTR", "RECORD_ATTR", "REFRESH_EVERY", "REQUEUED_FROM", "STALE_ATTR",
            "STORAGE_TIME_PREFIX", "Claim", "Ours", "WriteFailed", "counted", "driver_host_pid",
-           "driver_name"]
+           "driver_name", "final_record", "owes_repeat"]
 
 HEARTBEAT_EVERY = 5.0  # seconds between a driver's heartbeats
 REFRESH_EVERY = 2.0  # seconds between reads of the other drivers' trials
 GRACE = 60.0  # default seconds of silence after which a driver's trials are stale
+# How the reason of a claim given up in LiveStudy.ask begins (its grid point taken): it
+# fails "retried", so as not to count, but it never ran and is owed no repeat.
+GAVE_UP = "its grid point"
 
 
 class WriteFailed(RuntimeError):
@@ -38,13 +43,45 @@ class WriteFailed(RuntimeError):
     run stops at once.  The message says what it means (:func:`explore.storages.explain`)."""
 
 
+def final_record(t: FrozenTrial) -> dict[str, Any]:
+    """How failed trial ``t`` ended, as its record (``RECORD_ATTR``) says, or, where a
+    stale trial's record lacks its reason, with the verdict of the driver that failed it
+    (:data:`STALE_ATTR`): its stalled driver wrote its record over the verdict's copy
+    after the verdict was given and before the trial was failed.  Any other trial's
+    record as it is.
+
+    >>> from optuna.trial import create_trial
+    >>> t = create_trial(state=TrialState.FAIL, user_attrs={
+    ...     RECORD_ATTR: {"driver": "a:1:x"},
+    ...     STALE_ATTR: {"fail_reason": "stale: ...", "retried": True, "failed_by": "b:2:y"}})
+    >>> final_record(t)["retried"], counted(t)
+    (True, False)
+    """
+    record = t.user_attrs.get(RECORD_ATTR) or {}
+    verdict = t.user_attrs.get(STALE_ATTR)
+    if t.state != TrialState.FAIL or "fail_reason" in record or not isinstance(verdict, dict):
+        return record
+    return {**record, **{k: verdict[k] for k in ("fail_reason", "retried", "failed_by")
+                         if k in verdict}}
+
+
 def counted(t: FrozenTrial) -> bool:
     """Whether ``t`` counts towards the study's ``budget.trials``: it ended on its own
     (a trial failed because its driver or worker died, or by an interrupt, was
-    re-queued and its repeat counts instead)."""
+    re-queued and its repeat counts instead; a claim given up never ran)."""
     if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
-    return t.state == TrialState.FAIL and not t.user_attrs.get(RECORD_ATTR, {}).get("retried")
+    return t.state == TrialState.FAIL and not final_record(t).get("retried")
+
+
+def owes_repeat(t: FrozenTrial) -> bool:
+    """Whether finished trial ``t`` is owed a repeat: it failed without counting, and
+    not as a claim given up.  Read once the trial is finished (it cannot change any
+    more), by the one driver whose write finished it, which then queues the repeat:
+    so a trial is re-queued exactly when it does not count, whoever's record stands."""
+    record = final_record(t)
+    return t.state == TrialState.FAIL and bool(record.get("retried")) and \
+        not str(record.get("fail_reason", "")).startswith(GAVE_UP)
 
 
 def driver_name() -> str:

@@ -24,19 +24,21 @@ from explore.live.names import (
     HEARTBEAT_PREFIX,
     REFRESH_EVERY,
     REQUEUED_FROM,
+    STALE_ATTR,
     STORAGE_TIME_PREFIX,
     Ours,
     WriteFailed,
     counted,
     driver_host_pid,
     driver_name,
+    owes_repeat,
 )
 from explore.live.timing import StorageTime, _Timed
 from explore.live.writer import _failed, _Writer
 from explore.optuna_adapter import storage_of, study_id, trial_id
 from explore.procmem import alive as process_alive
 from explore.space import Space
-from explore.study import RECORD_ATTR, Keep, make_pruner, make_sampler
+from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
 
 
 class LiveStudy(Claiming):
@@ -217,6 +219,7 @@ class LiveStudy(Claiming):
         flat = {name: full[k] for k, name in FLAT.items() if isinstance(full.get(k), int)}
 
         def write() -> None:
+            self._check_ours(sid, ours.number)  # not over a stale verdict's copy
             self.storage.set_trial_user_attr(sid, RECORD_ATTR, full)
             for k, v in flat.items():
                 self.storage.set_trial_user_attr(sid, k, v)
@@ -253,7 +256,9 @@ class LiveStudy(Claiming):
         """Tell the working copy, then write the result: the trial's user attributes,
         its remaining intermediate values and its state.  ``retry``: it failed because
         its process died or was interrupted; a new trial with its parameters is
-        queued (once, unless it was interrupted: then always)."""
+        queued (once, unless it was interrupted: then always).  A driver that found the
+        trial stale may write its verdict meanwhile: whichever of the two sets the state
+        queues the repeat the trial as it ended is owed (:meth:`_settle`)."""
         self.new_params(trial)
         self.work.tell(trial, values, state=state)
         frozen = self.wstorage.get_trial(trial_id(trial))
@@ -272,8 +277,8 @@ class LiveStudy(Claiming):
                 if step not in ours.reported:
                     self.storage.set_trial_intermediate_value(ours.stored_id, step, v)
             self.storage.set_trial_state_values(ours.stored_id, t.state, t.values)
-            if retry:
-                self._requeue(frozen.params, ours.number)
+            if t.state == TrialState.FAIL:
+                self._settle(ours.stored_id, ours.number, retry, frozen.params)
             if keep is not None:
                 t0 = timing._clock()
                 keep.after(ours.number)
@@ -304,26 +309,77 @@ class LiveStudy(Claiming):
             user_attrs={REQUEUED_FROM: number}))
 
     def _fail_stale(self, t: FrozenTrial, now: float) -> None:
-        """Fail another driver's trial whose driver went silent; re-queue it once."""
+        """Fail another driver's trial whose driver went silent; re-queue it once.
+
+        That driver may have stalled rather than died, and write to the trial while it
+        is failed here; the two writers' protocol:
+
+        - here, the verdict first, under a key of its own (:data:`STALE_ATTR`, which
+          names the driver it condemns), then its copy in the record (what the readers
+          of a record read), then the state FAIL;
+        - the stalled driver reads that key before each record it writes
+          (:meth:`_check_ours`), and finding itself condemned writes nothing and stops,
+          as it does on a write to a trial that has already finished; its result, if it
+          sets its trial's state first, stands (this FAIL then fails, and nothing more
+          is done here);
+        - one writer only sets the state from RUNNING: that one reads the trial as it
+          ended, which nothing can change any more, and queues its repeat if it is owed
+          one (:meth:`_settle`); a record written over the verdict's copy after all (a
+          write that was on its way when the stalled driver read the key) lacks a
+          reason, and the readers then take the verdict's (:func:`final_record`).
+
+        So the trial counts, or has exactly one repeat, whichever way the writes fall."""
         record = dict(t.user_attrs.get(RECORD_ATTR, {}))
         again = REQUEUED_FROM not in record and REQUEUED_FROM not in t.user_attrs
-        # its parameters are whole once its record is there (written last); a trial
-        # killed before that is queued again as an empty slot
-        params = dict(t.params) if RECORD_ATTR in t.user_attrs else {}
         silent = self._silence(t, now)
-        driver = record.get("driver") or t.user_attrs.get(CLAIM_ATTR) or "(unknown)"
+        named = record.get("driver") or t.user_attrs.get(CLAIM_ATTR)
+        driver = named or "(unknown)"
         why = f"its driver {driver} " + (
             "has exited" if silent == float("inf") else
             f"sent no heartbeat for {silent:.0f} s (grace {self.grace:.0f} s)")
-        record.update(fail_reason=f"stale: {why}", retried=again, failed_by=self.driver)
+        verdict = {"fail_reason": f"stale: {why}", "retried": again,
+                   "failed_by": self.driver}
+        record.update(verdict)
+        sid = trial_id(t)
         try:
-            self.storage.set_trial_user_attr(trial_id(t), RECORD_ATTR, record)
-            if not self.storage.set_trial_state_values(trial_id(t), TrialState.FAIL):
+            self.storage.set_trial_user_attr(sid, STALE_ATTR, {**verdict, "driver": named})
+            self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+            if not self.storage.set_trial_state_values(sid, TrialState.FAIL):
                 return
         except (UpdateFinishedTrialError, RuntimeError):
             return  # finished meanwhile, or another driver failed it first
-        if again:
-            self._requeue(params, t.number)
+        self._settle(sid, t.number, again)
+
+    def _check_ours(self, sid: int, number: int) -> None:
+        """Raise :class:`UpdateFinishedTrialError` if another driver found this driver's
+        trial ``sid`` stale (it stalled past the grace) and is failing it: a record
+        written now could stand over the verdict's copy (:meth:`_fail_stale`)."""
+        verdict = self.storage.get_trial(sid).user_attrs.get(STALE_ATTR)
+        if isinstance(verdict, dict) and verdict.get("driver") == self.driver:
+            raise UpdateFinishedTrialError(
+                f"trial {number} has already finished for this driver: driver "
+                f"{verdict.get('failed_by')} failed it ({verdict.get('fail_reason')})")
+
+    def _settle(self, sid: int, number: int, intended: bool,
+                params: dict[str, Any] | None = None) -> None:
+        """Trial ``sid`` (``number``), just failed by this driver's write of its state: its
+        repeat is queued if the trial as it ended is owed one (:func:`owes_repeat`).
+        Only the one writer whose state took reads it so, and nothing changes a finished
+        trial: so it is re-queued exactly when it does not count, whichever record
+        stands.  ``intended``: whether the record this driver wrote says so, taken if the
+        trial cannot be read back.  ``params``: the repeat's; None for those the trial
+        ended with, whole once its parameters' user attribute (written after them) is
+        there, else none (a claim that stopped before: queued as an empty slot)."""
+        try:
+            final: FrozenTrial | None = self.storage.get_trial(sid)
+        except Exception:  # the read only confirms: what this driver wrote most likely stands
+            final = None
+        if not (intended if final is None else owes_repeat(final)):
+            return
+        if params is None:
+            params = dict(final.params) if final is not None and \
+                PARAMS_ATTR in final.user_attrs else {}
+        self._requeue(params, number)
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """A write on this thread, its failure a :class:`WriteFailed`."""

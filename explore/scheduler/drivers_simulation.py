@@ -65,6 +65,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from explore.live import REQUEUED_FROM, LiveStudy, counted
 from explore.live import simulation as live_simulation
+from explore.live.names import final_record
 from explore.live.simulated import EPOCH, MAX_SLEEPS, SIMULATED, Driver
 from explore.live.simulation import quiet
 from explore.sampling import suggest
@@ -323,7 +324,7 @@ class DriversSimulation(live_simulation.Simulation):
                           if REQUEUED_FROM in t.user_attrs)
         points: dict[str, int] = {}
         for t in trials:
-            record = t.user_attrs.get(RECORD_ATTR, {})
+            record = final_record(t)
             why = record.get("fail_reason")
             if t.state not in (TrialState.RUNNING, TrialState.WAITING, *ENDED):
                 raise Violation(self._where(f"trial {t.number} is {t.state.name}"))
@@ -339,11 +340,11 @@ class DriversSimulation(live_simulation.Simulation):
                 if repeats[source] > 1:
                     raise Violation(self._where(f"trial {source} re-queued twice"))
                 if first is not None and first.state in ENDED and \
-                        not first.user_attrs.get(RECORD_ATTR, {}).get("retried"):
+                        not final_record(first).get("retried"):
                     raise Violation(self._where(f"trial {source} re-queued, though it "
                                                 "counts"))
                 if first is not None and REQUEUED_FROM in first.user_attrs and \
-                        first.user_attrs.get(RECORD_ATTR, {}).get("fail_reason") \
+                        final_record(first).get("fail_reason") \
                         != "interrupted":
                     raise Violation(self._where(f"trial {t.number} repeats trial {source}, "
                                                 "itself a repeat, not interrupted"))
@@ -369,7 +370,7 @@ class DriversSimulation(live_simulation.Simulation):
         if self.strict:
             return False
         if gap == REQUEUE_LOST:  # the driver that failed it stopped on the re-queue
-            record = t.user_attrs.get(RECORD_ATTR, {})
+            record = final_record(t)
             name = record.get("failed_by") or record.get("driver")
             if not any(d.name == name and d.state == "stopped" and
                        d.storage.failed == "create_new_trial" for d in self.drivers):
@@ -436,7 +437,7 @@ class DriversSimulation(live_simulation.Simulation):
         for sid, where in held.items():
             t = by_id[sid]
             stale = t.state == TrialState.FAIL and \
-                t.user_attrs.get(RECORD_ATTR, {}).get("failed_by") not in (None, d.name)
+                final_record(t).get("failed_by") not in (None, d.name)
             if not stale and (t.state != TrialState.RUNNING or owner(t) != d.name):
                 raise Violation(self._where(f"trial {t.number}, {where} by driver {d.name}, "
                                             f"is {t.state.name} for {owner(t)!r} in the "

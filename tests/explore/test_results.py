@@ -14,6 +14,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from rich.console import Console
 
 import explore
+from explore.attrs import STALE_ATTR
 from explore.cli import console as cli
 from explore.cli import main
 from explore.results import COLUMNS, load, metric_columns
@@ -85,6 +86,22 @@ def test_a_study_recorded_before_the_metrics_still_loads(tmp_path: Path) -> None
     assert metric_columns(df) == ["accuracy"]  # what such a study recorded
     assert df["train_seconds"].isna().all()
     assert list(df["value"]) == list(df["accuracy"])
+
+
+def test_a_stale_trial_whose_driver_wrote_over_the_verdict_reads_as_the_verdict_says(
+        tmp_path: Path) -> None:
+    """A trial failed as stale whose stalled driver's record landed over the verdict's
+    copy (explore.live.study._fail_stale): its reason is the verdict's."""
+    make_study(tmp_path / "s.db")
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL,
+        user_attrs={RECORD_ATTR: record(3, "adam", 0.01, driver="a:1:x"),
+                    STALE_ATTR: {"fail_reason": "stale: its driver a:1:x has exited",
+                                 "retried": True, "failed_by": "b:2:y", "driver": "a:1:x"}}))
+    df = load(tmp_path / "s.db", "s")
+    assert list(df["fail_reason"])[-1] == "stale: its driver a:1:x has exited"
+    assert df["fail_reason"][:3].isna().all()
 
 
 def test_version() -> None:
