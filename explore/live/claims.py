@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
     from explore.space import Space
+    from explore.storages.files import StorageFile
 
 
 class Claiming:
@@ -55,6 +56,7 @@ class Claiming:
         view: list[FrozenTrial]
         work: optuna.Study
         wstorage: BaseStorage
+        file: StorageFile | None
 
         def refresh(self, force: bool = False) -> None: ...
         def counts(self) -> tuple[int, int]: ...
@@ -82,7 +84,7 @@ class Claiming:
             except (UpdateFinishedTrialError, KeyError):
                 taken = False  # finished or taken meanwhile
             except Exception as e:
-                raise WriteFailed(_failed(e)) from None
+                raise WriteFailed(_failed(e, self.file)) from None
             if taken:  # ours: no other driver's change from WAITING succeeded
                 # named as ours, as a new claim is: the others judge it by this driver's
                 # heartbeats, not by when it was taken, while its parameters are drawn

@@ -38,6 +38,7 @@ from explore.live.writer import _failed, _Writer
 from explore.optuna_adapter import storage_of, study_id, trial_id
 from explore.procmem import alive as process_alive
 from explore.space import Space
+from explore.storages.files import StorageFile
 from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
 
 
@@ -71,6 +72,7 @@ class LiveStudy(Claiming):
         self.storage_time = StorageTime()
         self.raw_storage = storage_of(stored)
         self.storage = cast(BaseStorage, _Timed(self.raw_storage, self.storage_time))
+        self.file = StorageFile.of(self.raw_storage)  # deleted under the run: it stops
         self.study_id = study_id(stored)
         # The stored study's name: Hyperband assigns a trial to a bracket by a hash of
         # the study's name and the trial's number, and an unnamed study gets a random one.
@@ -108,16 +110,19 @@ class LiveStudy(Claiming):
         try:
             self.view = self.storage.get_all_trials(self.study_id, deepcopy=False)
         except Exception as e:  # a server gone, a corrupt file: said as such
-            raise WriteFailed(_failed(e)) from None
+            raise WriteFailed(_failed(e, self.file)) from None
         for t in self.view:
             if trial_id(t) not in self.our_ids:
                 self._mirror(t)
         if now - self.beats_at >= self.every or force:
             self.beats_at = now
+            lost = self.file.lost() if self.file is not None else None
+            if lost is not None:
+                raise WriteFailed(lost)
             try:
                 attrs = self.storage.get_study_system_attrs(self.study_id)
             except Exception as e:
-                raise WriteFailed(_failed(e)) from None
+                raise WriteFailed(_failed(e, self.file)) from None
             self.beats = {k[len(HEARTBEAT_PREFIX):]: float(v) for k, v in attrs.items()
                           if k.startswith(HEARTBEAT_PREFIX)}
             for t in self.view:
@@ -386,7 +391,7 @@ class LiveStudy(Claiming):
         try:
             return write()
         except Exception as e:
-            raise WriteFailed(_failed(e)) from None
+            raise WriteFailed(_failed(e, self.file)) from None
 
     def check(self) -> None:
         """Raise :class:`WriteFailed` if a write failed."""

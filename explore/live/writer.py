@@ -14,10 +14,14 @@ from explore.storages import explain
 
 if TYPE_CHECKING:
     from explore.live.study import LiveStudy
+    from explore.storages.files import StorageFile
 
-def _failed(e: BaseException) -> str:
-    """What a failed storage call means (Optuna's own message hides the cause)."""
-    return explain(e)
+def _failed(e: BaseException, file: StorageFile | None = None) -> str:
+    """What a failed storage call means (Optuna's own message hides the cause); where
+    the study's ``file`` was deleted or replaced under the run, that, which the call's
+    own error (a lock file or a table not found) follows from."""
+    lost = file.lost() if file is not None else None
+    return lost or explain(e)
 
 
 class _Writer:
@@ -63,7 +67,7 @@ class _Writer:
             self._heartbeat()
             item()
         except Exception as e:  # raised by the next check, as the thread's are
-            self.error = _failed(e)
+            self.error = _failed(e, self.live.file)
         finally:
             _on_writer.yes = was
 
@@ -92,7 +96,7 @@ class _Writer:
                 self._heartbeat()
                 item()
             except Exception as e:  # re-raised on the scheduler's thread
-                self.error = _failed(e)
+                self.error = _failed(e, self.live.file)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every write put so far is done (or failed)."""

@@ -1,0 +1,61 @@
+"""A study's file deleted or replaced under a run (``explore.storages.files``): found
+through Optuna's and explore's wrappers, and named; a deleted database's log removed
+so that no later database at that path replays it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+
+from explore.storages import open_storage, release
+from explore.storages.files import StorageFile, backing_file
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_the_file_is_found_through_the_wrappers(tmp_path: Path, kind: str) -> None:
+    name = "s.db" if kind == "sqlite" else "s.log"
+    storage = open_storage(f"{kind}:///{tmp_path / name}")
+    try:
+        assert not isinstance(storage, str)
+        optuna.create_study(storage=storage, study_name="s")
+        wrapped = optuna.storages.get_storage(storage)  # Optuna's cache over a database
+        assert backing_file(wrapped) == (kind, (tmp_path / name).resolve())
+    finally:
+        release(storage)
+
+
+def test_memory_and_servers_have_no_file() -> None:
+    assert backing_file(optuna.storages.InMemoryStorage()) is None
+    assert backing_file(optuna.storages.RDBStorage("sqlite:///:memory:")) is None
+    assert StorageFile.of(optuna.storages.InMemoryStorage()) is None
+
+
+def test_a_replaced_file_is_named_as_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    watch = StorageFile.of(storage)
+    assert watch is not None and watch.lost() is None
+    shutil.copy(path, tmp_path / "copy.db")
+    os.replace(tmp_path / "copy.db", path)  # a copy restored over it: another inode
+    why = watch.lost()
+    assert why is not None and f"database file {path}" in why and "replaced" in why
+
+
+def test_a_deleted_databases_log_is_removed_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    watch = StorageFile.of(storage)
+    assert watch is not None
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").write_bytes(b"\1" * 64)  # as a killed writer leaves them
+    path.unlink()
+    why = watch.lost()
+    assert why is not None and "deleted" in why and "run the same command" in why
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    path.write_bytes(b"")  # a database at the path again: its log is its own
+    Path(f"{path}-wal").write_bytes(b"\1")
+    assert watch.lost() is not None and Path(f"{path}-wal").exists()
