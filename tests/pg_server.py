@@ -186,11 +186,14 @@ class PgServer:
             return "(no log)"
 
     # -- life cycle ------------------------------------------------------------------
-    def start(self) -> PgServer:
+    def start(self, folder: Path | None = None) -> PgServer:
         """initdb a fresh cluster, start the server and wait until it accepts
-        connections (at most :data:`START_TIMEOUT` seconds)."""
-        self.folder = Path(tempfile.mkdtemp(prefix="explore-pg-"))
+        connections (at most :data:`START_TIMEOUT` seconds).  ``folder``: an empty one
+        to hold it (a small disk, say) instead of a new temporary one."""
+        self.folder = folder if folder is not None else \
+            Path(tempfile.mkdtemp(prefix="explore-pg-"))
         try:
+            self.folder.mkdir(exist_ok=True)
             if self._owner is not None:
                 os.chown(self.folder, *self._owner)
             self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust",
@@ -259,6 +262,13 @@ class PgServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def drop_database(self, url: str) -> None:
+        """Drop the database of ``url`` (one :meth:`new_database` gave) at once, its
+        clients' connections ended, as an operator's ``DROP DATABASE ... WITH (FORCE)``."""
+        name = url.rsplit("/", 1)[1]
+        with self._connect("postgres") as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
     def stop(self, keep_log: bool = False) -> None:
         """Stop the server (immediate: nothing is kept) and remove its folder, all but
         the server's log with ``keep_log`` (a failed start, whose error names it).  Safe
@@ -280,6 +290,16 @@ class PgServer:
             else:
                 shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
+
+    def answers(self) -> bool:
+        """Whether the server accepts a connection now (it may have stopped by itself,
+        as on a full disk it cannot write its log to)."""
+        try:
+            with self._connect("postgres") as conn:
+                conn.execute("SELECT 1")
+        except Exception:
+            return False
+        return True
 
     def pause(self) -> None:
         """Stop the server at once, as a crash or an operator would, keeping its data:

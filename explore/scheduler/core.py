@@ -273,7 +273,9 @@ class Core:
                                   "metrics": {k: v for k, v in msg.metrics.items()
                                               if k != "train_seconds"},
                                   "train_seconds": msg.metrics.get("train_seconds",
-                                                                   msg.busy_s)},
+                                                                   msg.busy_s),
+                                  **({"model_error": msg.model_error} if msg.model_error
+                                     else {})},
                         ending=True))
         values = self.policy.values(msg.metrics, p.candidate.heap_bytes)
         self._emit(Tell(p.trial, values if len(values) > 1 else values[0],

@@ -160,8 +160,9 @@ class Report:
 class Done:
     """Trial ``number`` ran all its rounds: the last round's ``metrics`` and what the
     worker measured (rounds run, switches to it, seconds spent on it, and when it was
-    taken and ended, ``time.time()``), and ``saved``: whether its weights were
-    written to Start's ``save_to``."""
+    taken and ended, ``time.time()``), ``saved``: whether its weights were written
+    to Start's ``save_to``, and ``model_error``: why not, where writing them failed (a
+    full or read-only model store: the result stands without its model)."""
 
     number: int
     metrics: dict[str, float]
@@ -174,6 +175,7 @@ class Done:
     # given back already): what its constant has become.  0 where not measured (GPU).
     overhead: int = 0
     saved: bool = False
+    model_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

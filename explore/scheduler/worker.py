@@ -412,12 +412,16 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                     res.word(m, None)
             res.busy_s += time.perf_counter() - t0
             live = [m for m in live if m in res.live]
-            saved = set()
+            saved, unsaved = set(), {}
             if res.round >= res.rounds:
                 for m in live:
                     if res.save_to.get(m):
-                        save_weights(res.vm, res.save_to[m], member=res.index(m))  # type: ignore[arg-type]
-                        saved.add(m)
+                        try:
+                            save_weights(res.vm, res.save_to[m], member=res.index(m))  # type: ignore[arg-type]
+                        except OSError as e:  # the model store full or read-only: the
+                            unsaved[m] = f"its model could not be kept: {e}"  # result stands
+                        else:
+                            saved.add(m)
         except Exception:
             for m in [m for m in res.members if m in res.live]:
                 conn.send(TrialFailed(m, traceback.format_exc(limit=3)))
@@ -431,7 +435,8 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             now = overhead_now()  # once for the stack: reading PSS walks every mapping
             for m in live:
                 conn.send(Done(m, measured[m], res.round, res.switches, res.busy_s,
-                               res.started, time.time(), now, m in saved))
+                               res.started, time.time(), now, m in saved,
+                               unsaved.get(m, "")))
             return
         # Ungated, the next round starts at once, before the pruner's answer: that answer
         # stops it within STOP_EVERY mini-batches if it is "prune".

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import subprocess
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from optuna.trial import TrialState
@@ -351,6 +355,149 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> 
         filler.unlink()  # readable again: every trial written before is there
         written = [t for t in trials(storage) if t.state.is_finished()]
         assert len(written) < 40
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_the_study_file_deleted_mid_run(tmp_path: Path, kind: str,
+                                        request: pytest.FixtureRequest) -> None:
+    """The study's file deleted under a running driver (an operator's ``rm``): it stops
+    at its next call, exit 1, naming the file and that it was deleted, rather than go on
+    writing where no one reads; no process and no shared file is left, nor a SQLite log
+    that a new database at that path would replay; the next run starts the study anew
+    there and completes it exactly."""
+    storage = _storage(kind, tmp_path, request)
+    path = tmp_path / ("grid.db" if kind == "sqlite" else "grid.log")
+    space = grid_space(tmp_path, 12, rounds=20, workers=2, memory="400MB")
+    driver = start(space, storage)
+    running_trials(storage, 2)
+    family = descendants(driver.pid)
+    path.unlink()
+    (code, out), = finish([driver], timeout=120)
+    assert code == 1, out
+    assert f"{path} was deleted while the run went on" in out and "Traceback" not in out, out
+    assert not pids_alive(family, wait=2), "a worker outlived its driver"
+    assert not shared_files(driver.pid)
+    assert not list(tmp_path.glob("grid.db-*")), list(tmp_path.iterdir())
+    (code, again), = finish([start(space, storage)])
+    assert code == 0, again
+    check_study(storage, 12)
+
+
+@pytest.mark.slow
+def test_the_database_dropped_mid_run(tmp_path: Path, postgres: Any, postgres_url: str
+                                      ) -> None:
+    """The study's PostgreSQL database dropped under a running driver (its connections
+    ended): it stops, exit 1, saying the server ended its connection, no traceback, no
+    process left; a run while the database is missing is told it does not exist and to
+    create it; once created again, a run completes the study anew."""
+    space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
+    driver = start(space, postgres_url)
+    running_trials(postgres_url, 2)
+    family = descendants(driver.pid)
+    postgres.drop_database(postgres_url)
+    (code, out), = finish([driver], timeout=120)
+    assert code == 1, out
+    assert "Traceback" not in out and ("does not exist" in out or "went away" in out), out
+    assert not pids_alive(family, wait=2), "a worker outlived its driver"
+    (code, missing), = finish([start(space, postgres_url)], timeout=120)
+    assert code in (1, 2) and "Traceback" not in missing, missing
+    assert "does not exist" in missing and "createdb" in missing, missing
+    postgres.new_database(postgres_url.rsplit("/", 1)[1])
+    (code, again), = finish([start(space, postgres_url)])
+    assert code == 0, again
+    check_study(postgres_url, 12)
+
+
+def test_the_model_stores_disk_full_mid_run(tmp_path: Path) -> None:
+    """The disk of the model store (``artifacts``) fills up while a run keeps its best
+    models: each trial's result is still written and counts, those whose model could
+    not be kept say why (``model_error``), no partial model or staging file is left, and
+    the run ends as usual (exit 0, the study exact)."""
+    with small_disk(tmp_path, "4m") as disk:
+        storage = _sqlite(tmp_path)
+        space = grid_space(tmp_path, 12, rounds=4, keep=3)
+        space.write_text(space.read_text() + f"artifacts: {disk}\n")
+        driver = start(space, storage)
+        running_trials(storage, 2)
+        filler = fill(disk)
+        (code, out), = finish([driver], timeout=300)
+        assert code == 0, out
+        assert "Traceback" not in out, out
+        ts = check_study(storage, 12)
+        assert all(t.state == TrialState.COMPLETE and t.values for t in ts), \
+            [(t.number, t.state, t.values, t.user_attrs["explore"].get("fail_reason")) for t in ts]
+        errors = [t.user_attrs["explore"].get("model_error") for t in ts]
+        assert any(e and "No space left" in e for e in errors), errors
+        left = {p.name for p in disk.rglob("*") if p.is_file()} - {filler.name}
+        assert not [n for n in left if n.endswith((".part", ".npz"))], left
+
+
+def test_the_disk_remounted_read_only_mid_run(tmp_path: Path) -> None:
+    """The journal's file system remounted read-only under a running driver: it stops at
+    its first failed write, exit 1, saying the storage cannot be written and why, no
+    traceback, no process left; once writable again, the next run completes the study
+    exactly.  (A file system with a file open for writing, as SQLite keeps its database,
+    cannot be remounted read-only but by the kernel itself, after an I/O error; SQLite's
+    "readonly database" then is explained as test_errors shows.)"""
+    with small_disk(tmp_path, "20m") as disk:
+        storage = _journal(disk)
+        space = grid_space(tmp_path, 12, rounds=20, workers=2, memory="400MB")
+        driver = start(space, storage)
+        running_trials(storage, 2)
+        family = descendants(driver.pid)
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(disk)],
+                                 capture_output=True, text=True)
+        assert remount.returncode == 0, remount.stderr
+        (code, out), = finish([driver], timeout=120)
+        assert code == 1, out
+        assert "cannot be written" in out and "read-only" in out, out
+        assert "Traceback" not in out, out
+        assert not pids_alive(family, wait=2), "a worker outlived its driver"
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+        (code, again), = finish([start(space, storage)])
+        assert code == 0, again
+        check_study(storage, 12)
+
+
+@pytest.mark.slow
+def test_the_database_servers_disk_full_mid_run(tmp_path: Path) -> None:
+    """The disk under a PostgreSQL server fills up mid-run: the driver stops, exit 1,
+    saying the disk is full (or, where the server itself stopped on it, that the server
+    went away), no traceback, no process left; with room made (and the server started
+    again if it stopped), the next run completes the study exactly."""
+    from tests.pg_server import PgServer, PostgresUnavailable
+
+    base = Path(tempfile.mkdtemp(prefix="explore-pg-disk-"))  # the server's user
+    base.chmod(0o755)  # reaches it, as not the tests' own temporary folders
+    try:
+        with small_disk(base, "160m") as disk:
+            try:
+                server = PgServer().start(disk / "pg")
+            except PostgresUnavailable as e:
+                _unavailable(str(e))
+            try:
+                storage = server.new_database("full")
+                space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
+                driver = start(space, storage)
+                running_trials(storage, 2)
+                family = descendants(driver.pid)
+                filler = fill(disk)
+                (code, out), = finish([driver], timeout=180)
+                assert code == 1, out
+                assert "Traceback" not in out, out
+                assert "disk that holds the study's storage is full" in out or \
+                    "went away" in out, out
+                assert not pids_alive(family, wait=2), "a worker outlived its driver"
+                filler.unlink()
+                if not server.answers():
+                    server.resume()
+                (code, again), = finish([start(space, storage)])
+                assert code == 0, again
+                check_study(storage, 12)
+            finally:
+                server.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -98,6 +98,19 @@ def test_a_candidate_waits_for_room_and_takes_it_when_a_trial_ends() -> None:
     assert [c.pending.trials[0].number for c in launched] == [1] and not core.waiting
 
 
+def test_a_model_that_could_not_be_written_leaves_its_trial_complete_and_says_why(
+        ) -> None:
+    core = core_with(Scripted())
+    admit(core, 0)
+    out = core.handle(Finished(0, Done(0, {"score": 0.7}, 3, 0, 0.0, 0.0, 1.0,
+                                       model_error="its model could not be kept: full")))
+    assert ended(out) == {0: (None, False)}
+    tell = next(c for c in out if isinstance(c, Tell))
+    assert not tell.saved
+    note = next(c for c in out if isinstance(c, Note) and c.ending)
+    assert note.values["model_error"] == "its model could not be kept: full"
+
+
 def test_growth_beyond_the_constants_holds_a_candidate_back_or_fails_it() -> None:
     # the processes grew by more than the arena leaves beside the candidate: with
     # nothing placed it can never fit, and fails with the reason
