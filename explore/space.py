@@ -70,11 +70,11 @@ from explore.space_sections import (  # the sections
 )
 from explore.yamlio import Document, SourceError, SpaceError, load_file
 
-__all__ = ["WHEN_DEFAULTS", "Budget", "ByteSize", "Choice", "DatasetSection", "FloatRange",
-           "IntRange", "Located", "Model", "Objective", "Param", "Pruner", "Range", "Sampler",
-           "Scalar", "Space", "SpaceError", "Training", "can_be", "check_study_name",
-           "check_value", "describe", "load_space", "machine_memory", "parse_size",
-           "parse_space"]
+__all__ = ["MAX_STUDY_NAME", "WHEN_DEFAULTS", "Budget", "ByteSize", "Choice",
+           "DatasetSection", "FloatRange", "IntRange", "Located", "Model", "Objective",
+           "Param", "Pruner", "Range", "Sampler", "Scalar", "Space", "SpaceError",
+           "Training", "can_be", "check_study_name", "check_value", "describe",
+           "load_space", "machine_memory", "parse_size", "parse_space"]
 
 # A parameter with ``when`` that a trial does not ask for takes this value (off): one
 # every trial needs (lr, batch_size, width, depth, ...) cannot be conditional.
@@ -100,11 +100,28 @@ def _depends_on(params: dict[str, Any], start: str, target: str) -> bool:
     return False
 
 
+# Optuna's relational storage keeps a study's name in a VARCHAR(512): PostgreSQL refuses
+# a longer one, while SQLite and the journal take it.  The limit holds on every storage,
+# so that a study can be moved to PostgreSQL and a name is refused before anything is
+# written, not by the database at the first write.
+MAX_STUDY_NAME = 512
+
+
 def check_study_name(name: str) -> None:
-    """A study name the storage can hold: not blank, UTF-8 (a lone surrogate such as
-    "\\ud800" is not), no control characters (ValueError)."""
+    """A study name the storage can hold: not blank, at most :data:`MAX_STUDY_NAME`
+    characters, UTF-8 (a lone surrogate such as "\\ud800" is not), no control
+    characters (ValueError).
+
+    >>> check_study_name("s" * 513)
+    Traceback (most recent call last):
+    ...
+    ValueError: a study name is at most 512 characters, and this one has 513
+    """
     if not name.strip():
         raise ValueError("a study name is not blank")
+    if len(name) > MAX_STUDY_NAME:  # said before the name: it is too long to quote
+        raise ValueError(f"a study name is at most {MAX_STUDY_NAME} characters, and this "
+                         f"one has {len(name):,}")
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:

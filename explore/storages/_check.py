@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from explore.storages._base import STORAGES, relational, scheme
+from explore.storages.errors import MISSING_DATABASE, StorageError, explain
 
 CONNECT_TIMEOUT = 10  # seconds a database server has to answer
 EXAMPLE = ("sqlite:///path/to/study.db, journal:///path/to/study.log or "
@@ -39,10 +40,6 @@ DRIVER_HINTS = {
                   "postgresql+psycopg://user@host/db",
     "mysql": "pip install pymysql, and write the URL as mysql+pymysql://user@host/db",
 }
-
-
-class StorageError(ValueError):
-    """A storage URL that cannot be used; the message says why and what to do."""
 
 
 def _shown(url: Any) -> str:
@@ -191,6 +188,8 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
         return relational(url, kwargs)
     except SQLAlchemyError as e:
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        if MISSING_DATABASE.search(reason):  # what to do, as a run that meets it is told
+            reason = explain(e)
         raise StorageError(f"cannot open storage {_shown(make_url(url))}: {reason}"
                            ) from None
     except (ImportError, RuntimeError, OSError) as e:

@@ -16,7 +16,7 @@ stops with :meth:`StorageFile.lost`'s message instead.
 True
 >>> os.unlink(path)
 >>> print(watch.lost())  # doctest: +ELLIPSIS
-the study's database file .../s.db was deleted while the run went on: ...
+the study's database file .../s.db was deleted while the run went on, and ...
 """
 
 from __future__ import annotations

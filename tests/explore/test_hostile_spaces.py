@@ -190,6 +190,7 @@ def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) ->
     ("dataset", "seed", "-1", "greater than or equal to 0"),
     ("name", "", '"\\ud800"', "cannot be written as UTF-8"),
     ("name", "", '"a\\x00b"', "control character"),
+    ("name", "", '"   "', "a study name is not blank"),
 ])
 def test_no_silent_coercion_in_any_section(tmp_path: Path, section: str, key: str, value: str,
                                            match: str) -> None:
@@ -202,6 +203,15 @@ def test_no_silent_coercion_in_any_section(tmp_path: Path, section: str, key: st
     base = BASE.replace("dataset: digits\n", "") if section == "dataset" else BASE
     text = base + f"{section}:\n{head}  {key}: {value}\n"
     _refused(tmp_path, text, f"{section}.{key}", match)
+
+
+def test_a_study_name_is_at_most_512_characters(tmp_path: Path) -> None:
+    """PostgreSQL's column, held on every storage; a longer name is too long to quote
+    back."""
+    assert load_space(_space(tmp_path, BASE + "name: " + "n" * 512 + "\n")).name == "n" * 512
+    said = _refused(tmp_path, BASE + "name: " + "n" * 513 + "\n", "name",
+                    "a study name is at most 512 characters, and this one has 513")
+    assert "n" * 513 not in said
 
 
 def test_a_cross_field_error_is_on_its_line(tmp_path: Path) -> None:
