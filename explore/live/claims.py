@@ -5,6 +5,7 @@ lost is given back.  A part of :class:`~explore.live.study.LiveStudy`."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -163,7 +164,12 @@ class Claiming:
             self._check_ours(sid, claim.number)  # not over a stale verdict's copy
             self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
 
-        self._write(write)
+        try:
+            self._write(write)
+        except UpdateFinishedTrialError:  # this driver stalled: another failed the claim
+            self.work.tell(trial, state=TrialState.FAIL)  # as stale and queued its repeat
+            self.our_ids.discard(sid)
+            return None
         other = self._same_point(claim.number, params) if self.unique else None
         if other is not None:
             # Written at the same moment as another claim of the point, which the check
@@ -207,7 +213,8 @@ class Claiming:
             self.storage.set_trial_state_values(claim.stored_id, TrialState.FAIL)
             self._settle(claim.stored_id, claim.number, False, params)
 
-        self._write(write)
+        with contextlib.suppress(UpdateFinishedTrialError):  # failed as stale meanwhile
+            self._write(write)
 
     def _free_point(self, number: int) -> dict[str, Any] | None:
         """A grid point that no trial of the study holds (running with its parameters

@@ -174,10 +174,12 @@ class Result:
     counted: int
     states: dict[str, int]  # the study's trials at the end, by state
     duplicates: int  # counted trials whose parameters an earlier counted one had
-    conflicts: dict[str, int]  # claims that lost a race, by how
+    # claims that lost a race, by how, and "writes dropped": a stalled driver's writes
+    # to its trials that another failed as stale meanwhile
+    conflicts: dict[str, int]
     died: int  # drivers that died or stopped
-    stops: dict[str, int]  # drivers stopped by WriteFailed, by cause: an injected storage
-    # failure, or a write to one of its trials failed as stale while it stalled
+    stops: dict[str, int]  # drivers stopped by WriteFailed, by cause (an injected storage
+    # failure: "storage failed")
     next_run: bool  # whether a next run was needed to bring the study to its total
     ended_short: int  # drivers that ended by themselves with the study short of its total
     detect: list[float]  # seconds from a driver's end to the first of its trials failed stale

@@ -318,11 +318,12 @@ class Simulation:
                 "read_cached": sum(d.storage.bytes_cached for d in self.drivers)}
         return Result(self.seed, self.sampler, self.n_drivers, self.total, self.grace,
                       self.step, self.counted(), dict(sorted(states.items())), duplicates,
-                      dict(sorted(self.conflicts.items())),
+                      dict(sorted((self.conflicts + Counter(
+                          {"writes dropped": sum(d.live.writer.taken_over
+                                                 for d in self.drivers)})).items())),
                       sum(d.state in ("died", "stopped") for d in self.drivers),
                       dict(sorted(Counter(
-                          "storage failed" if SIMULATED in d.why else
-                          "its trial failed as stale" if "already finished" in d.why else d.why
+                          "storage failed" if SIMULATED in d.why else d.why
                           for d in self.drivers if d.state == "stopped").items())),
                       self.next_run, self.ended_short, self.detect, self.unexplained, calls,
                       size if self.measure else {})

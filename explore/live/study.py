@@ -3,6 +3,7 @@ side (the package's docstring says how drivers cooperate)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -304,8 +305,9 @@ class LiveStudy(Claiming):
         """Give a claimed trial back to the queue, its claimant's name cleared first: a
         driver that takes it later is not this one, and a claim whose named driver is
         gone is stale at once (:meth:`_silence`)."""
-        self.storage.set_trial_user_attr(stored_id, CLAIM_ATTR, "")
-        self.storage.set_trial_state_values(stored_id, TrialState.WAITING)
+        with contextlib.suppress(UpdateFinishedTrialError):  # failed as stale meanwhile
+            self.storage.set_trial_user_attr(stored_id, CLAIM_ATTR, "")
+            self.storage.set_trial_state_values(stored_id, TrialState.WAITING)
 
     def _requeue(self, params: dict[str, Any], number: int) -> None:
         # what Study.enqueue_trial writes, through this driver's (timed) storage
@@ -387,9 +389,14 @@ class LiveStudy(Claiming):
         self._requeue(params, number)
 
     def _write(self, write: Callable[[], Any]) -> Any:
-        """A write on this thread, its failure a :class:`WriteFailed`."""
+        """A write on this thread, its failure a :class:`WriteFailed`; but a write to a
+        trial that another driver ended meanwhile (it found this one silent past the
+        grace, :meth:`_fail_stale`) raises :class:`UpdateFinishedTrialError`, for the
+        caller to give the trial up."""
         try:
             return write()
+        except UpdateFinishedTrialError:
+            raise
         except Exception as e:
             raise WriteFailed(_failed(e, self.file)) from None
 

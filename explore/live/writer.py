@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from optuna.exceptions import UpdateFinishedTrialError
+
 from explore.live.names import HEARTBEAT_PREFIX
 from explore.live.timing import _on_writer
 from explore.storages import explain
@@ -35,6 +37,10 @@ class _Writer:
         self.live = live
         self.queue: queue.Queue[Callable[[], Any] | None] = queue.Queue()
         self.error: str | None = None
+        # Writes dropped because another driver ended their trial meanwhile: it found
+        # this one silent past the grace (stalled, suspended), failed the trial as stale
+        # and queued its repeat, so this driver's result of it would count it twice.
+        self.taken_over = 0
         self.beat = 0.0
         self.inline, self.closed = inline, False
         self.thread = threading.Thread(target=self._run, name="explore-study-writer",
@@ -66,6 +72,8 @@ class _Writer:
         try:
             self._heartbeat()
             item()
+        except UpdateFinishedTrialError:
+            self.taken_over += 1
         except Exception as e:  # raised by the next check, as the thread's are
             self.error = _failed(e, self.live.file)
         finally:
@@ -95,6 +103,8 @@ class _Writer:
             try:
                 self._heartbeat()
                 item()
+            except UpdateFinishedTrialError:
+                self.taken_over += 1
             except Exception as e:  # re-raised on the scheduler's thread
                 self.error = _failed(e, self.live.file)
 

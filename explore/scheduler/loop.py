@@ -341,6 +341,12 @@ class Scheduler:
                 self.stop()
                 try:
                     self.live.close()
+                    if self.live.writer.taken_over:
+                        self.stats.notes.append(
+                            f"{self.live.writer.taken_over} writes to trials of this driver "
+                            "were dropped: it was silent past the grace (stalled or "
+                            "suspended), and another driver failed those trials as stale "
+                            "and queued them again")
                 finally:
                     if self.keeper is not None:
                         self.keeper.close()

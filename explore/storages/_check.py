@@ -32,6 +32,14 @@ from explore.storages._base import STORAGES, relational, scheme
 from explore.storages.errors import MISSING_DATABASE, StorageError, explain
 
 CONNECT_TIMEOUT = 10  # seconds a database server has to answer
+# A driver stopped inside a transaction (a suspended laptop, a paused VM, SIGSTOP) would
+# hold its row locks for as long as it stays stopped, and every other driver's write to
+# those trials would wait as long; the server ends such a session after a minute (the
+# default grace: the driver's trials are stale by then anyway), and probes a client's
+# connection that went silent, so a vanished machine's locks go too.
+POSTGRES_OPTIONS = ("-c idle_in_transaction_session_timeout=60s "
+                    "-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 "
+                    "-c tcp_keepalives_count=3")
 EXAMPLE = ("sqlite:///path/to/study.db, journal:///path/to/study.log or "
            "postgresql+psycopg://user@host/db")
 # What to install for a scheme's driver.
@@ -183,8 +191,13 @@ def connect(url: str, *, write: bool = True) -> optuna.storages.BaseStorage:
             got = STORAGES.get(s).create(url)
             return relational(got) if isinstance(got, str) else got
         kwargs: dict[str, Any] = {}
+        args: dict[str, Any] = {}
         if s in ("postgresql", "mysql") and "connect_timeout" not in url:
-            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT}
+            args["connect_timeout"] = CONNECT_TIMEOUT
+        if s == "postgresql" and "options" not in url:
+            args["options"] = POSTGRES_OPTIONS
+        if args:
+            kwargs["connect_args"] = args
         return relational(url, kwargs)
     except SQLAlchemyError as e:
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]

@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import TrialState
 
 from explore.live import counted
+from explore.live.names import final_record
 from explore.scheduler.shared_arrays import PREFIX
 from explore.storages import connect, release
 from explore.study import RECORD_ATTR
@@ -190,7 +191,7 @@ def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.tr
     assert not [t.number for t in ts if t.state == TrialState.RUNNING]
     for t in ts:
         if t.state == TrialState.FAIL:
-            assert t.user_attrs[RECORD_ATTR]["fail_reason"], t.number
+            assert final_record(t).get("fail_reason"), t.number
     return ts
 
 
@@ -262,3 +263,34 @@ def running_trials(storage: str, least: int, timeout: float = 120,
         said = "; the driver said:\n" + text[-3000:]
     raise AssertionError(f"fewer than {least} trials ever ran (the study: "
                          f"{[(t.number, t.state.name) for t in ts]}){said}")
+
+
+def _write_locks(pid: int, inodes: set[int]) -> list[str]:
+    """The POSIX write locks process ``pid`` holds on files of ``inodes``
+    (``/proc/locks``: "N: POSIX ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
+    held = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[1] != "->" and f[1] == "POSIX" and f[3] == "WRITE" and \
+                f[4] == str(pid) and int(f[5].rsplit(":", 1)[1]) in inodes:
+            held.append(line)
+    return held
+
+
+def stop_between_writes(p: subprocess.Popen, files: list[Path], timeout: float = 30) -> None:
+    """SIGSTOP driver ``p`` and its workers at a moment it holds no write lock on
+    ``files`` (a SQLite database and its ``-shm``): stopped inside a write, it would
+    hold every other driver off for as long as it stays stopped, which SQLite's own
+    locking allows no way around (PostgreSQL ends such a session, see
+    ``storages.postgres``)."""
+    inodes = {f.stat().st_ino for f in files if f.exists()}
+    deadline = time.time() + timeout
+    while True:
+        os.killpg(p.pid, signal.SIGSTOP)
+        time.sleep(0.01)  # the stop has landed on every thread
+        if not _write_locks(p.pid, inodes):
+            return
+        os.killpg(p.pid, signal.SIGCONT)
+        assert time.time() < deadline, "the driver never stopped writing"
+        time.sleep(0.005)
+

@@ -24,6 +24,7 @@ import pytest
 from optuna.trial import TrialState
 
 from explore.live import counted
+from explore.live.names import final_record
 from tests.conftest import _unavailable
 from tests.explore.drivers import (
     check_study,
@@ -38,6 +39,7 @@ from tests.explore.drivers import (
     signal_once_said,
     small_disk,
     start,
+    stop_between_writes,
     trials,
 )
 
@@ -181,6 +183,41 @@ def test_a_driver_killed_mid_run_is_taken_over(tmp_path: Path, kind: str,
     # did, after the kill (under -n 2 another test's run may have been first)
     assert not shared_files(victim.pid)
     assert not pids_alive(family, wait=0.5), "a worker outlived its driver"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", _slow("journal"), _slow("postgres")])
+def test_a_driver_stalled_past_the_grace_then_resumed(tmp_path: Path, kind: str,
+                                                      request: pytest.FixtureRequest) -> None:
+    """SIGSTOP of a driver and its workers (a suspended laptop, a paused VM) past the
+    grace while another driver works: the other fails its trials as stale and runs them
+    again; resumed (SIGCONT), the stalled driver's late writes take nothing back, and
+    the study ends exact: its total, no grid point counted twice, nothing running."""
+    storage = _storage(kind, tmp_path, request)
+    space = grid_space(tmp_path, 16, rounds=8, grace=3)
+    stalled = start(space, storage)
+    running_trials(storage, 1, driver=stalled)
+    if kind == "sqlite":
+        db = tmp_path / "grid.db"
+        stop_between_writes(stalled, [db, Path(f"{db}-shm")])
+    else:
+        os.killpg(stalled.pid, signal.SIGSTOP)
+    try:
+        other = start(space, storage)
+        deadline = time.time() + 120
+        while not [t for t in trials(storage) if t.state == TrialState.FAIL and
+                   str(final_record(t).get("fail_reason", "")).startswith("stale:")]:
+            assert time.time() < deadline, "no trial of the stalled driver turned stale"
+            assert other.poll() is None, other.communicate()[0]
+            time.sleep(0.2)
+    finally:
+        os.killpg(stalled.pid, signal.SIGCONT)
+    results = finish([stalled, other])
+    assert not [out for _, out in results if "Traceback" in out], results
+    assert all(code == 0 for code, _ in results), results
+    ts = check_study(storage, 16)
+    stale = [t for t in ts if str(final_record(t).get("fail_reason", "")).startswith("stale:")]
+    repeats = {t.user_attrs["explore"].get("requeued_from") for t in ts if counted(t)}
+    assert stale and {t.number for t in stale} <= repeats
 
 
 # How a driver is stopped: Ctrl-C (the terminal signals the whole group), Ctrl-C twice

@@ -44,13 +44,14 @@ def test_the_schedules_reach_what_can_go_wrong() -> None:
         seen[r.sampler] += 1
         seen.update(r.states)
         seen.update(r.stops)
+        seen.update(r.conflicts)
         seen["died"] += r.died
         seen["next run"] += r.next_run
         seen["detected"] += len(r.detect)
         seen["several drivers"] += r.drivers > 1
         seen["heartbeats"] += sum(c.get("set_study_system_attr", 0) for c in r.calls.values())
     for what in ("random", "grid", "COMPLETE", "PRUNED", "FAIL", "storage failed",
-                 "its trial failed as stale", "died", "next run", "detected",
+                 "writes dropped", "died", "next run", "detected",
                  "several drivers", "heartbeats"):
         assert seen[what], (what, seen)
 

@@ -22,7 +22,7 @@ import pytest
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from explore.live import REQUEUED_FROM, LiveStudy, WriteFailed, counted, simulated
+from explore.live import REQUEUED_FROM, LiveStudy, counted, simulated
 from explore.live.names import STALE_ATTR, final_record
 from explore.live.simulated import sim_space
 from explore.optuna_adapter import trial_id
@@ -80,8 +80,8 @@ def test_the_very_schedules_that_found_them_keep_the_invariants(
         reads_unseen: None, args: dict[str, Any], what: str) -> None:
     r = simulate(**args)
     assert r.counted == r.total
-    if what == "stale":  # the owner found itself condemned and stopped, writing nothing
-        assert r.gone.get("stopped: its trial failed as stale") == 1, r
+    if what == "stale":  # the owner found itself condemned and dropped its write
+        assert r.events.get("writes dropped", 0) >= 1, r
     else:  # the racing claim gave way; its place, queued, is left once the total is in
         assert r.gaps.get(OVERCLAIMED) == 1, r
 
@@ -157,8 +157,9 @@ def _repeats(stored: optuna.Study, number: int) -> list[FrozenTrial]:
 
 def test_an_owner_resuming_between_the_verdict_and_the_fail_writes_nothing() -> None:
     """The stalled owner notes its trial's launch after the stale verdict is written and
-    before the trial is failed: it finds itself condemned, writes nothing and stops; the
-    trial fails with its reason, does not count, and is queued again once."""
+    before the trial is failed: it finds itself condemned and drops that write (its
+    other work goes on); the trial fails with its reason, does not count, and is queued
+    again once."""
     stored, owner, trial, failer = _owner_and_failer()
     number = owner.stored_number(trial)
     _before(failer, "set_trial_state_values",
@@ -172,8 +173,8 @@ def test_an_owner_resuming_between_the_verdict_and_the_fail_writes_nothing() -> 
     (repeat,) = _repeats(stored, number)
     assert repeat.state == TrialState.WAITING
     assert repeat.system_attrs["fixed_params"] == ended.params
-    with pytest.raises(WriteFailed, match="already finished"):
-        owner.check()
+    owner.check()  # not a failure of the storage: the driver goes on
+    assert owner.writer.taken_over == 1
 
 
 def test_a_record_written_over_the_verdict_leaves_the_verdict_to_say_how_it_ended() -> None:
@@ -230,8 +231,8 @@ def test_a_failer_that_lands_inside_the_owners_end_queues_the_one_repeat(retry: 
     assert ended.state == TrialState.FAIL and not counted(ended)
     assert final_record(ended)["fail_reason"].startswith("stale:")
     assert len(_repeats(stored, number)) == 1
-    with pytest.raises(WriteFailed, match="already finished"):
-        owner.check()
+    owner.check()  # its end dropped, as the trial ended already; the driver goes on
+    assert owner.writer.taken_over == 1
 
 
 def test_an_owner_whose_fail_takes_over_the_verdict_queues_the_repeat() -> None:

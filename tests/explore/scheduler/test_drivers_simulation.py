@@ -50,7 +50,7 @@ def test_every_schedule_keeps_the_invariants(request: pytest.FixtureRequest,
         for what in ("random", "grid", "several drivers", "next run", "COMPLETE", "PRUNED",
                      "FAIL", "paused", "resumed", "regrouped", "repeats", "worker died",
                      "stale found", "past the total", "died", "interrupted",
-                     "stopped: storage failed", "stopped: its trial failed as stale"):
+                     "stopped: storage failed", "writes dropped"):
             assert seen[what], (what, seen)
 
 

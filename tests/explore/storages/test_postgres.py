@@ -47,6 +47,24 @@ def test_connect_opens_a_postgres_storage_and_optuna_creates_a_study(postgres_ur
     storage.engine.dispose()
 
 
+def test_a_session_stopped_inside_a_transaction_is_ended_by_the_server(
+        postgres_url: str) -> None:
+    """A driver's connections carry a limit on a transaction left idle (a driver stopped
+    inside one would hold every other driver's writes to its rows) and keepalives."""
+    from sqlalchemy import text
+
+    storage = connect(postgres_url, write=True)
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    try:
+        with storage.engine.connect() as conn:
+            shown = {name: conn.execute(text(f"SHOW {name}")).scalar() for name in
+                     ("idle_in_transaction_session_timeout", "tcp_keepalives_idle")}
+    finally:
+        storage.engine.dispose()
+    assert shown == {"idle_in_transaction_session_timeout": "1min",
+                     "tcp_keepalives_idle": "30"}
+
+
 def test_explore_run_into_postgres_and_show_reads_it(postgres_url: str,
                                                      tmp_path: Path) -> None:
     (tmp_path / "q.yaml").write_text(SPACE)
