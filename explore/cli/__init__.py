@@ -20,6 +20,9 @@ at the top: ``explore --help`` starts without them (each would add 0.3 to 1 s to
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import click
 import optuna
 
@@ -39,6 +42,20 @@ __all__ = ["main"]
 def main() -> None:
     """Hyperparameter and architecture search that never runs out of memory."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.formatwarning = _said  # explore's own warnings are messages to the user
+
+
+def _said(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+          line: str | None = None) -> str:
+    """A warning as a line the user reads, ``warning: ...``, where explore raised it
+    (its message says what happened and what to do); others as Python writes them."""
+    if filename.startswith(_EXPLORE + os.sep):
+        return f"warning: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
+
+
+_EXPLORE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_python_format = warnings.formatwarning
 
 
 for _command in (run, size, show, export, export_model, evaluate, dashboard):

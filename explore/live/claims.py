@@ -167,8 +167,10 @@ class Claiming:
         try:
             self._write(write)
         except UpdateFinishedTrialError:  # this driver stalled: another failed the claim
-            self.work.tell(trial, state=TrialState.FAIL)  # as stale and queued its repeat
+            self.work.tell(trial, state=TrialState.FAIL)  # as stale (or is failing it)
             self.our_ids.discard(sid)
+            with contextlib.suppress(UpdateFinishedTrialError):
+                self._write(lambda: self._end_condemned(sid, claim.number))
             return None
         other = self._same_point(claim.number, params) if self.unique else None
         if other is not None:
@@ -198,6 +200,15 @@ class Claiming:
                      and t.user_attrs.get(PARAMS_ATTR) == params
                      and ((t.state == TrialState.RUNNING and RECORD_ATTR in t.user_attrs)
                           or counted(t))), None)
+
+    def _end_condemned(self, sid: int, number: int) -> None:
+        """Fail this driver's trial ``sid`` that another found stale, if that driver
+        has not yet (it writes its verdict first and the state last, and may stop in
+        between): a trial its owner gives up must not stay RUNNING under the owner's
+        name, which its heartbeats would keep from turning stale.  Its repeat is queued
+        as the verdict says (:meth:`_settle`)."""
+        if self.storage.set_trial_state_values(sid, TrialState.FAIL):
+            self._settle(sid, number, True)
 
     def _give_up(self, claim: Claim, why: str, params: dict[str, Any],
                  record: dict[str, Any] | None = None) -> None:

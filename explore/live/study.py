@@ -353,8 +353,10 @@ class LiveStudy(Claiming):
             self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
             if not self.storage.set_trial_state_values(sid, TrialState.FAIL):
                 return
-        except (UpdateFinishedTrialError, RuntimeError):
+        except UpdateFinishedTrialError:
             return  # finished meanwhile, or another driver failed it first
+        except Exception as e:  # the storage failed: said as such, as every call's is
+            raise WriteFailed(_failed(e, self.file)) from None
         self._settle(sid, t.number, again)
 
     def _check_ours(self, sid: int, number: int) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 import warnings
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import IO, Any
 
 import optuna
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.storages.journal._file import LOCK_FILE_SUFFIX
 
 from explore.storages._base import BaseStorage, register
 from explore.storages.errors import StorageError
@@ -51,6 +53,55 @@ def journal_path(url: str) -> Path:
 
 
 LOCK_GRACE = 5  # seconds after which a journal's lock file counts as abandoned
+
+
+class LockTakenOverWarning(UserWarning):
+    """This process's lock on a journal was taken over by another: it held the lock
+    longer than :data:`LOCK_GRACE` (it was stopped or suspended inside an append)."""
+
+
+class OwnOpenLock(JournalFileOpenLock):
+    """Optuna's open-lock, but one that releases only its own lock file.  Another writer
+    takes over a lock held past the grace; the holder, resumed, would otherwise fail
+    the run on the missing file, or, where the other has taken the lock meanwhile,
+    remove that writer's lock file."""
+
+    _token = ""
+    _breaking = False  # inside acquire: Optuna's takes over a stale lock by release()
+
+    def acquire(self) -> bool:
+        self._breaking = True
+        try:
+            got = super().acquire()
+        finally:
+            self._breaking = False
+        # a token of its own in the file (an inode number is reused at once)
+        self._token = uuid.uuid4().hex
+        try:
+            with open(self._lock_file, "w") as f:
+                f.write(self._token)
+        except OSError:
+            self._token = ""
+        return got
+
+    def release(self) -> None:
+        if self._breaking:
+            super().release()
+            return
+        try:
+            with open(self._lock_file) as f:
+                mine = f.read() == self._token
+        except FileNotFoundError:
+            mine = False
+        except OSError:  # unreadable: as Optuna's own lock does
+            mine = True
+        if not mine and self._token:
+            warnings.warn(f"the lock on {self._lock_file[:-len(LOCK_FILE_SUFFIX)]} was taken "
+                          f"over by another writer while this process held it (for over "
+                          f"{LOCK_GRACE} s: it was stopped or suspended)",
+                          LockTakenOverWarning, stacklevel=2)
+            return
+        super().release()
 
 
 class PartialRecordWarning(UserWarning):
@@ -299,5 +350,5 @@ class Journal(BaseStorage):
         # holding it is taken over after LOCK_GRACE seconds (Optuna's default, 30 s,
         # would stall every driver for that long after a kill -9).
         return optuna.storages.JournalStorage(
-            SafeJournalBackend(path, lock_obj=JournalFileOpenLock(path,
+            SafeJournalBackend(path, lock_obj=OwnOpenLock(path,
                                                                   grace_period=LOCK_GRACE)))

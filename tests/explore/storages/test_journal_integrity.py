@@ -327,3 +327,35 @@ def test_a_corrupt_record_met_by_a_run_going_on_stops_it_with_exit_1(
     assert f"journal {path} is corrupt at line {line} " in out and "Traceback" not in out, out
     assert path.read_bytes().endswith(b"\ngarbage from elsewhere\n")
     assert not pids_alive(family, wait=2), "a worker outlived its driver"
+
+
+def test_a_lock_taken_over_while_held_is_not_released_under_its_new_holder(
+        tmp_path: Path) -> None:
+    """A writer stopped inside an append past the grace has its lock taken over (removed
+    and made again by another): resumed, it leaves the new holder's lock file alone and
+    warns, instead of failing its run on a missing file or freeing the other's lock."""
+    from explore.storages._journal import LockTakenOverWarning, OwnOpenLock
+
+    path = str(tmp_path / "s.log")
+    stalled, other = OwnOpenLock(path, grace_period=3), OwnOpenLock(path, grace_period=3)
+    assert stalled.acquire()
+    assert other.acquire()  # after the grace (3 s), Optuna's way: by release() inside
+    with pytest.warns(LockTakenOverWarning, match="taken over by another writer"):
+        stalled.release()
+    assert os.path.exists(f"{path}.lock")  # still the other's
+    other.release()
+    assert not os.path.exists(f"{path}.lock")
+    assert stalled.acquire()  # and the lock works on as before
+    stalled.release()
+
+
+def test_the_command_says_explores_warnings_as_lines() -> None:
+    """explore's own warnings (a lock taken over, a partial record cut) reach the user
+    of the command as "warning: ..." lines, not as Python's file, line and source."""
+    import explore.storages._journal as journal
+    from explore.cli import _said
+
+    said = _said(UserWarning("the lock was taken over"), UserWarning, journal.__file__, 9)
+    assert said == "warning: the lock was taken over\n"
+    other = _said(UserWarning("x"), UserWarning, optuna.__file__, 9)
+    assert other.startswith(optuna.__file__) and "UserWarning: x" in other
