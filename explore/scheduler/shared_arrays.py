@@ -21,6 +21,7 @@ it to the next one, which removes the files of processes that are gone
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from dataclasses import dataclass
@@ -41,6 +42,12 @@ class ArraySpec:
 
 
 PREFIX = "explore-data-"  # then the pid of the process that made the file, and a dash
+
+
+class SharedMemoryFull(OSError):
+    """The RAM file system has no room for an array: said before a byte is written (a
+    page of a mapped file that cannot be backed kills the process that touches it with
+    SIGBUS, a container's 64 MB ``/dev/shm`` being the usual cause)."""
 
 
 def _directory() -> str | None:
@@ -100,6 +107,8 @@ class SharedArrays:
         at = self.nbytes
         with open(self.path, "r+b") as f:
             f.truncate(at + max(size, 1))
+            if size:
+                self._reserve(f.fileno(), name, at, size)
         # A plain ndarray view (it keeps the map alive): memmap's subclass hooks run on
         # every slice a training step takes.
         a = np.memmap(self.path, dt, "r+", offset=at, shape=shape).view(np.ndarray) \
@@ -108,6 +117,29 @@ class SharedArrays:
         self.arrays[name] = a
         self.nbytes = align_up(at + size)
         return a
+
+    def _reserve(self, fd: int, name: str, at: int, size: int) -> None:
+        """Back ``size`` bytes at ``at`` with pages now, or raise :class:`SharedMemoryFull`
+        (a file system without fallocate is left as it was: its pages come when written)."""
+        try:
+            os.posix_fallocate(fd, at, size)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                return
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            folder = os.path.dirname(self.path)
+            try:
+                st = os.statvfs(folder)
+                free = f"{st.f_bavail * st.f_frsize:,} bytes free of {st.f_blocks * st.f_frsize:,}"
+            except OSError:
+                free = "its free space unknown"
+            raise SharedMemoryFull(
+                e.errno, f"the shared-memory file system {folder} has no room for the data "
+                f"set's {name!r} ({size:,} bytes, {self.nbytes + size:,} in all; {free}): "
+                f"make it larger (a container: docker run --shm-size=1g, or a Kubernetes "
+                f"emptyDir with medium: Memory) or use fewer rows (dataset.train, "
+                f"dataset.valid)") from None
 
     def put(self, name: str, array: np.ndarray) -> np.ndarray:
         """A copy of ``array`` in the file."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from explore.binding import BoundSpace
-from explore.datasets import LoadedData, compact
-from explore.scheduler.shared_arrays import SharedArrays
+from explore.datasets import DataError, LoadedData, compact
+from explore.scheduler.shared_arrays import SharedArrays, SharedMemoryFull
 from explore.space import Space
 
 NAMES = ("x_train", "y_train", "x_valid", "y_valid")
@@ -19,7 +19,8 @@ def load_shared(bound: BoundSpace) -> SharedArrays:
     ``train``/``valid`` heads, images as uint8 where the dataset has a pixel scale, a
     table's rows preprocessed), loaded straight into a new shared file: the data exists
     once, compact, from the first byte read.  Raises the dataset's
-    :class:`~explore.datasets.DataError`; nothing is left behind then."""
+    :class:`~explore.datasets.DataError` (a shared-memory file system without room for
+    the rows is one too); nothing is left behind then."""
     shared = SharedArrays()
     try:
         data = bound.data.load_compact(*_heads(bound.space), empty=shared.empty)
@@ -28,6 +29,9 @@ def load_shared(bound: BoundSpace) -> SharedArrays:
                            strict=True):
             if name not in shared.spec:
                 shared.put(name, a)
+    except SharedMemoryFull as e:
+        shared.close()
+        raise DataError(e.strerror or str(e)) from None
     except BaseException:
         shared.close()
         raise

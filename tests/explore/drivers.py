@@ -186,8 +186,11 @@ def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.tr
     points = Counter(tuple(sorted(t.params.items())) for t in done)
     twice = [p for p, n in points.items() if n > 1]
     assert not twice, [(t.number, t.state.name, t.params, t.user_attrs[RECORD_ATTR].get("driver"),
-                        t.datetime_start) for t in done
-                       if tuple(sorted(t.params.items())) in twice]
+                        t.datetime_start, t.user_attrs.get("requeued_from"),
+                        t.user_attrs[RECORD_ATTR].get("requeued_from")) for t in done
+                       if tuple(sorted(t.params.items())) in twice] + [
+        (t.number, t.state.name, t.params, final_record(t).get("fail_reason"),
+         t.user_attrs.get("requeued_from"), t.datetime_start) for t in ts if not counted(t)]
     assert not [t.number for t in ts if t.state == TrialState.RUNNING]
     for t in ts:
         if t.state == TrialState.FAIL:

@@ -1,0 +1,63 @@
+"""A shared-memory file system too small for the data set (a container's default
+``/dev/shm`` is 64 MB): the run is refused before a byte is written, with what is
+needed and how to make room, instead of dying of SIGBUS ("Bus error") on the first page
+that cannot be backed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from explore.scheduler import shared_arrays
+from explore.scheduler.shared_arrays import SharedArrays, SharedMemoryFull
+from tests.conftest import _unavailable
+from tests.explore.drivers import small_disk
+
+SPACE = """\
+name: big
+dataset: {name: digits}
+budget: {trials: 2, rounds: 1, memory: 400MB, workers: 1}
+sampler: {name: random, seed: 0}
+pruner: none
+model: {depth: 1, width: 16, activation: relu}
+training: {optimizer: adam, lr: 0.01, batch_size: 32}
+"""
+
+
+def test_an_array_with_no_room_is_refused_and_leaves_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with small_disk(tmp_path, "64k") as disk:
+        monkeypatch.setattr(shared_arrays, "_directory", lambda: str(disk))
+        shared = SharedArrays({"small": np.ones(1_000, np.float32)})
+        with pytest.raises(SharedMemoryFull, match=r"has no room for the data set's 'big' "
+                                                   r"\(400,000 bytes, 404,032 in all"):
+            shared.put("big", np.ones(100_000, np.float32))
+        assert shared.arrays["small"].sum() == 1_000  # what fitted is there
+        shared.close()
+        assert not list(disk.iterdir())
+
+
+def test_a_run_on_a_small_dev_shm_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """``explore run`` in a mount namespace of its own whose ``/dev/shm`` holds 64 KB
+    (the digits' rows take 115 KB): exit 2, the message, no study written."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        _unavailable("a /dev/shm of its own needs root and unshare")
+    space = tmp_path / "big.yaml"
+    space.write_text(SPACE)
+    script = (f"mount -t tmpfs -o size=64k tmpfs /dev/shm && exec {sys.executable} -m "
+              f"explore.cli run {space} --quiet")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=300)
+    if "mount" in r.stderr and r.returncode != 2:
+        _unavailable(f"cannot mount a tmpfs in a namespace of its own: {r.stderr.strip()}")
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 2, out
+    assert "the shared-memory file system /dev/shm has no room for the data set's" in out
+    assert "--shm-size" in out and "Traceback" not in out and "Bus error" not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.yaml"]
