@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine import VM, Adam, compile_graph
 from engine.models import paper_mlp
@@ -10,6 +11,7 @@ from engine.runtime.train import evaluate, train_epoch
 from explore.datasets import load_mnist
 
 
+@pytest.mark.slow  # 30 s of training: CI's slow step runs it
 def test_paper_mlp_reaches_95_percent_on_mnist() -> None:
     ds = load_mnist()
     vm = VM(compile_graph(paper_mlp(), batch_size=64, optimizer=Adam(lr=1e-3)), seed=0)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
@@ -296,4 +296,27 @@ def stop_between_writes(p: subprocess.Popen, files: list[Path], timeout: float =
         os.killpg(p.pid, signal.SIGCONT)
         assert time.time() < deadline, "the driver never stopped writing"
         time.sleep(0.005)
+
+
+def stopped_by(space: Path, storage: str, fault: Callable[[], object], least: int = 2,
+               timeout: float = 180) -> tuple[subprocess.Popen, str]:
+    """One driver on ``space``, and ``fault()`` once ``least`` of its trials run: it
+    must stop by itself, exit 1, without a traceback, no worker of it left.  Returns
+    the driver and what it printed."""
+    driver = start(space, storage)
+    running_trials(storage, least, driver=driver)
+    family = descendants(driver.pid)
+    fault()
+    (code, out), = finish([driver], timeout=timeout)
+    assert code == 1, out
+    assert "Traceback" not in out, out
+    assert not pids_alive(family, wait=2), "a worker outlived its driver"
+    return driver, out
+
+
+def runs_again(space: Path, storage: str, total: int) -> None:
+    """The next run on the study completes it exactly (:func:`check_study`)."""
+    (code, out), = finish([start(space, storage)])
+    assert code == 0, out
+    check_study(storage, total)
 

@@ -19,6 +19,7 @@ from tests.explore.test_explore_run import write
 NOTEBOOK = Path(__file__).resolve().parent.parent.parent / "notebooks" / "analysis.ipynb"
 
 
+@pytest.mark.slow  # a kernel and a whole notebook: CI's slow step runs it
 def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> None:
     nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat "
                                    "(pip install -e '.[dev]')")

@@ -256,6 +256,7 @@ def test_a_loop_reading_the_data_is_not_folded_and_is_a_graph_error() -> None:
                                 freeze=True), "Loop")
 
 
+@pytest.mark.slow  # 20 examples of up to a second each: CI's slow step runs it
 @settings(max_examples=20, deadline=None)
 @given(trips=st.integers(0, MAX_TRIPS * 4), grow=st.booleans(),
        width=st.integers(1, 1 << 12))

@@ -35,11 +35,13 @@ from tests.explore.drivers import (
     grid_space,
     pids_alive,
     running_trials,
+    runs_again,
     shared_files,
     signal_once_said,
     small_disk,
     start,
     stop_between_writes,
+    stopped_by,
     trials,
 )
 
@@ -185,7 +187,7 @@ def test_a_driver_killed_mid_run_is_taken_over(tmp_path: Path, kind: str,
     assert not pids_alive(family, wait=0.5), "a worker outlived its driver"
 
 
-@pytest.mark.parametrize("kind", ["sqlite", _slow("journal"), _slow("postgres")])
+@pytest.mark.parametrize("kind", [_slow("sqlite"), _slow("journal"), _slow("postgres")])
 def test_a_driver_stalled_past_the_grace_then_resumed(tmp_path: Path, kind: str,
                                                       request: pytest.FixtureRequest) -> None:
     """SIGSTOP of a driver and its workers (a suspended laptop, a paused VM) past the
@@ -394,7 +396,7 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_write(tmp_path: Path) -> 
         assert len(written) < 40
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+@pytest.mark.parametrize("kind", [_slow("sqlite"), "journal"])
 def test_the_study_file_deleted_mid_run(tmp_path: Path, kind: str,
                                         request: pytest.FixtureRequest) -> None:
     """The study's file deleted under a running driver (an operator's ``rm``): it stops
@@ -405,19 +407,11 @@ def test_the_study_file_deleted_mid_run(tmp_path: Path, kind: str,
     storage = _storage(kind, tmp_path, request)
     path = tmp_path / ("grid.db" if kind == "sqlite" else "grid.log")
     space = grid_space(tmp_path, 12, rounds=20, workers=2, memory="400MB")
-    driver = start(space, storage)
-    running_trials(storage, 2)
-    family = descendants(driver.pid)
-    path.unlink()
-    (code, out), = finish([driver], timeout=120)
-    assert code == 1, out
-    assert f"{path} was deleted while the run went on" in out and "Traceback" not in out, out
-    assert not pids_alive(family, wait=2), "a worker outlived its driver"
+    driver, out = stopped_by(space, storage, path.unlink)
+    assert f"{path} was deleted while the run went on" in out, out
     assert not shared_files(driver.pid)
     assert not list(tmp_path.glob("grid.db-*")), list(tmp_path.iterdir())
-    (code, again), = finish([start(space, storage)])
-    assert code == 0, again
-    check_study(storage, 12)
+    runs_again(space, storage, 12)
 
 
 @pytest.mark.slow
@@ -428,21 +422,13 @@ def test_the_database_dropped_mid_run(tmp_path: Path, postgres: Any, postgres_ur
     process left; a run while the database is missing is told it does not exist and to
     create it; once created again, a run completes the study anew."""
     space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
-    driver = start(space, postgres_url)
-    running_trials(postgres_url, 2)
-    family = descendants(driver.pid)
-    postgres.drop_database(postgres_url)
-    (code, out), = finish([driver], timeout=120)
-    assert code == 1, out
-    assert "Traceback" not in out and ("does not exist" in out or "went away" in out), out
-    assert not pids_alive(family, wait=2), "a worker outlived its driver"
+    _, out = stopped_by(space, postgres_url, lambda: postgres.drop_database(postgres_url))
+    assert "does not exist" in out or "went away" in out, out
     (code, missing), = finish([start(space, postgres_url)], timeout=120)
     assert code in (1, 2) and "Traceback" not in missing, missing
     assert "does not exist" in missing and "createdb" in missing, missing
     postgres.new_database(postgres_url.rsplit("/", 1)[1])
-    (code, again), = finish([start(space, postgres_url)])
-    assert code == 0, again
-    check_study(postgres_url, 12)
+    runs_again(space, postgres_url, 12)
 
 
 def test_the_model_stores_disk_full_mid_run(tmp_path: Path) -> None:
@@ -452,10 +438,10 @@ def test_the_model_stores_disk_full_mid_run(tmp_path: Path) -> None:
     the run ends as usual (exit 0, the study exact)."""
     with small_disk(tmp_path, "4m") as disk:
         storage = _sqlite(tmp_path)
-        space = grid_space(tmp_path, 12, rounds=4, keep=3)
+        space = grid_space(tmp_path, 12, rounds=8, keep=3)
         space.write_text(space.read_text() + f"artifacts: {disk}\n")
         driver = start(space, storage)
-        running_trials(storage, 2)
+        running_trials(storage, 1, driver=driver)
         filler = fill(disk)
         (code, out), = finish([driver], timeout=300)
         assert code == 0, out
@@ -479,21 +465,11 @@ def test_the_disk_remounted_read_only_mid_run(tmp_path: Path) -> None:
     with small_disk(tmp_path, "20m") as disk:
         storage = _journal(disk)
         space = grid_space(tmp_path, 12, rounds=20, workers=2, memory="400MB")
-        driver = start(space, storage)
-        running_trials(storage, 2)
-        family = descendants(driver.pid)
-        remount = subprocess.run(["mount", "-o", "remount,ro", str(disk)],
-                                 capture_output=True, text=True)
-        assert remount.returncode == 0, remount.stderr
-        (code, out), = finish([driver], timeout=120)
-        assert code == 1, out
+        _, out = stopped_by(space, storage, lambda: subprocess.run(
+            ["mount", "-o", "remount,ro", str(disk)], check=True))
         assert "cannot be written" in out and "read-only" in out, out
-        assert "Traceback" not in out, out
-        assert not pids_alive(family, wait=2), "a worker outlived its driver"
         subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
-        (code, again), = finish([start(space, storage)])
-        assert code == 0, again
-        check_study(storage, 12)
+        runs_again(space, storage, 12)
 
 
 @pytest.mark.slow
@@ -515,22 +491,13 @@ def test_the_database_servers_disk_full_mid_run(tmp_path: Path) -> None:
             try:
                 storage = server.new_database("full")
                 space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
-                driver = start(space, storage)
-                running_trials(storage, 2)
-                family = descendants(driver.pid)
-                filler = fill(disk)
-                (code, out), = finish([driver], timeout=180)
-                assert code == 1, out
-                assert "Traceback" not in out, out
+                _, out = stopped_by(space, storage, lambda: fill(disk))
                 assert "disk that holds the study's storage is full" in out or \
                     "went away" in out, out
-                assert not pids_alive(family, wait=2), "a worker outlived its driver"
-                filler.unlink()
+                (disk / "filler").unlink()
                 if not server.answers():
                     server.resume()
-                (code, again), = finish([start(space, storage)])
-                assert code == 0, again
-                check_study(storage, 12)
+                runs_again(space, storage, 12)
             finally:
                 server.stop()
     finally:
@@ -551,18 +518,9 @@ def test_the_database_server_stopped_mid_run_then_started_again(tmp_path: Path) 
     try:
         storage = server.new_database("gone")
         space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
-        driver = start(space, storage)
-        running_trials(storage, 2)
-        family = descendants(driver.pid)
-        server.pause()
-        out, _ = driver.communicate(timeout=120)
-        assert driver.returncode == 1, out
-        assert "the database server went away" in out and "Traceback" not in out, out
-        time.sleep(0.5)
-        assert not pids_alive(family), "a worker outlived its driver"
+        _, out = stopped_by(space, storage, server.pause)
+        assert "the database server went away" in out, out
         server.resume()
-        (code, again), = finish([start(space, storage)])
-        assert code == 0, again
-        check_study(storage, 12)
+        runs_again(space, storage, 12)
     finally:
         server.stop()
