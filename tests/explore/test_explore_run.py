@@ -158,7 +158,9 @@ def test_a_budget_too_small_for_the_run_is_refused_with_its_minimum(tmp_path: Pa
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert "cannot hold this run" in text and "is the least that would do" in text
-    need = re.search(r"--memory (\d+)MB is the least", text).group(1)
+    named = re.search(r"--memory (\d+)MB is the least", text)
+    assert named is not None, text
+    need = named.group(1)
     assert int(need) * 1_000_000 > 90_000_000
     assert not (tmp_path / "tiny.db").exists() and not (tmp_path / "tiny.artifacts").exists()
     # and the minimum it names is enough

@@ -432,18 +432,21 @@ def test_the_database_dropped_mid_run(tmp_path: Path, postgres: Any, postgres_ur
 
 
 def test_the_model_stores_disk_full_mid_run(tmp_path: Path) -> None:
-    """The disk of the model store (``artifacts``) fills up while a run keeps its best
-    models: each trial's result is still written and counts, those whose model could
-    not be kept say why (``model_error``), no partial model or staging file is left, and
-    the run ends as usual (exit 0, the study exact)."""
+    """The disk of the model store (``artifacts``) has room for fewer models than the run
+    keeps: once it is full, each trial's result is still written and counts, those whose
+    model could not be kept say why (``model_error``), no partial model or staging file
+    is left, and the run ends as usual (exit 0, the study exact).  The room is set
+    before the run, not filled during it, so that how fast the trials run does not
+    decide what the test sees."""
     with small_disk(tmp_path, "4m") as disk:
         storage = _sqlite(tmp_path)
-        space = grid_space(tmp_path, 12, rounds=8, keep=3)
+        space = grid_space(tmp_path, 12, rounds=2, keep=3)
         space.write_text(space.read_text() + f"artifacts: {disk}\n")
-        driver = start(space, storage)
-        running_trials(storage, 1, driver=driver)
+        reserve = disk / "reserve"
+        reserve.write_bytes(b"\0" * 8 * 1024)  # two pages: the 3 models kept take 3 or more
         filler = fill(disk)
-        (code, out), = finish([driver], timeout=300)
+        reserve.unlink()
+        (code, out), = finish([start(space, storage)], timeout=300)
         assert code == 0, out
         assert "Traceback" not in out, out
         ts = check_study(storage, 12)
