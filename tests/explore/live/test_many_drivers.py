@@ -285,7 +285,12 @@ def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
     assert how == "kill" or not shared_files(driver.pid)
     before = [t for t in trials(storage) if t.state.is_finished()]
     if how != "kill":
-        assert driver.returncode == SIGNALLED[how][2], out
+        status = SIGNALLED[how][2]
+        # A second signal that lands once Python is shutting down (its exit status
+        # chosen, the report done) meets the default action, which Python puts back as
+        # it ends: the process is killed by it, which a shell reports as the same 128+n.
+        allowed = {status, 128 - status} if how in ("twice", "again") else {status}
+        assert driver.returncode in allowed, out
         assert "Traceback" not in out, out
     if how not in ("kill", "twice"):  # stopped with its cleanup: the summary says so
         assert "interrupted" in out
