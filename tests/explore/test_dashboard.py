@@ -293,6 +293,7 @@ return false;
 """
 
 
+@pytest.mark.slow  # a browser and a run: CI's slow step runs it
 def test_the_dashboard_shows_running_trials_and_their_planned_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     binary, driver = browser()

@@ -147,6 +147,7 @@ OPTIONS = {
 }
 
 
+@pytest.mark.slow  # 15 runs of explore: CI's slow step runs it
 @settings(max_examples=15, deadline=None)
 @given(st.dictionaries(st.sampled_from(sorted(OPTIONS)), st.just(None), min_size=1,
                        max_size=3).flatmap(lambda keys: st.fixed_dictionaries(

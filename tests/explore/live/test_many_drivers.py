@@ -348,12 +348,13 @@ def test_a_killed_worker_is_requeued_under_the_right_number(
     number, the run goes on with a new worker and ends 0; the summary names the death,
     and once the run ends no process of it is left, nor its shared data file."""
     storage = _storage(kind, tmp_path, request)
-    space = grid_space(tmp_path, 6, rounds=40, workers=1)
+    # rounds enough that the run outlasts the look for its worker on a loaded machine
+    space = grid_space(tmp_path, 6, rounds=120, workers=1)
     driver = start(space, storage)
     running_trials(storage, 1, driver=driver)
     family = descendants(driver.pid)
     workers = [p for p in family if _is_worker(p)]
-    assert workers
+    assert workers, (family, driver.poll())
     os.kill(workers[0], signal.SIGKILL)
     code, out, later = finish_watching(driver)  # the replacement worker among them
     assert code == 0, out
