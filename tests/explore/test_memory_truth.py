@@ -23,9 +23,10 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(),
 
 # A space whose trials (wide MLPs holding up to 8 per worker) are more than the budget
 # holds at once: candidates wait for room, and the packing is measured.  Its widest
-# candidate stays well inside a worker's arena at 250 MB (width 640: about 31 MB; the
-# arena was 36.5 to 48 MB, as what the processes measure moves with the programs beside
-# them), so that no trial fails for room and the test measures the packing alone.
+# candidate stays well inside the room a worker's arena gives at 250 MB (width 640:
+# about 31 MB; the arena of 48 MB less the workers' measured growth left 36.5 to 48 MB,
+# as what the processes measure moves with the programs beside them), so that no trial
+# fails for room and the test measures the packing alone.
 FILLING = """\
 name: filling
 dataset: {name: mnist, train: 3000, valid: 1000}
