@@ -325,8 +325,8 @@ class LiveStudy(Claiming):
           names the driver it condemns), then its copy in the record (what the readers
           of a record read), then the state FAIL;
         - the stalled driver reads that key before each record it writes
-          (:meth:`_check_ours`), and finding itself condemned writes nothing and stops,
-          as it does on a write to a trial that has already finished; its result, if it
+          (:meth:`_check_ours`), and finding itself condemned drops that write, as it
+          drops any write to a trial that has already finished; its result, if it
           sets its trial's state first, stands (this FAIL then fails, and nothing more
           is done here);
         - one writer only sets the state from RUNNING: that one reads the trial as it

@@ -285,7 +285,7 @@ def stop_between_writes(p: subprocess.Popen, files: list[Path], timeout: float =
     ``files`` (a SQLite database and its ``-shm``): stopped inside a write, it would
     hold every other driver off for as long as it stays stopped, which SQLite's own
     locking allows no way around (PostgreSQL ends such a session, see
-    ``storages.postgres``)."""
+    ``explore.storages._check.POSTGRES_OPTIONS``)."""
     inodes = {f.stat().st_ino for f in files if f.exists()}
     deadline = time.time() + timeout
     while True:
