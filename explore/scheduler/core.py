@@ -248,6 +248,10 @@ class Core:
         verdict = self.policy.report(p.trial, msg.round, msg.metrics, p.candidate.heap_bytes)
         if verdict == PRUNE:
             self._prune(w, p)
+            # its value at the rung counts there too (Optuna records it before pruning):
+            # it may promote a trial paused there, which would otherwise wait for the
+            # next report, or be pruned at the end if none came
+            self._resume_promoted()
             return
         if verdict is not None:
             p.paused, p.pauses = int(verdict), p.pauses + 1  # the worker holds it, idle
