@@ -9,8 +9,9 @@ resuming ongoing trials", says its source).  The scheduler can: its workers hold
 trial's whole state in their arenas, so a trial that the pruner would stop at a rung
 is *paused* there (its memory kept, no compute spent) and resumed as soon as later
 results at the same rung promote it, which is the synchronous successive halving of
-the original algorithm.  A paused trial is pruned at the end of the run, or earlier
-when its memory is needed and nothing else runs.
+the original algorithm.  A paused trial is pruned at the end of the run; when its
+memory is needed it is switched out of its arena into a file (:mod:`explore.scheduler.core`,
+lowest :func:`standing` first) and comes back into any arena with room once promoted.
 
 The promotion rule is Optuna's (:func:`promotable`), applied to the values recorded
 under the rung's system attribute, within the trial's bracket for Hyperband.
@@ -67,20 +68,39 @@ def failed_rung(trial: FrozenTrial, before: int) -> int | None:
 def promotable(study: optuna.Study, trial: FrozenTrial, rung: int) -> bool:
     """Whether ``trial``'s value at ``rung`` is now in the top ``1/eta`` of the values
     reported there (at least the best one), by Optuna's own rule."""
+    value, competing, eta, maximize = _competing(study, trial, rung)
+    top = max(len(competing) // eta, 1)
+    if maximize:
+        return bool(value >= competing[-top])
+    return bool(value <= competing[top - 1])
+
+
+def standing(study: optuna.Study, trial: FrozenTrial, rung: int) -> float:
+    """How far down ``trial``'s value at ``rung`` ranks among the values reported there
+    (within its bracket for Hyperband): the share of them that are better, 0 for the
+    best.  A trial paused there is promoted once it climbs into the top ``1/eta``, so
+    the one standing lowest is the least likely to be promoted soon: the scheduler
+    switches it out of its arena first when room is needed."""
+    value, competing, _, maximize = _competing(study, trial, rung)
+    better = sum(v > value if maximize else v < value for v in competing)
+    return better / len(competing)
+
+
+def _competing(study: optuna.Study, trial: FrozenTrial, rung: int
+               ) -> tuple[float, list[float], int, bool]:
+    """The trial's value at ``rung``, every value reported there (its own included,
+    sorted), the pruner's reduction factor and whether larger values are better."""
     pruner: Any = study.pruner
     trials = study.get_trials(deepcopy=False)
     if isinstance(pruner, HyperbandPruner):
         # Hyperband's brackets are successive-halving studies over a hash of trials
         trials, pruner = bracket(pruner, study, trial)
-    eta = reduction_factor(pruner)
     key = _key(rung)
     value = trial.system_attrs[key]
     competing = sorted([value, *(t.system_attrs[key] for t in trials
                                  if key in t.system_attrs and t.number != trial.number)])
-    top = max(len(competing) // eta, 1)
-    if study.direction == StudyDirection.MAXIMIZE:
-        return bool(value >= competing[-top])
-    return bool(value <= competing[top - 1])
+    return value, competing, reduction_factor(pruner), \
+        study.direction == StudyDirection.MAXIMIZE
 
 
 def _key(rung: int) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from explore.scheduler.placement import Stack
-from explore.scheduler.protocol import Done, Report, ToWorker, TrialFailed
+from explore.scheduler.protocol import Done, Report, SwitchedOut, ToWorker, TrialFailed
 from explore.scheduler.stacking import Pending
 
 # -- events: what the loop tells the core ---------------------------------------------
@@ -68,6 +68,14 @@ class RegroupedStack:
 
 
 @dataclass(frozen=True)
+class LeftArena:
+    """A trial's state is in its file and its region of the worker's arena is free."""
+
+    worker: int
+    msg: SwitchedOut
+
+
+@dataclass(frozen=True)
 class WorkerDied:
     """Worker ``worker`` is gone (its process ended, or a send to it failed)."""
 
@@ -87,8 +95,8 @@ class Interrupted:
     """Ctrl-C, SIGTERM or SIGHUP: every trial in hand fails and is queued again."""
 
 
-Event = Tick | Admitted | Reported | Finished | Failed | RegroupedStack | WorkerDied | \
-    Idle | Interrupted
+Event = Tick | Admitted | Reported | Finished | Failed | RegroupedStack | LeftArena | \
+    WorkerDied | Idle | Interrupted
 
 
 # -- commands: what the core asks the loop to do --------------------------------------
@@ -108,7 +116,8 @@ class Launch:
 
 @dataclass(frozen=True)
 class Send:
-    """Send ``msg`` (Continue, Pause, Stop or Regroup) to worker ``worker``."""
+    """Send ``msg`` (Continue, Pause, Stop, Regroup, SwitchOut or SwitchIn) to worker
+    ``worker``."""
 
     worker: int
     msg: ToWorker
@@ -146,8 +155,15 @@ class Tell:
 
 
 @dataclass(frozen=True)
+class DropState:
+    """Trial ``number`` ended while switched out: its state's file is not needed."""
+
+    number: int
+
+
+@dataclass(frozen=True)
 class Measure:
     """The accounting changed: measure and show it."""
 
 
-Command = Launch | Send | Note | Moved | Tell | Measure
+Command = Launch | Send | Note | Moved | Tell | DropState | Measure

@@ -2,11 +2,22 @@
 
 :class:`Core` owns what the run holds: each worker's arena (mirrored as a free list),
 the trials placed there and the stacks, the paused trials and the candidates waiting
-for room.  Events come in (:mod:`.commands`: a report, a trial's end, a worker's death,
-a candidate admitted, the time, Ctrl-C) and it answers with commands, in order: start
-a candidate at an offset, continue, pause or stop a trial, regroup a stack, note and
-tell a trial's end.  The loop (:mod:`.loop`) carries them out and turns the workers'
-messages into events; the pruner's word comes from a :class:`~.policy.Policy`.
+for room, and the trials switched out of every arena (their state in a file).  Events
+come in (:mod:`.commands`: a report, a trial's end, a trial's state written out, a
+worker's death, a candidate admitted, the time, Ctrl-C) and it answers with commands,
+in order: start a candidate at an offset, continue, pause or stop a trial, switch a
+trial out of its arena or back into one, regroup a stack, note and tell a trial's end.
+The loop (:mod:`.loop`) carries them out and turns the workers' messages into events;
+the pruner's word comes from a :class:`~.policy.Policy`.
+
+**Nothing is pruned for lack of room** (a trial alone, that is: a paused member of a
+stack still is).  A paused trial holds its region while nothing else wants it; when a
+candidate, or a promoted trial, finds no room, paused trials leave (``SwitchOut``: the
+worker writes the state to a file and gives the region back), the one standing lowest
+at its rung first (:meth:`~.policy.Policy.standing`), until the one waiting fits.  A
+promoted trial that is out comes back into any arena with room (``SwitchIn``), before
+new candidates are placed.  A region is free in the mirror only once the worker says
+the state is written (``LeftArena``), as a Start there could overwrite it before.
 
 Because nothing here waits or reads the outside, every decision is a function of the
 events so far: the tests drive it directly, and a seeded simulation
@@ -32,12 +43,14 @@ from engine.free_list import FreeList
 from explore.scheduler.commands import (
     Admitted,
     Command,
+    DropState,
     Event,
     Failed,
     Finished,
     Idle,
     Interrupted,
     Launch,
+    LeftArena,
     Measure,
     Moved,
     Note,
@@ -48,7 +61,7 @@ from explore.scheduler.commands import (
     Tick,
     WorkerDied,
 )
-from explore.scheduler.placement import Placement, Stack, Worker, find_spot
+from explore.scheduler.placement import Placement, Resuming, Stack, Worker, find_spot
 from explore.scheduler.policy import PRUNE, Policy
 from explore.scheduler.protocol import (
     Continue,
@@ -58,6 +71,9 @@ from explore.scheduler.protocol import (
     Regroup,
     Report,
     Stop,
+    SwitchedOut,
+    SwitchIn,
+    SwitchOut,
     TrialFailed,
 )
 from explore.scheduler.stacking import Pending, part_program
@@ -77,8 +93,11 @@ class Core:
         self.counts = stats.counts
         self.workers: dict[int, Worker] = {}
         self.waiting: list[Pending] = []
+        # Trials switched out of every arena: their state is in a file, they hold no
+        # arena bytes.  Paused at a rung, or promoted and waiting for room to come back.
+        self.out: dict[int, Placement] = {}
         self.now = 0.0
-        self.ready: list[tuple[Worker, Placement]] = []  # lockstep: to continue, in turn
+        self.ready: list[Placement] = []  # lockstep: to continue, in turn (in or out)
         self.in_flight: int | None = None  # lockstep: the trial the worker is running
         self.stack_numbers = -1  # a stack's own number: negative, never a trial's
         self._regroups_waiting = False  # some stack's regroup_due is set
@@ -103,6 +122,8 @@ class Core:
                 self._failed(self.workers.get(i), msg)
             case RegroupedStack(worker=i, number=n):
                 self._regrouped(self.workers.get(i), n)
+            case LeftArena(worker=i, msg=msg):
+                self._left(self.workers.get(i), msg)
             case WorkerDied(worker=i, exitcode=code, pid=pid):
                 self._died(i, code, pid)
             case Idle():
@@ -115,8 +136,8 @@ class Core:
         """The commands decided since last taken."""
         # counted from what is held, so that no way out of a worker (pruned, resumed,
         # failed, its worker died, Ctrl-C) leaves the count behind
-        self.counts["paused"] = sum(p.paused is not None for w in self.workers.values()
-                                    for p in w.residents.values())
+        self.counts["paused"] = len(self.paused())
+        self.counts["out"] = len(self.out)
         out, self._out = self._out, []
         return out
 
@@ -134,12 +155,22 @@ class Core:
         self.counts["failed"] += 1
 
     def in_hand(self) -> int:
-        """Trials held and not paused: what the sampler's look-ahead is counted in."""
-        return sum(w.active() for w in self.workers.values())
+        """Trials held and not paused, those promoted while switched out included (they
+        run once back): what the sampler's look-ahead is counted in."""
+        return sum(w.active() for w in self.workers.values()) + \
+            sum(p.paused is None for p in self.out.values())
 
     def holds(self) -> bool:
-        """Whether any trial waits or is held by a worker."""
-        return bool(self.waiting) or any(w.residents for w in self.workers.values())
+        """Whether any trial waits, is held by a worker or is switched out."""
+        return bool(self.waiting) or bool(self.out) or \
+            any(w.residents for w in self.workers.values())
+
+    def idle(self) -> bool:
+        """Nothing runs nor is about to: no trial goes on in any worker, none is on its
+        way out of an arena and no stack is being regrouped.  Then only
+        :class:`~.commands.Idle` moves the run on."""
+        return not any(w.active() for w in self.workers.values()) and \
+            not self._in_transit()
 
     def room(self) -> int:
         """What the trials' heaps may take of the budget now: the budget less the
@@ -152,9 +183,14 @@ class Core:
         """The bytes of the trials' heaps placed in all arenas."""
         return sum(w.heap_bytes() for w in self.workers.values())
 
-    def paused(self) -> list[tuple[Worker, Placement]]:
-        return sorted(((w, p) for w in self.workers.values() for p in w.residents.values()
-                       if p.paused is not None), key=lambda wp: wp[1].trial.number)
+    def paused(self) -> list[tuple[Worker | None, Placement]]:
+        """Every trial paused at a rung, oldest first, with its worker (None: switched
+        out)."""
+        held: list[tuple[Worker | None, Placement]] = [
+            (w, p) for w in self.workers.values() for p in w.residents.values()
+            if p.paused is not None]
+        held += [(None, p) for p in self.out.values() if p.paused is not None]
+        return sorted(held, key=lambda wp: wp[1].trial.number)
 
     def _emit(self, *commands: Command) -> None:
         self._out.extend(commands)
@@ -163,9 +199,15 @@ class Core:
     def place(self) -> list[Command]:
         """Put waiting candidates where they fit (the least busy worker with room, best
         fit in its arena); stacks waiting to regroup first, as they hold their memory
-        already."""
+        already, then promoted trials switched out (lockstep: in their turn, :meth:`go`).
+        The first that finds no room has paused trials switched out for it
+        (:meth:`_make_room`), which it is the first to be offered; others that fit
+        meanwhile go on being placed."""
         self._regroup_due()
-        still = []
+        if not self.lockstep and not self._bring_back():
+            self._emit(Measure())
+            return self.take()  # a promoted trial waits for room: it goes first
+        still: list[Pending] = []
         batch, self.waiting = self.waiting, []
         heaps, room = self.heaps(), self.room()
         for pend in batch:
@@ -177,13 +219,12 @@ class Core:
             if spot is not None and heaps + spot.size > room:
                 if heaps == 0:
                     for trial in pend.trials:
-                        self.fail(trial, f"does not fit: the run's processes grew by "
-                                  f"{self.stats.growth:,} bytes beyond their measured "
-                                  f"constants, and the budget left holds less than its "
-                                  f"{spot.size:,}", never_started=True)
+                        self.fail(trial, self._grown(spot.size), never_started=True)
                     continue
                 spot = None
             if spot is None:
+                if not still:  # the first without room: paused trials make it some
+                    self._make_room(align_up(next(iter(cand.fitting())).total_bytes))
                 still.append(pend)
                 continue
             heaps += spot.size
@@ -200,13 +241,18 @@ class Core:
             for trial, requeued in zip(pend.trials, pend.requeued, strict=True):
                 w.residents[trial.number] = Placement(
                     trial, cand, w.index, spot.offset, 0 if stack else spot.size, self.now,
-                    requeued, stack=stack)
+                    requeued, stack=stack, program=None if stack else spot.program)
             self._emit(Launch(w.index, pend, spot.offset, spot.program, stack))
             if self.lockstep:
                 self.in_flight = pend.trials[0].number
         self.waiting = still + self.waiting
         self._emit(Measure())
         return self.take()
+
+    def _grown(self, size: int) -> str:
+        return (f"does not fit: the run's processes grew by {self.stats.growth:,} bytes "
+                f"beyond their measured constants, and the budget left holds less than "
+                f"its {size:,}")
 
     def unplace(self, worker: int, pending: Pending, stack: Stack | None,
                 offset: int, size: int) -> None:
@@ -224,6 +270,138 @@ class Core:
     def _stack_number(self) -> int:
         self.stack_numbers -= 1
         return self.stack_numbers + 1
+
+    # -- switching out of an arena and back in -------------------------------------------
+    def _in_transit(self) -> bool:
+        """Whether a trial is on its way out of an arena or a stack is being regrouped:
+        memory is about to be given back."""
+        return any(p.leaving for w in self.workers.values() for p in w.residents.values()) \
+            or any(st.regrouping for w in self.workers.values() for st in w.stacks.values())
+
+    def _idle_on(self, w: Worker) -> list[Placement]:
+        """The trials of ``w`` that could leave its arena now, in the order they would:
+        alone (a stack's member cannot yet) and idle in the worker: paused at a rung,
+        or, in lockstep, waiting for their turn (nothing runs between two turns)."""
+        ready = {id(q) for q in self.ready}
+        idle = [p for p in w.residents.values()
+                if not p.leaving and p.stack is None and p.program is not None and
+                (p.paused is not None or
+                 (self.lockstep and id(p) in ready and p.trial.number != self.in_flight))]
+        return sorted(idle, key=self._leave_order)
+
+    def _leave_order(self, p: Placement) -> tuple[bool, float, int]:
+        """Paused trials before those about to run; among them the one standing lowest
+        at its rung (the least likely to be promoted soon), then the one paused longest."""
+        if p.paused is None:
+            return True, 0.0, p.trial.number
+        return False, -self.policy.standing(p.trial, p.paused), p.trial.number
+
+    def _make_room(self, size: int) -> bool:
+        """Switch out paused trials until some arena has a free segment of ``size``
+        bytes within the room the budget leaves: in the worker where the fewest must
+        leave (then the least busy), the lowest standing first; regions already on
+        their way out count as free.  False when no single arena can make the room
+        (its trials run, or the processes grew): the one waiting waits."""
+        heaps, room = self.heaps(), self.room()
+        leaving = sum(p.size for w in self.workers.values() for p in w.residents.values()
+                      if p.leaving)
+        best: tuple[tuple[int, int, int], Worker, list[Placement]] | None = None
+        for w in self.workers.values():
+            free = FreeList(list(w.free))
+            for p in w.residents.values():
+                if p.leaving:
+                    free.release(p.offset, p.size)
+            gone, victims = leaving, []
+            order = iter(self._idle_on(w))
+            while free.best_fit(size) is None or heaps - gone + size > room:
+                q = next(order, None)
+                if q is None:
+                    break
+                free.release(q.offset, q.size)
+                gone += q.size
+                victims.append(q)
+            else:
+                key = (len(victims), w.active(), w.index)
+                if best is None or key < best[0]:
+                    best = (key, w, victims)
+        if best is None:
+            return False
+        for p in best[2]:
+            self._switch_out(best[1], p)
+        return True
+
+    def _make_way(self) -> None:
+        """Room for what waits that no single arena could make (:meth:`_make_room`)
+        while nothing runs: every idle trial leaves, so that the one waiting fits or,
+        with nothing placed, fails saying why; a stack's paused member cannot leave
+        alone yet, so the one of them paused longest is pruned instead."""
+        idle = [(w, p) for w in self.workers.values() for p in self._idle_on(w)]
+        for w, p in idle:
+            self._switch_out(w, p)
+        if idle:
+            return
+        for held, p in self.paused():
+            if held is not None and p.stack is not None:
+                self._prune(held, p)
+                return
+
+    def _switch_out(self, w: Worker, p: Placement) -> None:
+        p.leaving = True
+        self._emit(Send(w.index, SwitchOut(p.trial.number)))
+
+    def _left(self, w: Worker | None, msg: SwitchedOut) -> None:
+        """The worker wrote the trial's state and gave its region back: the region is
+        free here too, and the trial is out."""
+        p = None if w is None else w.residents.get(msg.number)
+        if w is None or p is None or not p.leaving:
+            return
+        del w.residents[msg.number]
+        w.free.release(p.offset, p.size)
+        if msg.overhead:
+            w.overhead_now = msg.overhead
+        p.leaving, p.outs, p.moved = False, p.outs + 1, p.moved + msg.nbytes
+        self.out[msg.number] = p
+        self.counts["switched_out"] = self.counts.get("switched_out", 0) + 1
+        self._memory_freed()
+        self._emit(Measure())
+
+    def _bring_in(self, p: Placement) -> bool | None:
+        """Switch the promoted trial ``p`` back into the arena with room (as a candidate
+        is placed), or make room for it: True once sent, False while it waits, None
+        when it cannot fit with nothing placed (the processes grew: it fails)."""
+        n = p.trial.number
+        spot = find_spot(self.workers, Resuming(p.program))
+        heaps = self.heaps()
+        if spot is not None and heaps + spot.size > self.room():
+            if heaps == 0:
+                del self.out[n]
+                self._emit(DropState(n))
+                self.fail(p.trial, self._grown(spot.size))
+                return None
+            spot = None
+        if spot is None:
+            self._make_room(align_up(p.program.total_bytes))
+            return False
+        w = spot.worker
+        w.free.take(spot.offset, spot.size)
+        del self.out[n]
+        p.worker, p.offset, p.size = w.index, spot.offset, spot.size
+        w.residents[n] = p
+        self._emit(Send(w.index, SwitchIn(n, p.program, spot.offset)))
+        self.counts["switched_in"] = self.counts.get("switched_in", 0) + 1
+        return True
+
+    def _bring_back(self) -> bool:
+        """Switch promoted trials back in, oldest first, each continued once in; False
+        while one waits for room (new candidates wait behind it)."""
+        for p in sorted((p for p in self.out.values() if p.paused is None),
+                        key=lambda p: p.trial.number):
+            got = self._bring_in(p)
+            if got is False:
+                return False
+            if got:
+                self._emit(Send(p.worker, Continue(p.trial.number)))
+        return True
 
     # -- a worker's messages -------------------------------------------------------------------
     def _regrouped(self, w: Worker | None, number: int) -> None:
@@ -279,7 +457,8 @@ class Core:
                                   "train_seconds": msg.metrics.get("train_seconds",
                                                                    msg.busy_s),
                                   **({"model_error": msg.model_error} if msg.model_error
-                                     else {})},
+                                     else {}),
+                                  **self._switch_record(p)},
                         ending=True))
         values = self.policy.values(msg.metrics, p.candidate.heap_bytes)
         self._emit(Tell(p.trial, values if len(values) > 1 else values[0],
@@ -310,18 +489,32 @@ class Core:
                       retry=not p.requeued)
 
     def _idle(self) -> None:
-        """Only paused trials are held, and nothing runs that could promote them: a
-        waiting trial needs the memory of the one paused longest (passed over by every
-        result since), or the run is over for all."""
-        paused = self.paused()
-        for w, p in paused[:1] if self.waiting else paused:
+        """Nothing runs and nothing is on its way (:meth:`idle`).  In lockstep the trial
+        whose turn it is comes back in (:meth:`_turn`).  A trial that waits for room
+        that :meth:`_make_room` could not make in any single arena has every idle trial
+        switched out for it (:meth:`_make_way`).  With nothing waiting, no result can
+        come to promote the paused trials any more: the run is over for them."""
+        if self._in_transit():
+            return
+        if self.lockstep and self.ready:
+            before = len(self._out)
+            self._turn()
+            if len(self._out) > before:
+                return
+        if self.waiting or self.ready or any(p.paused is None for p in self.out.values()):
+            self._make_way()
+            return
+        for w, p in self.paused():
             self._prune(w, p)
 
     def _interrupted(self) -> None:
         held = [p.trial for w in self.workers.values() for p in w.residents.values()]
+        for n in self.out:
+            self._emit(DropState(n))
+        held += [p.trial for p in self.out.values()]
         for trial in held + [t for pend in self.waiting for t in pend.trials]:
             self.fail(trial, "interrupted", retry=True)
-        self.waiting = []
+        self.waiting, self.out = [], {}
         for w in self.workers.values():  # the run ends: nothing is held any more
             w.residents.clear()
             w.stacks.clear()
@@ -329,23 +522,40 @@ class Core:
         self.ready, self.in_flight = [], None
 
     # -- pruning, pausing, promoting -------------------------------------------------------
-    def _prune(self, w: Worker, p: Placement, regroup: bool = True) -> None:
-        self._emit(Send(w.index, Stop(p.trial.number)))
-        self._release(w, p, regroup=regroup)
+    def _prune(self, w: Worker | None, p: Placement, regroup: bool = True) -> None:
+        """Stop ``p`` (held by ``w``; None: switched out, its file dropped) as pruned."""
+        if w is None:
+            del self.out[p.trial.number]
+            self._emit(DropState(p.trial.number))
+        else:
+            self._emit(Send(w.index, Stop(p.trial.number)))
+            self._release(w, p, regroup=regroup)
         self._emit(Note(p.trial, {"rounds": self.policy.last_step(p.trial),
-                                  "pauses": p.pauses, "start": p.started, "end": self.now},
+                                  "pauses": p.pauses, "start": p.started, "end": self.now,
+                                  **self._switch_record(p)},
                         ending=True),
                    Tell(p.trial, state=TrialState.PRUNED))
         self.counts["pruned"] += 1
         self._emit(Measure())
 
+    @staticmethod
+    def _switch_record(p: Placement) -> dict[str, int]:
+        """What a trial's record says of its switches out of an arena (nothing if none)."""
+        return {"switched_out": p.outs, "switch_bytes": p.moved} if p.outs else {}
+
     def _resume_promoted(self) -> None:
-        """Resume each paused trial that the results so far promote at its rung."""
+        """Resume each paused trial that the results so far promote at its rung; one
+        switched out (or on its way out) comes back into an arena with room first: in
+        its turn (lockstep, :meth:`go`), else before new candidates (:meth:`place`)."""
         for w, p in self.paused():
             assert p.paused is not None
             if self.policy.promotable(p.trial, p.paused):
                 p.paused = None
                 self.counts["resumed"] += 1
+                if w is None or p.leaving:
+                    if self.lockstep:
+                        self.ready.append(p)
+                    continue
                 self._continue(w, p)
                 self._stack_changed(p)  # it goes on; those still paused wait apart
 
@@ -353,23 +563,42 @@ class Core:
         """Let a trial waiting after its report run on; in lockstep, when its turn comes
         (:meth:`go`)."""
         if self.lockstep:
-            self.ready.append((w, p))
+            self.ready.append(p)
         else:
             self._emit(Send(w.index, Continue(p.trial.number)))
 
     def go(self) -> list[Command]:
         """Lockstep: when the worker runs nothing, continue one of the trials ready to go
         on, depth first as a worker would pick (the furthest along, then the oldest)."""
-        self.ready = [(w, p) for w, p in self.ready
-                      if self.workers.get(w.index) is w and p.trial.number in w.residents]
-        if self.in_flight is not None or not self.ready:
-            return self.take()
-        w, p = max(self.ready, key=lambda wp: (self.policy.last_step(wp[1].trial) or 0,
-                                               -wp[1].trial.number))
-        self.ready.remove((w, p))
-        self.in_flight = p.trial.number
-        self._emit(Send(w.index, Continue(p.trial.number)))
+        self._turn()
         return self.take()
+
+    def _turn(self) -> None:
+        """:meth:`go`'s choice, whatever the memory: the same trial goes on whether it
+        stayed in the arena or was switched out (then it comes back first, paused
+        trials leaving for it), so a seeded run is the same at any budget."""
+        self.ready = [p for p in self.ready if self._holds(p)]
+        if self.in_flight is not None or not self.ready:
+            return
+        p = max(self.ready, key=lambda p: (self.policy.last_step(p.trial) or 0,
+                                           -p.trial.number))
+        if p.leaving:
+            return  # it comes back once its state is written
+        if p.trial.number in self.out:
+            got = self._bring_in(p)
+            if got is False and not self._in_transit():
+                self._make_way()  # the processes grew: it fits once all leave, or fails
+            if not got:
+                return
+        self.ready.remove(p)
+        self.in_flight = p.trial.number
+        self._emit(Send(p.worker, Continue(p.trial.number)))
+
+    def _holds(self, p: Placement) -> bool:
+        """Whether ``p`` is still held here: switched out, or by its (live) worker."""
+        w = self.workers.get(p.worker)
+        return self.out.get(p.trial.number) is p or \
+            (w is not None and w.residents.get(p.trial.number) is p)
 
     # -- leaving a worker; stacks regrouped ----------------------------------------------------
     def _release(self, w: Worker, p: Placement, regroup: bool = True) -> None:
@@ -440,7 +669,7 @@ class Core:
                                      "at": round(self.now, 3)}))
             if len(g) == 1:
                 p = placed[g[0]]
-                p.stack, p.offset, p.size = None, offset, size
+                p.stack, p.offset, p.size, p.program = None, offset, size, prog
                 parts.append(Part(g[0], prog, offset, tuple(g), p.paused is not None))
                 continue
             sub = Stack(self._stack_number(), offset, size, prog, tuple(g),

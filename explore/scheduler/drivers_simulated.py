@@ -164,8 +164,7 @@ class DriverRun(Simulation):
         Idle when only paused trials are held and nothing runs or is on its way."""
         self._carry(self.core.go())
         self._carry(self.core.place())
-        if self.core.holds() and not self._busy() and \
-                not any(w.active() for w in self.core.workers.values()):
+        if self.core.holds() and not self._busy() and self.core.idle():
             self._deliver(Idle())
             self._carry(self.core.place())
 
@@ -207,8 +206,8 @@ class DriverRun(Simulation):
     # -- what the checks read ------------------------------------------------------------
     def held(self) -> dict[int, str]:
         """The stored ids of the trials this driver holds, each with where: claimed and
-        not yet asked, asked and not yet admitted, waiting for room, or placed (paused
-        or not) in a worker."""
+        not yet asked, asked and not yet admitted, waiting for room, placed (paused
+        or not) in a worker, or switched out of every arena."""
         ours = self.live.ours
         out = {c.stored_id: "claimed" for c in self.driver.pending}
         out.update((ours[trial_id(t)].stored_id, "drawn") for t, _ in self.drawn)
@@ -218,6 +217,8 @@ class DriverRun(Simulation):
             out.update((ours[trial_id(cast(StudyTrial, p.trial).trial)].stored_id,
                         "paused" if p.paused is not None else "placed")
                        for p in w.residents.values())
+        out.update((ours[trial_id(cast(StudyTrial, p.trial).trial)].stored_id, "out")
+                   for p in self.core.out.values())
         return out
 
 

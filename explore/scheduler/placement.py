@@ -62,7 +62,9 @@ class Stack:
 @dataclass
 class Placement:
     """A trial held by a worker: its region ``[offset, offset + size)`` of the arena,
-    or, for a member of a stack, the stack's (``stack``; ``size`` 0)."""
+    or, for a member of a stack, the stack's (``stack``; ``size`` 0).  A trial
+    switched out of every arena keeps its Placement (in ``Core.out``) with its
+    ``program``, the one its state fits, for the arena it comes back into."""
 
     trial: optuna.trial.Trial
     candidate: Sized
@@ -75,6 +77,12 @@ class Placement:
     pauses: int = 0
     started: float | None = None  # when its worker took it (from its first report)
     stack: Stack | None = None
+    program: Any = None  # what it runs as (engine.Program); None: as part of a stack
+    # A SwitchOut is on its way: the region stays taken until the worker says the
+    # state is written (a Start there could overwrite it before).
+    leaving: bool = False
+    outs: int = 0  # times switched out of an arena
+    moved: int = 0  # bytes of state written out by those switches
 
 
 @dataclass
@@ -107,6 +115,22 @@ class Worker:
         too, until the worker has copied its members out)."""
         return sum(p.size for p in self.residents.values()) + \
             sum(s.size for s in self.stacks.values())
+
+
+@dataclass(frozen=True)
+class Resuming:
+    """A switched-out trial as placement sees it: one program, the one its state was
+    written from (no smaller fallback: the state fits that layout only)."""
+
+    program: Program
+    train_batch: int = 0
+
+    @property
+    def heap_bytes(self) -> int:
+        return int(self.program.total_bytes)
+
+    def fitting(self) -> Iterator[Any]:
+        yield self.program
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What the pruner says of a trial's report, for the decision core (:mod:`.core`).
 
 The core asks a :class:`Policy` whether a trial goes on, is pruned or pauses at a rung,
-and whether a paused trial is promoted; :class:`OptunaPolicy` answers from the run's
+whether a paused trial is promoted and how it stands at its rung (which paused trial
+leaves its arena first); :class:`OptunaPolicy` answers from the run's
 working copy of the study (its pruner, and for a rung pruner the rungs
 :mod:`explore.rungs` reads).  A simulation gives the core a policy of its own.
 """
@@ -14,7 +15,7 @@ import optuna
 
 from explore import metrics
 from explore.optuna_adapter import frozen_trial as frozen
-from explore.rungs import failed_rung, pauses, promotable, rungs_done
+from explore.rungs import failed_rung, pauses, promotable, rungs_done, standing
 from explore.space import Space
 
 PRUNE: Literal["prune"] = "prune"
@@ -33,6 +34,10 @@ class Policy(Protocol):
                heap: int) -> Verdict: ...
 
     def promotable(self, trial: Any, rung: int) -> bool: ...
+
+    # how far down a trial paused at ``rung`` ranks there (0: the best): the one
+    # standing lowest leaves its arena first when room is needed
+    def standing(self, trial: Any, rung: int) -> float: ...
 
     def last_step(self, trial: Any) -> int | None: ...
 
@@ -66,6 +71,9 @@ class OptunaPolicy:
 
     def promotable(self, trial: Any, rung: int) -> bool:
         return promotable(self.study, frozen(self.study, trial), rung)
+
+    def standing(self, trial: Any, rung: int) -> float:
+        return standing(self.study, frozen(self.study, trial), rung)
 
     def last_step(self, trial: Any) -> int | None:
         step: int | None = frozen(self.study, trial).last_step

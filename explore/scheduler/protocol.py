@@ -19,11 +19,16 @@ What crosses the process boundary, and how:
 
 Scheduler -> worker (:data:`ToWorker`): :class:`OpenArena` once, then
 :class:`Start`, :class:`Regroup` (stacks), :class:`Continue`, :class:`Pause`,
-:class:`Stop` for trials, and
+:class:`Stop`, :class:`SwitchOut` and :class:`SwitchIn` for trials, and
 :class:`Exit`.  Worker -> scheduler (:data:`FromWorker`): :class:`Ready` after
-start-up, :class:`ArenaOpened`, then :class:`Report`, :class:`Done` and
-:class:`TrialFailed` for trials (a stack's members each by their own number), and
-:class:`Regrouped` for stacks.  Trials are named by their Optuna number.
+start-up, :class:`ArenaOpened`, then :class:`Report`, :class:`Done`,
+:class:`SwitchedOut` and :class:`TrialFailed` for trials (a stack's members each by
+their own number), and :class:`Regrouped` for stacks.  Trials are named by their
+Optuna number.
+
+- **Through files**, a switched-out trial's state: written by the worker that held it
+  to :func:`state_file` of the folder OpenArena names, read back by whichever worker
+  switches it in (the scheduler only names the trial).
 
 >>> import pickle
 >>> pickle.loads(pickle.dumps(Report(3, 1, {"accuracy": 0.5}, 0.0)))
@@ -32,6 +37,7 @@ Report(number=3, round=1, metrics={'accuracy': 0.5}, started=0.0, overhead=0)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +46,11 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class OpenArena:
-    """Allocate the worker's arena, once, of ``nbytes`` (answered by ArenaOpened)."""
+    """Allocate the worker's arena, once, of ``nbytes`` (answered by ArenaOpened);
+    ``switch_dir``: the folder switched-out trials' states are written to."""
 
     nbytes: int
+    switch_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +127,31 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
+class SwitchOut:
+    """Trial ``number`` (alone, and idle: paused at a rung or waiting for its word)
+    leaves the arena: its state goes to its :func:`state_file` and its region is given
+    back (answered by SwitchedOut, or TrialFailed where the file cannot be written)."""
+
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchIn:
+    """Bring trial ``number`` back from its :func:`state_file` into the arena at
+    ``offset``, as ``program`` (the one it ran as): it resumes exactly where it left,
+    waiting for its word (Continue) as after a report."""
+
+    number: int
+    program: Any  # engine.Program
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     """End the worker (even in the middle of a round)."""
 
 
-ToWorker = OpenArena | Start | Regroup | Continue | Pause | Stop | Exit
+ToWorker = OpenArena | Start | Regroup | Continue | Pause | Stop | SwitchOut | SwitchIn | Exit
 
 # -- worker -> scheduler --------------------------------------------------------------
 
@@ -186,6 +214,17 @@ class Regrouped:
 
 
 @dataclass(frozen=True, slots=True)
+class SwitchedOut:
+    """Trial ``number``'s state is in its file (``nbytes``, written in ``seconds``) and
+    its region of the arena is given back."""
+
+    number: int
+    nbytes: int
+    seconds: float
+    overhead: int = 0  # the worker's memory now beyond its trials' heaps (see Done)
+
+
+@dataclass(frozen=True, slots=True)
 class TrialFailed:
     """Trial ``number`` raised (at start or in a round): ``reason`` says what; the
     worker has dropped it and goes on."""
@@ -194,4 +233,9 @@ class TrialFailed:
     reason: str
 
 
-FromWorker = Ready | ArenaOpened | Report | Done | Regrouped | TrialFailed
+FromWorker = Ready | ArenaOpened | Report | Done | Regrouped | SwitchedOut | TrialFailed
+
+
+def state_file(folder: str, number: int) -> str:
+    """Where trial ``number``'s state is while it is switched out of every arena."""
+    return os.path.join(folder, f"trial-{number}.state")

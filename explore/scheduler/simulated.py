@@ -1,7 +1,7 @@
 """The simulated world of :mod:`.simulation`: trials, candidates and programs as the
 core sees them, a pruner drawn from the seed, and workers that run what they are sent
 (as :mod:`explore.scheduler.worker` does: rounds, reports, the word after a report, stacks held
-at a rung until regrouped).
+at a rung until regrouped, trials switched out to a simulated file and back).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class SimPolicy:
         self.seed, self.gated, self.eta = seed, gated, eta
         self.scores: dict[int, dict[int, float]] = {}  # rung -> trial -> score
         self.steps: dict[int, int] = {}
+        self.said: dict[int, Verdict] = {}  # each trial's last verdict
 
     def _draw(self, number: int, round: int) -> random.Random:
         return random.Random(self.seed * 1_000_003 + number * 1_009 + round)
@@ -61,16 +62,19 @@ class SimPolicy:
         self.steps[trial.number] = round
         self.scores.setdefault(round, {})[trial.number] = measured["score"]
         r = self._draw(trial.number, round).random()
-        if r < 0.15:
-            return PRUNE
-        if self.gated and r < 0.45:
-            return round
-        return None
+        verdict: Verdict = PRUNE if r < 0.15 else round if self.gated and r < 0.45 else None
+        self.said[trial.number] = verdict
+        return verdict
 
     def promotable(self, trial: Any, rung: int) -> bool:
         at = self.scores.get(rung, {})
         top = sorted(at, key=lambda n: -at[n])[:len(at) // self.eta]
         return trial.number in top
+
+    def standing(self, trial: Any, rung: int) -> float:
+        at = self.scores.get(rung, {})
+        mine = at.get(trial.number, 0.0)
+        return sum(v > mine for v in at.values()) / max(len(at), 1)
 
     def last_step(self, trial: Any) -> int | None:
         return self.steps.get(trial.number)
@@ -95,6 +99,7 @@ class SimResident:
     live: set[int] = field(default_factory=set)
     waiting: set[int] = field(default_factory=set)
     held: set[int] = field(default_factory=set)
+    region: tuple[int, int] = (0, 0)  # (offset, bytes) of the arena
 
     def runnable(self) -> bool:
         return bool(self.live) and not self.waiting and not self.held
@@ -118,6 +123,14 @@ class SimWorker:
     owner: dict[int, int] = field(default_factory=dict)
     alive: bool = True
 
+    def overlaps(self, offset: int, size: int) -> int | None:
+        """The resident whose region ``[offset, offset + size)`` would overwrite."""
+        for r in self.residents.values():
+            o, n = r.region
+            if offset < o + n and o < offset + size:
+                return r.number
+        return None
+
 
 @dataclass(frozen=True)
 class SimStart:
@@ -125,6 +138,8 @@ class SimStart:
 
     number: int
     members: list[int]
+    offset: int = 0
+    size: int = 0
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,16 @@ and Ctrl-C, every choice drawn from one seed.
 A schedule is what one seed makes of a run: how many workers and what arenas, which
 candidates (alone or stacked, each with several programs to fall back on), what the
 pruner says of each report, and, step by step, which message is delivered next, which
-worker runs a round, which dies.  After every step the invariants are checked; a failing
-seed raises :class:`Violation` naming the seed and the step, and ``simulate(seed)``
-replays the same schedule exactly (nothing here reads a clock or the system's
-randomness).  ``tests/explore/scheduler/test_simulation.py`` runs thousands of seeds.
+worker runs a round, which dies, which switched-out state cannot be written.  A
+simulated worker keeps each resident's region of its arena, and a switched-out
+trial's state in a simulated file, so what the core decides is checked against what
+the workers would hold: no region overwritten, no state read that was not written,
+no round lost or run twice across switches, nothing pruned for lack of room.
+
+After every step the invariants are checked; a failing seed raises
+:class:`Violation` naming the seed and the step, and ``simulate(seed)`` replays the
+same schedule exactly (nothing here reads a clock or the system's randomness).
+``tests/explore/scheduler/test_simulation.py`` runs thousands of seeds.
 
 >>> result = simulate(7)
 >>> result.ended == result.trials and result.steps > 0
@@ -28,11 +34,13 @@ from engine.alignment import align_up
 from engine.free_list import FreeList
 from explore.scheduler.commands import (
     Admitted,
+    DropState,
     Failed,
     Finished,
     Idle,
     Interrupted,
     Launch,
+    LeftArena,
     RegroupedStack,
     Reported,
     Send,
@@ -42,7 +50,19 @@ from explore.scheduler.commands import (
 )
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Stack, Worker
-from explore.scheduler.protocol import Continue, Done, Pause, Regroup, Report, Stop, TrialFailed
+from explore.scheduler.policy import PRUNE
+from explore.scheduler.protocol import (
+    Continue,
+    Done,
+    Pause,
+    Regroup,
+    Report,
+    Stop,
+    SwitchedOut,
+    SwitchIn,
+    SwitchOut,
+    TrialFailed,
+)
 from explore.scheduler.simulated import (
     SimCandidate,
     SimPolicy,
@@ -107,6 +127,9 @@ class Simulation:
         self.step = 0
         self.now = 0.0
         self.size_of: dict[int, int] = {}  # a trial's heap alone, for its parts
+        self.store: dict[int, SimResident] = {}  # switched-out states: the files
+        self.reported: dict[int, int] = {}  # each trial's last round run
+        self.stacked: set[int] = set()  # trials drawn into a stack
 
     # -- the world --------------------------------------------------------------------
     def _open(self, index: int) -> None:
@@ -152,6 +175,7 @@ class Simulation:
         if len(group) > 1 and size <= self.arena and self.rng.random() < 0.7:
             for t, _ in group:
                 self.size_of[t.number] = cand.sizes[-1]
+                self.stacked.add(t.number)
             pend = Pending([t for t, _ in group], SimCandidate((size,)),
                            [r for _, r in group], [None] * len(group), [None] * len(group))
             self._deliver(Admitted(pend))
@@ -186,7 +210,8 @@ class Simulation:
                     continue
                 members = [t.number for t in c.pending.trials]
                 number = members[0] if c.stack is None else c.stack.number
-                sw.inbox.append(SimStart(number, members))  # type: ignore[arg-type]
+                sw.inbox.append(SimStart(number, members, c.offset,  # type: ignore[arg-type]
+                                         align_up(c.program.total_bytes)))
             elif isinstance(c, Send):
                 sw = self.workers.get(c.worker)
                 if sw is None or not sw.alive:
@@ -195,6 +220,9 @@ class Simulation:
                     sw.inbox.append(c.msg)
             elif isinstance(c, Tell):
                 self._told(c)
+            elif isinstance(c, DropState) and self.store.pop(c.number, None) is None:
+                raise Violation(self._where(f"trial {c.number}'s state dropped, but it "
+                                            "was never written"))
         for i in dict.fromkeys(dead):
             self._died(i)
 
@@ -204,6 +232,15 @@ class Simulation:
             raise Violation(self._where(f"trial {n} told twice"))
         state = TrialState.COMPLETE if c.state is None else c.state
         self.told[n] = state
+        if state == TrialState.PRUNED and self.policy.said.get(n) != PRUNE and \
+                n not in self.stacked and (self.core.waiting or self.core.in_hand() >
+                                           sum(w.active() for w in self.core.workers.values())):
+            # paused trials end pruned only when nothing could promote them any more
+            raise Violation(self._where(f"trial {n} pruned for lack of room"))
+        rung = self.policy.said.get(n)
+        if state == TrialState.PRUNED and isinstance(rung, int) and n not in self.stacked \
+                and self.policy.promotable(c.trial, rung):
+            raise Violation(self._where(f"trial {n} pruned at rung {rung}, which promotes it"))
         if c.retry:
             if n in self.repeats and not self.interrupted:  # Ctrl-C queues every trial
                 raise Violation(self._where(f"trial {n}, a repeat, queued again"))
@@ -223,8 +260,9 @@ class Simulation:
     def _receive(self, sw: SimWorker) -> None:
         msg = sw.inbox.popleft()
         if isinstance(msg, SimStart):
+            self._region_free(sw, msg.offset, msg.size, f"trial {msg.number}'s start")
             r = SimResident(msg.number, list(msg.members), self.rounds, self.gated,
-                            live=set(msg.members))
+                            live=set(msg.members), region=(msg.offset, msg.size))
             sw.residents[msg.number] = r
             for m in msg.members:
                 sw.owner[m] = msg.number
@@ -241,10 +279,13 @@ class Simulation:
             old = sw.residents.get(msg.number)
             if old is not None:
                 for part in msg.parts:
+                    size = align_up(part.program.total_bytes)
+                    self._region_free(sw, part.offset, size, f"part {part.number}")
                     r = SimResident(part.number, list(part.members), old.rounds, old.gated,
                                     old.round, set(part.members) & old.live,
                                     old.waiting & set(part.members),
-                                    set(part.members) if part.paused else set())
+                                    set(part.members) if part.paused else set(),
+                                    (part.offset, size))
                     sw.residents[part.number] = r
                 for m in old.members:
                     sw.owner.pop(m, None)
@@ -253,6 +294,45 @@ class Simulation:
                         sw.owner[m] = part.number
                 sw.residents.pop(msg.number)
             self.outbox.append((sw.index, SimRegrouped(msg.number)))
+        elif isinstance(msg, SwitchOut):
+            self._switch_out(sw, msg.number)
+        elif isinstance(msg, SwitchIn):
+            self._switch_in(sw, msg)
+
+    def _switch_out(self, sw: SimWorker, n: int) -> None:
+        """Write the trial's state to its simulated file and give its region back (or
+        fail to write it, as a full disk would)."""
+        r = sw.residents.get(sw.owner.get(n, n))
+        if r is None or r.members != [n]:
+            raise Violation(self._where(f"trial {n} switched out, but worker {sw.index} "
+                                        "does not hold it alone"))
+        if r.runnable():
+            raise Violation(self._where(f"trial {n} switched out while it could run"))
+        self._drop(sw, n)
+        if self.rng.random() < 0.03:
+            self.outbox.append((sw.index, TrialFailed(n, "could not be switched out: "
+                                                         "simulated")))
+            return
+        self.store[n] = r
+        self.outbox.append((sw.index, SwitchedOut(n, r.region[1], 0.0)))
+
+    def _switch_in(self, sw: SimWorker, msg: SwitchIn) -> None:
+        """Read the trial's state back into its new region: it waits for its word."""
+        r = self.store.pop(msg.number, None)
+        if r is None:
+            raise Violation(self._where(f"trial {msg.number} switched in, but its state "
+                                        "was never written"))
+        size = align_up(msg.program.total_bytes)
+        self._region_free(sw, msg.offset, size, f"trial {msg.number}'s switch in")
+        r.region, r.waiting, r.held = (msg.offset, size), {msg.number}, set()
+        sw.residents[msg.number] = r
+        sw.owner[msg.number] = msg.number
+
+    def _region_free(self, sw: SimWorker, offset: int, size: int, what: str) -> None:
+        held = sw.overlaps(offset, size)
+        if held is not None:
+            raise Violation(self._where(f"{what} at [{offset}, {offset + size}) of worker "
+                                        f"{sw.index} overwrites {held}, still there"))
 
     def _drop(self, sw: SimWorker, number: int) -> None:
         r = sw.residents.pop(number, None)
@@ -269,6 +349,11 @@ class Simulation:
                 raise Violation(self._where(f"trial {m} runs while paused at rung "
                                             f"{p.paused}"))
         r.round += 1
+        for m in live:  # a switch (or a regroup) loses no round and repeats none
+            if self.reported.get(m, 0) + 1 != r.round:
+                raise Violation(self._where(f"trial {m} ran round {r.round} after round "
+                                            f"{self.reported.get(m, 0)}"))
+            self.reported[m] = r.round
         if self.rng.random() < 0.03:  # a trial's loss diverges, or its code raises
             m = self.rng.choice(live)
             self.outbox.append((sw.index, TrialFailed(m, "diverged: simulated")))
@@ -317,7 +402,7 @@ class Simulation:
             if not self.core.holds() and not self._more() and not self._busy():
                 self.check()
                 break
-            if not self._busy() and not any(w.active() for w in self.core.workers.values()):
+            if not self._busy() and self.core.idle():
                 self._deliver(Idle())
             else:
                 self._act()
@@ -371,6 +456,8 @@ class Simulation:
             index, msg = self.outbox.popleft()
             if isinstance(msg, SimRegrouped):
                 self._deliver(RegroupedStack(index, msg.number))
+            elif isinstance(msg, SwitchedOut):
+                self._deliver(LeftArena(index, msg))
             elif isinstance(msg, Report):
                 self._deliver(Reported(index, msg))
             elif isinstance(msg, Done):
@@ -408,6 +495,15 @@ class Simulation:
                     raise Violation(self._where(f"trial {n} held after it ended"))
         if core.heaps() > self.stats.budget - self.stats.fixed:
             raise Violation(self._where("the placed heaps exceed the budget"))
+        for n, p in core.out.items():
+            paused += p.paused is not None
+            if n not in self.store:
+                raise Violation(self._where(f"trial {n} is out, but its state was never "
+                                            "written"))
+        for n in self.store:  # a state outlives its trial only where a worker died
+            if n in self.told and self.told[n] != TrialState.FAIL:
+                raise Violation(self._where(f"trial {n} ended {self.told[n].name}, its "
+                                            "state left behind"))
 
         if core.counts["paused"] != paused:
             raise Violation(self._where(f"{core.counts['paused']} counted paused, "
@@ -420,10 +516,10 @@ class Simulation:
             if core.counts[k] != v:
                 raise Violation(self._where(f"counted {core.counts[k]} {k}, told {v}"))
         for n in range(self.asked):
-            where = (n in placed) + (n in self.told) + waiting.count(n)
+            where = (n in placed) + (n in self.told) + waiting.count(n) + (n in core.out)
             if where != 1:
                 raise Violation(self._where(f"trial {n} is in {where} places "
-                                            "(held, ended, waiting)"))
+                                            "(held, ended, waiting, switched out)"))
         if final:
             if core.holds():
                 raise Violation(self._where("trials held at the end"))

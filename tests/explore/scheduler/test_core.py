@@ -10,10 +10,13 @@ from optuna.trial import TrialState
 from engine.free_list import FreeList
 from explore.scheduler.commands import (
     Admitted,
+    DropState,
+    Failed,
     Finished,
     Idle,
     Interrupted,
     Launch,
+    LeftArena,
     Note,
     RegroupedStack,
     Reported,
@@ -24,7 +27,18 @@ from explore.scheduler.commands import (
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.policy import PRUNE, Verdict
-from explore.scheduler.protocol import Continue, Done, Pause, Regroup, Report, Stop
+from explore.scheduler.protocol import (
+    Continue,
+    Done,
+    Pause,
+    Regroup,
+    Report,
+    Stop,
+    SwitchedOut,
+    SwitchIn,
+    SwitchOut,
+    TrialFailed,
+)
 from explore.scheduler.simulated import SimCandidate, SimPolicy, SimProgram, SimTrial
 from explore.scheduler.stacking import Pending
 from explore.scheduler.telemetry import RunStats
@@ -33,13 +47,15 @@ ARENA = 10_240
 
 
 class Scripted(SimPolicy):
-    """A pruner that says what the test says: ``verdicts[(trial, round)]``, and
-    promotes the trials in ``promoted`` (the rest as the simulation's policy)."""
+    """A pruner that says what the test says: ``verdicts[(trial, round)]``, promotes
+    the trials in ``promoted`` and ranks paused trials by ``standings`` (0: the best;
+    the rest as the simulation's policy)."""
 
     def __init__(self, gated: bool = False, **verdicts: Verdict) -> None:
         super().__init__(0, gated)
         self.verdicts = {tuple(map(int, k[1:].split("_"))): v for k, v in verdicts.items()}
         self.promoted: set[int] = set()
+        self.standings: dict[int, float] = {}
 
     def report(self, trial: Any, round: int, measured: dict[str, float],
                heap: int) -> Verdict:
@@ -48,6 +64,9 @@ class Scripted(SimPolicy):
 
     def promotable(self, trial: Any, rung: int) -> bool:
         return trial.number in self.promoted
+
+    def standing(self, trial: Any, rung: int) -> float:
+        return self.standings.get(trial.number, 0.0)
 
 
 def core_with(policy: Scripted, workers: int = 1, growth: int = 0) -> Core:
@@ -142,19 +161,119 @@ def test_a_gated_trial_pauses_at_its_rung_and_resumes_when_promoted() -> None:
     assert core.counts["paused"] == 0 and core.counts["resumed"] == 1
 
 
-def test_when_only_paused_trials_are_held_one_makes_room_for_a_waiting_one() -> None:
-    core = core_with(Scripted(gated=True, r0_1=1, r1_1=1))
-    admit(core, 0, size=5_000)
-    admit(core, 1, size=5_000)
+def out_of(n: int, nbytes: int = 4_096) -> SwitchedOut:
+    return SwitchedOut(n, nbytes, 0.01)
+
+
+def paused_pair(policy: Scripted, workers: int = 1, size: int = 5_000) -> Core:
+    """Trials 0 and 1 placed and paused at rung 1."""
+    core = core_with(policy, workers=workers)
+    admit(core, 0, size=size)
+    admit(core, 1, size=size)
     core.handle(Reported(0, report(0, 1)))
-    core.handle(Reported(0, report(1, 1)))
+    core.handle(Reported(0 if workers == 1 else 1, report(1, 1)))
+    return core
+
+
+def test_a_waiting_trial_has_the_lowest_standing_paused_one_switched_out_not_pruned(
+        ) -> None:
+    policy = Scripted(gated=True, r0_1=1, r1_1=1)
+    policy.standings = {0: 0.2, 1: 0.8}  # trial 1 ranks lower at its rung: it leaves
+    core = paused_pair(policy)
+    out = admit(core, 2, size=5_000)
+    assert sent(out) == [SwitchOut(1)] and not ended(out)
+    # its region stays taken until the worker says the state is written
+    assert core.heaps() == 10_112 and [t.number for p in core.waiting for t in p.trials] == [2]
+    out = core.handle(LeftArena(0, out_of(1)))
+    assert 1 in core.out and core.heaps() == 5_056 and core.counts["out"] == 1
+    assert core.counts["paused"] == 2  # it is still paused, out of every arena
+    launched = [c for c in core.place() if isinstance(c, Launch)]
+    assert [(c.pending.trials[0].number, c.offset) for c in launched] == [(2, 5_056)]
+    assert core.counts["pruned"] == 0
+
+
+def test_a_promoted_trial_comes_back_into_any_arena_with_room() -> None:
+    policy = Scripted(gated=True, r0_1=1, r1_1=1)
+    core = paused_pair(policy, workers=2, size=8_000)
+    assert sent(admit(core, 2, size=8_000)) == [SwitchOut(0)]  # worker 0: the first
+    core.handle(LeftArena(0, out_of(0)))
+    assert [c.worker for c in core.place() if isinstance(c, Launch)] == [0]
+    policy.promoted.add(0)
+    core.handle(Reported(0, report(2, 1)))  # a result that promotes trial 0, out
+    assert core.counts["resumed"] == 1 and core.in_hand() == 2  # trial 2 and it
+    # no arena has room: trial 1, paused in worker 1, leaves for it
+    assert sent(core.place()) == [SwitchOut(1)]
+    core.handle(LeftArena(1, out_of(1)))
+    msgs = [(c.worker, c.msg) for c in core.place() if isinstance(c, Send)]
+    assert [type(m) for _, m in msgs] == [SwitchIn, Continue]
+    assert msgs[0] == (1, SwitchIn(0, msgs[0][1].program, 0)) and msgs[1][1] == Continue(0)
+    assert msgs[0][1].program.total_bytes == 8_000 and 0 in core.workers[1].residents
+    assert core.counts["switched_in"] == 1 and list(core.out) == [1]
+
+
+def test_new_candidates_wait_behind_a_promoted_trial_that_waits_for_room() -> None:
+    policy = Scripted(gated=True, r0_1=1, r1_1=1)
+    core = paused_pair(policy, size=5_000)
     admit(core, 2, size=5_000)
-    assert core.waiting and core.in_hand() == 0
-    out = core.handle(Idle())  # the one paused longest gives way
-    assert ended(out) == {0: (TrialState.PRUNED, False)}
+    core.handle(LeftArena(0, out_of(0)))
+    core.place()
+    policy.promoted.add(0)
+    core.handle(Reported(0, report(2, 1)))  # trial 2 goes on; 0 is promoted
+    out = admit(core, 3, size=1_000)  # it would fit, but the promoted trial goes first
+    assert sent(out) == [SwitchOut(1)] and not [c for c in out if isinstance(c, Launch)]
+
+
+def test_paused_trials_are_pruned_at_the_end_switched_out_ones_without_a_worker() -> None:
+    core = paused_pair(Scripted(gated=True, r0_1=1, r1_1=1))
+    admit(core, 2, size=5_000)
+    core.handle(LeftArena(0, out_of(0, nbytes=4_000)))
+    core.place()
+    core.handle(Finished(0, Done(2, {"score": 0.9}, 3, 0, 0.0, 0.0, 1.0)))
+    assert core.idle()
+    out = core.handle(Idle())  # nothing waits: no result can promote them any more
+    assert ended(out) == {0: (TrialState.PRUNED, False), 1: (TrialState.PRUNED, False)}
+    assert sent(out) == [Stop(1)] and DropState(0) in out
+    note = next(c for c in out if isinstance(c, Note) and c.trial.number == 0)
+    assert note.values["switched_out"] == 1 and note.values["switch_bytes"] == 4_000
+    assert not core.holds() and core.counts["pruned"] == 2
+
+
+def test_a_trial_promoted_on_its_way_out_comes_back_once_out() -> None:
+    policy = Scripted(gated=True, r0_1=1, r1_1=1)
+    core = paused_pair(policy, size=5_000)
+    admit(core, 2, size=5_000)  # trial 0 leaves for it
+    policy.promoted.add(0)
+    out = core.handle(Reported(0, report(1, 1)))  # promoted while its state is written
+    assert Continue(0) not in sent(out)
+    core.handle(LeftArena(0, out_of(0)))
+    msgs = sent(core.place())
+    assert msgs[:2] == [SwitchIn(0, msgs[0].program, 0), Continue(0)]
+
+
+def test_a_state_that_cannot_be_written_fails_its_trial_and_frees_its_region() -> None:
+    core = paused_pair(Scripted(gated=True, r0_1=1, r1_1=1))
+    admit(core, 2, size=5_000)
+    out = core.handle(Failed(0, TrialFailed(0, "could not be switched out: disk full")))
+    assert ended(out) == {0: (TrialState.FAIL, False)}
     assert [c.pending.trials[0].number for c in core.place() if isinstance(c, Launch)] == [2]
-    # nothing waits: every paused trial ends, the run is over
-    assert ended(core.handle(Idle())) == {1: (TrialState.PRUNED, False)}
+
+
+def test_ctrl_c_fails_switched_out_trials_and_drops_their_files() -> None:
+    core = paused_pair(Scripted(gated=True, r0_1=1, r1_1=1))
+    admit(core, 2, size=5_000)
+    core.handle(LeftArena(0, out_of(0)))
+    out = core.handle(Interrupted())
+    assert ended(out) == {n: (TrialState.FAIL, True) for n in (0, 1, 2)}
+    assert DropState(0) in out and not core.holds() and not core.out
+
+
+def test_a_dead_workers_switched_out_trials_live_on() -> None:
+    core = paused_pair(Scripted(gated=True, r0_1=1, r1_1=1))
+    admit(core, 2, size=5_000)
+    core.handle(LeftArena(0, out_of(0)))
+    core.place()
+    out = core.handle(WorkerDied(0, -9, 1234))
+    assert set(ended(out)) == {1, 2} and list(core.out) == [0]
 
 
 def test_a_dead_workers_trials_fail_and_are_queued_again_once() -> None:
@@ -213,3 +332,26 @@ def test_lockstep_continues_one_trial_at_a_time_the_furthest_first() -> None:
     assert core.in_flight == 0
     assert sent(core.handle(Reported(0, report(0, 1)))) == []  # no Continue yet
     assert sent(core.go()) == [Continue(0)] and sent(core.go()) == []  # one in flight
+
+
+def test_lockstep_a_switched_out_trial_goes_on_in_its_turn_as_if_it_had_stayed() -> None:
+    """The trial whose turn it is goes on whether it stayed in the arena or not: a
+    seeded run is the same at any budget.  Trial 0, promoted while out, is picked
+    before trial 1 (as the furthest along, then the oldest): trial 1, waiting for its
+    turn, leaves for it."""
+    policy = Scripted(r0_1=1)
+    policy.gated = True
+    core = Core(policy, RunStats(ARENA), lockstep=True)
+    core.add_worker(Worker(0, None, None, arena=ARENA,  # type: ignore[arg-type]
+                           free=FreeList([(0, ARENA)])))
+    admit(core, 0, size=6_000)
+    assert sent(core.handle(Reported(0, report(0, 1)))) == [Pause(0)]
+    assert sent(admit(core, 1, size=6_000)) == [SwitchOut(0)]
+    core.handle(LeftArena(0, out_of(0)))
+    assert [c.pending.trials[0].number for c in core.place() if isinstance(c, Launch)] == [1]
+    policy.promoted.add(0)
+    core.handle(Reported(0, report(1, 1)))  # 1 goes on, 0 is promoted: both ready
+    assert sent(core.go()) == [SwitchOut(1)] and core.in_flight is None
+    core.handle(LeftArena(0, out_of(1)))
+    msgs = sent(core.go())
+    assert msgs == [SwitchIn(0, msgs[0].program, 0), Continue(0)] and core.in_flight == 0

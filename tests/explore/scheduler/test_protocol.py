@@ -17,7 +17,8 @@ from explore.scheduler import protocol
 from explore.space import parse_space
 
 EXAMPLES: list[Any] = [
-    protocol.OpenArena(1 << 20), protocol.Continue(3), protocol.Pause(3), protocol.Stop(3),
+    protocol.OpenArena(1 << 20, "/tmp/switched"), protocol.Continue(3), protocol.Pause(3),
+    protocol.Stop(3), protocol.SwitchOut(3), protocol.SwitchedOut(3, 4_096, 0.01, 25_000),
     protocol.Exit(), protocol.Ready(25_000_000, 1234), protocol.ArenaOpened(),
     protocol.Report(3, 1, {"accuracy": 0.5, "eval_loss": 1.0, "loss": 1.2}, 1.0),
     protocol.Done(3, {"accuracy": 0.9, "eval_loss": 0.3, "loss": 0.2}, 10, 2, 1.5, 1.0, 2.5),
@@ -27,7 +28,8 @@ EXAMPLES: list[Any] = [
 
 def test_every_kind_has_an_example() -> None:
     kinds = set(get_args(protocol.ToWorker)) | set(get_args(protocol.FromWorker))
-    assert kinds - {protocol.Start, protocol.Regroup} == {type(m) for m in EXAMPLES}
+    with_programs = {protocol.Start, protocol.Regroup, protocol.SwitchIn}
+    assert kinds - with_programs == {type(m) for m in EXAMPLES}
 
 
 @pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
@@ -67,3 +69,14 @@ def test_a_stack_starts_and_regroups_with_its_programs() -> None:
     back = pickle.loads(pickle.dumps(regroup))
     assert back.parts[0].members == (5,) and back.parts[0].paused
     assert back.parts[0].program.total_bytes == cand.program.total_bytes
+
+
+def test_a_switch_in_carries_the_program_its_state_was_written_from() -> None:
+    space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+                                                         "memory": "64MB"},
+                         "training": {"batch_size": 8}})
+    cand = compile_candidate(bind(space), fixed(space), 8_000_000)
+    got = pickle.loads(pickle.dumps(protocol.SwitchIn(5, cand.program, 8192)))
+    assert (got.number, got.offset) == (5, 8192)
+    assert got.program.zone_bytes == cand.program.zone_bytes
+    assert protocol.state_file("/run/switched", 5) == "/run/switched/trial-5.state"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from explore.scheduler.core import Core
-from explore.scheduler.placement import Worker
+from explore.scheduler.placement import Placement, Worker
 from explore.scheduler.simulation import Simulation, Violation, simulate
 
 CHUNKS = 8  # the seeds in parts, so that pytest-xdist spreads them over the cores
@@ -32,14 +32,16 @@ def test_every_schedule_keeps_the_invariants(request: pytest.FixtureRequest,
 
 
 def test_the_schedules_reach_what_the_core_decides() -> None:
-    """Pauses resumed, stacks regrouped, workers dead, repeats asked, Ctrl-C: the
-    schedules exercise each, so the invariants are checked where they can break."""
-    seen = dict.fromkeys(("resumed", "regrouped", "repeats", "interrupted"), 0)
+    """Pauses resumed, stacks regrouped, trials switched out and back in, workers dead,
+    repeats asked, Ctrl-C: the schedules exercise each, so the invariants are checked
+    where they can break."""
+    seen = dict.fromkeys(("resumed", "regrouped", "switched_out", "switched_in", "repeats",
+                          "interrupted"), 0)
     for seed in range(600):
         sim = Simulation(seed)
         sim.run()
-        seen["resumed"] += sim.core.counts["resumed"]
-        seen["regrouped"] += sim.core.counts.get("regrouped", 0)
+        for k in ("resumed", "regrouped", "switched_out", "switched_in"):
+            seen[k] += sim.core.counts.get(k, 0)
         seen["repeats"] += len(sim.repeats)
         seen["interrupted"] += sim.interrupted
     assert all(seen.values()), seen
@@ -93,13 +95,67 @@ class ForgetsPausedOnResume(Core):
     def _resume_promoted(self) -> None:
         for w, p in self.paused():
             assert p.paused is not None
-            if self.policy.promotable(p.trial, p.paused):
+            if w is not None and self.policy.promotable(p.trial, p.paused):
                 self._continue(w, p)
+
+
+class PrunesForRoom(Core):
+    """Prunes the paused trial longest waiting when another needs its room, as the
+    core did before trials could be switched out."""
+
+    def _make_room(self, size: int) -> bool:
+        return False
+
+    def _make_way(self) -> None:
+        for w, p in self.paused():
+            if w is not None:
+                self._prune(w, p)
+                return
+
+
+class FreesBeforeTheStateIsWritten(Core):
+    """Frees a leaving trial's region when it sends the SwitchOut, not when the worker
+    says the state is written: a Start there could overwrite it first."""
+
+    def _switch_out(self, w: Worker, p: Placement) -> None:
+        super()._switch_out(w, p)
+        del w.residents[p.trial.number]
+        w.free.release(p.offset, p.size)
+        p.leaving = False
+        self.out[p.trial.number] = p
+
+
+class SwitchesOutARunningTrial(Core):
+    """Takes any trial alone for one that may leave, running ones too."""
+
+    def _idle_on(self, w: Worker) -> list[Placement]:
+        return [p for p in w.residents.values()
+                if not p.leaving and p.stack is None and p.program is not None]
+
+
+class ForgetsAPromotedTrialOut(Core):
+    """Promotes only the paused trials still in an arena: one switched out stays paused
+    out, and is pruned at the end though its rung promotes it."""
+
+    def paused(self) -> list[tuple[Worker | None, Placement]]:
+        return [(w, p) for w, p in super().paused() if w is not None] \
+            if self._promoting else super().paused()
+
+    _promoting = False
+
+    def _resume_promoted(self) -> None:
+        self._promoting = True
+        try:
+            super()._resume_promoted()
+        finally:
+            self._promoting = False
 
 
 @pytest.mark.parametrize("planted", [PlacesBeyondTheRoom, KeepsPausedTrialsWhenIdle,
                                      LeaksARegroupedStack, QueuesRepeatsAgain,
-                                     ForgetsPausedOnResume])
+                                     ForgetsPausedOnResume, PrunesForRoom,
+                                     FreesBeforeTheStateIsWritten, SwitchesOutARunningTrial,
+                                     ForgetsAPromotedTrialOut])
 def test_a_planted_bug_is_caught_and_its_seed_replays_it(planted: type[Core]) -> None:
     caught: tuple[int, str] | None = None
     for seed in range(3_000):
