@@ -253,7 +253,8 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
                           device=budget.device, devices=budget.ordinals, progress=progress,
                           main=main, keeper=keeper, baseline=baseline,
-                          smallest=prep.smallest)
+                          smallest=prep.smallest,
+                          switch_dir=space.artifacts or default_artifacts(prep.storage))
     except BaseException:
         data.close()
         raise

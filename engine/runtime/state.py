@@ -10,6 +10,10 @@ A state can be written to disk and read back: one ``.npz`` file (numpy's own for
 read with ``allow_pickle=False``) holding the bytes and a JSON header with the
 program, so a worker that dies does not lose a paused trial.
 
+A state can also go straight between a heap and a file, with no host copy of it
+(:meth:`VM.write_state`, :meth:`VM.read_state`: the *stream* format below), where the
+host memory a copy would take is what a budget counts (explore's switched-out trials).
+
 >>> from engine import Adam, compile_graph
 >>> from engine.models import paper_mlp
 >>> prog = compile_graph(paper_mlp((4, 3, 2)), batch_size=8, optimizer=Adam())
@@ -40,6 +44,11 @@ from engine.runtime.program import Program
 from engine.runtime.zones import OPTIMIZER
 
 FORMAT = "calcgraph-model-state/1"
+STREAM_FORMAT = "calcgraph-state-stream/1"
+_MAGIC = b"CGSTATE\x01"
+# A device's bytes cross to and from the file through a host buffer of at most this
+# many bytes (pinned, on the GPU): bounded whatever the model.
+STREAM_CHUNK = 4 << 20
 
 
 @dataclass
@@ -95,6 +104,94 @@ class ModelState:
             np.copyto(host[k], v.view(np.uint8).reshape(-1))
         return ModelState(program, host["forward"], host["optimizer"], host["gradient"],
                           meta["t"], meta["dirty"], meta["round"], meta["rng"])
+
+
+def write_stream(path: str | os.PathLike[str], header: dict[str, Any], parts: list[Any],
+                 backend: Backend) -> int:
+    """Write ``header`` (JSON-able) and then the bytes of ``parts`` (uint8 views of a
+    heap, in order) to ``path``; returns the bytes written.  Host views go to the file
+    as they are (no copy), device views through a host buffer of
+    :data:`STREAM_CHUNK` bytes.  Atomic: written beside ``path``, then renamed, so a
+    crash leaves no partial file under the name."""
+    target = Path(path)
+    head = json.dumps({**header, "parts": [int(p.nbytes) for p in parts]},
+                      default=_jsonable).encode()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    written = 0
+    try:
+        with os.fdopen(fd, "wb", buffering=0) as f:
+            written += _write_all(f, memoryview(_MAGIC + len(head).to_bytes(8, "little") +
+                                                head))
+            chunk = None
+            for part in parts:
+                if isinstance(part, np.ndarray):
+                    written += _write_all(f, part.data.cast("B"))
+                    continue
+                if chunk is None:
+                    chunk = backend.host_alloc(min(STREAM_CHUNK, max(p.nbytes for p in parts)))
+                for a in range(0, part.nbytes, len(chunk)):
+                    piece = chunk[: min(len(chunk), part.nbytes - a)]
+                    backend.copy_out(piece, part[a : a + len(piece)])
+                    backend.synchronize()
+                    written += _write_all(f, piece.data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return written
+
+
+def stream_header(f: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The header of a state stream (see :func:`write_stream`), read from the open
+    binary file ``f`` (left at the first part's bytes)."""
+    lead = f.read(len(_MAGIC) + 8)
+    if len(lead) < len(_MAGIC) + 8 or lead[: len(_MAGIC)] != _MAGIC:
+        raise EngineError(f"{path}: not a state stream ({STREAM_FORMAT})")
+    size = int.from_bytes(lead[len(_MAGIC) :], "little")
+    try:
+        header: dict[str, Any] = json.loads(f.read(size))
+    except ValueError as e:
+        raise EngineError(f"{path}: a state stream's header is not JSON ({e})") from None
+    if header.get("format") != STREAM_FORMAT:
+        raise EngineError(f"{path}: format {header.get('format')!r}, expected "
+                          f"{STREAM_FORMAT!r}")
+    return header
+
+
+def read_stream(f: Any, path: str | os.PathLike[str], parts: list[Any],
+                backend: Backend) -> None:
+    """Read the bytes that follow a stream's header into ``parts`` (uint8 views of a
+    heap, each of the size the header lists): into host views directly, into device
+    views through a host buffer of :data:`STREAM_CHUNK` bytes."""
+    chunk = None
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            _read_all(f, part.data.cast("B"), path)
+            continue
+        if chunk is None:
+            chunk = backend.host_alloc(min(STREAM_CHUNK, max(p.nbytes for p in parts)))
+        for a in range(0, part.nbytes, len(chunk)):
+            piece = chunk[: min(len(chunk), part.nbytes - a)]
+            _read_all(f, piece.data, path)
+            backend.copy_in(part[a : a + len(piece)], piece)
+            backend.synchronize()  # the host buffer is reused next
+    if f.read(1):
+        raise EngineError(f"{path}: a state stream longer than its header says")
+
+
+def _write_all(f: Any, view: memoryview) -> int:
+    n = len(view)
+    while view:
+        view = view[f.write(view):]
+    return n
+
+
+def _read_all(f: Any, view: memoryview, path: str | os.PathLike[str]) -> None:
+    while view:
+        got = f.readinto(view)
+        if not got:
+            raise EngineError(f"{path}: a state stream cut short")
+        view = view[got:]
 
 
 def _jsonable(o: Any) -> Any:

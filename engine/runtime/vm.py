@@ -30,6 +30,7 @@ one learning batch may be split into several technical batches
 from __future__ import annotations
 
 import math
+import os
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,11 +47,15 @@ from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
 from engine.runtime.program import Program
 from engine.runtime.state import (
+    STREAM_FORMAT,
     ModelState,
     empty_state,
+    read_stream,
     region_dtype,
     seeded_rng_state,
+    stream_header,
     write_initial,
+    write_stream,
 )
 from engine.runtime.zones import FORWARD, GRADIENT, OPTIMIZER, WORKSPACE, ZONES
 
@@ -158,6 +163,42 @@ class VM:
         be.copy_in(opt, st.optimizer)
         be.memset(ws)
         self._reset(st.t, st.dirty, st.round, st.rng)
+
+    def write_state(self, path: str | os.PathLike[str],
+                    extra: Mapping[str, Any] | None = None) -> int:
+        """Write what :meth:`save_state` keeps to the file ``path``, straight from the
+        heap: no host copy of the model (a device's bytes pass through a bounded host
+        buffer), where host memory is what a budget counts.  ``extra``: JSON-able
+        values of the caller's, which :meth:`read_state` gives back.  Atomic; returns
+        the bytes written.  The model stays here: drop the VM (or its region) after."""
+        params, _, grads, _, opt, _ = self._state_views
+        be = self.backend
+        be.synchronize()
+        header = {"format": STREAM_FORMAT, "program": _identity(self.program),
+                  "t": self._t[0], "dirty": self._dirty, "round": self.round,
+                  "rng": be.rng_state(self.rng), "extra": dict(extra or {})}
+        return write_stream(path, header, [params, opt, *([grads] if self._dirty else [])],
+                            be)
+
+    def read_state(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Make this VM run the model :meth:`write_state` wrote to ``path``, read
+        straight into the heap (as :meth:`load_state`: the rest of each zone zeroed,
+        the counters and the generator restored), exactly; returns the writer's
+        ``extra``.  The file must come from a program of this VM's layout."""
+        params, rest, grads, no_grads, opt, ws = self._state_views
+        be = self.backend
+        with open(path, "rb", buffering=0) as f:
+            header = stream_header(f, path)
+            if header["program"] != _identity(self.program):
+                raise EngineError(f"{path}: a state of program {header['program']}, not of "
+                                  f"{_identity(self.program)}")
+            read_stream(f, path, [params, opt, *([grads] if header["dirty"] else [])], be)
+        be.memset(rest)
+        be.memset(no_grads[grads.nbytes:] if header["dirty"] else no_grads)
+        be.memset(ws)
+        self._reset(header["t"], header["dirty"], header["round"], header["rng"])
+        extra: dict[str, Any] = header["extra"]
+        return extra
 
     def _reset(self, t: int, dirty: int, rounds: int, rng_state: Any) -> None:
         """Counters, generator and batch of a model just written into the heap."""
@@ -721,3 +762,10 @@ def _check_values(name: str, arr: np.ndarray, dtype: str) -> None:
                 where = tuple(int(v) for v in bad[0])
                 raise InputError(f"placeholder {name!r} holds {arr[where]} at index {where} "
                                  f"({len(bad)} non-finite value(s) in all)")
+
+
+def _identity(program: Program) -> dict[str, Any]:
+    """What a state stream's layout depends on: a file is read only into a program with
+    the same (as JSON reads it back)."""
+    return {"name": program.name, "zone_bytes": dict(program.zone_bytes),
+            "state_bytes": program.state_bytes, "param_region": program.param_region}

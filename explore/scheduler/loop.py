@@ -6,7 +6,8 @@ The decisions are the core's (:mod:`.core`); this loop only moves messages: it s
 the workers and opens their arenas (sized by :mod:`.admission`), takes candidates from
 the intake (:mod:`.intake`), turns the workers' messages (:mod:`explore.scheduler.protocol`) into
 the core's events and carries out its commands: a message to a worker, a record or an
-end written to the study (by :class:`explore.live.LiveStudy`'s writer thread).
+end written to the study (by :class:`explore.live.LiveStudy`'s writer thread), a
+switched-out trial's file dropped (:mod:`.switched`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from explore.procmem import children, pss
 from explore.scheduler import admission
 from explore.scheduler.commands import (
     Command,
+    DropState,
     Event,
     Failed,
     Finished,
     Idle,
     Interrupted,
     Launch,
+    LeftArena,
     Measure,
     Moved,
     Note,
@@ -61,6 +64,7 @@ from explore.scheduler.protocol import (
     Regrouped,
     Report,
     Start,
+    SwitchedOut,
     ToWorker,
     TrialFailed,
 )
@@ -68,6 +72,7 @@ from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import share_dataset
 from explore.scheduler.signals import StopFlag, catch_stop_signals
 from explore.scheduler.stacking import Pending, stacks_for
+from explore.scheduler.switched import SwitchFolder
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats, Sample
 from explore.scheduler.worker import release_heap_memory
 from explore.study import RECORD_ATTR
@@ -83,7 +88,9 @@ class Scheduler:
     scheduler's and the data's bytes); a trial runs in one worker, so on one device.
     ``main`` is what this process is charged: by default its whole memory, measured at
     the start (``explore run``'s process is the run's); a caller inside a bigger process
-    (a test, a notebook holding other data) may say what of it the run accounts for."""
+    (a test, a notebook holding other data) may say what of it the run accounts for.
+    ``switch_dir``: the folder under which trials switched out of the arenas wait
+    (:mod:`.switched`; default: the system's temporary folder)."""
 
     def __init__(self, bound: BoundSpace, study: optuna.Study,
                  data: LoadedData | SharedArrays, *,
@@ -91,12 +98,15 @@ class Scheduler:
                  progress: Progress | None = None,
                  trials_per_worker: int | None = None, main: int | None = None,
                  keeper: ModelKeeper | None = None, baseline: int = 0,
-                 smallest: int | None = None) -> None:
+                 smallest: int | None = None,
+                 switch_dir: str | os.PathLike[str] | None = None) -> None:
         space = bound.space
         self.bound, self.space, self.device = bound, space, device
         self.devices = list(devices) if devices else [0]
         self.per_device = memory  # each device's budget
         self.keeper = keeper  # keeps the best trials' weights, if any
+        self.switch_dir = switch_dir
+        self.switched: SwitchFolder | None = None  # made as the workers start
         self.smallest = smallest  # admission.admit's, when the runner admitted the run
         scale = getattr(bound.data, "target_scale", None)
         self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit
@@ -222,8 +232,9 @@ class Scheduler:
                   for d in self.devices}
         if min(arenas.values()) < smallest:
             raise SchedulerError(self._too_small(smallest, known))
+        self.switched = SwitchFolder(self.switch_dir)
         for w in ws:
-            open_arena(w, arenas[w.device])
+            open_arena(w, arenas[w.device], str(self.switched.path))
         s.arena = min(arenas.values())  # what a candidate is compiled to fit
         self._sample()
 
@@ -275,6 +286,8 @@ class Scheduler:
     def stop(self) -> None:
         stop_all(self.workers.values())
         self.arrays.close()
+        if self.switched is not None:
+            self.switched.close()
 
     # -- accounting ----------------------------------------------------------------------
     def _sample(self) -> None:
@@ -322,10 +335,13 @@ class Scheduler:
                         break
                     time.sleep(REFRESH_EVERY / 8)  # others' trials run; ours may be re-queued
                     continue
-                if not any(w.active() for w in self.workers.values()):
-                    self._tell_core(Idle())
+                if self.core.idle():
+                    acted = self.core.handle(Idle())
+                    self._do(acted)
                     self._do(self.core.place())
-                    continue
+                    if acted:
+                        continue
+                    # nothing to do but wait: a message will come (a death, say)
                 self._do(self.core.go())
                 self._events()
                 self._do(self.core.place())
@@ -365,7 +381,7 @@ class Scheduler:
         queued again in the storage for the next run (a second signal meanwhile ends
         the process at once)."""
         self.stop_flag.set = True  # a second signal meanwhile ends the process
-        held = sum(len(w.residents) for w in self.workers.values())
+        held = sum(len(w.residents) for w in self.workers.values()) + len(self.core.out)
         self._tell_core(Interrupted())
         by = Stopped(self.stop_flag.signum).name
         self.stats.notes.append(f"interrupted ({by}): {held} trials in hand failed and "
@@ -396,6 +412,9 @@ class Scheduler:
                     self._note(trial, write=write, ending=ending, **values)
                 case Moved(number=n, move=move):
                     self.notes.setdefault(n, {}).setdefault("moves", []).append(move)
+                case DropState(number=n):
+                    if self.switched is not None:
+                        self.switched.discard(n)
                 case Tell(trial=trial, values=values, state=state, retry=retry, saved=saved):
                     staged = self.keeper.stage(trial.number) if self.keeper and saved else None
                     keep = self.keeper.keeping(staged) if self.keeper and staged else None
@@ -473,6 +492,8 @@ class Scheduler:
         self._tell_core(Tick(time.time() - self.t0))
         if isinstance(msg, Regrouped):
             self._tell_core(RegroupedStack(w.index, msg.number))
+        elif isinstance(msg, SwitchedOut):
+            self._tell_core(LeftArena(w.index, msg))
         elif isinstance(msg, Report):
             self._tell_core(Reported(w.index, dataclasses.replace(
                 msg, started=msg.started - self.t0)))
@@ -500,7 +521,8 @@ class Scheduler:
             sum(x.overhead + x.arena for x in self.workers.values()
                 if x.device == replacement.device)
         open_arena(replacement, min(w.arena, admission.arena_size(
-            self.per_device - others - replacement.overhead, self.device)))
+            self.per_device - others - replacement.overhead, self.device)),
+            str(self.switched.path) if self.switched else "")
         self.core.add_worker(replacement)
         s.overheads = [x.overhead for x in self.workers.values()]
         self._sample()

@@ -146,9 +146,10 @@ def await_ready(w: Worker) -> Worker:
     return w
 
 
-def open_arena(w: Worker, nbytes: int) -> None:
-    """Have ``w`` allocate its arena of ``nbytes``, all of it free."""
-    w.conn.send(OpenArena(nbytes))
+def open_arena(w: Worker, nbytes: int, switch_dir: str = "") -> None:
+    """Have ``w`` allocate its arena of ``nbytes``, all of it free; ``switch_dir``: where
+    it writes the states of trials switched out of it."""
+    w.conn.send(OpenArena(nbytes, switch_dir))
     msg = receive(w, timeout=120)
     if not isinstance(msg, ArenaOpened):
         raise SchedulerError(f"worker {w.index} sent {msg!r} instead of opening its arena")

@@ -56,8 +56,12 @@ from explore.scheduler.protocol import (
     Report,
     Start,
     Stop,
+    SwitchedOut,
+    SwitchIn,
+    SwitchOut,
     ToWorker,
     TrialFailed,
+    state_file,
 )
 from explore.scheduler.shared_arrays import ArraySpec, attach
 from explore.weights import save_weights
@@ -263,12 +267,13 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     if not isinstance(msg, OpenArena):
         return  # Exit before any arena
     arena = Arena(msg.nbytes, device)
+    switch_dir = msg.switch_dir
     conn.send(ArenaOpened())
     residents: dict[int, Resident] = {}
     owner: dict[int, int] = {}  # a trial's number -> the resident (a stack) holding it
     order: list[int] = []
     running: list[int] = []  # the resident in the middle of a round, if any
-    deferred: list[Regroup] = []  # regroups of that resident, for the round's end
+    deferred: list[Regroup | SwitchOut] = []  # for that resident, at the round's end
 
     def pick() -> int | None:
         """Depth first: the runnable trial furthest along; a trial not yet begun waits
@@ -304,9 +309,10 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
 
     def host(number: int, prog: Any, offset: int, seed: int, rounds: int, batch: int,
              gated: bool, validation: Validation, members: list[int],
-             save_to: dict[int, str | None]) -> Resident:
+             save_to: dict[int, str | None], initialize: bool = True) -> Resident:
         region = arena.buffer[offset:offset + prog.total_bytes]
-        vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region))
+        vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region),
+                initialize=initialize)
         r = Resident(number, vm, rounds, np.random.default_rng(seed), batch, offset,
                      prog.total_bytes, validation, gated=gated, members=list(members),
                      save_to=save_to, losses=member_losses(prog))
@@ -344,6 +350,55 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         drop(msg.number)
         conn.send(Regrouped(msg.number))
 
+    def switch_out(number: int) -> None:
+        """Write the trial's state to its file, then give its region back."""
+        r = residents.get(owner.get(number, number))
+        if r is None or r.stacked or r.members != [number]:
+            conn.send(TrialFailed(number, "could not be switched out: the worker does not "
+                                          "hold it alone"))
+            return
+        t0 = time.perf_counter()
+        try:
+            os.makedirs(switch_dir, exist_ok=True)
+            nbytes = r.vm.write_state(state_file(switch_dir, number), extra={
+                "rounds": r.rounds, "batch": r.batch, "gated": r.gated,
+                "target_std": r.validation.target_std, "save_to": r.save_to.get(number),
+                "round": r.round, "started": r.started, "switches": r.switches,
+                "busy_s": r.busy_s, "data_order": r.rng.bit_generator.state})
+        except Exception as e:  # a full or read-only disk: the trial cannot wait out
+            drop(r.number)
+            conn.send(TrialFailed(number, f"could not be switched out: {type(e).__name__}: "
+                                          f"{e}"))
+            return
+        drop(r.number)  # first: the memory is given back before the scheduler counts it so
+        conn.send(SwitchedOut(number, nbytes, time.perf_counter() - t0, overhead_now()))
+
+    def switch_in(msg: SwitchIn) -> None:
+        """Bind the trial's program at its new offset and read its state back into it,
+        exactly as it left: it waits for its word (Continue)."""
+        path = state_file(switch_dir, msg.number)
+        try:
+            r = host(msg.number, msg.program, msg.offset, 0, 0, 0, True,
+                     Validation.of(msg.program, len(arrays["y_valid"])), [msg.number], {},
+                     initialize=False)
+            got = r.vm.read_state(path)
+            r.rounds, r.batch, r.gated = got["rounds"], got["batch"], got["gated"]
+            r.validation.target_std = got["target_std"]
+            r.save_to = {msg.number: got["save_to"]}
+            r.round, r.started, r.switches, r.busy_s = \
+                got["round"], got["started"], got["switches"], got["busy_s"]
+            r.rng.bit_generator.state = got["data_order"]
+            r.vm.check("x", arrays["x_train"])
+            r.vm.check("y", arrays["y_train"])
+        except Exception as e:  # a lost or corrupt file: the trial cannot resume
+            drop(msg.number)
+            conn.send(TrialFailed(msg.number, f"could not be switched back in: "
+                                              f"{type(e).__name__}: {e}"))
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # read: the trial lives in the arena again
+        r.waiting, r.runnable = {msg.number}, False
+
     def handle(msg: ToWorker) -> None:
         match msg:
             case Exit():
@@ -370,6 +425,13 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                     deferred.append(msg)  # at the end of the round it is in
                 else:
                     regroup(msg)
+            case SwitchOut(number):
+                if running and running[0] == owner.get(number, number):
+                    deferred.append(msg)  # (never sent for a trial that runs)
+                else:
+                    switch_out(number)
+            case SwitchIn():
+                switch_in(msg)
             case Continue(number) | Pause(number):
                 if number in owner:
                     residents[owner[number]].word(number, isinstance(msg, Continue))
@@ -470,7 +532,10 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             finally:
                 running.clear()
                 for msg in deferred:
-                    regroup(msg)
+                    if isinstance(msg, Regroup):
+                        regroup(msg)
+                    else:
+                        switch_out(msg.number)
                 deferred.clear()
     except (_Exit, EOFError, BrokenPipeError, ConnectionResetError):
         return  # told to, or the driver is gone: nothing to report to

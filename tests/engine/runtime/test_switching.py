@@ -124,6 +124,105 @@ def test_saving_is_atomic_and_loading_checks(tmp_path, monkeypatch) -> None:
         pool.load(tmp_path / "junk.npz")
 
 
+def on_arena(prog: Program, offset: int, seed: int = 0):
+    """A VM of ``prog`` at ``offset`` of an arena of its own (a worker's region)."""
+    from engine.runtime.heap import CalcHeap
+    from engine.runtime.vm import VM
+
+    arena = Arena(offset + prog.total_bytes)
+    region = arena.buffer[offset:offset + prog.total_bytes]
+    return VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region))
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: repr(o)[:40])
+def test_a_state_streams_to_a_file_and_back_exactly(tmp_path, opt: Optimizer) -> None:
+    """Straight from one heap to a file and into another at another offset (a switched-
+    out trial coming back into another worker): the same model as one never moved,
+    through dropout's generator, the step count and the rounds."""
+    prog = program(opt)
+    straight = on_arena(prog, 0, seed=3)
+    rounds(straight, 7, seed=1)
+    expected = snapshot(straight)
+
+    vm = on_arena(prog, 0, seed=3)
+    rounds(vm, 3, seed=1)
+    for k, offset in enumerate((4096, 64, 12_288)):  # out and in, three times
+        nbytes = vm.write_state(tmp_path / "trial.state", extra={"moved": k})
+        assert nbytes > prog.state_bytes + prog.zone_bytes["optimizer"]
+        vm = on_arena(prog, offset, seed=99)  # another seed: the file's generator wins
+        assert vm.read_state(tmp_path / "trial.state") == {"moved": k}
+        rounds(vm, 1 if k < 2 else 2, seed=1)
+    assert vm.round == 7
+    assert_same(snapshot(vm), expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trial.state"]  # nothing else
+
+
+def test_unconsumed_gradients_stream_too(tmp_path) -> None:
+    prog = program(Adam(lr=0.01))
+
+    def accumulate(vm, out: bool) -> dict[str, np.ndarray]:
+        for s in (0, 32):
+            vm.set("x", X[s:s + 32])
+            vm.set("y", Y[s:s + 32])
+            vm.forward("train")
+            vm.apply_loss("train", 0.5)
+            vm.backward("train")
+        if out:
+            vm.write_state(tmp_path / "t.state")
+            vm = on_arena(prog, 640)
+            vm.read_state(tmp_path / "t.state")
+        vm.optimize()
+        return snapshot(vm)
+
+    assert_same(accumulate(on_arena(prog, 0, seed=2), False),
+                accumulate(on_arena(prog, 0, seed=2), True))
+
+
+def test_streaming_a_state_copies_no_model_to_the_host(tmp_path) -> None:
+    """The heap goes to the file and back with no host copy: what a budget counting
+    host memory could not hold beside the model."""
+    import tracemalloc
+
+    prog = compile_graph(paper_mlp((256, 1024, 1024, 10)), batch_size=32, optimizer=Adam())
+    vm = on_arena(prog, 0, seed=1)
+    state = prog.state_bytes + prog.zone_bytes["optimizer"]
+    assert state > 10_000_000
+    tracemalloc.start()
+    try:
+        vm.write_state(tmp_path / "big.state")
+        on_arena(prog, 0).read_state(tmp_path / "big.state")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < state // 20, f"{peak:,} bytes traced for a state of {state:,}"
+
+
+def test_a_stream_is_refused_by_another_program_and_when_cut_or_junk(tmp_path) -> None:
+    prog = program(SGD(lr=0.1))
+    on_arena(prog, 0).write_state(tmp_path / "a.state")
+    with pytest.raises(EngineError, match="a state of program"):
+        on_arena(program(SGD(lr=0.1), hidden=24), 0).read_state(tmp_path / "a.state")
+    data = (tmp_path / "a.state").read_bytes()
+    (tmp_path / "cut.state").write_bytes(data[:-10])
+    with pytest.raises(EngineError, match="cut short"):
+        on_arena(prog, 0).read_state(tmp_path / "cut.state")
+    (tmp_path / "junk.state").write_bytes(b"not a state")
+    with pytest.raises(EngineError, match="not a state stream"):
+        on_arena(prog, 0).read_state(tmp_path / "junk.state")
+
+
+def test_a_stream_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch) -> None:
+    import engine.runtime.state as state_module
+
+    def boom(f, view):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(state_module, "_write_all", boom)
+    with pytest.raises(OSError, match="disk full"):
+        on_arena(program(SGD(lr=0.1)), 0).write_state(tmp_path / "a.state")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_pool_bound_is_a_clear_error() -> None:
     prog = program(Adam())
     one = pool_state(prog).nbytes

@@ -1,6 +1,7 @@
 """The worker's side of the protocol, driven in-process over a pipe: a trial goes on
 after each report without waiting (speculative rounds) and a "stop" ends it at once;
-a gated trial waits for "continue"; "exit" ends the worker mid-round."""
+a gated trial waits for "continue"; a trial switched out to a file and back in at
+another offset goes on as if it had stayed; "exit" ends the worker mid-round."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ from explore.scheduler.protocol import (
     Report,
     Start,
     Stop,
+    SwitchedOut,
+    SwitchIn,
+    SwitchOut,
+    TrialFailed,
+    state_file,
 )
 from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.worker import main
@@ -42,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def worker() -> Any:
+def worker(tmp_path: Path) -> Any:
     data = load_digits()
     scale = datasets.get("digits").pixel_scale
     pixels = {k: quantize(getattr(data, k).x, scale) for k in ("train", "valid")}
@@ -52,7 +58,7 @@ def worker() -> Any:
     thread = threading.Thread(target=main, args=(theirs, arrays.spec, "cpu"), daemon=True)
     thread.start()
     assert isinstance(ours.recv(), Ready)
-    ours.send(OpenArena(ARENA))
+    ours.send(OpenArena(ARENA, str(tmp_path / "switched")))
     assert ours.recv() == ArenaOpened()
     yield ours, thread
     ours.send(Exit())
@@ -61,12 +67,17 @@ def worker() -> Any:
     assert not thread.is_alive()
 
 
-def start(conn: Any, number: int, offset: int, rounds: int, gated: bool) -> None:
+def start(conn: Any, number: int, offset: int, rounds: int, gated: bool,
+          seed: int | None = None) -> Any:
+    """Start trial ``number`` (an MLP with dropout, under Adam); its program."""
     space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": rounds,
                                                          "memory": "64MB"},
-                         "training": {"batch_size": 8}})
+                         "model": {"dropout": 0.2},
+                         "training": {"optimizer": "adam", "batch_size": 8}})
     cand = compile_candidate(bind(space), fixed(space), ARENA // 2)
-    conn.send(Start(number, cand.program, offset, number, rounds, cand.train_batch, gated))
+    conn.send(Start(number, cand.program, offset, number if seed is None else seed, rounds,
+                    cand.train_batch, gated))
+    return cand.program
 
 
 def messages(conn: Any, until: Any, timeout: float = 60) -> list[FromWorker]:
@@ -108,6 +119,53 @@ def test_a_gated_trial_waits_for_continue(worker: Any) -> None:
     conn.send(Continue(0))
     last = messages(conn, lambda m: isinstance(m, Done))[-1]
     assert isinstance(last, Done) and last.number == 0
+
+
+def measured(m: Any) -> dict[str, float]:
+    return {k: v for k, v in m.metrics.items() if k != "train_seconds"}
+
+
+def test_a_trial_switched_out_and_back_in_elsewhere_goes_on_as_if_it_had_stayed(
+        worker: Any, tmp_path: Path) -> None:
+    conn, _ = worker
+    start(conn, 0, 0, rounds=3, gated=True, seed=7)
+    stayed = []
+    for _ in range(3):
+        stayed.append(messages(conn, lambda m: isinstance(m, Report | Done))[-1])
+        conn.send(Continue(0))
+    program = start(conn, 1, 0, rounds=3, gated=True, seed=7)  # the same trial again
+    moved = [messages(conn, lambda m: isinstance(m, Report))[-1]]
+    for offset in (ARENA // 2, 64):  # out, then in at another offset, twice
+        conn.send(SwitchOut(1))
+        out = messages(conn, lambda m: isinstance(m, SwitchedOut))[-1]
+        assert isinstance(out, SwitchedOut) and out.number == 1 and out.nbytes > 0
+        path = Path(state_file(str(tmp_path / "switched"), 1))
+        assert path.stat().st_size == out.nbytes
+        conn.send(SwitchIn(1, program, offset))
+        assert not conn.poll(0.5)  # back, waiting for its word
+        assert not path.exists()  # read: the trial lives in the arena again
+        conn.send(Continue(1))
+        moved.append(messages(conn, lambda m: isinstance(m, Report | Done))[-1])
+    assert [measured(m) for m in moved] == [measured(m) for m in stayed]
+    assert isinstance(moved[-1], Done) and moved[-1].rounds == 3
+
+
+def test_a_state_that_cannot_be_written_or_read_fails_its_trial(worker: Any,
+                                                                 tmp_path: Path) -> None:
+    conn, _ = worker
+    program = start(conn, 0, 0, rounds=3, gated=True)
+    messages(conn, lambda m: isinstance(m, Report))
+    (tmp_path / "switched").write_text("a file where the folder should be")
+    conn.send(SwitchOut(0))
+    failed = messages(conn, lambda m: isinstance(m, TrialFailed))[-1]
+    assert isinstance(failed, TrialFailed) and failed.number == 0
+    assert failed.reason.startswith("could not be switched out: ")
+    conn.send(SwitchIn(5, program, 0))  # no state was ever written for it
+    failed = messages(conn, lambda m: isinstance(m, TrialFailed))[-1]
+    assert isinstance(failed, TrialFailed) and failed.number == 5
+    assert failed.reason.startswith("could not be switched back in: ")
+    start(conn, 6, 0, rounds=1, gated=False)  # the regions were given back
+    assert isinstance(messages(conn, lambda m: isinstance(m, Done))[-1], Done)
 
 
 SPAWNER = '''
