@@ -197,6 +197,60 @@ def test_streaming_a_state_copies_no_model_to_the_host(tmp_path) -> None:
     assert peak < state // 20, f"{peak:,} bytes traced for a state of {state:,}"
 
 
+class DeviceBytes:
+    """Bytes a host cannot view in place, as a GPU's: only copies reach them."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data_ = data
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data_.nbytes)
+
+    def __getitem__(self, s: slice) -> DeviceBytes:
+        return DeviceBytes(self.data_[s])
+
+
+class CopyingBackend:
+    """The backend calls a stream makes for device bytes, counted."""
+
+    def __init__(self) -> None:
+        self.copies, self.host = 0, 0
+
+    def host_alloc(self, nbytes: int) -> np.ndarray:
+        self.host = max(self.host, nbytes)
+        return np.empty(nbytes, np.uint8)
+
+    def copy_out(self, dst: np.ndarray, src: DeviceBytes) -> None:
+        self.copies += 1
+        np.copyto(dst, src.data_)
+
+    def copy_in(self, dst: DeviceBytes, src: np.ndarray) -> None:
+        self.copies += 1
+        np.copyto(dst.data_, src)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def test_a_devices_bytes_stream_through_a_bounded_host_buffer(tmp_path, monkeypatch) -> None:
+    import engine.runtime.state as state_module
+
+    monkeypatch.setattr(state_module, "STREAM_CHUNK", 1000)
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 256, n, dtype=np.uint8) for n in (2_500, 1_000, 7)]
+    be = CopyingBackend()
+    state_module.write_stream(tmp_path / "d.state", {"format": state_module.STREAM_FORMAT},
+                              [DeviceBytes(p) for p in parts], be)
+    assert be.host == 1000 and be.copies == 3 + 1 + 1  # chunks of at most 1000 bytes
+    back = [np.zeros_like(p) for p in parts]
+    with open(tmp_path / "d.state", "rb") as f:
+        assert state_module.stream_header(f, "d")["parts"] == [2_500, 1_000, 7]
+        state_module.read_stream(f, "d", [DeviceBytes(b) for b in back], be)
+    for a, b in zip(parts, back, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_stream_is_refused_by_another_program_and_when_cut_or_junk(tmp_path) -> None:
     prog = program(SGD(lr=0.1))
     on_arena(prog, 0).write_state(tmp_path / "a.state")
