@@ -201,8 +201,8 @@ class Core:
         fit in its arena); stacks waiting to regroup first, as they hold their memory
         already, then promoted trials switched out (lockstep: in their turn, :meth:`go`).
         The first that finds no room has paused trials switched out for it
-        (:meth:`_make_room`), which it is the first to be offered; others that fit
-        meanwhile go on being placed."""
+        (:meth:`_make_room`), and those behind it wait until it is placed; where no
+        room can be made now, others that fit a gap go on being placed."""
         self._regroup_due()
         if not self.lockstep and not self._bring_back():
             self._emit(Measure())
@@ -210,7 +210,11 @@ class Core:
         still: list[Pending] = []
         batch, self.waiting = self.waiting, []
         heaps, room = self.heaps(), self.room()
+        making = False  # room is being made for the first that found none
         for pend in batch:
+            if making:  # those behind it wait: they would take what it is made for
+                still.append(pend)
+                continue
             cand = pend.candidate
             spot = find_spot(self.workers, cand)
             # Processes that grew beyond their measured constants take room from the
@@ -224,7 +228,7 @@ class Core:
                 spot = None
             if spot is None:
                 if not still:  # the first without room: paused trials make it some
-                    self._make_room(align_up(next(iter(cand.fitting())).total_bytes))
+                    making = self._make_room(align_up(next(iter(cand.fitting())).total_bytes))
                 still.append(pend)
                 continue
             heaps += spot.size
@@ -299,31 +303,39 @@ class Core:
     def _make_room(self, size: int) -> bool:
         """Switch out paused trials until some arena has a free segment of ``size``
         bytes within the room the budget leaves: in the worker where the fewest must
-        leave (then the least busy), the lowest standing first; regions already on
-        their way out count as free.  False when no single arena can make the room
-        (its trials run, or the processes grew): the one waiting waits."""
+        leave (then the least busy), taken the lowest standing first, then any that
+        turn out not to be needed (a neighbour's region was enough) staying; regions
+        already on their way out count as free.  False when no single arena can make
+        the room (its trials run, or the processes grew): the one waiting waits."""
         heaps, room = self.heaps(), self.room()
         leaving = sum(p.size for w in self.workers.values() for p in w.residents.values()
                       if p.leaving)
+
+        def fits(w: Worker, victims: list[Placement]) -> bool:
+            free = FreeList(list(w.free))
+            for p in [*victims, *(p for p in w.residents.values() if p.leaving)]:
+                free.release(p.offset, p.size)
+            return free.best_fit(size) is not None and \
+                heaps - leaving - sum(p.size for p in victims) + size <= room
+
         best: tuple[tuple[int, int, int], Worker, list[Placement]] | None = None
         for w in self.workers.values():
-            free = FreeList(list(w.free))
-            for p in w.residents.values():
-                if p.leaving:
-                    free.release(p.offset, p.size)
-            gone, victims = leaving, []
-            order = iter(self._idle_on(w))
-            while free.best_fit(size) is None or heaps - gone + size > room:
-                q = next(order, None)
-                if q is None:
-                    break
-                free.release(q.offset, q.size)
-                gone += q.size
-                victims.append(q)
-            else:
-                key = (len(victims), w.active(), w.index)
-                if best is None or key < best[0]:
-                    best = (key, w, victims)
+            victims: list[Placement] = []
+            if not fits(w, victims):  # regions on their way out often are enough
+                for p in self._idle_on(w):
+                    victims.append(p)
+                    if fits(w, victims):
+                        break
+                else:
+                    continue
+                # any the room is made without stays, the best standing first
+                for p in reversed(victims[:-1]):
+                    rest = [q for q in victims if q is not p]
+                    if fits(w, rest):
+                        victims = rest
+            key = (len(victims), w.active(), w.index)
+            if best is None or key < best[0]:
+                best = (key, w, victims)
         if best is None:
             return False
         for p in best[2]:

@@ -192,6 +192,22 @@ def test_a_waiting_trial_has_the_lowest_standing_paused_one_switched_out_not_pru
     assert core.counts["pruned"] == 0
 
 
+def test_only_the_trials_the_room_needs_leave_and_those_behind_wait_for_it() -> None:
+    policy = Scripted(gated=True, r0_1=1, r1_1=1)
+    core = paused_pair(policy, size=4_000)  # [0, 4032) and [4032, 8064): 2,176 free
+    # trial 0 stands lowest, but its region is apart from the free end: trial 1's alone
+    # makes a segment of 6,208, so trial 0 stays
+    policy.standings = {0: 0.9, 1: 0.5}
+    out = admit(core, 2, size=6_000)
+    assert sent(out) == [SwitchOut(1)]
+    out = admit(core, 3, size=1_000)  # it would fit the gap, but waits behind trial 2
+    assert not sent(out) and not [c for c in out if isinstance(c, Launch)]
+    core.handle(LeftArena(0, out_of(1)))
+    launched = [c for c in core.place() if isinstance(c, Launch)]
+    assert [(c.pending.trials[0].number, c.offset) for c in launched] == [(2, 4_032)]
+    assert [t.number for p in core.waiting for t in p.trials] == [3]
+
+
 def test_a_promoted_trial_comes_back_into_any_arena_with_room() -> None:
     policy = Scripted(gated=True, r0_1=1, r1_1=1)
     core = paused_pair(policy, workers=2, size=8_000)
