@@ -9,7 +9,10 @@ candidate is compiled before anything runs, so its heap is known to the byte; it
 to the least busy worker with room, into the free segment of its arena that it leaves
 the least of (best fit); with ``budget.trials_per_worker`` above one, several trials
 share a worker's arena side by side (the worker runs them a round at a time, depth
-first).  A candidate that cannot fit even an empty arena at batch 1 is told to Optuna
+first).  A trial paused at a rung whose room another needs waits switched out of the
+arena, its state in a file, and comes back into any arena with room once promoted:
+nothing is pruned for lack of room.  A candidate that cannot fit even an empty arena
+at batch 1 is told to Optuna
 as failed, with the reason, and costs no training time.  The sum of
 what is placed never exceeds the budget: the accounting is checked on every change.
 
@@ -28,6 +31,7 @@ One job per module:
 - :mod:`~explore.scheduler.placement`: the workers' arenas mirrored as free lists
   (:class:`engine.free_list.FreeList`) and the choice of a worker and an offset;
 - :mod:`~explore.scheduler.stacking`: trials trained as one stacked program;
+- :mod:`~explore.scheduler.switched`: the folder where switched-out trials wait;
 - :mod:`~explore.scheduler.worker`: the worker process; :mod:`~.processes` spawns,
   greets and ends workers (their share of the cores, without the parent's
   ``__main__``); :mod:`~.signals`: Ctrl-C, SIGTERM, SIGHUP;
