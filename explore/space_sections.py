@@ -173,6 +173,15 @@ class Budget(Strict):
     # share an architecture and an optimizer kind (engine.compile.stack): at most this
     # many per stack.  1: every trial alone.
     stack: int = Field(1, ge=1, le=MAX_STACK, strict=True)
+    # Trials advanced together, round by round, the one fewest rounds along first:
+    # more than the arenas hold are switched out of them and back in, in turn
+    # (explore.scheduler.core).  None: as many as the arenas hold (trials_per_worker).
+    in_flight: int | None = Field(None, ge=1, le=MAX_TRIALS, strict=True)
+    # A paused trial whose room another needs leaves its arena for a file (true), or
+    # is pruned (false: nothing is written to disk, and the search prunes for room).
+    switching: bool = True
+    # The most bytes of switched-out states on disk at once (None: as the disk holds).
+    switch_limit: ByteSize | None = None
     seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
     # seconds a driver may be silent before its running trials are failed as stale and
     # re-queued by another driver or the next run (explore.live); a driver's heartbeat is

@@ -372,6 +372,7 @@ class Core:
         if msg.overhead:
             w.overhead_now = msg.overhead
         p.leaving, p.outs, p.moved = False, p.outs + 1, p.moved + msg.nbytes
+        p.spans.append([self.now, None])
         self.out[msg.number] = p
         self.counts["switched_out"] = self.counts.get("switched_out", 0) + 1
         self._memory_freed()
@@ -399,6 +400,7 @@ class Core:
         del self.out[n]
         p.worker, p.offset, p.size = w.index, spot.offset, spot.size
         w.residents[n] = p
+        p.spans[-1][1] = self.now
         self._emit(Send(w.index, SwitchIn(n, p.program, spot.offset)))
         self.counts["switched_in"] = self.counts.get("switched_in", 0) + 1
         return True
@@ -550,10 +552,15 @@ class Core:
         self.counts["pruned"] += 1
         self._emit(Measure())
 
-    @staticmethod
-    def _switch_record(p: Placement) -> dict[str, int]:
-        """What a trial's record says of its switches out of an arena (nothing if none)."""
-        return {"switched_out": p.outs, "switch_bytes": p.moved} if p.outs else {}
+    def _switch_record(self, p: Placement) -> dict[str, Any]:
+        """What a trial's record says of its switches out of an arena (nothing if none):
+        how many, the bytes written out, and when it was out (``out_spans``: [left,
+        back] in seconds since the run began; back is the end for a trial that ended
+        out)."""
+        if not p.outs:
+            return {}
+        spans = [[round(a, 3), round(self.now if b is None else b, 3)] for a, b in p.spans]
+        return {"switched_out": p.outs, "switch_bytes": p.moved, "out_spans": spans}
 
     def _resume_promoted(self) -> None:
         """Resume each paused trial that the results so far promote at its rung; one

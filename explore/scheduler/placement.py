@@ -83,6 +83,9 @@ class Placement:
     leaving: bool = False
     outs: int = 0  # times switched out of an arena
     moved: int = 0  # bytes of state written out by those switches
+    # when it left an arena and came back (seconds since the run began; None: still
+    # out), for its record and the timeline
+    spans: list[list[float | None]] = field(default_factory=list)
 
 
 @dataclass

@@ -128,11 +128,15 @@ class Stop:
 
 @dataclass(frozen=True, slots=True)
 class SwitchOut:
-    """Trial ``number`` (alone, and idle: paused at a rung or waiting for its word)
-    leaves the arena: its state goes to its :func:`state_file` and its region is given
-    back (answered by SwitchedOut, or TrialFailed where the file cannot be written)."""
+    """Trial ``number`` (idle: paused at a rung or waiting for its word) leaves the
+    arena: its state goes to its :func:`state_file` and its region is given back
+    (answered by SwitchedOut, or TrialFailed where the file cannot be written).  A
+    member of a stack leaves alone: ``program`` is the member's own (compiled apart,
+    as a regroup would), whose layout its state is written in, so that it comes back
+    as that program; the stack goes on without it (masked, until regrouped)."""
 
     number: int
+    program: Any = None  # engine.Program: for a stack's member only
 
 
 @dataclass(frozen=True, slots=True)
