@@ -195,6 +195,9 @@ class Budget(Strict):
 
     @model_validator(mode="after")
     def _machine(self) -> Budget:
+        if self.in_flight is not None and not self.switching:
+            raise Located(("in_flight",), "more trials in flight than the arenas hold "
+                          "wait their turn switched out: it needs switching: true")
         if self.devices is not None and len(set(self.devices)) < len(self.devices):
             twice = sorted({d for d in self.devices if self.devices.count(d) > 1})
             raise Located(("devices",), f"device {twice[0]} is listed twice: each device "

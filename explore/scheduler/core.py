@@ -61,7 +61,15 @@ from explore.scheduler.commands import (
     Tick,
     WorkerDied,
 )
-from explore.scheduler.placement import Placement, Resuming, Stack, Worker, find_spot
+from explore.scheduler.placement import (
+    Placement,
+    Resuming,
+    Spot,
+    Stack,
+    Worker,
+    find_spot,
+    state_size,
+)
 from explore.scheduler.policy import PRUNE, Policy
 from explore.scheduler.protocol import (
     Continue,
@@ -85,11 +93,24 @@ class Core:
     ``stats`` (whose counts and best value it keeps); ``lockstep``: one trial runs at a
     time, continued round by round in an order that depends on nothing but the events
     (reproducible runs); ``part``: compiles a stack's members as a program of their own
-    (regrouping).  Times (``Tick``, the workers' stamps) are seconds since the run began."""
+    (regrouping).  ``switching``: paused trials whose room is needed leave for a file
+    (False: the one paused longest is pruned instead, and nothing is written out).
+    ``rotation`` (the budget's ``in_flight``): up to that many trials are held at once,
+    more than the arenas hold, and advanced in turn (:meth:`_rotate`).
+    ``switch_limit``: the most bytes of switched-out states at once (None: no limit);
+    ``out_counted``: those states are in memory the budget counts (a memory-backed
+    folder on the CPU), so the room for heaps is less by them.
+    Times (``Tick``, the workers' stamps) are seconds since the run began."""
 
     def __init__(self, policy: Policy, stats: RunStats, *, lockstep: bool = False,
-                 part: Callable[[Stack, list[int]], Any] = part_program) -> None:
+                 part: Callable[[Stack, list[int]], Any] = part_program,
+                 switching: bool = True, rotation: int | None = None,
+                 switch_limit: int | None = None, out_counted: bool = False) -> None:
         self.policy, self.stats, self.lockstep, self.part = policy, stats, lockstep, part
+        self.switching, self.rotation = switching, rotation
+        self.switch_limit, self.out_counted = switch_limit, out_counted
+        # rotation: the trial each worker runs now (one at a time, chosen here)
+        self.running: dict[int, int] = {}
         self.counts = stats.counts
         self.workers: dict[int, Worker] = {}
         self.waiting: list[Pending] = []
@@ -97,7 +118,7 @@ class Core:
         # arena bytes.  Paused at a rung, or promoted and waiting for room to come back.
         self.out: dict[int, Placement] = {}
         self.now = 0.0
-        self.ready: list[Placement] = []  # lockstep: to continue, in turn (in or out)
+        self.ready: list[Placement] = []  # lockstep, rotation: to go on in turn (in or out)
         self.in_flight: int | None = None  # lockstep: the trial the worker is running
         self.stack_numbers = -1  # a stack's own number: negative, never a trial's
         self._regroups_waiting = False  # some stack's regroup_due is set
@@ -175,9 +196,24 @@ class Core:
     def room(self) -> int:
         """What the trials' heaps may take of the budget now: the budget less the
         processes' fixed bytes and their measured growth (or the headroom held back for
-        it, whichever is more)."""
+        it, whichever is more), and the switched-out states where the budget counts
+        them (``out_counted``)."""
         s = self.stats
-        return s.budget - s.fixed - max(s.growth, s.headroom)
+        return s.budget - s.fixed - max(s.growth, s.headroom) - \
+            (self.out_bytes() if self.out_counted else 0)
+
+    def out_bytes(self) -> int:
+        """Bytes of switched-out states: those written (as their workers said) and
+        those on their way (as :func:`~.placement.state_size` expects)."""
+        return sum(p.state for p in self.out.values()) + \
+            sum(state_size(p.program) for w in self.workers.values()
+                for p in w.residents.values() if p.leaving)
+
+    def _may_leave(self, victims: list[Placement]) -> bool:
+        """Whether the states of ``victims`` fit the switch limit beside those out."""
+        return self.switch_limit is None or \
+            self.out_bytes() + sum(state_size(p.program) for p in victims) <= \
+            self.switch_limit
 
     def heaps(self) -> int:
         """The bytes of the trials' heaps placed in all arenas."""
@@ -204,6 +240,10 @@ class Core:
         (:meth:`_make_room`), and those behind it wait until it is placed; where no
         room can be made now, others that fit a gap go on being placed."""
         self._regroup_due()
+        if self.rotation is not None:
+            self._rotate()
+            self._emit(Measure())
+            return self.take()
         if not self.lockstep and not self._bring_back():
             self._emit(Measure())
             return self.take()  # a promoted trial waits for room: it goes first
@@ -216,42 +256,47 @@ class Core:
                 still.append(pend)
                 continue
             cand = pend.candidate
-            spot = find_spot(self.workers, cand)
             # Processes that grew beyond their measured constants take room from the
             # heaps: a trial waits until the ones placed leave enough of the budget, and
             # one that could not fit even with none placed fails with the reason.
-            if spot is not None and heaps + spot.size > room:
-                if heaps == 0:
+            spot = find_spot(self.workers, cand, most=room - heaps)
+            if spot is None and heaps == 0:
+                grown = find_spot(self.workers, cand)
+                if grown is not None:
                     for trial in pend.trials:
-                        self.fail(trial, self._grown(spot.size), never_started=True)
+                        self.fail(trial, self._grown(grown.size), never_started=True)
                     continue
-                spot = None
             if spot is None:
-                if not still:  # the first without room: paused trials make it some
-                    making = self._make_room(align_up(next(iter(cand.fitting())).total_bytes))
+                if not still and self.switching:  # the first without room: paused trials
+                    # make it some
+                    making = self._make_room_for(cand)
                 still.append(pend)
                 continue
             heaps += spot.size
-            w = spot.worker
-            w.free.take(spot.offset, spot.size)
-            stack = None
-            if pend.stacked:
-                numbers = tuple(t.number for t in pend.trials)
-                stack = Stack(self._stack_number(), spot.offset, spot.size, spot.program,
-                              numbers, dict(zip(numbers, pend.graphs, strict=True)),
-                              dict(zip(numbers, pend.optimizers, strict=True)),
-                              held=set(numbers))
-                w.stacks[stack.number] = stack
-            for trial, requeued in zip(pend.trials, pend.requeued, strict=True):
-                w.residents[trial.number] = Placement(
-                    trial, cand, w.index, spot.offset, 0 if stack else spot.size, self.now,
-                    requeued, stack=stack, program=None if stack else spot.program)
-            self._emit(Launch(w.index, pend, spot.offset, spot.program, stack))
+            self._launch(pend, spot)
             if self.lockstep:
                 self.in_flight = pend.trials[0].number
         self.waiting = still + self.waiting
         self._emit(Measure())
         return self.take()
+
+    def _launch(self, pend: Pending, spot: Spot) -> None:
+        """Start ``pend`` at ``spot``: its region taken, its trials (a stack's too) held."""
+        w, cand = spot.worker, pend.candidate
+        w.free.take(spot.offset, spot.size)
+        stack = None
+        if pend.stacked:
+            numbers = tuple(t.number for t in pend.trials)
+            stack = Stack(self._stack_number(), spot.offset, spot.size, spot.program,
+                          numbers, dict(zip(numbers, pend.graphs, strict=True)),
+                          dict(zip(numbers, pend.optimizers, strict=True)),
+                          held=set(numbers))
+            w.stacks[stack.number] = stack
+        for trial, requeued in zip(pend.trials, pend.requeued, strict=True):
+            w.residents[trial.number] = Placement(
+                trial, cand, w.index, spot.offset, 0 if stack else spot.size, self.now,
+                requeued, stack=stack, program=None if stack else spot.program)
+        self._emit(Launch(w.index, pend, spot.offset, spot.program, stack))
 
     def _grown(self, size: int) -> str:
         return (f"does not fit: the run's processes grew by {self.stats.growth:,} bytes "
@@ -289,24 +334,32 @@ class Core:
         ready = {id(q) for q in self.ready}
         idle = [p for p in w.residents.values()
                 if not p.leaving and p.stack is None and p.program is not None and
-                (p.paused is not None or
-                 (self.lockstep and id(p) in ready and p.trial.number != self.in_flight))]
+                (p.paused is not None or (id(p) in ready and not self._runs(p)))]
         return sorted(idle, key=self._leave_order)
+
+    def _runs(self, p: Placement) -> bool:
+        """Whether ``p`` runs a round now (lockstep, rotation: as the core chose)."""
+        n = p.trial.number
+        return n == self.in_flight or self.running.get(p.worker) == n
 
     def _leave_order(self, p: Placement) -> tuple[bool, float, int]:
         """Paused trials before those about to run; among them the one standing lowest
-        at its rung (the least likely to be promoted soon), then the one paused longest."""
+        at its rung (the least likely to be promoted soon), then the one paused longest.
+        In rotation, of those about to run, the one whose turn is furthest away."""
         if p.paused is None:
+            if self.rotation is not None:
+                return True, -float(p.rounds), -p.trial.number
             return True, 0.0, p.trial.number
         return False, -self.policy.standing(p.trial, p.paused), p.trial.number
 
-    def _make_room(self, size: int) -> bool:
+    def _make_room(self, size: int, among: dict[int, Worker] | None = None) -> bool:
         """Switch out paused trials until some arena has a free segment of ``size``
         bytes within the room the budget leaves: in the worker where the fewest must
         leave (then the least busy), taken the lowest standing first, then any that
         turn out not to be needed (a neighbour's region was enough) staying; regions
         already on their way out count as free.  False when no single arena can make
-        the room (its trials run, or the processes grew): the one waiting waits."""
+        the room (its trials run, or the processes grew): the one waiting waits.
+        ``among``: the workers it may be made in (default: all)."""
         heaps, room = self.heaps(), self.room()
         leaving = sum(p.size for w in self.workers.values() for p in w.residents.values()
                       if p.leaving)
@@ -315,11 +368,12 @@ class Core:
             free = FreeList(list(w.free))
             for p in [*victims, *(p for p in w.residents.values() if p.leaving)]:
                 free.release(p.offset, p.size)
-            return free.best_fit(size) is not None and \
-                heaps - leaving - sum(p.size for p in victims) + size <= room
+            states = sum(state_size(p.program) for p in victims) if self.out_counted else 0
+            return free.best_fit(size) is not None and self._may_leave(victims) and \
+                heaps - leaving - sum(p.size for p in victims) + states + size <= room
 
         best: tuple[tuple[int, int, int], Worker, list[Placement]] | None = None
-        for w in self.workers.values():
+        for w in (self.workers if among is None else among).values():
             victims: list[Placement] = []
             if not fits(w, victims):  # regions on their way out often are enough
                 for p in self._idle_on(w):
@@ -342,18 +396,29 @@ class Core:
             self._switch_out(best[1], p)
         return True
 
+    def _make_room_for(self, cand: Any, among: dict[int, Worker] | None = None) -> bool:
+        """:meth:`_make_room` for the first of ``cand``'s programs (the preferred, then
+        the smaller ones) it can be made for."""
+        return any(self._make_room(align_up(prog.total_bytes), among)
+                   for prog in cand.fitting())
+
     def _make_way(self) -> None:
         """Room for what waits that no single arena could make (:meth:`_make_room`)
         while nothing runs: every idle trial leaves, so that the one waiting fits or,
         with nothing placed, fails saying why; a stack's paused member cannot leave
-        alone yet, so the one of them paused longest is pruned instead."""
-        idle = [(w, p) for w in self.workers.values() for p in self._idle_on(w)]
-        for w, p in idle:
-            self._switch_out(w, p)
-        if idle:
+        alone yet, so the one of them paused longest is pruned instead, as is the one
+        paused longest when the switch limit lets none leave."""
+        left = False
+        for w in self.workers.values():
+            for p in self._idle_on(w):
+                if self._may_leave([p]):
+                    self._switch_out(w, p)
+                    left = True
+        if left:
             return
-        for held, p in self.paused():
-            if held is not None and p.stack is not None:
+        paused = [(held, p) for held, p in self.paused() if held is not None]
+        for held, p in paused:
+            if p.stack is not None or self.switch_limit is not None:
                 self._prune(held, p)
                 return
 
@@ -372,9 +437,11 @@ class Core:
         if msg.overhead:
             w.overhead_now = msg.overhead
         p.leaving, p.outs, p.moved = False, p.outs + 1, p.moved + msg.nbytes
-        p.spans.append([self.now, None])
+        p.state = msg.nbytes
+        p.spans.append([self.now])
         self.out[msg.number] = p
         self.counts["switched_out"] = self.counts.get("switched_out", 0) + 1
+        self.stats.switch_bytes += msg.nbytes
         self._memory_freed()
         self._emit(Measure())
 
@@ -385,7 +452,7 @@ class Core:
         n = p.trial.number
         spot = find_spot(self.workers, Resuming(p.program))
         heaps = self.heaps()
-        if spot is not None and heaps + spot.size > self.room():
+        if spot is not None and heaps + spot.size > self._room_back(p):
             if heaps == 0:
                 del self.out[n]
                 self._emit(DropState(n))
@@ -395,15 +462,25 @@ class Core:
         if spot is None:
             self._make_room(align_up(p.program.total_bytes))
             return False
-        w = spot.worker
+        self._switch_in(p, spot)
+        return True
+
+    def _room_back(self, p: Placement) -> int:
+        """The room for the switched-out ``p`` coming back: its own state's file is
+        removed once read."""
+        return self.room() + (p.state if self.out_counted else 0)
+
+    def _switch_in(self, p: Placement, spot: Spot) -> None:
+        """Bring the switched-out ``p`` back into the arena at ``spot``."""
+        n, w = p.trial.number, spot.worker
         w.free.take(spot.offset, spot.size)
         del self.out[n]
+        p.state = 0  # read back: the worker removes the file
         p.worker, p.offset, p.size = w.index, spot.offset, spot.size
         w.residents[n] = p
-        p.spans[-1][1] = self.now
+        p.spans[-1].append(self.now)
         self._emit(Send(w.index, SwitchIn(n, p.program, spot.offset)))
         self.counts["switched_in"] = self.counts.get("switched_in", 0) + 1
-        return True
 
     def _bring_back(self) -> bool:
         """Switch promoted trials back in, oldest first, each continued once in; False
@@ -429,6 +506,8 @@ class Core:
     def _arrived(self, w: Worker | None, number: int) -> Placement | None:
         if number == self.in_flight:  # lockstep: the worker waits for the next word
             self.in_flight = None
+        if w is not None and self.running.get(w.index) == number:
+            del self.running[w.index]  # rotation: its worker is free for the next turn
         return None if w is None else w.residents.get(number)
 
     def _reported(self, w: Worker | None, msg: Report) -> None:
@@ -436,7 +515,7 @@ class Core:
         if w is None or p is None:
             return
         w.overhead_now = msg.overhead
-        p.started = msg.started
+        p.started, p.rounds = msg.started, msg.round
         verdict = self.policy.report(p.trial, msg.round, msg.metrics, p.candidate.heap_bytes)
         if verdict == PRUNE:
             self._prune(w, p)
@@ -453,7 +532,7 @@ class Core:
             self._emit(Measure())
             return
         self._resume_promoted()
-        if self.policy.gated or self.lockstep:
+        if self.policy.gated or self.lockstep or self.rotation is not None:
             self._continue(w, p)
 
     def _finished(self, w: Worker | None, msg: Done) -> None:
@@ -498,6 +577,7 @@ class Core:
         if w is None:
             return  # already handled
         self.in_flight = None  # lockstep: what it ran went with it
+        self.running.pop(index, None)
         for p in list(w.residents.values()):
             self.fail(p.trial, f"worker {index} (pid {pid}) died with exit code {code}",
                       retry=not p.requeued)
@@ -510,15 +590,21 @@ class Core:
         come to promote the paused trials any more: the run is over for them."""
         if self._in_transit():
             return
-        if self.lockstep and self.ready:
+        if (self.lockstep or self.rotation is not None) and self.ready:
             before = len(self._out)
-            self._turn()
+            self._rotate() if self.rotation is not None else self._turn()
             if len(self._out) > before:
                 return
+        paused = self.paused()
+        if not self.switching:  # the memory of the one paused longest, passed over by
+            # every result since, is needed
+            for w, p in paused[:1] if self.waiting else paused:
+                self._prune(w, p)
+            return
         if self.waiting or self.ready or any(p.paused is None for p in self.out.values()):
             self._make_way()
             return
-        for w, p in self.paused():
+        for w, p in paused:
             self._prune(w, p)
 
     def _interrupted(self) -> None:
@@ -534,6 +620,7 @@ class Core:
             w.stacks.clear()
             w.free = FreeList([(0, w.arena)])
         self.ready, self.in_flight = [], None
+        self.running.clear()
 
     # -- pruning, pausing, promoting -------------------------------------------------------
     def _prune(self, w: Worker | None, p: Placement, regroup: bool = True) -> None:
@@ -559,7 +646,7 @@ class Core:
         out)."""
         if not p.outs:
             return {}
-        spans = [[round(a, 3), round(self.now if b is None else b, 3)] for a, b in p.spans]
+        spans = [[round(t, 3) for t in (*span, self.now)[:2]] for span in p.spans]
         return {"switched_out": p.outs, "switch_bytes": p.moved, "out_spans": spans}
 
     def _resume_promoted(self) -> None:
@@ -572,7 +659,7 @@ class Core:
                 p.paused = None
                 self.counts["resumed"] += 1
                 if w is None or p.leaving:
-                    if self.lockstep:
+                    if self.lockstep or self.rotation is not None:
                         self.ready.append(p)
                     continue
                 self._continue(w, p)
@@ -580,17 +667,98 @@ class Core:
 
     def _continue(self, w: Worker, p: Placement) -> None:
         """Let a trial waiting after its report run on; in lockstep, when its turn comes
-        (:meth:`go`)."""
-        if self.lockstep:
+        (:meth:`go`); in rotation, in its turn (:meth:`_rotate`)."""
+        if self.lockstep or self.rotation is not None:
             self.ready.append(p)
         else:
             self._emit(Send(w.index, Continue(p.trial.number)))
 
     def go(self) -> list[Command]:
         """Lockstep: when the worker runs nothing, continue one of the trials ready to go
-        on, depth first as a worker would pick (the furthest along, then the oldest)."""
-        self._turn()
+        on, depth first as a worker would pick (the furthest along, then the oldest).
+        Rotation: each worker that runs nothing is given the next turn (:meth:`_rotate`)."""
+        if self.rotation is not None:
+            self._rotate()
+        else:
+            self._turn()
         return self.take()
+
+    def in_rotation(self) -> int:
+        """Trials in hand: held by a worker, switched out or waiting for room (what
+        the budget's ``in_flight`` bounds)."""
+        return sum(len(w.residents) for w in self.workers.values()) + len(self.out) + \
+            sum(len(pend.trials) for pend in self.waiting)
+
+    def _rotate(self) -> None:
+        """Rotation: every worker that runs nothing is given the next turn.  The turns
+        go to the candidates waiting and the trials ready to go on (in an arena or
+        switched out), the one fewest rounds along first, then the oldest: so the trials
+        in hand advance round by round, whatever the memory.  A trial ready in a busy
+        worker's arena waits for it; one out, or a candidate, goes to a free worker
+        with room, or has trials waiting their turn there switched out for it (the one
+        whose turn is furthest away first; paused trials before them), and those
+        behind it wait until it is in."""
+        self.ready = [p for p in self.ready if self._holds(p)]
+        free = {i: w for i, w in self.workers.items() if i not in self.running}
+        blocked = False  # a turn found no room, and none could be made for it
+        turns: list[tuple[int, int, Placement | Pending]] = \
+            [(p.rounds, p.trial.number, p) for p in self.ready] + \
+            [(0, pend.trials[0].number, pend) for pend in self.waiting]
+        for _, _, item in sorted(turns, key=lambda t: t[:2]):
+            if not free:
+                return
+            if isinstance(item, Placement):
+                if item.leaving:
+                    continue  # it can go once its state is written
+                if item.trial.number not in self.out:
+                    if item.worker in free:
+                        del free[item.worker]
+                        self._go_on(item)
+                    continue
+                cand: Any = Resuming(item.program)
+                room = self._room_back(item)
+            else:
+                cand, room = item.candidate, self.room()
+            heaps = self.heaps()
+            spot = find_spot(free, cand, most=room - heaps)
+            if spot is None and heaps == 0:
+                grown = find_spot(free, cand)
+                if grown is not None:  # the processes grew: it cannot fit with none placed
+                    self._drop_turn(item, grown.size)
+                    continue
+            if spot is None:
+                if self._make_room_for(cand, among=free):
+                    return  # those behind it wait: they would take what is made for it
+                blocked = True
+                continue  # no room can be made now: others that fit may go on
+            del free[spot.worker.index]
+            if isinstance(item, Placement):
+                self._switch_in(item, spot)
+                self._go_on(item)
+            else:
+                self.waiting.remove(item)
+                self._launch(item, spot)
+                self.running[spot.worker.index] = item.trials[0].number
+        if blocked and not self.running and not self._in_transit():
+            self._make_way()  # room only all of them leaving can make, or none
+
+    def _go_on(self, p: Placement) -> None:
+        """Rotation: ``p`` (in an arena) runs its next round."""
+        self.ready.remove(p)
+        self.running[p.worker] = p.trial.number
+        self._emit(Send(p.worker, Continue(p.trial.number)))
+
+    def _drop_turn(self, item: Placement | Pending, size: int) -> None:
+        """A turn that cannot fit even with nothing placed (the processes grew) fails."""
+        if isinstance(item, Placement):
+            self.ready.remove(item)
+            del self.out[item.trial.number]
+            self._emit(DropState(item.trial.number))
+            self.fail(item.trial, self._grown(size))
+            return
+        self.waiting.remove(item)
+        for trial in item.trials:
+            self.fail(trial, self._grown(size), never_started=True)
 
     def _turn(self) -> None:
         """:meth:`go`'s choice, whatever the memory: the same trial goes on whether it

@@ -144,16 +144,23 @@ class Scheduler:
         # trial gated, one "continue" at a time): what it runs and the order its reports
         # arrive in no longer depend on when messages cross.  It costs a round trip a
         # round and the look-ahead, so unseeded and multi-worker runs keep both.
-        self.lockstep = space.sampler.seed is not None and workers * len(self.devices) == 1
+        # With ``in_flight``, the core chooses every round of every trial (rotation), which
+        # orders a seeded run on one worker as lockstep does, with more trials in hand.
+        self.rotation = space.budget.in_flight
+        self.lockstep = space.sampler.seed is not None and \
+            workers * len(self.devices) == 1 and self.rotation is None
         if self.lockstep:
             self.trials_per_worker = 1
         self.policy = OptunaPolicy(self.study, space)
-        self.gated = self.policy.gated
-        self.core = Core(self.policy, self.stats, lockstep=self.lockstep)
+        # in rotation every trial waits for its word after each report: its next turn
+        self.gated = self.policy.gated or self.rotation is not None
+        self.core = Core(self.policy, self.stats, lockstep=self.lockstep,
+                         switching=space.budget.switching, rotation=self.rotation)
         # Trials asked at once and stacked where they can be (explore.scheduler.stacking);
         # not in lockstep, whose point is one trial at a time.
         self.intake = Intake(bound, self.live, self.stats, self.notes, self._fail_new,
-                             space.budget.stack if not self.lockstep and stacks_for(space)
+                             space.budget.stack if not self.lockstep and
+                             self.rotation is None and stacks_for(space)
                              else 1)
         self.remaining = 0
         self.memory = MemorySampler(self.stats, this_process=main is None,
@@ -233,6 +240,7 @@ class Scheduler:
         if min(arenas.values()) < smallest:
             raise SchedulerError(self._too_small(smallest, known))
         self.switched = SwitchFolder(self.switch_dir)
+        self.stats.switch_folder = str(self.switched.path)
         for w in ws:
             open_arena(w, arenas[w.device], str(self.switched.path))
         s.arena = min(arenas.values())  # what a candidate is compiled to fit
@@ -299,6 +307,16 @@ class Scheduler:
         self.progress(self.stats)
 
     # -- the run ---------------------------------------------------------------------------
+    def _asks(self) -> bool:
+        """Whether to ask for another candidate: while what was asked last found room and
+        each worker has at most ``trials_per_worker`` trials in hand, so that candidates
+        wait only when memory is full and the sampler is not asked far ahead of the
+        results it learns from; in rotation, while fewer than ``in_flight`` are in hand."""
+        if self.rotation is not None:
+            return self.core.in_rotation() < self.rotation
+        return not self.waiting and \
+            self.core.in_hand() < self.trials_per_worker * len(self.workers)
+
     def run(self, n_trials: int) -> RunStats:
         """Run until the study has ``n_trials`` trials that ended (its total, shared with
         any other drivers of the study: :mod:`explore.live`).  Ctrl-C fails the trials
@@ -314,11 +332,7 @@ class Scheduler:
                     raise Stopped(self.stop_flag.signum)
                 self.live.check()  # a failed write stops the run here
                 self._tell_core(Tick(time.time() - self.t0))
-                # Ask while what was asked last found room and each worker has at most
-                # `trials_per_worker` trials in hand: candidates wait only when memory is
-                # full, and the sampler is not asked far ahead of the results it learns from.
-                while time.time() >= next_claim and not self.waiting and \
-                        self.core.in_hand() < self.trials_per_worker * len(self.workers):
+                while time.time() >= next_claim and self._asks():
                     more, pendings = self.intake.ask()
                     for pend in pendings:
                         self.core.waiting.append(pend)

@@ -76,16 +76,18 @@ class Placement:
     paused: int | None = None  # the rung it waits at (explore.rungs), if paused
     pauses: int = 0
     started: float | None = None  # when its worker took it (from its first report)
+    rounds: int = 0  # rounds it has reported
     stack: Stack | None = None
     program: Any = None  # what it runs as (engine.Program); None: as part of a stack
     # A SwitchOut is on its way: the region stays taken until the worker says the
     # state is written (a Start there could overwrite it before).
     leaving: bool = False
+    state: int = 0  # bytes of its state's file while it is out
     outs: int = 0  # times switched out of an arena
     moved: int = 0  # bytes of state written out by those switches
-    # when it left an arena and came back (seconds since the run began; None: still
-    # out), for its record and the timeline
-    spans: list[list[float | None]] = field(default_factory=list)
+    # when it left an arena and came back (seconds since the run began; [left] alone
+    # while it is out), for its record and the timeline
+    spans: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
@@ -136,6 +138,17 @@ class Resuming:
         yield self.program
 
 
+def state_size(program: Any) -> int:
+    """The bytes a state of ``program`` switched out takes (its parameters and optimizer
+    slots, :meth:`engine.VM.write_state`), known before it is written: unconsumed
+    gradients, rare at a round's end, would add theirs.  A program that does not say
+    (a simulation's) is taken as its whole heap."""
+    zones = getattr(program, "zone_bytes", None)
+    if zones is None:
+        return align_up(int(program.total_bytes))
+    return int(program.state_bytes) + int(zones.get("optimizer", 0))
+
+
 @dataclass(frozen=True)
 class Spot:
     """Where a candidate is to go, and which of its programs."""
@@ -146,15 +159,18 @@ class Spot:
     program: Program
 
 
-def find_spot(workers: dict[int, Worker], cand: Sized) -> Spot | None:
+def find_spot(workers: dict[int, Worker], cand: Sized, most: int | None = None) -> Spot | None:
     """The least busy worker that has room, then best fit within its arena: packing
     by memory alone piled every trial into one worker while the other idled.  Where
     the preferred program fits nowhere, the largest of the candidate's smaller ones
     (compiled for smaller validation chunks, ``Candidate.fitting``, each compiled only
     when asked for) that fits a gap is chosen: the trial starts now instead of
-    waiting for a bigger hole.  None if no program fits any arena."""
+    waiting for a bigger hole.  ``most``: the bytes the budget leaves for it (a program
+    bigger is passed over).  None if no program fits any arena."""
     for prog in cand.fitting():
         size = align_up(prog.total_bytes)
+        if most is not None and size > most:
+            continue
         fits = []
         for w in workers.values():
             fit = w.free.best_fit(size)

@@ -113,8 +113,17 @@ class Simulation:
         if lockstep:  # one trial at a time, as the loop runs a seeded run on one worker
             self.stack = 1
         self.policy = SimPolicy(seed, gated=rng.random() < 0.5)
-        self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part)
-        self.gated = self.policy.gated or lockstep
+        # drawn apart, so that the schedules drawn above stay those of their seeds
+        knobs = random.Random(seed * 31 + 7)
+        # rotation (the budget's in_flight): more trials in hand than the arenas hold
+        self.rotation = knobs.randint(1, 14) if not lockstep and knobs.random() < 0.3 \
+            else None
+        if self.rotation is not None:
+            self.stack = 1  # the loop does not stack trials in rotation
+        self.switching = self.rotation is not None or knobs.random() < 0.9
+        self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part,
+                              switching=self.switching, rotation=self.rotation)
+        self.gated = self.policy.gated or lockstep or self.rotation is not None
         self.workers: dict[int, SimWorker] = {}
         for i in range(self.n_workers):
             self._open(i)
@@ -202,6 +211,7 @@ class Simulation:
                                         "beyond the room the budget leaves"))
         for c in commands:
             if isinstance(c, Launch):
+                self._turn_taken(c.worker, c.pending.trials[0].number)
                 sw = self.workers.get(c.worker)
                 if sw is None or not sw.alive:
                     self.core.unplace(c.worker, c.pending, c.stack, c.offset,
@@ -213,6 +223,8 @@ class Simulation:
                 sw.inbox.append(SimStart(number, members, c.offset,  # type: ignore[arg-type]
                                          align_up(c.program.total_bytes)))
             elif isinstance(c, Send):
+                if isinstance(c.msg, Continue):
+                    self._turn_taken(c.worker, c.msg.number)
                 sw = self.workers.get(c.worker)
                 if sw is None or not sw.alive:
                     dead.append(c.worker)
@@ -226,6 +238,25 @@ class Simulation:
         for i in dict.fromkeys(dead):
             self._died(i)
 
+    def _turn_taken(self, worker: int, number: int) -> None:
+        """Rotation: a worker runs one trial at a time, and the turn goes to the trial
+        fewest rounds along (of those the core knows ready, and the candidates)."""
+        if self.rotation is None:
+            return
+        sw = self.workers.get(worker)
+        if sw is not None and any(r.runnable() for r in sw.residents.values()):
+            raise Violation(self._where(f"trial {number} continued on worker {worker}, "
+                                        "which runs another"))
+        p = self.core.workers[worker].residents.get(number) if worker in self.core.workers \
+            else None
+        if p is None or self.n_workers > 1 or self.stats.growth:
+            return  # several workers: a busy one's ready trial waits, others go on; the
+            # processes grown: a trial that cannot fit now lets those that can go on
+        behind = [q.rounds for q in self.core.ready] + [0] * len(self.core.waiting)
+        if behind and min(behind) < p.rounds:
+            raise Violation(self._where(f"trial {number} continued after round {p.rounds} "
+                                        f"while another is ready after round {min(behind)}"))
+
     def _told(self, c: Tell) -> None:
         n = c.trial.number
         if n in self.told:
@@ -233,8 +264,9 @@ class Simulation:
         state = TrialState.COMPLETE if c.state is None else c.state
         self.told[n] = state
         if state == TrialState.PRUNED and self.policy.said.get(n) != PRUNE and \
-                n not in self.stacked and (self.core.waiting or self.core.in_hand() >
-                                           sum(w.active() for w in self.core.workers.values())):
+                self.switching and n not in self.stacked and \
+                (self.core.waiting or self.core.in_hand() >
+                 sum(w.active() for w in self.core.workers.values())):
             # paused trials end pruned only when nothing could promote them any more
             raise Violation(self._where(f"trial {n} pruned for lack of room"))
         rung = self.policy.said.get(n)
@@ -392,8 +424,7 @@ class Simulation:
                     raise Violation(self._where("trials held after Ctrl-C"))
                 break
             # the loop: ask while what was asked found room, and place
-            while not self.core.waiting and self._more() and \
-                    self.core.in_hand() < len(self.core.workers):
+            while self._more() and self._asks():
                 before = self.asked
                 self._ask()
                 self._carry(self.core.place())
@@ -414,6 +445,12 @@ class Simulation:
         for s in self.told.values():
             states[s.name] = states.get(s.name, 0) + 1
         return Result(self.seed, self.asked, len(self.told), self.step, states)
+
+    def _asks(self) -> bool:
+        """The loop's rule for asking (:meth:`explore.scheduler.loop.Scheduler._asks`)."""
+        if self.rotation is not None:
+            return self.core.in_rotation() < self.rotation
+        return not self.core.waiting and self.core.in_hand() < len(self.core.workers)
 
     def _more(self) -> bool:
         return bool(self.queued) or self.asked - len(self.repeats) < self.total

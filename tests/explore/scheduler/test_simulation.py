@@ -103,7 +103,7 @@ class PrunesForRoom(Core):
     """Prunes the paused trial longest waiting when another needs its room, as the
     core did before trials could be switched out."""
 
-    def _make_room(self, size: int) -> bool:
+    def _make_room(self, size: int, among: dict[int, Worker] | None = None) -> bool:
         return False
 
     def _make_way(self) -> None:
@@ -151,11 +151,36 @@ class ForgetsAPromotedTrialOut(Core):
             self._promoting = False
 
 
+class TakesTurnsFurthestFirst(Core):
+    """Rotation: gives the turn to the trial furthest along (as lockstep does), so a
+    trial runs ahead while others wait behind."""
+
+    def _rotate(self) -> None:
+        for p in self.ready:
+            p.rounds = -p.rounds
+        try:
+            super()._rotate()
+        finally:
+            for p in self.ready + [q for w in self.workers.values()
+                                   for q in w.residents.values()] + list(self.out.values()):
+                p.rounds = abs(p.rounds)
+
+
+class GivesABusyWorkerATurn(Core):
+    """Rotation: forgets which worker runs what, giving a worker a second trial to run
+    while it runs one."""
+
+    def _rotate(self) -> None:
+        self.running.clear()
+        super()._rotate()
+
+
 @pytest.mark.parametrize("planted", [PlacesBeyondTheRoom, KeepsPausedTrialsWhenIdle,
                                      LeaksARegroupedStack, QueuesRepeatsAgain,
                                      ForgetsPausedOnResume, PrunesForRoom,
                                      FreesBeforeTheStateIsWritten, SwitchesOutARunningTrial,
-                                     ForgetsAPromotedTrialOut])
+                                     ForgetsAPromotedTrialOut, TakesTurnsFurthestFirst,
+                                     GivesABusyWorkerATurn])
 def test_a_planted_bug_is_caught_and_its_seed_replays_it(planted: type[Core]) -> None:
     caught: tuple[int, str] | None = None
     for seed in range(3_000):
