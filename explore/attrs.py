@@ -73,6 +73,10 @@ class TrialRecord(TypedDict, total=False):
     rounds: int | None
     pauses: int
     switches: int
+    # switched out of its worker's arena to a file while paused (explore.scheduler.core)
+    switched_out: int  # times it left an arena
+    switch_bytes: int  # bytes of state written out, in all
+    out_spans: list[list[float]]  # [left, back] seconds since the run began
     busy_s: float
     train_seconds: float
     metrics: dict[str, float]

@@ -23,6 +23,7 @@ from explore.study import PARAMS_ATTR, storage_url
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
            *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches", "pauses",
+           "switched_out", "switch_bytes", "out_spans",
            "placed_at", "start", "end", "wall_s", "busy_s", "train_seconds", "fail_reason"]
 
 
@@ -34,7 +35,11 @@ def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.Da
     each, named after the metric: ``accuracy``, ``loss``, ``f1``, ``rmse``, ... as the
     trials recorded them), state, planned bytes per zone, batch size, rounds run,
     worker, switches, pauses at pruning rungs (:mod:`explore.rungs`), start and end
-    (seconds from the run's start), wall time and training time (``train_seconds``)."""
+    (seconds from the run's start), wall time and training time (``train_seconds``),
+    and what a paused trial cost when it was switched out of its worker's arena to a
+    file: ``switched_out`` (times it left), ``switch_bytes`` (bytes written out; both 0
+    for a trial never switched out) and ``out_spans`` (``[left, back]`` in seconds from
+    the run's start; empty if never out)."""
     url = storage_url(storage)
     opened = open_storage(url) if isinstance(url, str) else url
     try:
@@ -62,6 +67,9 @@ def frame(s: optuna.Study) -> pd.DataFrame:
             "rounds": ua.get("rounds"), "worker": ua.get("worker"),
             "arena_offset": ua.get("arena_offset"), "placed_at": ua.get("placed_at"),
             "switches": ua.get("switches"), "pauses": ua.get("pauses"),
+            "switched_out": ua.get("switched_out") or 0,
+            "switch_bytes": ua.get("switch_bytes") or 0,
+            "out_spans": [list(span) for span in ua.get("out_spans") or []],
             "start": ua.get("start"), "end": ua.get("end"),
             "busy_s": ua.get("busy_s"), "train_seconds": ua.get("train_seconds"),
             "fail_reason": ua.get("fail_reason"),

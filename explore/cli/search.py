@@ -19,7 +19,7 @@ from explore.attrs import MODELS_ATTR
 from explore.cli import console
 from explore.cli.common import byte_size, not_empty
 from explore.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
-from explore.cli.summary import last_run, print_summary
+from explore.cli.summary import last_run, print_summary, small_mb
 from explore.scheduler.errors import STOP_SIGNALS, Stopped, raise_stopped
 
 
@@ -156,7 +156,8 @@ def _next_steps(study: Any, prep: Any) -> None:
 
 
 class _Display:
-    """The live progress table (trials by state, best value, memory vs budget)."""
+    """The live progress table (trials by state, best value, memory vs budget, and
+    what was switched out of the arenas)."""
 
     def __init__(self, budget: int, trials: int, done: int, quiet: bool) -> None:
         self.budget, self.trials, self.done0, self.quiet = budget, trials, done, quiet
@@ -179,16 +180,29 @@ class _Display:
         if self.live is None or now - self.last < 0.2:
             return
         self.last = now
+        self.live.update(self.table(stats))
+
+    def table(self, stats: Any) -> Table:
+        """The progress table of ``stats``: with a ``switched`` column once paused
+        trials have been switched out of their arenas (times out and back in, how many
+        are out now, the bytes written out)."""
         c = stats.counts
         s = stats.timeline[-1] if stats.timeline else None
         used = (s.heaps + s.fixed) if s else 0
+        switched = c.get("switched_out", 0)
         t = Table(show_header=True, header_style="bold")
         for col in ("done", "running", "paused", "waiting", "pruned", "failed", "best",
-                    "memory"):
+                    "memory", *(["switched"] if switched else [])):
             t.add_column(col)
         done = self.done0 + c["complete"] + c["pruned"] + c["failed"]
+        said = f"{switched} out, {c.get('switched_in', 0)} in"
+        if c.get("out"):
+            said += f" ({c['out']} out now)"
+        if stats.switch_bytes:
+            said += f", {small_mb(stats.switch_bytes)}"
         t.add_row(f"{done}/{self.trials}", str(c["running"]), str(c["paused"]),
                   str(c["waiting"]), str(c["pruned"]), str(c["failed"]),
                   "-" if stats.best is None else f"{stats.best:.4g}",
-                  f"{used / 1e6:,.1f} / {self.budget / 1e6:,.1f} MB")
-        self.live.update(t)
+                  f"{used / 1e6:,.1f} / {self.budget / 1e6:,.1f} MB",
+                  *([said] if switched else []))
+        return t

@@ -15,7 +15,7 @@ from explore.cli import console
 from explore.cli.common import read_study
 from explore.cli.console import fail
 from explore.cli.output import checked_output, write_output
-from explore.cli.summary import last_run, print_summary
+from explore.cli.summary import last_run, print_summary, small_mb
 
 
 @click.command()
@@ -24,7 +24,8 @@ from explore.cli.summary import last_run, print_summary
 @click.option("--study", "study_name")
 def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
     """Summarise a study: counts, best trial, and the best few trials with their final
-    metrics and every parameter that varies (those the same in every trial below)."""
+    metrics and every parameter that varies (those the same in every trial below), and
+    the trials switched out of their worker's arena while paused."""
     from explore.results import frame, metric_columns  # noqa: PLC0415 (--help start-up: pandas)
 
     out = console.out
@@ -63,6 +64,40 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
         if same:
             out.print("the same in every trial: " + ", ".join(
                 f"{k}={_param(v)}" for k, v in same.items()), highlight=False)
+    _print_switched(df)
+
+
+SWITCHED_SHOWN = 10  # trials listed by show's table of switched ones (export: all)
+
+
+def _print_switched(df: Any) -> None:
+    """The trials that were switched out of their worker's arena to a file while
+    paused: how often, the bytes of state written out, and when they were out (seconds
+    since their run began), the first ``SWITCHED_SHOWN`` by number."""
+    switched = df[df["switched_out"] > 0].sort_values("number")
+    if switched.empty:
+        return
+    t = Table(title="switched out of the arena", header_style="bold",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col in ("trial", "state", "times", "written", "out (s from its run's start)"):
+        t.add_column(col, overflow="fold")
+    for _, r in switched.head(SWITCHED_SHOWN).iterrows():
+        t.add_row(str(r["number"]), r["state"], str(r["switched_out"]),
+                  small_mb(int(r["switch_bytes"])), _spans(r["out_spans"]))
+    console.out.print(t)
+    left = len(switched) - SWITCHED_SHOWN
+    if left > 0:
+        console.out.print(f"... and {left} more switched out (explore export lists every "
+                          "trial: switched_out, switch_bytes, out_spans)", highlight=False)
+
+
+def _spans(spans: Any) -> str:
+    """When a trial was out of its arena, in seconds since its run began.
+
+    >>> _spans([[3.14159, 5.0], [7.25, 9.0]])
+    '3.1-5.0, 7.2-9.0'
+    """
+    return ", ".join(f"{a:.1f}-{b:.1f}" for a, b in spans or []) or "-"
 
 
 def _shown_params(p: Any, other: bool = False) -> Any:
@@ -118,6 +153,7 @@ def export(space_file: str | None, storage: str | None, study_name: str | None, 
     study = read_study(space_file, storage, study_name)
     df = frame(study)
     df["params"] = df["params"].map(json.dumps)
+    df["out_spans"] = df["out_spans"].map(json.dumps)  # [[left, back], ...] as JSON
 
     def write(tmp: Path) -> None:
         if fmt == "csv":

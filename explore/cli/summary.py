@@ -17,6 +17,16 @@ def mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def small_mb(n: int) -> str:
+    """Bytes in MB as :func:`mb` writes them, but in kB or bytes below a megabyte
+    (a small model's switched-out state would read 0.0 MB).
+
+    >>> small_mb(12_500_000), small_mb(5_685), small_mb(512)
+    ('12.5 MB', '5.7 kB', '512 B')
+    """
+    return mb(n) if n >= 1e6 else f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{n} B"
+
+
 def last_run(study: Any) -> dict[str, Any] | None:
     """The study's last run with its memory measured, or None."""
     runs = study.user_attrs.get(RUNS_ATTR) or []
@@ -26,7 +36,8 @@ def last_run(study: Any) -> dict[str, Any] | None:
 def print_summary(study: Any, run: dict[str, Any] | None) -> None:
     """The study's counts and best trial, and the memory of ``run`` (the run just ended,
     or the study's last): the budget, the planned peak, the peak the system measured
-    for the run's processes, and the packing efficiency.  Reads the trials directly:
+    for the run's processes, the packing efficiency and what it switched out of its
+    arenas (:func:`switching`).  Reads the trials directly:
     pandas alone would add about 35 MB to the run's process at its end."""
     out = console.out
     trials = study.get_trials(deepcopy=False)
@@ -62,5 +73,39 @@ def print_summary(study: Any, run: dict[str, Any] | None) -> None:
                   "the device memory the driver lists for the run's processes"
                   if run.get("device") == "gpu" else "the run's processes' PSS"),
               highlight=False)
+    said = switching(run)
+    if said:
+        out.print(said, highlight=False)
     for note in run.get("notes", []):
         out.print(f"note: {note}", highlight=False)
+
+
+def switching(run: dict[str, Any]) -> str | None:
+    """What ``run`` switched out of its arenas, in a line (None if nothing was): how
+    often paused trials left and came back, the bytes of state written out, and the
+    folder the states went to.
+
+    >>> print(switching({"switching": {"switched_out": 3, "switched_in": 2,
+    ...       "bytes": 12_500_000, "folder": "/s/.switched/h-1-ab"}}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    switched out: paused trials left their arenas 3 times and came back in 2 times
+    (12.5 MB of state written out); the states were written to /s/.switched/h-1-ab
+    (removed at the end)
+    >>> switching({"switching": {"switched_out": 0, "switched_in": 0}}) is None
+    True
+    """
+    sw = run.get("switching") or {}
+    if not sw.get("switched_out"):
+        return None
+    back = sw.get("switched_in", 0)
+    line = (f"switched out: paused trials left their arenas {_times(sw['switched_out'])}"
+            f" and {f'came back in {_times(back)}' if back else 'never came back in'}")
+    if sw.get("bytes"):
+        line += f" ({small_mb(sw['bytes'])} of state written out)"
+    if sw.get("folder"):
+        line += f"; the states were written to {sw['folder']} (removed at the end)"
+    return line
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"

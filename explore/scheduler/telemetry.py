@@ -60,6 +60,11 @@ class RunStats:
     # this driver's time in the study's storage (explore.live.StorageTime), its own
     # figures as the run goes on: final once the run has returned
     storage: StorageTime | None = None
+    # Paused trials switched out of an arena to a file (counts["switched_out"] and
+    # ["switched_in"] say how often): the bytes of state written out in all, and the
+    # folder they went to (the Scheduler's SwitchFolder, removed when the run ends).
+    switch_bytes: int = 0
+    switch_folder: str | None = None
 
     @property
     def fixed(self) -> int:
@@ -92,11 +97,24 @@ class RunStats:
         return num / den if den else None
 
 
+    def switching(self) -> dict[str, Any]:
+        """What the run switched out of its arenas: how often trials left and came back,
+        the bytes written out, and the folder the states went to.
+
+        >>> s = RunStats(100, switch_bytes=4_000, switch_folder="/a/.switched/h-1-x")
+        >>> s.counts.update(switched_out=2, switched_in=1)
+        >>> s.switching()
+        {'switched_out': 2, 'switched_in': 1, 'bytes': 4000, 'folder': '/a/.switched/h-1-x'}
+        """
+        return {"switched_out": self.counts.get("switched_out", 0),
+                "switched_in": self.counts.get("switched_in", 0),
+                "bytes": self.switch_bytes, "folder": self.switch_folder}
+
     def record_dict(self) -> dict[str, Any]:
         """What a study keeps of the run (``study.user_attrs["runs"]``): the budget, the
         constants charged to it, the planned and the measured peak, packing efficiency,
-        what the run decided, the time spent in the study's storage, and the packing
-        timeline."""
+        what the run decided, the time spent in the study's storage, what it switched
+        out of its arenas (:meth:`switching`), and the packing timeline."""
         return {"budget": self.budget, "arena": self.arena, "data": self.data,
                 "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
                 "growth": self.growth, "headroom": self.headroom,
@@ -105,6 +123,7 @@ class RunStats:
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
                 "storage": self.storage.as_dict() if self.storage is not None else None,
+                "switching": self.switching(),
                 "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]
                              for s in self.timeline]}
 

@@ -1,9 +1,12 @@
 """Reading a study back: ``explore.results.load`` from a path, a URL or a storage,
-the final metrics as columns, and ``explore show`` / ``export`` / ``--version``."""
+the final metrics as columns, and ``explore show`` / ``export`` / ``--version``; what
+trials switched out of their arenas show there, in the run's summary and in its live
+progress table."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import optuna
@@ -14,10 +17,12 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from rich.console import Console
 
 import explore
-from explore.attrs import STALE_ATTR
+from explore.attrs import RUNS_ATTR, STALE_ATTR
 from explore.cli import console as cli
 from explore.cli import main
+from explore.cli.search import _Display
 from explore.results import COLUMNS, load, metric_columns
+from explore.scheduler.telemetry import RunStats, Sample
 from explore.study import RECORD_ATTR
 
 LRS = [0.012345678901234567, 0.2718281828459045, 0.0031415926535897933]
@@ -31,9 +36,11 @@ def record(i: int, optimizer: str, lr: float, **extra: object) -> dict[str, obje
             "total_bytes": 200 + i, "batch_size": 64, "rounds": 3, "worker": 0, **extra}
 
 
-def make_study(db: Path, *, new: bool = True) -> None:
+def make_study(db: Path, *, new: bool = True, switched: dict[str, object] | None = None
+               ) -> None:
     """Three complete trials as ``explore run`` records them: with ``metrics`` and
-    ``train_seconds`` (``new``), or as studies before them did (accuracy alone)."""
+    ``train_seconds`` (``new``), or as studies before them did (accuracy alone); the
+    second with ``switched`` in its record, if given."""
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{db}",
                                 direction="maximize")
     dists = {"optimizer": CategoricalDistribution(["adam", "sgd"]),
@@ -43,6 +50,8 @@ def make_study(db: Path, *, new: bool = True) -> None:
         extra: dict[str, object] = {"metrics": {"accuracy": acc, "loss": 1.0 - acc,
                                                 "f1": acc - 0.05, "roc_auc": acc + 0.05},
                                     "train_seconds": 1.5 + i} if new else {"accuracy": acc}
+        if switched and i == 1:
+            extra.update(switched)
         study.add_trial(optuna.trial.create_trial(
             params={"optimizer": opt, "lr": lr}, distributions=dists, value=acc,
             user_attrs={RECORD_ATTR: record(i, opt, lr, **extra)}))
@@ -172,3 +181,86 @@ def test_export_parquet_reads_back_with_pandas(tmp_path: Path) -> None:
     assert list(back["train_seconds"]) == [1.5, 2.5, 3.5]
     assert all(math.isclose(a, b) for a, b in zip(back["value"], df["value"], strict=True))
     assert '"optimizer": "sgd"' in back["params"][1]
+
+
+# A trial switched out of its arena twice while paused, as the scheduler records it
+# (explore.scheduler.core._switch_record): the second time it ended while out.
+SWITCHED = {"switched_out": 2, "switch_bytes": 12_500_000,
+            "out_spans": [[3.14159, 5.0], [7.25, 9.0]]}
+
+
+def make_switched_study(db: Path) -> None:
+    """:func:`make_study`'s trials, the second switched out (:data:`SWITCHED`), and a
+    run's record saying what it switched."""
+    make_study(db, switched=SWITCHED)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+    run = RunStats(400_000_000, switch_bytes=12_500_000,
+                   switch_folder="/art/.switched/host-7-0a1b2c3d")
+    run.counts.update(switched_out=2, switched_in=1)
+    run.record(Sample(0.0, 0, 1_000, 0))
+    study.set_user_attr(RUNS_ATTR, [{**run.record_dict(), "measured_peak": 2_000}])
+
+
+def test_switches_are_columns_and_absent_ones_are_zero(tmp_path: Path) -> None:
+    make_switched_study(tmp_path / "s.db")
+    df = load(tmp_path / "s.db", "s")
+    assert list(df["switched_out"]) == [0, 2, 0]
+    assert list(df["switch_bytes"]) == [0, 12_500_000, 0]
+    assert list(df["out_spans"]) == [[], [[3.14159, 5.0], [7.25, 9.0]], []]
+    assert metric_columns(df) == ["accuracy", "loss", "f1", "roc_auc"]  # not metrics
+    result = CliRunner().invoke(main, ["export", "--storage", str(tmp_path / "s.db"),
+                                       "--study", "s", "--output", str(tmp_path / "t.csv")])
+    assert result.exit_code == 0, result.output
+    back = pd.read_csv(tmp_path / "t.csv")
+    assert list(back["switched_out"]) == [0, 2, 0]
+    assert list(back["switch_bytes"]) == [0, 12_500_000, 0]
+    assert list(back["out_spans"]) == ["[]", "[[3.14159, 5.0], [7.25, 9.0]]", "[]"]
+
+
+def test_show_lists_the_switched_trials_and_the_runs_switching(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    monkeypatch.setattr(cli, "out", Console(width=200))
+    make_switched_study(tmp_path / "s.db")
+    result = CliRunner().invoke(main, ["show", "--storage", str(tmp_path / "s.db"),
+                                       "--study", "s"])
+    assert result.exit_code == 0, result.output
+    # the run's summary: how often, the bytes, and where the states went
+    assert ("switched out: paused trials left their arenas 2 times and came back in "
+            "once (12.5 MB of state written out); the states were written to "
+            "/art/.switched/host-7-0a1b2c3d (removed at the end)") in result.output
+    table = result.output[result.output.index("switched out of the arena"):]
+    assert table.splitlines()[1].split()[:4] == ["trial", "state", "times", "written"]
+    row = table.splitlines()[3].split()
+    assert row[:4] == ["1", "complete", "2", "12.5"]
+    assert "3.1-5.0, 7.2-9.0" in table.splitlines()[3]
+    assert len([ln for ln in table.splitlines()[3:] if ln.strip()]) == 1  # trial 1 alone
+
+
+def test_show_of_a_study_never_switched_says_nothing_of_it(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    monkeypatch.setattr(cli, "out", Console(width=200))
+    make_study(tmp_path / "s.db")
+    result = CliRunner().invoke(main, ["show", "--storage", str(tmp_path / "s.db"),
+                                       "--study", "s"])
+    assert result.exit_code == 0, result.output
+    assert "switched" not in result.output
+
+
+def test_the_progress_table_shows_the_switches_once_there_are_any() -> None:
+    def rendered(stats: RunStats) -> list[list[str]]:
+        """The table's rows (the header first), each a list of its cells."""
+        console = Console(width=200, record=True)
+        console.print(_Display(400_000_000, 10, 0, quiet=True).table(stats))
+        return [[c.strip() for c in re.split("[│┃]", ln)[1:-1]]
+                for ln in console.export_text().splitlines() if ln[:1] in "│┃"]
+
+    stats = RunStats(400_000_000)
+    stats.record(Sample(1.0, 100_000_000, 50_000_000, 0))
+    header, _ = rendered(stats)
+    assert "switched" not in header
+    stats.counts.update(paused=3, switched_out=4, switched_in=2, out=2)
+    stats.switch_bytes = 25_000_000
+    header, row = rendered(stats)
+    shown = dict(zip(header, row, strict=True))
+    assert shown["switched"] == "4 out, 2 in (2 out now), 25.0 MB"
+    assert shown["paused"] == "3"  # paused, out of the arena or not
