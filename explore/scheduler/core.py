@@ -97,18 +97,16 @@ class Core:
     (False: the one paused longest is pruned instead, and nothing is written out).
     ``rotation`` (the budget's ``in_flight``): up to that many trials are held at once,
     more than the arenas hold, and advanced in turn (:meth:`_rotate`).
-    ``switch_limit``: the most bytes of switched-out states at once (None: no limit);
-    ``out_counted``: those states are in memory the budget counts (a memory-backed
-    folder on the CPU), so the room for heaps is less by them.
+    ``switch_limit``: the most bytes of switched-out states at once (None: no limit).
     Times (``Tick``, the workers' stamps) are seconds since the run began."""
 
     def __init__(self, policy: Policy, stats: RunStats, *, lockstep: bool = False,
                  part: Callable[[Stack, list[int]], Any] = part_program,
                  switching: bool = True, rotation: int | None = None,
-                 switch_limit: int | None = None, out_counted: bool = False) -> None:
+                 switch_limit: int | None = None) -> None:
         self.policy, self.stats, self.lockstep, self.part = policy, stats, lockstep, part
         self.switching, self.rotation = switching, rotation
-        self.switch_limit, self.out_counted = switch_limit, out_counted
+        self.switch_limit = switch_limit
         # rotation: the trial each worker runs now (one at a time, chosen here)
         self.running: dict[int, int] = {}
         self.counts = stats.counts
@@ -196,11 +194,9 @@ class Core:
     def room(self) -> int:
         """What the trials' heaps may take of the budget now: the budget less the
         processes' fixed bytes and their measured growth (or the headroom held back for
-        it, whichever is more), and the switched-out states where the budget counts
-        them (``out_counted``)."""
+        it, whichever is more)."""
         s = self.stats
-        return s.budget - s.fixed - max(s.growth, s.headroom) - \
-            (self.out_bytes() if self.out_counted else 0)
+        return s.budget - s.fixed - max(s.growth, s.headroom)
 
     def out_bytes(self) -> int:
         """Bytes of switched-out states: those written (as their workers said) and
@@ -368,9 +364,8 @@ class Core:
             free = FreeList(list(w.free))
             for p in [*victims, *(p for p in w.residents.values() if p.leaving)]:
                 free.release(p.offset, p.size)
-            states = sum(state_size(p.program) for p in victims) if self.out_counted else 0
             return free.best_fit(size) is not None and self._may_leave(victims) and \
-                heaps - leaving - sum(p.size for p in victims) + states + size <= room
+                heaps - leaving - sum(p.size for p in victims) + size <= room
 
         best: tuple[tuple[int, int, int], Worker, list[Placement]] | None = None
         for w in (self.workers if among is None else among).values():
@@ -452,7 +447,7 @@ class Core:
         n = p.trial.number
         spot = find_spot(self.workers, Resuming(p.program))
         heaps = self.heaps()
-        if spot is not None and heaps + spot.size > self._room_back(p):
+        if spot is not None and heaps + spot.size > self.room():
             if heaps == 0:
                 del self.out[n]
                 self._emit(DropState(n))
@@ -464,11 +459,6 @@ class Core:
             return False
         self._switch_in(p, spot)
         return True
-
-    def _room_back(self, p: Placement) -> int:
-        """The room for the switched-out ``p`` coming back: its own state's file is
-        removed once read."""
-        return self.room() + (p.state if self.out_counted else 0)
 
     def _switch_in(self, p: Placement, spot: Spot) -> None:
         """Bring the switched-out ``p`` back into the arena at ``spot``."""
@@ -716,9 +706,9 @@ class Core:
                         self._go_on(item)
                     continue
                 cand: Any = Resuming(item.program)
-                room = self._room_back(item)
             else:
-                cand, room = item.candidate, self.room()
+                cand = item.candidate
+            room = self.room()
             heaps = self.heaps()
             spot = find_spot(free, cand, most=room - heaps)
             if spot is None and heaps == 0:

@@ -155,7 +155,8 @@ class Scheduler:
         # in rotation every trial waits for its word after each report: its next turn
         self.gated = self.policy.gated or self.rotation is not None
         self.core = Core(self.policy, self.stats, lockstep=self.lockstep,
-                         switching=space.budget.switching, rotation=self.rotation)
+                         switching=space.budget.switching, rotation=self.rotation,
+                         switch_limit=space.budget.switch_limit)
         # Trials asked at once and stacked where they can be (explore.scheduler.stacking);
         # not in lockstep, whose point is one trial at a time.
         self.intake = Intake(bound, self.live, self.stats, self.notes, self._fail_new,
@@ -241,6 +242,20 @@ class Scheduler:
             raise SchedulerError(self._too_small(smallest, known))
         self.switched = SwitchFolder(self.switch_dir)
         self.stats.switch_folder = str(self.switched.path)
+        if self.switched.in_memory and self.device == "cpu" and self.core.switching:
+            # there a state out would be memory beside the arenas (which the budget
+            # counts whole): switching would add to the run's memory, not free any
+            if self.rotation is not None:
+                raise SchedulerError(
+                    f"budget.in_flight: the trials waiting their turn are switched out "
+                    f"to files under {self.switched.path.parent}, which is in memory "
+                    f"(tmpfs) that the budget would not hold; set the space's artifacts "
+                    f"to a folder on disk")
+            self.core.switching = False
+            self.stats.notes.append(
+                f"paused trials are pruned for room instead of switched out: "
+                f"{self.switched.path.parent} is in memory (tmpfs), which the budget "
+                f"would not hold; set the space's artifacts to a folder on disk")
         for w in ws:
             open_arena(w, arenas[w.device], str(self.switched.path))
         s.arena = min(arenas.values())  # what a candidate is compiled to fit

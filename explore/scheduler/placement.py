@@ -143,10 +143,10 @@ def state_size(program: Any) -> int:
     slots, :meth:`engine.VM.write_state`), known before it is written: unconsumed
     gradients, rare at a round's end, would add theirs.  A program that does not say
     (a simulation's) is taken as its whole heap."""
-    zones = getattr(program, "zone_bytes", None)
-    if zones is None:
+    state = getattr(program, "state_bytes", None)
+    if state is None:
         return align_up(int(program.total_bytes))
-    return int(program.state_bytes) + int(zones.get("optimizer", 0))
+    return int(state) + int(program.zone_bytes.get("optimizer", 0))
 
 
 @dataclass(frozen=True)

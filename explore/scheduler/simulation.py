@@ -121,8 +121,11 @@ class Simulation:
         if self.rotation is not None:
             self.stack = 1  # the loop does not stack trials in rotation
         self.switching = self.rotation is not None or knobs.random() < 0.9
+        # the most bytes of states out at once
+        limit = knobs.choice([None, None, None, arena // 2, arena * 2])
         self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part,
-                              switching=self.switching, rotation=self.rotation)
+                              switching=self.switching, rotation=self.rotation,
+                              switch_limit=limit)
         self.gated = self.policy.gated or lockstep or self.rotation is not None
         self.workers: dict[int, SimWorker] = {}
         for i in range(self.n_workers):
@@ -249,9 +252,11 @@ class Simulation:
                                         "which runs another"))
         p = self.core.workers[worker].residents.get(number) if worker in self.core.workers \
             else None
-        if p is None or self.n_workers > 1 or self.stats.growth:
+        if p is None or self.n_workers > 1 or self.stats.growth or \
+                self.core.switch_limit is not None:
             return  # several workers: a busy one's ready trial waits, others go on; the
-            # processes grown: a trial that cannot fit now lets those that can go on
+            # processes grown, or the states out at their limit: a trial that cannot
+            # fit now lets those that can go on
         behind = [q.rounds for q in self.core.ready] + [0] * len(self.core.waiting)
         if behind and min(behind) < p.rounds:
             raise Violation(self._where(f"trial {number} continued after round {p.rounds} "
@@ -264,7 +269,8 @@ class Simulation:
         state = TrialState.COMPLETE if c.state is None else c.state
         self.told[n] = state
         if state == TrialState.PRUNED and self.policy.said.get(n) != PRUNE and \
-                self.switching and n not in self.stacked and \
+                self.switching and self.core.switch_limit is None and \
+                n not in self.stacked and \
                 (self.core.waiting or self.core.in_hand() >
                  sum(w.active() for w in self.core.workers.values())):
             # paused trials end pruned only when nothing could promote them any more
@@ -532,6 +538,9 @@ class Simulation:
                     raise Violation(self._where(f"trial {n} held after it ended"))
         if core.heaps() > self.stats.budget - self.stats.fixed:
             raise Violation(self._where("the placed heaps exceed the budget"))
+        if core.switch_limit is not None and core.out_bytes() > core.switch_limit:
+            raise Violation(self._where(f"{core.out_bytes():,} bytes of states out, "
+                                        f"beyond the limit of {core.switch_limit:,}"))
         for n, p in core.out.items():
             paused += p.paused is not None
             if n not in self.store:

@@ -36,6 +36,33 @@ from explore.keeper import sweep_stale_staging
 from explore.scheduler.protocol import state_file
 
 SWITCHED = ".switched"  # under the parent: every driver's folder
+# File systems whose files are memory (Linux's names in /proc/mounts)
+MEMORY_BACKED = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
+
+
+def memory_backed(path: str | os.PathLike[str], mounts: str = "/proc/mounts") -> bool:
+    """Whether files under ``path`` (made or not) are kept in memory: the file system
+    of the deepest mount point above it is one of :data:`MEMORY_BACKED`.  False where
+    the system does not say.
+
+    >>> memory_backed("/proc/self", mounts="/nonexistent")
+    False
+    """
+    target = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open(mounts) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return False
+    return kind in MEMORY_BACKED
 
 
 class SwitchFolder:
@@ -49,6 +76,9 @@ class SwitchFolder:
         self.shared = base.resolve() / SWITCHED
         self.path = self.shared / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         sweep_stale_staging(self.shared)
+        # there, the states are memory that no process is charged: on the CPU the run
+        # does not switch (explore.scheduler.loop)
+        self.in_memory = memory_backed(self.path)
         # the parents to remove again when empty, deepest first: those not there now
         self._parents = [d for d in self.path.parents if not d.exists()] or [self.shared]
 

@@ -192,6 +192,27 @@ def test_a_waiting_trial_has_the_lowest_standing_paused_one_switched_out_not_pru
     assert core.counts["pruned"] == 0
 
 
+def test_the_switch_limit_lets_out_only_the_states_it_holds() -> None:
+    """With ``switch_limit`` room for one state (a simulated program's state is its
+    heap), the first waiting trial has one paused trial switched out; the second waits,
+    and once nothing runs the paused trial left in is pruned for it, as without
+    switching."""
+    policy = Scripted(gated=True, r0_1=1, r1_1=1)
+    policy.standings = {0: 0.2, 1: 0.8}
+    core = paused_pair(policy)  # 5,056 bytes each: the arena holds two
+    core.switch_limit = 6_000
+    assert sent(admit(core, 2, size=5_000)) == [SwitchOut(1)]
+    assert core.out_bytes() == 5_056  # on its way: counted as its program says
+    core.handle(LeftArena(0, out_of(1, nbytes=4_000)))
+    assert core.out_bytes() == 4_000  # written: as the worker says
+    core.place()
+    assert not sent(admit(core, 3, size=5_000))  # trial 0 would pass the limit: it stays
+    core.handle(Finished(0, Done(2, {"score": 0.5}, 1, 0, 0.0, 0.0, 0.0)))
+    out = core.handle(Idle())
+    assert ended(out) == {0: (TrialState.PRUNED, False)}
+    assert core.counts["out"] == 0 or 1 in core.out  # trial 1 waits out, unpruned
+
+
 def test_only_the_trials_the_room_needs_leave_and_those_behind_wait_for_it() -> None:
     policy = Scripted(gated=True, r0_1=1, r1_1=1)
     core = paused_pair(policy, size=4_000)  # [0, 4032) and [4032, 8064): 2,176 free
