@@ -28,7 +28,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,11 +106,23 @@ class ModelState:
                           meta["t"], meta["dirty"], meta["round"], meta["rng"])
 
 
+@dataclass
+class Pieces:
+    """A part of a stream made while it is written (see :func:`write_stream`):
+    ``nbytes`` in all, drawn from ``pieces()`` in order, each a uint8 view (host or
+    device, as a part) valid only until the next is drawn (a staging buffer reused).
+    What a stacked model's member is written as (:meth:`VM.write_member_state`): its
+    slices of the stack's heap between the bytes its own program keeps elsewhere."""
+
+    nbytes: int
+    pieces: Callable[[], Iterable[Any]]
+
+
 def write_stream(path: str | os.PathLike[str], header: dict[str, Any], parts: list[Any],
                  backend: Backend) -> int:
     """Write ``header`` (JSON-able) and then the bytes of ``parts`` (uint8 views of a
-    heap, in order) to ``path``; returns the bytes written.  Host views go to the file
-    as they are (no copy), device views through a host buffer of
+    heap, or :class:`Pieces`, in order) to ``path``; returns the bytes written.  Host
+    views go to the file as they are (no copy), device views through a host buffer of
     :data:`STREAM_CHUNK` bytes.  Atomic: written beside ``path``, then renamed, so a
     crash leaves no partial file under the name."""
     target = Path(path)
@@ -122,22 +134,38 @@ def write_stream(path: str | os.PathLike[str], header: dict[str, Any], parts: li
         with os.fdopen(fd, "wb", buffering=0) as f:
             written += _write_all(f, memoryview(_MAGIC + len(head).to_bytes(8, "little") +
                                                 head))
-            chunk = None
+            chunk: list[Any] = []  # the host buffer, allocated on the first device bytes
+            most = max((int(p.nbytes) for p in parts), default=0)
             for part in parts:
-                if isinstance(part, np.ndarray):
-                    written += _write_all(f, part.data.cast("B"))
+                if not isinstance(part, Pieces):
+                    written += _write_part(f, part, chunk, most, backend)
                     continue
-                if chunk is None:
-                    chunk = backend.host_alloc(min(STREAM_CHUNK, max(p.nbytes for p in parts)))
-                for a in range(0, part.nbytes, len(chunk)):
-                    piece = chunk[: min(len(chunk), part.nbytes - a)]
-                    backend.copy_out(piece, part[a : a + len(piece)])
-                    backend.synchronize()
-                    written += _write_all(f, piece.data)
+                n = sum(_write_part(f, piece, chunk, most, backend)
+                        for piece in part.pieces())
+                if n != part.nbytes:
+                    raise EngineError(f"{path}: a part of {part.nbytes:,} bytes came as "
+                                      f"{n:,}")
+                written += n
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return written
+
+
+def _write_part(f: Any, part: Any, chunk: list[Any], most: int, backend: Backend) -> int:
+    """Write one uint8 view: a host one as it is, a device one through the host
+    buffer ``chunk[0]`` (allocated here once, of at most :data:`STREAM_CHUNK` bytes)."""
+    if isinstance(part, np.ndarray):
+        return _write_all(f, part.data.cast("B"))
+    if not chunk:
+        chunk.append(backend.host_alloc(min(STREAM_CHUNK, most)))
+    buf, written = chunk[0], 0
+    for a in range(0, part.nbytes, len(buf)):
+        piece = buf[: min(len(buf), part.nbytes - a)]
+        backend.copy_out(piece, part[a : a + len(piece)])
+        backend.synchronize()
+        written += _write_all(f, piece.data)
     return written
 
 
@@ -261,14 +289,11 @@ def write_initial(program: Program, seed: int, forward: Any, optimizer: Any,
             fill_initial(ps.init, place.view(dt).reshape(spec.shape), rng)
         else:
             put_initial(ps.init, spec.shape, dt, rng, _putter(backend, place, dt.itemsize))
-    opt, region = program.optimizer, program.param_region
-    if opt is None or not region:
+    if program.optimizer is None or not program.param_region:
         return
-    dt = region_dtype(program) or np.dtype(np.float32)
-    layout = [(spec.offset // dt.itemsize, spec.desc.numel(), *_model_runs(ps.init, spec.shape))
-              for ps in program.params if ps.grad is not None
-              for spec in (program.buffers[ps.buffer],)]
-    for off, value in zip(program.state_offsets, _slot_values(opt, layout), strict=True):
+    dt, values = initial_slots(program)
+    region = program.param_region
+    for off, value in zip(program.state_offsets, values, strict=True):
         slot = optimizer[off : off + region].view(dt)
         if isinstance(value, list):  # runs (first, count, value) over a zeroed slot
             for first, count, v in value:
@@ -286,6 +311,55 @@ def write_initial(program: Program, seed: int, forward: Any, optimizer: Any,
                     put(a, piece)
         elif value:
             slot.fill(value)
+
+
+def initial_slots(program: Program) -> tuple[np.dtype[Any], tuple[Any, ...]]:
+    """The element type of the optimizer's slots and what each starts from, as
+    :func:`write_initial` writes it over the slot's :attr:`Program.param_region`
+    bytes (zeroed first): a float filling the slot (none: zero), runs
+    ``[(first, count, value)]`` over zeros, or an array of the slot's first values."""
+    opt = program.optimizer
+    dt = region_dtype(program) or np.dtype(np.float32)
+    if opt is None or not program.param_region:
+        return dt, ()
+    layout = [(spec.offset // dt.itemsize, spec.desc.numel(), *_model_runs(ps.init, spec.shape))
+              for ps in program.params if ps.grad is not None
+              for spec in (program.buffers[ps.buffer],)]
+    return dt, _slot_values(opt, layout)
+
+
+def initial_bytes(value: Any, dt: np.dtype[Any], start: int, stop: int, buf: np.ndarray
+                  ) -> Iterator[np.ndarray]:
+    """Bytes ``[start, stop)`` of a slot that starts from ``value`` (see
+    :func:`initial_slots`; 0 for memory :func:`write_initial` leaves zeroed), as host
+    views of ``buf`` (uint8, at least two elements of ``dt``), one at a time: each is
+    valid until the next is drawn.  What the bytes of a fresh model are outside its
+    parameters, with no host copy of the model."""
+    size = dt.itemsize
+    step = (len(buf) // size - 1) * size  # a range not on elements spans one more
+    for lo in range(start, stop, step):
+        hi = min(stop, lo + step)
+        first, last = lo // size, -(-hi // size)
+        values = buf[: (last - first) * size].view(dt)
+        _fill_elements(values, value, first)
+        yield buf[lo - first * size : hi - first * size]
+
+
+def _fill_elements(values: np.ndarray, value: Any, first: int) -> None:
+    """Elements ``first, first + 1, ...`` of a slot starting from ``value``."""
+    end = first + len(values)
+    if isinstance(value, list):  # runs (first, count, value) over zeros
+        values.fill(0)
+        for a, count, v in value:
+            lo, hi = max(a, first), min(a + count, end)
+            if lo < hi:
+                values[lo - first : hi - first] = v
+    elif isinstance(value, np.ndarray):  # the slot's first values, zeros after
+        values.fill(0)
+        got = value[first:end]
+        values[: len(got)] = got
+    else:
+        values.fill(value if value else 0)
 
 
 def _putter(backend: Backend, place: Any, itemsize: int) -> Callable[[int, np.ndarray], None]:

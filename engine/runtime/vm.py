@@ -45,6 +45,7 @@ from engine.ops import KernelArgs, get_op
 from engine.ops._base import Step, data_ptr, is_numpy, variant_named
 from engine.runtime.backends import get_backend
 from engine.runtime.heap import CalcHeap
+from engine.runtime.members import member_parts
 from engine.runtime.program import Program
 from engine.runtime.state import (
     STREAM_FORMAT,
@@ -174,11 +175,38 @@ class VM:
         params, _, grads, _, opt, _ = self._state_views
         be = self.backend
         be.synchronize()
-        header = {"format": STREAM_FORMAT, "program": _identity(self.program),
-                  "t": self._t[0], "dirty": self._dirty, "round": self.round,
-                  "rng": be.rng_state(self.rng), "extra": dict(extra or {})}
+        header = self._stream_header(self.program, self._dirty, extra)
         return write_stream(path, header, [params, opt, *([grads] if self._dirty else [])],
                             be)
+
+    def write_member_state(self, k: int, program: Program, path: str | os.PathLike[str],
+                           extra: Mapping[str, Any] | None = None) -> int:
+        """Write model ``k`` of this VM's stack to the file ``path`` as the state of
+        ``program``, the member's own (compiled apart, one model): byte for byte what
+        a VM of ``program`` would write (:meth:`write_state`) after
+        :func:`~engine.runtime.members.move_member` had copied model ``k`` into it
+        (its parameters and optimizer slots, the step count, rounds and generator),
+        so that :meth:`read_state` on a VM of ``program`` resumes it, exactly.  No
+        host copy of the model, and no heap of ``program``: each of the member's
+        slices goes from this heap to the file (a strided one staged in this VM's
+        workspace; :func:`~engine.runtime.members.member_parts`).  Between learning
+        batches only (not with gradients ``optimize()`` has not consumed).  The
+        stack is unchanged; returns the bytes written."""
+        if self._dirty:
+            raise EngineError("the stack holds gradients optimize() has not consumed: "
+                              "write a member between learning batches")
+        parts = member_parts(self, k, program)
+        self.backend.synchronize()
+        return write_stream(path, self._stream_header(program, 0, extra), parts,
+                            self.backend)
+
+    def _stream_header(self, program: Program, dirty: int,
+                       extra: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A state stream's header: ``program``'s layout, this VM's counters and
+        generator, the caller's ``extra``."""
+        return {"format": STREAM_FORMAT, "program": _identity(program), "t": self._t[0],
+                "dirty": dirty, "round": self.round,
+                "rng": self.backend.rng_state(self.rng), "extra": dict(extra or {})}
 
     def read_state(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """Make this VM run the model :meth:`write_state` wrote to ``path``, read

@@ -342,36 +342,65 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             r.held = set(part.members) if part.paused else set()
             r.paused = part.paused
             r.runnable = not r.waiting and not r.held
-        for m in old.members:  # those in no part end with the stack
-            owner.pop(m, None)
+        for m in old.members:  # those in no part end with the stack (not one gone out)
+            if owner.get(m) == old.number:
+                del owner[m]
         for part in msg.parts:
             for m in part.members:
                 owner[m] = part.number
         drop(msg.number)
         conn.send(Regrouped(msg.number))
 
-    def switch_out(number: int) -> None:
-        """Write the trial's state to its file, then give its region back."""
+    def switch_out(msg: SwitchOut) -> None:
+        """Write the trial's state to its file, then give its region back.  A stack's
+        member (``msg.program``: its own, compiled apart) is written as that program's
+        state (:meth:`VM.write_member_state`) and leaves the stack as a stopped member
+        does (masked: trained on, no longer reported); the stack's region goes back
+        once no member is left in it."""
+        number = msg.number
         r = residents.get(owner.get(number, number))
-        if r is None or r.stacked or r.members != [number]:
+        if r is None or number not in r.live:
             conn.send(TrialFailed(number, "could not be switched out: the worker does not "
-                                          "hold it alone"))
+                                          "hold it"))
+            return
+        if r.stacked and msg.program is None:
+            leave(r, number)  # failed: as any trial that fails, it stops here
+            conn.send(TrialFailed(number, "could not be switched out: a member of a stack "
+                                          "leaves as its own program, and none was sent"))
             return
         t0 = time.perf_counter()
         try:
             os.makedirs(switch_dir, exist_ok=True)
-            nbytes = r.vm.write_state(state_file(switch_dir, number), extra={
-                "rounds": r.rounds, "batch": r.batch, "gated": r.gated,
-                "target_std": r.validation.target_std, "save_to": r.save_to.get(number),
-                "round": r.round, "started": r.started, "switches": r.switches,
-                "busy_s": r.busy_s, "data_order": r.rng.bit_generator.state})
+            extra = {"rounds": r.rounds, "batch": r.batch, "gated": r.gated,
+                     "target_std": r.validation.target_std, "save_to": r.save_to.get(number),
+                     "round": r.round, "started": r.started, "switches": r.switches,
+                     "busy_s": r.busy_s, "data_order": r.rng.bit_generator.state}
+            path = state_file(switch_dir, number)
+            if r.stacked:
+                nbytes = r.vm.write_member_state(r.index(number), msg.program, path, extra)
+            else:
+                nbytes = r.vm.write_state(path, extra=extra)
         except Exception as e:  # a full or read-only disk: the trial cannot wait out
-            drop(r.number)
+            leave(r, number)
             conn.send(TrialFailed(number, f"could not be switched out: {type(e).__name__}: "
                                           f"{e}"))
             return
-        drop(r.number)  # first: the memory is given back before the scheduler counts it so
+        leave(r, number)  # first: the memory is given back before the scheduler counts it so
         conn.send(SwitchedOut(number, nbytes, time.perf_counter() - t0, overhead_now()))
+
+    def leave(r: Resident, number: int) -> None:
+        """Trial ``number`` leaves resident ``r``: a trial alone is dropped; a stack's
+        member stops there, and the stack ends with its last member (unless a Regroup
+        of it waits for the round's end)."""
+        if not r.stacked:
+            drop(r.number)
+            return
+        r.word(number, None)
+        if owner.get(number) == r.number:
+            del owner[number]
+        if not r.live and not any(isinstance(d, Regroup) and d.number == r.number
+                                  for d in deferred):
+            drop(r.number)
 
     def switch_in(msg: SwitchIn) -> None:
         """Bind the trial's program at its new offset and read its state back into it,
@@ -427,9 +456,9 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                     regroup(msg)
             case SwitchOut(number):
                 if running and running[0] == owner.get(number, number):
-                    deferred.append(msg)  # (never sent for a trial that runs)
+                    deferred.append(msg)  # a stack's member, at the round's end
                 else:
-                    switch_out(number)
+                    switch_out(msg)
             case SwitchIn():
                 switch_in(msg)
             case Continue(number) | Pause(number):
@@ -531,12 +560,12 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                 run_round(res, stopped)
             finally:
                 running.clear()
-                for msg in deferred:
+                while deferred:  # in order; those left are still in ``deferred``
+                    msg = deferred.pop(0)
                     if isinstance(msg, Regroup):
                         regroup(msg)
                     else:
-                        switch_out(msg.number)
-                deferred.clear()
+                        switch_out(msg)
     except (_Exit, EOFError, BrokenPipeError, ConnectionResetError):
         return  # told to, or the driver is gone: nothing to report to
 

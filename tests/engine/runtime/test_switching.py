@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from engine import SGD, Adagrad, Adam, AdamW, EngineError, Optimizer, RMSProp, compile_graph
+from engine.graph import Init
 from engine.models import paper_mlp
 from engine.runtime.arena import Arena
+from engine.runtime.backends import gpu_available
 from engine.runtime.pool import ModelPool, PoolFullError
 from engine.runtime.program import Program
 from engine.runtime.state import ModelState
@@ -368,3 +370,135 @@ def test_an_arena_maps_programs_with_views_only() -> None:
         assert all(z.base is not None for z in vm.heap.zones.values())
     with pytest.raises(EngineError, match="arena holds"):
         Arena(1024).heap(big)
+
+
+# -- a stack's member streamed alone, as its own program ----------------------------------
+
+MEMBER_INITS = [Init.xavier_uniform(), Init.he_uniform(), Init.uniform(-0.3, 0.3)]
+MEMBER_LRS = [1e-3, 3e-3, 1e-2]
+MEMBER_OPTS = {
+    "sgd": lambda lr: SGD(lr=lr),
+    "sgd-momentum": lambda lr: SGD(lr=lr, momentum=0.9, weight_decay=1e-3),
+    "adam": lambda lr: Adam(lr=lr),
+    # a slot that does not start from zero: the gaps between parameters hold 0.1 too
+    "adagrad": lambda lr: Adagrad(lr=lr, initial_accumulator_value=0.1),
+}
+ON_GPU = [pytest.mark.gpu,
+          pytest.mark.skipif(not gpu_available(), reason="needs cupy and a CUDA device")]
+MEMBER_CASES = [*((kind, k, "cpu") for kind in MEMBER_OPTS for k in (1, 2, 0)),
+                *(pytest.param(kind, 1, "gpu", marks=ON_GPU) for kind in ("sgd", "adam"))]
+
+
+def members_of(kind: str, device: str = "cpu", sizes: tuple[int, ...] = (12, 16, 9, 3),
+               n: int = 3) -> tuple[Program, list[Program]]:
+    """A stack of ``n`` models (with dropout: the generator moves too) and each one's own
+    program, compiled apart as the scheduler's ``part_program`` does."""
+    from engine.compile.stack import stack_graphs, stack_optimizers
+
+    graphs = [paper_mlp(sizes, dropout=0.3, init=MEMBER_INITS[m]) for m in range(n)]
+    opts = [MEMBER_OPTS[kind](MEMBER_LRS[m]) for m in range(n)]
+    stack = compile_graph(stack_graphs(graphs), batch_size=32,
+                          optimizer=stack_optimizers(opts), device=device)
+    return stack, [compile_graph(g, batch_size=32, optimizer=o, device=device)
+                   for g, o in zip(graphs, opts, strict=True)]
+
+
+@pytest.mark.parametrize(("kind", "k", "device"), MEMBER_CASES)
+def test_a_stacks_member_streams_as_its_own_program_would(tmp_path, kind: str, k: int,
+                                                          device: str) -> None:
+    """Model ``k`` written straight from the stack's heap is, byte for byte, the file its
+    own program's VM writes once the member is moved into it (a regroup): so the same
+    VM.read_state resumes it, and it trains on exactly as the regrouped one.  The
+    stack is left as it was (its workspace staged the strided first layer)."""
+    prog, own = members_of(kind, device)
+    stack, twin = on_device(prog, device, seed=5), on_device(prog, device, seed=5)
+    for vm in (stack, twin):
+        rounds(vm, 2, seed=1)
+    extra = {"rounds": 5, "save_to": None}
+    nbytes = stack.write_member_state(k, own[k], tmp_path / "member.state", extra=extra)
+    moved = regrouped(stack, k, own[k], device)
+    assert moved.write_state(tmp_path / "regrouped.state", extra=extra) == nbytes
+    assert (tmp_path / "member.state").read_bytes() == \
+        (tmp_path / "regrouped.state").read_bytes()
+
+    back = on_device(own[k], device, seed=99, offset=4096, initialize=False)
+    assert back.read_state(tmp_path / "member.state") == extra
+    assert (back.round, back._t[0]) == (moved.round, moved._t[0]) == (2, stack._t[0])
+    for vm in (back, moved, stack, twin):
+        rounds(vm, 2, seed=3)
+    assert_same(snapshot(back), snapshot(moved))
+    assert_same(snapshot(stack), snapshot(twin))
+
+
+def on_device(prog: Program, device: str, seed: int, offset: int = 0,
+              initialize: bool = True):
+    """A VM of ``prog`` at ``offset`` of an arena of its own, on ``device``."""
+    from engine.runtime.heap import CalcHeap
+    from engine.runtime.vm import VM
+
+    arena = Arena(offset + prog.total_bytes, device)
+    region = arena.buffer[offset:offset + prog.total_bytes]
+    return VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region),
+              initialize=initialize)
+
+
+def regrouped(stack, k: int, own: Program, device: str):
+    """Model ``k`` moved into a fresh VM of its own program: what a regroup makes."""
+    from engine.runtime.members import move_member
+
+    vm = on_device(own, device, seed=42, offset=128)
+    move_member(stack, k, vm, None)
+    return vm
+
+
+def test_a_member_streams_with_no_host_copy_of_it(tmp_path) -> None:
+    """A member of a stack whose first layer is strided (``[in, K, out]``) goes to its
+    file with no host copy: staged in the stack's workspace, a parameter at a time."""
+    import tracemalloc
+
+    from engine.compile.stack import stack_graphs, stack_optimizers
+
+    graphs = [paper_mlp((256, 1024, 1024, 10), init=MEMBER_INITS[m]) for m in range(2)]
+    opts = [Adam(lr=MEMBER_LRS[m]) for m in range(2)]
+    stack = on_device(compile_graph(stack_graphs(graphs), batch_size=32,
+                                    optimizer=stack_optimizers(opts)), "cpu", seed=1)
+    own = compile_graph(graphs[1], batch_size=32, optimizer=opts[1])
+    state = own.state_bytes + own.zone_bytes["optimizer"]
+    assert state > 10_000_000
+    tracemalloc.start()
+    try:
+        stack.write_member_state(1, own, tmp_path / "big.state")
+        on_arena(own, 0).read_state(tmp_path / "big.state")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < state // 20, f"{peak:,} bytes traced for a state of {state:,}"
+
+
+def test_a_member_is_refused_for_another_program_and_mid_batch(tmp_path) -> None:
+    prog, own = members_of("adam")
+    stack = on_device(prog, "cpu", seed=5)
+    other_width = members_of("adam", sizes=(12, 20, 9, 3))[1][1]
+    other_kind = members_of("sgd-momentum")[1][1]
+    cases = [
+        (own[1], 3, "model 3 is not one of them"),
+        (prog, 1, "stacks 3 models: model None"),  # a stack is not a member's own program
+        (other_width, 1, r"parameter 'w0' .* float32\[12, 20\]; model 1 .* float32\[12, 16\]"),
+        (other_kind, 1, "not one optimizer kind"),
+        (compile_graph(paper_mlp((12, 16, 3)), batch_size=32, optimizer=Adam()), 1,
+         "parameter 'w1' .* model 1"),
+    ]
+    for target, k, match in cases:
+        with pytest.raises(EngineError, match=match):
+            stack.write_member_state(k, target, tmp_path / "m.state")
+    stack.set("x", X[:32])
+    stack.set("y", Y[:32])
+    stack.forward("train")
+    stack.apply_loss("train")
+    stack.backward("train")
+    with pytest.raises(EngineError, match="has not consumed"):
+        stack.write_member_state(1, own[1], tmp_path / "m.state")
+    assert list(tmp_path.iterdir()) == []
+    stack.optimize()
+    stack.write_member_state(1, own[1], tmp_path / "m.state")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.state"]

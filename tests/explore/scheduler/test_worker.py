@@ -1,7 +1,8 @@
 """The worker's side of the protocol, driven in-process over a pipe: a trial goes on
 after each report without waiting (speculative rounds) and a "stop" ends it at once;
 a gated trial waits for "continue"; a trial switched out to a file and back in at
-another offset goes on as if it had stayed; "exit" ends the worker mid-round."""
+another offset goes on as if it had stayed, and a stack's member switched out alone
+as if it had been regrouped; "exit" ends the worker mid-round."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.datasets import load_digits, quantize
 from explore.sampling import fixed
+from explore.scheduler.placement import Stack
 from explore.scheduler.protocol import (
     ArenaOpened,
     Continue,
@@ -27,7 +29,11 @@ from explore.scheduler.protocol import (
     Exit,
     FromWorker,
     OpenArena,
+    Part,
+    Pause,
     Ready,
+    Regroup,
+    Regrouped,
     Report,
     Start,
     Stop,
@@ -38,6 +44,7 @@ from explore.scheduler.protocol import (
     state_file,
 )
 from explore.scheduler.shared_arrays import SharedArrays
+from explore.scheduler.stacking import Drawn, compile_stack, graph_of, part_program
 from explore.scheduler.worker import main
 from explore.space import parse_space
 
@@ -166,6 +173,111 @@ def test_a_state_that_cannot_be_written_or_read_fails_its_trial(worker: Any,
     assert failed.reason.startswith("could not be switched back in: ")
     start(conn, 6, 0, rounds=1, gated=False)  # the regions were given back
     assert isinstance(messages(conn, lambda m: isinstance(m, Done))[-1], Done)
+
+
+MEMBERS = (10, 11, 12)
+
+
+def start_stack(conn: Any, number: int, rounds: int) -> Stack:
+    """Start a stack of three trials (an MLP with dropout under Adam, differing in
+    learning rate) as ``number`` at offset 0, gated; what the scheduler knows of it."""
+    space = parse_space({"dataset": "digits", "budget": {"trials": 3, "rounds": rounds,
+                                                         "memory": "64MB", "stack": 3},
+                         "model": {"dropout": 0.2},
+                         "training": {"optimizer": "adam", "batch_size": 8}})
+    bound, base = bind(space), fixed(space)
+    drawn = [Drawn(None, {**base, "lr": lr}, graph_of(bound, {**base, "lr": lr}), False)
+             for lr in (1e-3, 3e-3, 1e-2)]
+    pending = compile_stack(bound, drawn, ARENA // 4)
+    prog = pending.candidate.program
+    conn.send(Start(number, prog, 0, 5, rounds, pending.candidate.train_batch, True,
+                    members=MEMBERS, member_save_to=(None,) * len(MEMBERS)))
+    return Stack(number, 0, prog.total_bytes, prog, MEMBERS,
+                 dict(zip(MEMBERS, pending.graphs, strict=True)),
+                 dict(zip(MEMBERS, pending.optimizers, strict=True)))
+
+
+def to_the_end(conn: Any, trials: set[int]) -> dict[int, list[Any]]:
+    """Continue each of ``trials`` after each report until every one is done; each
+    one's messages (no other trial may report meanwhile)."""
+    got: dict[int, list[Any]] = {n: [] for n in trials}
+    left = set(trials)
+    while left:
+        m = messages(conn, lambda m: isinstance(m, Report | Done))[-1]
+        assert m.number in trials, m
+        got[m.number].append(m)
+        if isinstance(m, Done):
+            left.discard(m.number)
+        else:
+            conn.send(Continue(m.number))
+    return got
+
+
+def first_round(conn: Any) -> None:
+    got = [messages(conn, lambda m: isinstance(m, Report))[-1] for _ in MEMBERS]
+    assert sorted((m.number, m.round) for m in got) == [(n, 1) for n in MEMBERS]
+
+
+def test_a_stacks_member_switched_out_alone_goes_on_as_if_regrouped(
+        worker: Any, tmp_path: Path) -> None:
+    """Member 11 of a stack of three, paused at its first rung, leaves for a file as
+    its own program while 10 and 12 run on in the stack; switched back in elsewhere,
+    it ends exactly as it does regrouped into a heap of its own.  The others end as
+    they do when nobody leaves (a member out is masked, not removed)."""
+    conn, _ = worker
+    rounds = 3
+    # Nobody leaves: every member continues.
+    start_stack(conn, -1, rounds)
+    stayed = to_the_end(conn, set(MEMBERS))
+    # Regrouped: 11 paused alone beside the stack of the two others, then continued.
+    stack = start_stack(conn, -2, rounds)
+    first_round(conn)
+    conn.send(Pause(11))
+    for n in (10, 12):
+        conn.send(Continue(n))
+    own = part_program(stack, [11])
+    conn.send(Regroup(-2, (Part(-3, part_program(stack, [10, 12]), ARENA // 4, (10, 12)),
+                           Part(11, own, ARENA // 2, (11,), paused=True))))
+    assert messages(conn, lambda m: isinstance(m, Regrouped))[-1] == Regrouped(-2)
+    to_the_end(conn, {10, 12})
+    conn.send(Continue(11))
+    regrouped = to_the_end(conn, {11})[11]
+    # Switched out of the stack, the others on to their end, then back in elsewhere.
+    stack = start_stack(conn, -4, rounds)
+    first_round(conn)
+    conn.send(Pause(11))
+    conn.send(SwitchOut(11, part_program(stack, [11])))
+    out = messages(conn, lambda m: isinstance(m, SwitchedOut))[-1]
+    path = Path(state_file(str(tmp_path / "switched"), 11))
+    assert isinstance(out, SwitchedOut) and out.number == 11
+    assert path.stat().st_size == out.nbytes
+    for n in (10, 12):
+        conn.send(Continue(n))
+    others = to_the_end(conn, {10, 12})  # and no word from 11 meanwhile
+    assert path.exists()
+    conn.send(SwitchIn(11, own, ARENA // 2 + 4096))
+    assert not conn.poll(0.5)  # back, waiting for its word
+    assert not path.exists()
+    conn.send(Continue(11))
+    switched = to_the_end(conn, {11})[11]
+    assert [measured(m) for m in switched] == [measured(m) for m in regrouped]
+    assert [m.round if isinstance(m, Report) else m.rounds for m in switched] == [2, 3]
+    for n in (10, 12):
+        assert [measured(m) for m in others[n]] == [measured(m) for m in stayed[n][1:]]
+
+
+def test_a_stacks_member_without_its_own_program_cannot_leave(worker: Any) -> None:
+    conn, _ = worker
+    start_stack(conn, -1, 2)
+    first_round(conn)
+    conn.send(Pause(11))
+    conn.send(SwitchOut(11))  # no program: it cannot be written as one of its own
+    failed = messages(conn, lambda m: isinstance(m, TrialFailed))[-1]
+    assert isinstance(failed, TrialFailed) and failed.number == 11
+    assert "own program" in failed.reason
+    for n in (10, 12):
+        conn.send(Continue(n))
+    assert set(to_the_end(conn, {10, 12})) == {10, 12}  # the stack goes on without it
 
 
 SPAWNER = '''
