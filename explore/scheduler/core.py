@@ -10,8 +10,8 @@ trial out of its arena or back into one, regroup a stack, note and tell a trial'
 The loop (:mod:`.loop`) carries them out and turns the workers' messages into events;
 the pruner's word comes from a :class:`~.policy.Policy`.
 
-**Nothing is pruned for lack of room** (a trial alone, that is: a paused member of a
-stack still is).  A paused trial holds its region while nothing else wants it; when a
+**Nothing is pruned for lack of room** (unless ``switch_limit`` stops the states
+leaving).  A paused trial holds its region while nothing else wants it; when a
 candidate, or a promoted trial, finds no room, paused trials leave (``SwitchOut``: the
 worker writes the state to a file and gives the region back), the one standing lowest
 at its rung first (:meth:`~.policy.Policy.standing`), until the one waiting fits.  A
@@ -205,10 +205,17 @@ class Core:
             sum(state_size(p.program) for w in self.workers.values()
                 for p in w.residents.values() if p.leaving)
 
+    def _state_of(self, p: Placement) -> int:
+        """The bytes ``p``'s state would take out (a stack's member: as the program of
+        its own it would leave as)."""
+        if p.stack is not None and p.program is None:
+            p.program = self.part(p.stack, [p.trial.number])  # kept for its SwitchOut
+        return state_size(p.program)
+
     def _may_leave(self, victims: list[Placement]) -> bool:
         """Whether the states of ``victims`` fit the switch limit beside those out."""
         return self.switch_limit is None or \
-            self.out_bytes() + sum(state_size(p.program) for p in victims) <= \
+            self.out_bytes() + sum(map(self._state_of, victims)) <= \
             self.switch_limit
 
     def heaps(self) -> int:
@@ -329,8 +336,11 @@ class Core:
         or, in lockstep, waiting for their turn (nothing runs between two turns)."""
         ready = {id(q) for q in self.ready}
         idle = [p for p in w.residents.values()
-                if not p.leaving and p.stack is None and p.program is not None and
-                (p.paused is not None or (id(p) in ready and not self._runs(p)))]
+                if not p.leaving and (
+                    (p.stack is None and p.program is not None and
+                     (p.paused is not None or (id(p) in ready and not self._runs(p)))) or
+                    (p.stack is not None and p.paused is not None and
+                     not p.stack.regrouping))]
         return sorted(idle, key=self._leave_order)
 
     def _runs(self, p: Placement) -> bool:
@@ -357,15 +367,18 @@ class Core:
         the room (its trials run, or the processes grew): the one waiting waits.
         ``among``: the workers it may be made in (default: all)."""
         heaps, room = self.heaps(), self.room()
-        leaving = sum(p.size for w in self.workers.values() for p in w.residents.values()
-                      if p.leaving)
+        on_way = {id(p) for w in self.workers.values() for p in w.residents.values()
+                  if p.leaving}
+        leaving = sum(n for w in self.workers.values() for _, n in _released(w, on_way))
 
         def fits(w: Worker, victims: list[Placement]) -> bool:
             free = FreeList(list(w.free))
-            for p in [*victims, *(p for p in w.residents.values() if p.leaving)]:
-                free.release(p.offset, p.size)
+            regions = _released(w, on_way | {id(p) for p in victims})
+            for offset, n in regions:
+                free.release(offset, n)
+            more = sum(n for _, n in regions) - sum(n for _, n in _released(w, on_way))
             return free.best_fit(size) is not None and self._may_leave(victims) and \
-                heaps - leaving - sum(p.size for p in victims) + size <= room
+                heaps - leaving - more + size <= room
 
         best: tuple[tuple[int, int, int], Worker, list[Placement]] | None = None
         for w in (self.workers if among is None else among).values():
@@ -411,15 +424,20 @@ class Core:
                     left = True
         if left:
             return
-        paused = [(held, p) for held, p in self.paused() if held is not None]
-        for held, p in paused:
-            if p.stack is not None or self.switch_limit is not None:
-                self._prune(held, p)
-                return
+        if self.switch_limit is not None:  # none may leave: the one paused longest ends
+            for held, p in self.paused():
+                if held is not None:
+                    self._prune(held, p)
+                    return
 
     def _switch_out(self, w: Worker, p: Placement) -> None:
+        """``p`` leaves the arena; a stack's member as a program of its own (compiled as
+        a regroup would), which its state is written in and it comes back as."""
         p.leaving = True
-        self._emit(Send(w.index, SwitchOut(p.trial.number)))
+        if p.stack is not None and p.program is None:
+            p.program = self.part(p.stack, [p.trial.number])
+        self._emit(Send(w.index, SwitchOut(p.trial.number,
+                                           p.program if p.stack is not None else None)))
 
     def _left(self, w: Worker | None, msg: SwitchedOut) -> None:
         """The worker wrote the trial's state and gave its region back: the region is
@@ -427,8 +445,12 @@ class Core:
         p = None if w is None else w.residents.get(msg.number)
         if w is None or p is None or not p.leaving:
             return
-        del w.residents[msg.number]
-        w.free.release(p.offset, p.size)
+        if p.stack is not None:  # the stack goes on without it (regrouped, or masked)
+            self._release(w, p)
+            p.stack, p.offset, p.size = None, 0, align_up(p.program.total_bytes)
+        else:
+            del w.residents[msg.number]
+            w.free.release(p.offset, p.size)
         if msg.overhead:
             w.overhead_now = msg.overhead
         p.leaving, p.outs, p.moved = False, p.outs + 1, p.moved + msg.nbytes
@@ -757,19 +779,22 @@ class Core:
         self.ready = [p for p in self.ready if self._holds(p)]
         if self.in_flight is not None or not self.ready:
             return
-        p = max(self.ready, key=lambda p: (self.policy.last_step(p.trial) or 0,
-                                           -p.trial.number))
-        if p.leaving:
-            return  # it comes back once its state is written
-        if p.trial.number in self.out:
-            got = self._bring_in(p)
-            if got is False and not self._in_transit():
-                self._make_way()  # the processes grew: it fits once all leave, or fails
-            if not got:
-                return
-        self.ready.remove(p)
-        self.in_flight = p.trial.number
-        self._emit(Send(p.worker, Continue(p.trial.number)))
+        for p in sorted(self.ready, key=lambda p: (self.policy.last_step(p.trial) or 0,
+                                                   -p.trial.number), reverse=True):
+            if p.leaving:
+                return  # it comes back once its state is written
+            if p.trial.number in self.out:
+                got = self._bring_in(p)
+                if got is None or (got is False and self._in_transit()):
+                    return  # failed (it cannot fit), or room is being made for it
+                if got is False:
+                    continue  # no room can be made for it now (the processes grew, or
+                    # the switch limit): the next in turn that is in an arena goes on
+            self.ready.remove(p)
+            self.in_flight = p.trial.number
+            self._emit(Send(p.worker, Continue(p.trial.number)))
+            return
+        self._make_way()  # none can go on: it fits once all leave, or fails
 
     def _holds(self, p: Placement) -> bool:
         """Whether ``p`` is still held here: switched out, or by its (live) worker."""
@@ -819,7 +844,8 @@ class Core:
         given back), or when nothing needs moving."""
         if st.regrouping or w.stacks.get(st.number) is not st:
             return False
-        placed = {m: w.residents[m] for m in st.members if m in st.held}
+        placed = {m: w.residents[m] for m in st.members if m in st.held and
+                  not w.residents[m].leaving}  # one leaving is not moved
         going = [m for m in st.members if m in placed and placed[m].paused is None]
         paused = [m for m in st.members if m in placed and placed[m].paused is not None]
         if not placed or (not paused and len(going) == len(st.members)) or not going:
@@ -854,7 +880,7 @@ class Core:
                         held=set(g))
             w.stacks[sub.number] = sub
             for m in g:
-                placed[m].stack, placed[m].offset = sub, offset
+                placed[m].stack, placed[m].offset, placed[m].program = sub, offset, None
             parts.append(Part(sub.number, prog, offset, tuple(g)))
         st.regrouping, st.regroup_due, st.held = True, False, set()
         self.counts["regrouped"] = self.counts.get("regrouped", 0) + 1
@@ -864,9 +890,10 @@ class Core:
     def _regroup_due(self) -> None:
         """Regroup the stacks whose members left or paused, once the reports of a round
         are read (they come together).  A paused member whose heap of its own does not
-        fit is pruned instead, as a rung pruner that does not pause would have (holding
-        it apart needs memory); a stack that only lost members and finds no room now
-        goes on with them masked, and is tried again when memory is given back."""
+        fit leaves the arena alone (switched out as a program of its own; pruned only
+        where switching is off or at its limit); a stack that only lost members and
+        finds no room now goes on with them masked, and is tried again when memory is
+        given back."""
         if not self._regroups_waiting:
             return
         self._regroups_waiting = False
@@ -877,13 +904,30 @@ class Core:
                 if self._regroup(w, st):
                     continue
                 stuck = [w.residents[m] for m in st.members if m in st.held and
-                         w.residents[m].paused is not None]
+                         w.residents[m].paused is not None and not w.residents[m].leaving]
                 if stuck and len(stuck) < len(st.held):
-                    for p in stuck:  # they cannot wait apart: pruned, and the rest go on
-                        self._prune(w, p, regroup=False)
+                    for p in stuck:  # they cannot wait apart in the arena: they wait
+                        # out of it (pruned where they cannot), and the rest go on
+                        if self.switching and self._may_leave([p]):
+                            self._switch_out(w, p)
+                        else:
+                            self._prune(w, p, regroup=False)
                     if not self._regroup(w, st) and st.regroup_due:
                         st.regroup_due = False  # masked until memory is given back
                         self._masked.append((w, st))
                 elif st.regroup_due:
                     st.regroup_due = False
                     self._masked.append((w, st))
+
+
+def _released(w: Worker, gone: set[int]) -> list[tuple[int, int]]:
+    """The regions of ``w``'s arena given back once the trials ``gone`` (their
+    Placements' ids) leave: each one alone, and each stack whose members held there
+    all leave."""
+    regions = [(p.offset, p.size) for p in w.residents.values()
+               if id(p) in gone and p.stack is None]
+    regions += [(st.offset, st.size) for st in w.stacks.values()
+                if st.held and not st.regrouping and
+                all(id(w.residents[m]) in gone for m in st.held)]
+    return regions
+

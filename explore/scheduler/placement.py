@@ -138,6 +138,11 @@ class Resuming:
         yield self.program
 
 
+# Room for a state file's header (the program's layout, counters, the generator's
+# state: a few kB) beside its bytes
+STATE_HEADER = 64 << 10
+
+
 def state_size(program: Any) -> int:
     """The bytes a state of ``program`` switched out takes (its parameters and optimizer
     slots, :meth:`engine.VM.write_state`), known before it is written: unconsumed
@@ -146,7 +151,7 @@ def state_size(program: Any) -> int:
     state = getattr(program, "state_bytes", None)
     if state is None:
         return align_up(int(program.total_bytes))
-    return int(state) + int(program.zone_bytes.get("optimizer", 0))
+    return int(state) + int(program.zone_bytes.get("optimizer", 0)) + STATE_HEADER
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,6 @@ class Simulation:
         self.told[n] = state
         if state == TrialState.PRUNED and self.policy.said.get(n) != PRUNE and \
                 self.switching and self.core.switch_limit is None and \
-                n not in self.stacked and \
                 (self.core.waiting or self.core.in_hand() >
                  sum(w.active() for w in self.core.workers.values())):
             # paused trials end pruned only when nothing could promote them any more
@@ -333,20 +332,32 @@ class Simulation:
                 sw.residents.pop(msg.number)
             self.outbox.append((sw.index, SimRegrouped(msg.number)))
         elif isinstance(msg, SwitchOut):
-            self._switch_out(sw, msg.number)
+            self._switch_out(sw, msg)
         elif isinstance(msg, SwitchIn):
             self._switch_in(sw, msg)
 
-    def _switch_out(self, sw: SimWorker, n: int) -> None:
+    def _switch_out(self, sw: SimWorker, msg: SwitchOut) -> None:
         """Write the trial's state to its simulated file and give its region back (or
         fail to write it, as a full disk would)."""
+        n = msg.number
         r = sw.residents.get(sw.owner.get(n, n))
-        if r is None or r.members != [n]:
+        if r is None or n not in r.live:
             raise Violation(self._where(f"trial {n} switched out, but worker {sw.index} "
-                                        "does not hold it alone"))
-        if r.runnable():
+                                        "does not hold it"))
+        if r.members != [n]:  # a stack's member leaves alone: masked there, as stopped
+            if n not in r.held:
+                raise Violation(self._where(f"stacked trial {n} switched out while it "
+                                            "could run"))
+            r.word(n, None)
+            sw.owner.pop(n, None)
+            if not r.live:
+                self._drop(sw, r.number)
+            r = SimResident(n, [n], r.rounds, r.gated, r.round, {n},
+                            region=(0, align_up(msg.program.total_bytes)))
+        elif r.runnable():
             raise Violation(self._where(f"trial {n} switched out while it could run"))
-        self._drop(sw, n)
+        else:
+            self._drop(sw, n)
         if self.rng.random() < 0.03:
             self.outbox.append((sw.index, TrialFailed(n, "could not be switched out: "
                                                          "simulated")))

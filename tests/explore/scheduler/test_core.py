@@ -351,6 +351,25 @@ def test_a_paused_stack_member_waits_apart() -> None:
     assert all(isinstance(st, Stack) for st in core.workers[0].stacks.values())
 
 
+def test_a_paused_stack_member_without_room_apart_leaves_alone_not_pruned() -> None:
+    """No room beside the stack for the paused member's own program: it is switched out
+    as that program (compiled apart, as a regroup would), and the others go on."""
+    core = core_with(Scripted(gated=True, r1_1=1))
+    admit(core, 0, 1, 2, size=9_000)
+    (st,) = core.workers[0].stacks.values()
+    went = [m for n in (0, 1, 2) for m in sent(core.handle(Reported(0, report(n, 1))))]
+    assert went == [Continue(0), Pause(1), Continue(2)]  # 0 and 2 go on
+    msgs = sent(core.place())
+    (switch,) = [m for m in msgs if isinstance(m, SwitchOut)]
+    assert switch.number == 1 and switch.program.total_bytes == 1_000
+    core.handle(LeftArena(0, out_of(1, nbytes=900)))
+    assert 1 in core.out and core.out[1].stack is None and core.out[1].size == 1_024
+    assert st.held == {0, 2} and core.counts["pruned"] == 0
+    core.handle(Finished(0, Done(0, {"score": 0.5}, 2, 0, 0.0, 0.0, 0.0)))
+    core.handle(Finished(0, Done(2, {"score": 0.5}, 2, 0, 0.0, 0.0, 0.0)))
+    assert core.heaps() == 0  # the stack's region is free once its members ended
+
+
 def test_ctrl_c_fails_and_queues_everything_in_hand_and_holds_nothing() -> None:
     core = core_with(Scripted())
     admit(core, 0, size=8_000)
