@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -17,6 +19,23 @@ from tests.pg_server import PgServer, PostgresUnavailable
 # tests keep theirs apart from the user's cache, in one folder for the session, which
 # the subprocesses they start inherit.
 os.environ.setdefault("EXPLORE_CACHE_DIR", tempfile.mkdtemp(prefix="explore-test-cache-"))
+
+
+@pytest.fixture
+def on_disk(tmp_path: Path) -> Iterator[Path]:
+    """A folder on disk for switched-out states: ``tmp_path``, unless that is in memory
+    (``/tmp`` on ``tmpfs``), where a CPU run does not switch
+    (:mod:`explore.scheduler.switched`); then one beside the tests, removed after."""
+    from explore.scheduler.switched import memory_backed
+
+    if not memory_backed(tmp_path):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix=".switch-", dir=Path(__file__).parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # -- a real PostgreSQL server (tests/pg_server.py) ---------------------------------------

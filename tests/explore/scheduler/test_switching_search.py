@@ -51,7 +51,8 @@ class ArenaOf(Scheduler):
         return self.arena or super()._arena_on(device, ws)
 
 
-def search(folder: Path, arena: int | None = None) -> tuple[list[dict[str, Any]], Any]:
+def search(folder: Path, arena: int | None = None,
+           states: Path | None = None) -> tuple[list[dict[str, Any]], Any]:
     folder.mkdir()
     f = folder / "sw.yaml"
     f.write_text(SPACE)
@@ -59,7 +60,7 @@ def search(folder: Path, arena: int | None = None) -> tuple[list[dict[str, Any]]
     study = open_study(space, f"sqlite:///{folder / 'sw.db'}")
     sched = ArenaOf(bind(space), study, load_digits(), workers=1,
                     memory=space.budget.memory, device="cpu", main=IN_TEST,
-                    switch_dir=folder / "artifacts")
+                    switch_dir=(states or folder) / "artifacts")
     sched.arena = arena
     stats = sched.run(space.budget.trials)
     trials = [{"number": t.number, "state": t.state.name, "params": t.params,
@@ -72,14 +73,16 @@ def search(folder: Path, arena: int | None = None) -> tuple[list[dict[str, Any]]
     return trials, stats
 
 
-def test_paused_trials_wait_switched_out_and_the_search_is_the_same(tmp_path: Path) -> None:
+def test_paused_trials_wait_switched_out_and_the_search_is_the_same(tmp_path: Path,
+                                                                   on_disk: Path) -> None:
     roomy, roomy_stats = search(tmp_path / "roomy")
     heaps = [align_up(t["record"]["total_bytes"]) for t in roomy]
     assert roomy_stats.counts.get("switched_out", 0) == 0  # all fit: nothing moved
     assert {t["state"] for t in roomy} == {"COMPLETE", "PRUNED"}
     assert roomy_stats.counts["resumed"] > 0  # paused trials were promoted
 
-    tight, stats = search(tmp_path / "tight", arena=max(max(heaps), sum(heaps) // 4))
+    tight, stats = search(tmp_path / "tight", arena=max(max(heaps), sum(heaps) // 4),
+                          states=on_disk)
     # the same search, to the bit: what each trial was drawn, how it ended, every
     # value it reported (a switch that lost a bit of any weight, moment or generator
     # would move them)
@@ -96,5 +99,5 @@ def test_paused_trials_wait_switched_out_and_the_search_is_the_same(tmp_path: Pa
     moved = [t for t in tight if t["record"].get("switched_out")]
     assert moved and all(t["record"]["switch_bytes"] > 0 for t in moved)
     assert any(t["state"] == "COMPLETE" for t in moved)  # out, back in, and finished
-    assert not (tmp_path / "tight" / "artifacts" / SWITCHED).exists()  # nothing left
+    assert not (on_disk / "artifacts" / SWITCHED).exists()  # nothing left
     assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
