@@ -488,6 +488,8 @@ class Simulation:
             if sw.inbox:
                 choices.append(("receive", sw))
             runnable = [r for r in sw.residents.values() if r.runnable()]
+            # the worker's pick: a trial not yet begun waits while one part way can run
+            runnable = [r for r in runnable if r.round > 0] or runnable
             if runnable:
                 choices.append(("round", sw, runnable))
         if self.outbox:

@@ -277,13 +277,15 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
 
     def pick() -> int | None:
         """Depth first: the runnable trial furthest along; a trial not yet begun waits
-        while another is part way (it is ready for the moment that one ends, so the
-        worker never idles between trials, and the pruner learns as early as it can)."""
+        while another part way can run (it is ready for the moment that one ends, so
+        the worker never idles between trials, and the pruner learns as early as it
+        can).  One part way that waits for its word does not hold it back: in rotation
+        that word comes only after the new trial's turn."""
         runnable = [n for n in order if residents[n].runnable]
         if not runnable:
             return None
         best = max(runnable, key=lambda n: (residents[n].round, -order.index(n)))
-        if residents[best].round == 0 and any(r.round > 0 and not r.paused
+        if residents[best].round == 0 and any(r.round > 0 and not r.paused and r.runnable
                                               for r in residents.values()):
             return None
         return best
