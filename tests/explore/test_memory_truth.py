@@ -7,6 +7,7 @@ the budget, the packing must use it (safety must not come from wasting memory)."
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,10 @@ from typing import Any
 import optuna
 import pytest
 
+from engine.alignment import align_up
 from explore.procmem import run_measured
+from explore.scheduler.switched import SWITCHED, memory_backed
+from explore.study import RECORD_ATTR
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SPACES = ROOT / "search_spaces"
@@ -104,3 +108,78 @@ def test_a_small_run_stays_within_its_budget(tmp_path: Path) -> None:
                  "model: {depth: 1, width: {int: [16, 64]}}\n"
                  "training: {optimizer: adam, lr: 0.01, batch_size: 32}\n")
     check(measured_run(f, "150MB"), 150 * 10**6)
+
+
+# Successive halving that pauses its trials at the rung: at a budget a few heaps above
+# the space's least (about 146 MB on a 2-core Linux machine, as ``explore run`` names
+# it below that; its arena holds 3 to 12 of these 1.8 MB trials as the processes'
+# measured constants move), the paused trials are more than the arena holds and wait
+# switched out to files for the room the next one needs.  One architecture: every
+# trial's heap is the smallest candidate's, so that none can fail for room.
+SWITCHING = """\
+name: switching
+dataset: digits
+budget: {trials: 24, rounds: 3, memory: MEMORY, workers: 1}
+sampler: {name: random, seed: 0}
+pruner: {name: successive_halving, warmup_rounds: 1, pause: true}
+model: {depth: 2, width: 256}
+training: {optimizer: adam, lr: {float: [1.0e-3, 1.0e-1], log: true}, batch_size: 32,
+           eval_batch_size: 32}
+"""
+# Rotation: every trial in hand at once (``in_flight``), more than the arena holds at
+# that budget, advanced round by round; those waiting their turn are switched out.
+ROTATING = """\
+name: rotating
+dataset: digits
+budget: {trials: 24, rounds: 2, memory: MEMORY, workers: 1, in_flight: 24}
+sampler: {name: random, seed: 0}
+pruner: none
+model: {depth: 2, width: 256}
+training: {optimizer: adam, lr: {float: [1.0e-3, 1.0e-1], log: true}, batch_size: 32,
+           eval_batch_size: 32}
+"""
+TIGHT = "152MB"
+
+
+def switching_run(tmp_path: Path, space: str, name: str) -> dict[str, Any]:
+    """``explore run`` of ``space`` at TIGHT, measured (check()ed), whose states went
+    to files on disk (``<space>.artifacts``, beside it) and are gone after it."""
+    if memory_backed(tmp_path):  # there the run would not switch (it adds memory)
+        pytest.skip(f"{tmp_path} is in memory (tmpfs): trials are not switched out there")
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(space.replace("MEMORY", TIGHT))
+    try:
+        result = measured_run(f, TIGHT, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"explore run {f.name} had not ended after 240 s")
+    check(result, int(TIGHT[:-2]) * 10**6)
+    run = result["run"]
+    assert run["switching"]["switched_out"] > 0, run["switching"]
+    assert not (tmp_path / f"{name}.artifacts" / SWITCHED).exists()  # no state left
+    return result
+
+
+def test_paused_trials_wait_switched_out_within_the_budget(tmp_path: Path) -> None:
+    result = switching_run(tmp_path, SWITCHING, "switching")
+    trials = result["trials"]
+    moved = [t for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("switched_out")]
+    assert moved, result["run"]["switching"]  # the trials' records say so too
+    assert sum(t.user_attrs[RECORD_ATTR]["switched_out"] for t in moved) == \
+        result["run"]["switching"]["switched_out"]
+    assert {t.state.name for t in trials} == {"COMPLETE", "PRUNED"}  # none failed
+
+
+def test_trials_in_rotation_wait_their_turn_switched_out_within_the_budget(
+        tmp_path: Path) -> None:
+    result = switching_run(tmp_path, ROTATING, "rotating")
+    run, trials = result["run"], result["trials"]
+    records = [t.user_attrs.get(RECORD_ATTR, {}) for t in trials]
+    heap = align_up(records[0]["total_bytes"])
+    assert run["arena"] < 24 * heap  # in flight: more than the arena holds
+    # every trial ran its two rounds and completed, none failed or was pruned for room
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 24
+    assert all(r["rounds"] == 2 for r in records)
+    # those waiting their turn left and came back in
+    assert run["switching"]["switched_in"] == run["switching"]["switched_out"]
+    assert sum(r.get("switched_out", 0) for r in records) == \
+        run["switching"]["switched_out"] >= 24 - run["arena"] // heap
