@@ -113,7 +113,7 @@ class DriverRun(Simulation):
 
     def __init__(self, world: DriversSimulation, driver: Driver, seed: int,
                  core_type: type[Core], rng: random.Random) -> None:
-        super().__init__(seed, core_type)
+        super().__init__(seed, core_type, knobs=False)  # the loop's defaults
         self.world, self.driver, self.live = world, driver, driver.live
         self.rng = rng  # one stream for the whole world: one seed replays it all
         # the core was made with the plain SimPolicy, before any event: the same pruner,

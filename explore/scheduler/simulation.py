@@ -95,7 +95,7 @@ class Result:
 class Simulation:
     """One schedule, drawn from ``seed``; :meth:`run` plays it to the end."""
 
-    def __init__(self, seed: int, core_type: type[Core] = Core) -> None:
+    def __init__(self, seed: int, core_type: type[Core] = Core, knobs: bool = True) -> None:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.n_workers = rng.randint(1, 3)
@@ -114,15 +114,16 @@ class Simulation:
             self.stack = 1
         self.policy = SimPolicy(seed, gated=rng.random() < 0.5)
         # drawn apart, so that the schedules drawn above stay those of their seeds
-        knobs = random.Random(seed * 31 + 7)
+        # (``knobs`` False: none of them, the schedules the drivers' simulation replays)
+        draw = random.Random(seed * 31 + 7)
         # rotation (the budget's in_flight): more trials in hand than the arenas hold
-        self.rotation = knobs.randint(1, 14) if not lockstep and knobs.random() < 0.3 \
-            else None
+        self.rotation = draw.randint(1, 14) if knobs and not lockstep and \
+            draw.random() < 0.3 else None
         if self.rotation is not None:
             self.stack = 1  # the loop does not stack trials in rotation
-        self.switching = self.rotation is not None or knobs.random() < 0.9
+        self.switching = not knobs or self.rotation is not None or draw.random() < 0.9
         # the most bytes of states out at once
-        limit = knobs.choice([None, None, None, arena // 2, arena * 2])
+        limit = draw.choice([None, None, None, arena // 2, arena * 2]) if knobs else None
         self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part,
                               switching=self.switching, rotation=self.rotation,
                               switch_limit=limit)
