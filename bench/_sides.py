@@ -19,6 +19,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -95,3 +96,18 @@ def fastest(medians: Mapping[str, float | None]) -> str:
     """The name of the smallest of several variants' median times."""
     known = {k: v for k, v in medians.items() if v is not None}
     return min(known, key=lambda k: known[k])
+
+
+def timed(fn: Callable[[], Any], sync: Callable[[], None], k: int = 1) -> float:
+    """Milliseconds per call, over ``k`` back-to-back calls."""
+    sync()
+    t = time.perf_counter()
+    for _ in range(k):
+        fn()
+    sync()
+    return (time.perf_counter() - t) * 1e3 / k
+
+
+def calls_per_sample(fn: Callable[[], Any], sync: Callable[[], None]) -> int:
+    """Enough calls that one sample lasts ~20 ms (timer and loop noise amortised)."""
+    return max(1, min(1000, int(20.0 / max(timed(fn, sync, 3), 1e-4))))

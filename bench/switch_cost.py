@@ -63,7 +63,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +70,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._sides import calls_per_sample, timed
 from engine import VM, Adam, Program, compile_graph
 from engine.models import paper_mlp
 
@@ -145,19 +145,6 @@ def read_all(f: Any, view: memoryview) -> None:
         view = view[got:]
 
 
-def timed(fn: Callable[[], Any], sync: Callable[[], None], k: int = 1) -> float:
-    """Milliseconds per call, over ``k`` back-to-back calls."""
-    sync()
-    t = time.perf_counter()
-    for _ in range(k):
-        fn()
-    sync()
-    return (time.perf_counter() - t) * 1e3 / k
-
-
-def calls_per_sample(fn: Callable[[], Any], sync: Callable[[], None]) -> int:
-    """Enough calls that one sample lasts ~20 ms (timer and loop noise amortised)."""
-    return max(1, min(1000, int(20.0 / max(timed(fn, sync, 3), 1e-4))))
 
 
 def compare(sides: dict[str, Callable[[], Any]], sync: Callable[[], None],
