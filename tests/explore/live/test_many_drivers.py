@@ -260,7 +260,10 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path: Path, how: str, 
 
 
 def _stop_then_run_again(tmp_path: Path, how: str, storage: str) -> None:
-    space = grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB")
+    # long enough (about 4 s of trials after the first two are seen running) that the
+    # signal meets the run going on, however late a loaded machine lets the test look:
+    # with 30 rounds the run sometimes ended first (exit 0)
+    space = grid_space(tmp_path, 10, rounds=120, workers=2, memory="400MB")
     driver = start(space, storage)
     running_trials(storage, 2, driver=driver)
     family = descendants(driver.pid)
