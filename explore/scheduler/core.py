@@ -125,6 +125,12 @@ class Core:
         self._masked: list[tuple[Worker, Stack]] = []
         self._out: list[Command] = []
 
+    @property
+    def turns(self) -> bool:
+        """Trials go on in the turns the core gives (lockstep, rotation), not as soon
+        as the pruner lets them."""
+        return self.lockstep or self.rotation is not None
+
     # -- the interface -------------------------------------------------------------------
     def handle(self, event: Event) -> list[Command]:
         """Decide on ``event``; the commands it leads to, in order."""
@@ -252,23 +258,17 @@ class Core:
             return self.take()  # a promoted trial waits for room: it goes first
         still: list[Pending] = []
         batch, self.waiting = self.waiting, []
-        heaps, room = self.heaps(), self.room()
+        heaps = self.heaps()
         making = False  # room is being made for the first that found none
         for pend in batch:
             if making:  # those behind it wait: they would take what it is made for
                 still.append(pend)
                 continue
             cand = pend.candidate
-            # Processes that grew beyond their measured constants take room from the
-            # heaps: a trial waits until the ones placed leave enough of the budget, and
-            # one that could not fit even with none placed fails with the reason.
-            spot = find_spot(self.workers, cand, most=room - heaps)
-            if spot is None and heaps == 0:
-                grown = find_spot(self.workers, cand)
-                if grown is not None:
-                    for trial in pend.trials:
-                        self.fail(trial, self._grown(grown.size), never_started=True)
-                    continue
+            spot, grown = self._spot(self.workers, cand, heaps)
+            if grown:
+                self._fail_unstarted(pend, grown)
+                continue
             if spot is None:
                 if not still and self.switching:  # the first without room: paused trials
                     # make it some
@@ -300,6 +300,30 @@ class Core:
                 trial, cand, w.index, spot.offset, 0 if stack else spot.size, self.now,
                 requeued, stack=stack, program=None if stack else spot.program)
         self._emit(Launch(w.index, pend, spot.offset, spot.program, stack))
+
+    def _spot(self, workers: dict[int, Worker], cand: Any,
+              heaps: int) -> tuple[Spot | None, int]:
+        """Where ``cand`` goes in ``workers`` within the room the budget leaves beside
+        ``heaps`` placed: (its spot, 0); (None, 0) while it waits; (None, its bytes)
+        when it could not fit even with none placed, as the processes grew beyond their
+        measured constants (they take room from the heaps): it fails, saying so."""
+        spot = find_spot(workers, cand, most=self.room() - heaps)
+        if spot is None and heaps == 0:
+            grown = find_spot(workers, cand)
+            if grown is not None:
+                return None, grown.size
+        return spot, 0
+
+    def _fail_unstarted(self, pend: Pending, size: int) -> None:
+        """``pend`` cannot fit even with nothing placed (:meth:`_spot`)."""
+        for trial in pend.trials:
+            self.fail(trial, self._grown(size), never_started=True)
+
+    def _fail_out(self, p: Placement, size: int) -> None:
+        """The switched-out ``p`` cannot come back even with nothing placed."""
+        del self.out[p.trial.number]
+        self._emit(DropState(p.trial.number))
+        self.fail(p.trial, self._grown(size))
 
     def _grown(self, size: int) -> str:
         return (f"does not fit: the run's processes grew by {self.stats.growth:,} bytes "
@@ -453,7 +477,7 @@ class Core:
             w.free.release(p.offset, p.size)
         if msg.overhead:
             w.overhead_now = msg.overhead
-        p.leaving, p.outs, p.moved = False, p.outs + 1, p.moved + msg.nbytes
+        p.leaving, p.moved = False, p.moved + msg.nbytes
         p.state = msg.nbytes
         p.spans.append([self.now])
         self.out[msg.number] = p
@@ -466,16 +490,10 @@ class Core:
         """Switch the promoted trial ``p`` back into the arena with room (as a candidate
         is placed), or make room for it: True once sent, False while it waits, None
         when it cannot fit with nothing placed (the processes grew: it fails)."""
-        n = p.trial.number
-        spot = find_spot(self.workers, Resuming(p.program))
-        heaps = self.heaps()
-        if spot is not None and heaps + spot.size > self.room():
-            if heaps == 0:
-                del self.out[n]
-                self._emit(DropState(n))
-                self.fail(p.trial, self._grown(spot.size))
-                return None
-            spot = None
+        spot, grown = self._spot(self.workers, Resuming(p.program), self.heaps())
+        if grown:
+            self._fail_out(p, grown)
+            return None
         if spot is None:
             self._make_room(align_up(p.program.total_bytes))
             return False
@@ -544,7 +562,7 @@ class Core:
             self._emit(Measure())
             return
         self._resume_promoted()
-        if self.policy.gated or self.lockstep or self.rotation is not None:
+        if self.policy.gated or self.turns:
             self._continue(w, p)
 
     def _finished(self, w: Worker | None, msg: Done) -> None:
@@ -602,7 +620,7 @@ class Core:
         come to promote the paused trials any more: the run is over for them."""
         if self._in_transit():
             return
-        if (self.lockstep or self.rotation is not None) and self.ready:
+        if self.turns and self.ready:
             before = len(self._out)
             self._rotate() if self.rotation is not None else self._turn()
             if len(self._out) > before:
@@ -656,10 +674,10 @@ class Core:
         how many, the bytes written out, and when it was out (``out_spans``: [left,
         back] in seconds since the run began; back is the end for a trial that ended
         out)."""
-        if not p.outs:
+        if not p.spans:
             return {}
         spans = [[round(t, 3) for t in (*span, self.now)[:2]] for span in p.spans]
-        return {"switched_out": p.outs, "switch_bytes": p.moved, "out_spans": spans}
+        return {"switched_out": len(p.spans), "switch_bytes": p.moved, "out_spans": spans}
 
     def _resume_promoted(self) -> None:
         """Resume each paused trial that the results so far promote at its rung; one
@@ -671,7 +689,7 @@ class Core:
                 p.paused = None
                 self.counts["resumed"] += 1
                 if w is None or p.leaving:
-                    if self.lockstep or self.rotation is not None:
+                    if self.turns:
                         self.ready.append(p)
                     continue
                 self._continue(w, p)
@@ -680,7 +698,7 @@ class Core:
     def _continue(self, w: Worker, p: Placement) -> None:
         """Let a trial waiting after its report run on; in lockstep, when its turn comes
         (:meth:`go`); in rotation, in its turn (:meth:`_rotate`)."""
-        if self.lockstep or self.rotation is not None:
+        if self.turns:
             self.ready.append(p)
         else:
             self._emit(Send(w.index, Continue(p.trial.number)))
@@ -730,14 +748,15 @@ class Core:
                 cand: Any = Resuming(item.program)
             else:
                 cand = item.candidate
-            room = self.room()
-            heaps = self.heaps()
-            spot = find_spot(free, cand, most=room - heaps)
-            if spot is None and heaps == 0:
-                grown = find_spot(free, cand)
-                if grown is not None:  # the processes grew: it cannot fit with none placed
-                    self._drop_turn(item, grown.size)
-                    continue
+            spot, grown = self._spot(free, cand, self.heaps())
+            if grown:
+                if isinstance(item, Placement):
+                    self.ready.remove(item)
+                    self._fail_out(item, grown)
+                else:
+                    self.waiting.remove(item)
+                    self._fail_unstarted(item, grown)
+                continue
             if spot is None:
                 if self._make_room_for(cand, among=free):
                     return  # those behind it wait: they would take what is made for it
@@ -759,18 +778,6 @@ class Core:
         self.ready.remove(p)
         self.running[p.worker] = p.trial.number
         self._emit(Send(p.worker, Continue(p.trial.number)))
-
-    def _drop_turn(self, item: Placement | Pending, size: int) -> None:
-        """A turn that cannot fit even with nothing placed (the processes grew) fails."""
-        if isinstance(item, Placement):
-            self.ready.remove(item)
-            del self.out[item.trial.number]
-            self._emit(DropState(item.trial.number))
-            self.fail(item.trial, self._grown(size))
-            return
-        self.waiting.remove(item)
-        for trial in item.trials:
-            self.fail(trial, self._grown(size), never_started=True)
 
     def _turn(self) -> None:
         """:meth:`go`'s choice, whatever the memory: the same trial goes on whether it

@@ -83,8 +83,7 @@ class Placement:
     # state is written (a Start there could overwrite it before).
     leaving: bool = False
     state: int = 0  # bytes of its state's file while it is out
-    outs: int = 0  # times switched out of an arena
-    moved: int = 0  # bytes of state written out by those switches
+    moved: int = 0  # bytes of state written out by its switches (one per span below)
     # when it left an arena and came back (seconds since the run began; [left] alone
     # while it is out), for its record and the timeline
     spans: list[list[float]] = field(default_factory=list)
