@@ -187,6 +187,10 @@ class Budget(Strict):
     # re-queued by another driver or the next run (explore.live); a driver's heartbeat is
     # every 5 s, or a quarter of the grace if that is shorter
     grace: Num = Field(60.0, ge=2, le=86_400)
+    # Seconds from the run's start after which no new trial starts (Optuna's
+    # ``optimize(timeout=)``): the trials in hand finish, and the run ends as complete
+    # with fewer trials than ``trials``; the next run goes on.  None: no limit.
+    timeout: Num | None = Field(None, gt=0, le=365 * 86_400)
 
     @property
     def ordinals(self) -> list[int]:
