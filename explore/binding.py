@@ -65,7 +65,7 @@ def bind(space: Space, data: BaseDataset | None = None, builder: Builder | None 
         except BuilderError as e:
             raise space.error_at(("model", "builder"), str(e)) from e
     elif builder is not None and not callable(builder):
-        raise TypeError(f"a model builder is a function of the trial, not a "
+        raise TypeError(f"a model builder is a function of the trial (and the data), not a "
                         f"{type(builder).__name__}")
     return BoundSpace(space, data, builder)
 

@@ -36,7 +36,9 @@ def graph_of(bound: BoundSpace, params: dict[str, Any], eval_loss: bool = True,
     by its model builder (:mod:`explore.families.builder`): called with ``trial`` (the live
     Optuna trial, which then records what the builder chose in
     ``params["builder_params"]``), else replaying ``params["builder_params"]``, else
-    with every range at its low end."""
+    with every range at its low end; and with the data's facts, where it takes them.
+    A builder's model that does not give the data's outputs raises
+    :class:`~explore.families.builder.OutputMismatch`."""
     if bound.builder is None:
         return families.get(bound.space.model.family).build(params, bound.data,
                                                              eval_loss=eval_loss)
@@ -44,10 +46,10 @@ def graph_of(bound: BoundSpace, params: dict[str, Any], eval_loss: bool = True,
         chosen = params.get(BUILDER_PARAMS)
         trial = replay(chosen) if chosen is not None else LowTrial()
     before = set(trial.params)  # what the space's own ranges asked already
-    result = call_builder(bound.builder, trial)
+    result = call_builder(bound.builder, trial, bound.data)
     if BUILDER_PARAMS not in params:
         params[BUILDER_PARAMS] = {k: v for k, v in trial.params.items() if k not in before}
-    return graph_of_model(result, bound.data, params)
+    return graph_of_model(result, bound.data, params, builder=bound.builder)
 
 
 @dataclass

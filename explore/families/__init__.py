@@ -4,7 +4,7 @@ a trial's parameters become a network.
 - the built-in families ``mlp``, ``cnn`` and ``resnet`` (:mod:`explore.families.layers`
   holds what they share) and ``onnx``, a model read from a file;
 - :mod:`explore.families.builder`, the user's own Python (``model.builder``), a function
-  of the trial;
+  of the trial and of the data's facts (:class:`DataInfo`);
 - :mod:`explore.families.tasks`, the conventions every model follows for its task.
 
 Add a family with a module that subclasses :class:`BaseFamily` (or
@@ -26,6 +26,7 @@ from explore.families._base import (
     AtKey,
     BaseFamily,
     BuildError,
+    DataInfo,
     DataShape,
     Shape,
     get,
@@ -34,7 +35,7 @@ from explore.families._base import (
 from explore.families._cnn import CnnFamily
 from explore.families._mlp import MlpFamily
 from explore.families._onnx import Onnx, check_onnx_key
-from explore.families.builder import BuilderError
+from explore.families.builder import BuilderError, OutputMismatch
 from explore.families.layers import ModuleFamily
 from explore.registry import import_plugins
 
@@ -44,5 +45,5 @@ names = FAMILIES.names
 import_plugins(__name__, __path__)
 
 __all__ = ["FAMILIES", "AtKey", "BaseFamily", "BuildError", "BuilderError", "CnnFamily",
-           "DataShape", "MlpFamily", "ModuleFamily", "Onnx", "Shape", "check_onnx_key",
-           "get", "names", "register"]
+           "DataInfo", "DataShape", "MlpFamily", "ModuleFamily", "Onnx", "OutputMismatch",
+           "Shape", "check_onnx_key", "get", "names", "register"]

@@ -60,6 +60,61 @@ class Shape:
     pixel_scale: float | None = None
 
 
+@dataclass(frozen=True)
+class DataInfo:
+    """What a model builder knows of the data it builds for: ``build(trial, data)``
+    (:mod:`explore.families.builder`) gets one, so that the model's input width and its
+    last layer follow the data set rather than numbers written into the builder.
+
+    ``n_features``: values per row as the model takes them, after preprocessing (a
+    table's categories one-hot encoded): the width of the input ``x``, which arrives
+    flat, ``[batch, n_features]``.  ``input_shape``: how those values are laid out per
+    row, ``(channels, height, width)`` for images (reshape ``x`` to it in ``forward``),
+    ``(n_features,)`` for a table.  ``n_classes``: the classes of a classification
+    (None for a regression); ``n_outputs``: what the model's last layer gives per row
+    (the classes, or 1 for a regression), which the run checks before any trial trains.
+    ``feature_names`` and ``class_labels``: a table's (None for a built-in data set).
+    Plain data, made in the scheduler's process from the data set's shape (or a study's
+    record of it when a kept model is rebuilt); it never crosses to a worker.
+
+    >>> data = DataInfo.of(Shape(features=64, classes=10, image=(1, 8, 8)))
+    >>> data.n_features, data.n_classes, data.input_shape, data.n_outputs
+    (64, 10, (1, 8, 8), 10)
+    >>> DataInfo.of(Shape(features=3, classes=0, task="regression")).n_outputs
+    1
+    """
+
+    task: str  # "classification" or "regression"
+    n_features: int
+    n_classes: int | None
+    input_shape: tuple[int, ...]
+    feature_names: tuple[str, ...] | None = None
+    class_labels: tuple[Any, ...] | None = None
+
+    @property
+    def n_outputs(self) -> int:
+        """Values the model predicts per row: its classes, or 1 for a regression."""
+        return 1 if self.n_classes is None else self.n_classes
+
+    @classmethod
+    def of(cls, data: DataShape | DataInfo) -> DataInfo:
+        """The facts of a data set (a :class:`DataShape`: a
+        :class:`~explore.datasets.BaseDataset`, :class:`Shape`, or a study's record)."""
+        if isinstance(data, DataInfo):
+            return data
+        task = getattr(data, "task", None) or "classification"
+        features = int(data.features)
+        image = getattr(data, "image", None)
+        pre = getattr(data, "preprocess", None)
+        names = getattr(pre, "feature_names", None)
+        labels = getattr(pre, "labels", None)
+        return cls(task=task, n_features=features,
+                   n_classes=None if task == "regression" else int(data.classes or 0),
+                   input_shape=tuple(int(d) for d in image) if image else (features,),
+                   feature_names=tuple(names) if names else None,
+                   class_labels=tuple(labels) if labels else None)
+
+
 class BaseFamily(ABC):
     """A model family (``model.family`` in a search space)."""
 

@@ -70,17 +70,20 @@ def task_of(data: DataShape) -> str:
 
 
 def trace(net: nn.Module, data: DataShape, params: Mapping[str, Any],
-          eval_loss: bool = True, name: str | None = None) -> CalcGraph:
+          eval_loss: bool = True, name: str | None = None,
+          forward_only: bool = False) -> CalcGraph:
     """``net`` traced for ``data``'s task (:func:`engine.nn.to_graph`): the loss
     ``params["loss"]`` names, the eval outputs the task's metrics read (``eval_loss``
     among them unless False).  Where ``data`` keeps uint8 pixels (``pixel_scale``) the
     input ``x`` is uint8, a quarter of the bytes of float32, and the model dequantizes
     it, ``x * pixel_scale``, as its first op (fused into the first layer by the
-    compiler)."""
+    compiler).  ``forward_only``: the eval path to ``logits`` alone, no loss or metric
+    (what the model computes, whatever they would make of it)."""
     task = task_of(data)
     scale = getattr(data, "pixel_scale", None)
     return nn.to_graph(net, inputs={"x": ((0, int(data.features)),
                                           "uint8" if scale else "float32")},
-                       loss=task_loss(params, task),
-                       metrics=task_outputs(task, int(data.classes or 0), eval_loss),
+                       loss=None if forward_only else task_loss(params, task),
+                       metrics=() if forward_only else task_outputs(
+                           task, int(data.classes or 0), eval_loss),
                        name=name, dequantize={"x": scale} if scale else None)

@@ -2,7 +2,9 @@
 parameters, build its graph and compile it to fit an arena, stacked with others where
 they share an architecture and an optimizer kind.  What comes out is a
 :class:`~.stacking.Pending`, for the decision core to place; a trial whose model
-cannot be built or does not fit fails here, with its reason, before any worker sees it.
+cannot be built, gives outputs that do not fit the data's classes (a builder's:
+:class:`~explore.families.OutputMismatch`) or does not fit an arena fails here, with
+its reason, before any worker sees it.
 """
 
 from __future__ import annotations
