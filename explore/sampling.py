@@ -19,6 +19,7 @@ values, which is how Optuna learns the conditional space (momentum only for SGD)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from explore.ranges import Choice, FloatRange, IntRange, Range
@@ -129,6 +130,43 @@ def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, An
         n = out[COUNT[name]]
         vals = out[key] or [_one(_Low(), name, params[name])]
         out[key] = (vals + [vals[-1]] * n)[:n]
+    return out
+
+
+def assumed(space: Space, params: dict[str, Any], given: Iterable[str] = ()
+            ) -> dict[str, Any]:
+    """The searched parameters of ``params`` (from :func:`fixed`) that ``given`` (the
+    names fixed by hand) did not name, with the value each took: a range's low end or
+    a choice's first, per layer a list (one value for every layer when the range is not
+    per layer).  A parameter whose ``when`` does not hold was not asked, and is not
+    listed.
+
+    >>> from explore.space import parse_space
+    >>> space = parse_space({"budget": {"trials": 1, "rounds": 1, "memory": "64MB"},
+    ...     "model": {"depth": {"int": [1, 3]}, "width": {"int": [16, 64]}},
+    ...     "training": {"optimizer": {"choice": ["adam", "sgd"]},
+    ...                  "momentum": {"float": [0.5, 0.9], "when": {"optimizer": "sgd"}}}})
+    >>> assumed(space, fixed(space, {"depth": 2}), ["depth"])
+    {'width': 16, 'optimizer': 'adam'}
+    """
+    named = set(given)
+    chosen = {k: v for k, v in params.items() if k not in PER_LAYER.values()}
+    for name, key in PER_LAYER.items():
+        if params.get(key):
+            chosen[name] = params[key][0]
+    out: dict[str, Any] = {}
+    for name, p in space.params().items():
+        if not isinstance(p, Range) or name in named or PER_LAYER.get(name) in named:
+            continue
+        if p.when and not _applies(p.when, chosen):
+            continue
+        value = params[PER_LAYER.get(name, name)]
+        if name in PER_LAYER:
+            if not value:  # no layer of that kind (depth 0): nothing asked
+                continue
+            if not p.per_layer:
+                value = value[0]
+        out[name] = value
     return out
 
 

@@ -26,9 +26,10 @@ file, line and key at once (:class:`~explore.yamlio.SpaceError`).  The sections 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     Field,
     PrivateAttr,
@@ -68,13 +69,14 @@ from explore.space_sections import (  # the sections
     Training,
     machine_memory,
 )
+from explore.suggest import close, quoted
 from explore.yamlio import Document, SourceError, SpaceError, load_file
 
 __all__ = ["MAX_STUDY_NAME", "WHEN_DEFAULTS", "Budget", "ByteSize", "Choice",
            "DatasetSection", "FloatRange", "IntRange", "Located", "Model", "Objective",
            "Param", "Pruner", "Range", "Sampler", "Scalar", "Space", "SpaceError",
            "Training", "can_be", "check_study_name", "check_value", "describe",
-           "load_space", "machine_memory", "parse_size", "parse_space"]
+           "load_space", "machine_memory", "parse_size", "parse_space", "unknown_key"]
 
 # A parameter with ``when`` that a trial does not ask for takes this value (off): one
 # every trial needs (lr, batch_size, width, depth, ...) cannot be conditional.
@@ -254,6 +256,118 @@ class Space(Strict):
         return self
 
 
+# Keys that other tools (and habit) use for ours, which no spelling distance finds:
+# the key -> where it is in a space (section.key; a top-level key alone).  Suggested
+# wherever such a key is unknown.  Every target is a key of the schema (tested).
+SYNONYMS: dict[str, str] = {
+    "learning_rate": "training.lr", "learningrate": "training.lr", "eta": "training.lr",
+    "epochs": "budget.rounds", "n_epochs": "budget.rounds", "num_epochs": "budget.rounds",
+    "max_epochs": "budget.rounds", "iterations": "budget.rounds",
+    "n_trials": "budget.trials", "num_trials": "budget.trials",
+    "max_trials": "budget.trials",
+    "batch": "training.batch_size", "bs": "training.batch_size",
+    "optim": "training.optimizer", "wd": "training.weight_decay",
+    "l2": "training.weight_decay",
+    "layers": "model.depth", "n_layers": "model.depth", "num_layers": "model.depth",
+    "hidden_layers": "model.depth", "units": "model.width", "hidden_size": "model.width",
+    "hidden_units": "model.width", "neurons": "model.width", "filters": "model.channels",
+    "kernel_size": "model.kernel", "act": "model.activation",
+    "n_jobs": "budget.workers", "jobs": "budget.workers", "gpu": "budget.device",
+    "metric": "objectives", "objective": "objectives", "direction": "objectives",
+    "data": "dataset", "study_name": "name",
+}
+
+
+def _models_in(tp: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's type can hold (through ``X | None``, ``list[X]``,
+    ``Annotated[...]``)."""
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [tp]
+    return list(dict.fromkeys(m for arg in get_args(tp) for m in _models_in(arg)))
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    """The keys a section's model accepts, as a file writes them (an alias, if any)."""
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _sections() -> dict[str, list[str]]:
+    """Every section's keys by the section's name ("" for the top level)."""
+    out = {"": _keys(Space)}
+    for name, f in Space.model_fields.items():
+        for model in _models_in(f.annotation):
+            out.setdefault(name, []).extend(_keys(model))
+    return out
+
+
+def _keys_at(section: tuple[Any, ...], data: Any) -> list[str]:
+    """The keys the mapping at ``section`` (a key path into the space) accepts: its
+    model's, found by walking the schema's types along the path.  Where the path can
+    hold several models (a parameter: ``int:``, ``float:`` or ``choice:``), those the
+    mapping's other keys name, or all of them."""
+    models: list[type[BaseModel]] = [Space]
+    for part in section:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            data = None
+        if isinstance(part, int):  # an item of a list: the list's model
+            continue
+        models = list(dict.fromkeys(
+            m for model in models for name, f in model.model_fields.items()
+            if part in (name, f.alias) for m in _models_in(f.annotation)))
+    if isinstance(data, dict) and len(models) > 1:
+        given = {str(k) for k in data}
+        models = [m for m in models if given & set(_keys(m))] or models
+    return list(dict.fromkeys(k for m in models for k in _keys(m)))
+
+
+def unknown_key(loc: tuple[Any, ...], data: Any) -> str:
+    """The message for the unknown key at ``loc`` of the space ``data``: what was
+    likely meant (a synonym's key, a close spelling among the section's keys, or the
+    section that has the key), else the keys the section takes.
+
+    >>> unknown_key(("budget", "round"), {"budget": {"round": 3}})
+    "unknown key; did you mean 'rounds'?"
+    >>> unknown_key(("training", "learning_rate"), {})
+    "unknown key; did you mean 'lr'?"
+    >>> unknown_key(("epochs",), {})
+    "unknown key; did you mean 'budget.rounds'?"
+    >>> unknown_key(("sampler", "zzz"), {})
+    'unknown key; sampler takes name, seed, startup_trials'
+    """
+    *section, key = loc
+    keys = _keys_at(tuple(section), data)
+    if not keys:  # pragma: no cover (pydantic reports extra keys of models only)
+        return "unknown key"
+    name = ".".join(str(p) for p in section if not isinstance(p, int))
+    if isinstance(key, str):
+        sections = _sections()
+
+        def shown(paths: list[str]) -> str:  # a path in this section by its key alone
+            out = [repr(p.rpartition(".")[2]) if p.rpartition(".")[0] == name else
+                   repr(p) if "." in p else f"{p!r} at the top level" for p in paths]
+            return out[0] if len(out) == 1 else f"{', '.join(out[:-1])} or {out[-1]}"
+
+        meant = SYNONYMS.get(key.lower())
+        if meant is not None:
+            return f"unknown key; did you mean {shown([meant])}?"
+        near = close(key, keys)
+        if near:
+            return f"unknown key; did you mean {quoted(near)}?"
+        # a key of another section, as written or misspelt, or a synonym misspelt
+        paths = {k: [f"{s}.{k}" if s else k for s, ks in sections.items() if k in ks]
+                 for ks in sections.values() for k in ks}
+        elsewhere = paths.get(key) or [
+            p for k in close(key, [*paths, *SYNONYMS])
+            for p in (paths[k] if k in paths else [SYNONYMS[k]])]
+        if elsewhere:
+            return f"unknown key; did you mean {shown(list(dict.fromkeys(elsewhere)))}?"
+    return f"unknown key; {name or 'the top level'} takes {', '.join(keys)}"
+
+
 def parse_space(data: Any, doc: Document | None = None) -> Space:
     """Validate ``data`` (already read) as a :class:`Space`; every error at once.  Data
     file paths are relative to ``doc``'s folder, or the current one.  Nothing is read or
@@ -273,7 +387,7 @@ def parse_space(data: Any, doc: Document | None = None) -> Space:
             line = doc.line(loc) if doc else None
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = "unknown key"
+                msg = unknown_key(loc, data)
             errors.append(SourceError(file, line, ".".join(map(str, loc)), msg))
         raise SpaceError(errors) from None
     space._doc = doc

@@ -15,6 +15,7 @@ named after the space, so running the same command again resumes it.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -110,7 +111,42 @@ def open_study(space: Space, storage: str, name: str | None = None) -> optuna.St
         raise ValueError(f"study {study.study_name!r} in {storage} optimises "
                          f"{[d.name.lower() for d in study.directions]}, the space asks for "
                          f"{directions}")
+    if study.metric_names is None:  # a new study, or one made before studies were named
+        name_objectives(study, space)
     return study
+
+
+def metric_names(space: Space) -> list[str]:
+    """The objectives' names as the study records them: their metrics, a metric named
+    twice numbered from its second (Optuna's tables take one column per name).
+
+    >>> from explore.space import parse_space
+    >>> metric_names(parse_space({"budget": {"trials": 1, "rounds": 1, "memory": "64MB"},
+    ...     "objectives": [{"metric": "loss"}, {"metric": "planned_bytes"},
+    ...                    {"metric": "loss", "direction": "maximize"}]}))
+    ['loss', 'planned_bytes', 'loss_2']
+    """
+    names: list[str] = []
+    for o in space.objectives:
+        name, n = o.metric, 1
+        while name in names:
+            n += 1
+            name = f"{o.metric}_{n}"
+        names.append(name)
+    return names
+
+
+def name_objectives(study: optuna.Study, space: Space) -> None:
+    """Record the objectives' metric names in ``study`` (Optuna's ``metric_names``, which
+    optuna-dashboard and ``trials_dataframe`` show in place of "Objective 0"), unless it
+    holds those already.  Setting the same names again, as every driver of a study does,
+    changes nothing.  :func:`open_study` names a study that has no names; a run whose
+    space was changed on purpose (``--space-changed``) renames it with this."""
+    names = metric_names(space)
+    if study.metric_names != names:
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(names)
 
 
 class Keep(Protocol):

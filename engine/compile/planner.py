@@ -39,7 +39,7 @@ SHARING = ("none", *STRATEGIES)
 class ZoneStats:
     no_sharing: int  # every buffer its own slot
     planned: int  # what the plan allocates
-    lower_bound: int  # the most bytes live at one instruction
+    lower_bound: int  # the most bytes of packed pieces busy at one instruction
 
 
 
@@ -149,7 +149,13 @@ def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
         temps = [(lt.start[n], lt.end[n], buffer_bytes(ir.descs[n], batch))
                  for n in lt.start if ir.zone[n] == z]
         base = persistent[z] - (sum(i[2] for i in temps) if sharing == "none" else 0)
-        stats[z] = ZoneStats(base + sum(i[2] for i in temps), used[z], base + lower_bound(temps))
+        # the bound is over the memory the plan packs: an op that writes over its input
+        # (in place) shares that input's piece, busy until the later of their lifetimes
+        groups = lt.groups() if sharing != "none" else {n: (lt.start[n], lt.end[n])
+                                                        for n in lt.start}
+        owned = [(*groups[n], buffer_bytes(ir.descs[n], batch)) for n in groups
+                 if ir.zone[n] == z]
+        stats[z] = ZoneStats(base + sum(i[2] for i in temps), used[z], base + lower_bound(owned))
     stats = {z: stats[z] for z in ZONES}
     shared = frozenset() if sharing == "none" else frozenset(lt.start)
     return MemoryPlan(batch, dict(used), offsets, region, state_offsets, workspace, stats,

@@ -1,5 +1,14 @@
 """``explore size``: the exact memory plan of one candidate of a space, and the largest
-batch that fits a budget."""
+batch that fits a budget.
+
+The candidate is the one ``--params`` names; every searched parameter it does not name
+takes its range's low end or its choice's first (a model builder's too: its trial
+answers each ``suggest_*`` so), and the command says which values it assumed.  Per
+zone, the plan's table gives the bytes without sharing, the bytes planned and the peak
+live (the most bytes of values live at one instruction, each value counted apart).
+Planned can be below the peak live: an op that writes its result over its input
+(in place) puts two live values in one piece of memory.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +37,7 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
     from explore.families import BuildError  # noqa: PLC0415 (--help start-up)
     from explore.families.builder import LowTrial  # noqa: PLC0415 (--help start-up)
     from explore.optimizers import build_optimizer  # noqa: PLC0415 (--help start-up)
-    from explore.sampling import fixed  # noqa: PLC0415 (--help start-up)
+    from explore.sampling import assumed, fixed  # noqa: PLC0415 (--help start-up)
     from explore.space import check_value  # noqa: PLC0415 (--help start-up)
 
     bound = read_bound(space_file)
@@ -59,10 +68,13 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
             p = fixed(space, overrides)
         except ValueError as e:
             fail(f"--params {e}")
+        guessed = assumed(space, p, overrides)
         if p["batch_size"] == "auto" and budget is None:
-            p["batch_size"] = space.training.auto_max_batch
+            p["batch_size"] = guessed["batch_size"] = space.training.auto_max_batch
         if bound.uses_builder:
-            graph = graph_of(bound, p, trial=LowTrial(given))
+            low = LowTrial(given)
+            graph = graph_of(bound, p, trial=low)
+            guessed.update({k: v for k, v in low.params.items() if k not in given})
         cand = compile_candidate(bound, p, budget or 1 << 62, graph=graph)
         # the engine's search for the largest batch that fits (engine.max_batch)
         biggest = compile_graph(graph or graph_of(bound, p), memory=budget,
@@ -75,13 +87,16 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
     prog = cand.program
     result: dict[str, Any] = {"zones": dict(prog.zone_bytes), "total_bytes": prog.total_bytes,
                               "batch_size": cand.train_batch,
-                              "compiled_batch": prog.batch_size}
+                              "compiled_batch": prog.batch_size, "assumed": guessed}
     if biggest is not None:
         result["max_batch"] = biggest
     if as_json:
         click.echo(json.dumps(result))
         return
-    console.out.print(prog.plan_report(), highlight=False)
+    if guessed:
+        console.out.print(f"assumed, as --params did not say: {assumed_text(guessed)}",
+                          highlight=False)
+    console.out.print(plan_table(prog.memory), highlight=False)
     console.out.print(
         f"batch {cand.train_batch} (compiled for {prog.batch_size}, the validation "
         f"chunk): {prog.total_bytes:,} bytes"
@@ -100,3 +115,50 @@ def _value(text: str) -> Any:
     if text.startswith("["):
         return [_value(x.strip()) for x in text.strip("[]").split(",") if x.strip()]
     return text
+
+
+def assumed_text(values: dict[str, Any]) -> str:
+    """``name=value, ...``, each as ``--params`` would give it.
+
+    >>> assumed_text({"depth": 1, "widths": [16, 32], "optimizer": "adam", "lr": 0.001})
+    'depth=1, widths=[16,32], optimizer=adam, lr=0.001'
+    """
+    def shown(v: Any) -> str:
+        if isinstance(v, list):
+            return f"[{','.join(shown(x) for x in v)}]"
+        return str(v).lower() if isinstance(v, bool) else str(v)  # as --params reads it
+
+    return ", ".join(f"{k}={shown(v)}" for k, v in values.items())
+
+
+def plan_table(memory: dict[str, dict[str, int]]) -> str:
+    """A program's memory per zone (:attr:`engine.runtime.program.Program.memory`): the
+    bytes without sharing, planned, and the peak live with planned's share of it, and
+    a total; a last line says why planned is below the peak live where it is.
+
+    >>> print(plan_table({"forward": {"no_sharing": 960, "planned": 576,
+    ...                               "lower_bound": 960}}))  # doctest: +NORMALIZE_WHITESPACE
+    zone   no sharing  planned  peak live  planned/peak
+    forward       960      576        960         0.600
+    total         960      576        960         0.600
+    planned is below the peak live where an op writes its result over its input (in
+    place): the peak counts those two values apart
+    """
+    # the engine's "lower_bound" counts an in-place result apart from the input whose
+    # memory it takes, so the plan can go below it: it is the peak live, not a bound
+    rows = [f"{'zone':<10} {'no sharing':>14} {'planned':>14} {'peak live':>14} "
+            f"{'planned/peak':>13}"]
+    total = dict.fromkeys(("no_sharing", "planned", "lower_bound"), 0)
+    below = False
+    for zone, st in [*memory.items(), ("total", total)]:
+        if zone != "total":
+            for k in total:
+                total[k] += st[k]
+        below |= st["planned"] < st["lower_bound"]
+        ratio = st["planned"] / st["lower_bound"] if st["lower_bound"] else 1.0
+        rows.append(f"{zone:<10} {st['no_sharing']:>14,} {st['planned']:>14,} "
+                    f"{st['lower_bound']:>14,} {ratio:>13.3f}")
+    if below:
+        rows.append("planned is below the peak live where an op writes its result over "
+                    "its input (in place): the peak counts those two values apart")
+    return "\n".join(rows)

@@ -4,10 +4,12 @@ side (the package's docstring says how drivers cooperate)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import optuna
@@ -41,6 +43,25 @@ from explore.procmem import alive as process_alive
 from explore.space import Space
 from explore.storages.files import StorageFile
 from explore.study import PARAMS_ATTR, RECORD_ATTR, Keep, make_pruner, make_sampler
+
+
+@contextlib.contextmanager
+def _quiet_in_memory() -> Iterator[None]:
+    """Within, the in-memory storage's log of this thread is dropped: Optuna says "A new
+    study created in memory with name: ..." for the working copy, beside its line for
+    the stored study, which is the one a user means.  Other threads' records, and
+    every other logger's (the stored study's creation included), pass."""
+    me = threading.get_ident()
+    logger = logging.getLogger(optuna.storages.InMemoryStorage.__module__)
+
+    def others(record: logging.LogRecord) -> bool:
+        return record.thread != me
+
+    logger.addFilter(others)
+    try:
+        yield
+    finally:
+        logger.removeFilter(others)
 
 
 class LiveStudy(Claiming):
@@ -77,9 +98,11 @@ class LiveStudy(Claiming):
         self.study_id = study_id(stored)
         # The stored study's name: Hyperband assigns a trial to a bracket by a hash of
         # the study's name and the trial's number, and an unnamed study gets a random one.
-        self.work = optuna.create_study(study_name=stored.study_name,
-                                        directions=list(stored.directions),
-                                        sampler=make_sampler(space), pruner=make_pruner(space))
+        with _quiet_in_memory():
+            self.work = optuna.create_study(study_name=stored.study_name,
+                                            directions=list(stored.directions),
+                                            sampler=make_sampler(space),
+                                            pruner=make_pruner(space))
         self.wstorage = storage_of(self.work)
         self.driver = driver_name() if driver is None else driver
         host, pid = driver_host_pid(driver)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from explore.registry import C, Registry
+from explore.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from explore.metrics.evaluation import Evaluation
@@ -53,8 +54,30 @@ class BaseMetric(ABC):
         return float(measured[self.name])
 
 
+# Other names for our metrics (scikit-learn's, habit's) that no spelling distance finds.
+SYNONYMS = {"auc": "roc_auc", "acc": "accuracy", "f1_score": "f1", "r2_score": "r2",
+            "mse": "rmse", "mean_squared_error": "rmse", "mean_absolute_error": "mae",
+            "error": "loss", "memory": "planned_bytes", "bytes": "planned_bytes",
+            "time": "train_seconds", "seconds": "train_seconds"}
+
+
 class _Registry(Registry[BaseMetric]):
-    """Registers a metric under its name and tells the class that name."""
+    """Registers a metric under its name and tells the class that name; an unknown
+    name's message says which one was likely meant."""
+
+    def check(self, value: Any) -> str:
+        """``value`` if it is a metric's name, else a ValueError listing the names, with
+        the close ones (or a synonym's) first.
+
+        >>> METRICS.check("auc")
+        Traceback (most recent call last):
+        ...
+        ValueError: Input should be 'accuracy', ...; did you mean 'roc_auc'?
+        """
+        try:
+            return super().check(value)
+        except ValueError as e:
+            raise ValueError(f"{e}{did_you_mean(value, self.names(), SYNONYMS)}") from None
 
     def register(self, name: str) -> Callable[[C], C]:
         add = super().register(name)
