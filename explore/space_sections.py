@@ -56,12 +56,19 @@ class DatasetSection(Strict):
           scale: standard           # none | standard | minmax, fitted on train only
           task: classification      # or regression; inferred from the target if omitted
           seed: 0                   # the split's seed
+          missing: impute           # error (default) | drop | impute: missing values
+          impute: median            # with impute: median | mean | most_frequent
         dataset: {x: X.npy, y: y.npy}                 # arrays, memory-mapped
 
     Exactly one of ``name``, ``path`` or ``x`` and ``y``.  An integer ``train`` or
     ``valid`` keeps that many rows of the split (any dataset); a fraction or a path
     makes the split.  Named sets take the table options that they support (the
-    scikit-learn tables: ``valid``/``test`` fractions, ``scale``, ``seed``).  Relative
+    scikit-learn tables: ``valid``/``test`` fractions, ``scale``, ``seed``).
+    ``missing`` says what a missing value of your data does: ``error`` refuses the
+    table naming every column at fault, ``drop`` drops its row before the split,
+    ``impute`` fills it from the training split (a numeric column's ``impute``
+    statistic, a category's most frequent value; a row without a target is dropped),
+    see :mod:`explore.datasets.missing`.  Relative
     paths are resolved against the YAML file's folder (:func:`load_space`), or the
     current one for a space given from Python.  What the data says is checked when it
     is resolved (:attr:`Space.data`, a :class:`~explore.datasets.BaseDataset`)."""
@@ -79,6 +86,8 @@ class DatasetSection(Strict):
     scale: Literal["none", "standard", "minmax"] | None = None
     task: Literal["classification", "regression"] | None = None
     seed: Int | None = Field(None, ge=0, le=MAX_SEED)
+    missing: Literal["error", "drop", "impute"] | None = None  # None: error
+    impute: Literal["median", "mean", "most_frequent"] | None = None  # None: median
 
     @field_validator("path", "x", "y", "valid", "test", mode="after")
     @classmethod
@@ -131,6 +140,15 @@ class DatasetSection(Strict):
                     raise ValueError(f"{k} is for a table file (path:); {what} has none")
             if self.categorical:
                 raise ValueError(f"categorical is for a table file (path:); {what} has none")
+        if self.impute is not None and self.missing != "impute":
+            raise Located(("impute",), f"{self.impute} is what missing: impute fills a "
+                          "missing value with; set missing: impute as well (missing is "
+                          f"{self.missing or 'error'})")
+        if self.name is not None:
+            for k in ("missing", "impute"):
+                if getattr(self, k) is not None:
+                    raise Located((k,), f"{k} is for your own data (path: or x and y); "
+                                  "a named dataset has no missing values")
         if self.name is not None and self.task is not None:
             raise ValueError("task is for your own data: a named dataset has its own")
         if self.path is not None and self.path.suffix.lower() in (".csv", ".parquet") and \

@@ -2,16 +2,17 @@
 
 :func:`layout_of` decides once, from the main source, which column is the target and
 which features are numeric or categorical (a :class:`Layout`); :func:`check_columns`
-checks every source's values against it; :func:`train_categories` and
-:func:`fit_scaling` learn from the training rows what
-:class:`~explore.datasets.preprocess.Preprocess` applies.  Numeric features are read
+checks every source's columns against it (their values' gaps are
+:mod:`~explore.datasets.missing`'s); :func:`train_categories` and :func:`fit_scaling`
+learn from the training rows what :class:`~explore.datasets.preprocess.Preprocess`
+applies.  Numeric features are read
 a chunk of rows at a time (:func:`chunk_rows`), so a large source is never converted
 whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,11 +118,23 @@ def layout_of(s: Source, target: str | None, features: Sequence[str] | None,
         raise DataError(f"{s.where}: the columns {listing(text)} are not numeric; "
                         f"list them under categorical (one-hot encoded) or leave them "
                         f"out of the features", key="categorical")
-    types = _pd().api.types
-    ints = {c: bool(types.is_integer_dtype(frame[col[c]]) or
-                    types.is_bool_dtype(frame[col[c]])) for c in cats}
+    ints = {c: _integer_categories(frame[col[c]]) for c in cats}
     return Layout(target, [c for c in feats if c not in cats],
                   [c for c in feats if c in cats], ints)
+
+
+def _integer_categories(column: pd.Series) -> bool:
+    """Whether a categorical column's categories are integers: an integer or boolean
+    column, or a float one whose values are all integers with some missing (pandas
+    reads a CSV column of integers with an empty field as floats)."""
+    types = _pd().api.types
+    if types.is_integer_dtype(column) or types.is_bool_dtype(column):
+        return True
+    if not types.is_float_dtype(column):
+        return False
+    v = column.to_numpy(np.float64, na_value=np.nan)
+    known = v[~np.isnan(v)]
+    return len(known) < len(v) and bool(np.all(np.isfinite(known) & (known % 1 == 0)))
 
 
 def input_columns(s: Source, layout: Layout) -> list[str]:
@@ -133,7 +146,8 @@ def input_columns(s: Source, layout: Layout) -> list[str]:
 
 
 def check_columns(s: Source, layout: Layout) -> None:
-    """Every value of every feature (and the target) is there and finite."""
+    """Every source has the columns of the layout, of its kinds, and arrays their
+    shapes.  (Their values' gaps are :func:`explore.datasets.missing.scan`'s.)"""
     if s.frame is None:
         x, y = s.x, s.y
         assert x is not None and y is not None
@@ -148,8 +162,6 @@ def check_columns(s: Source, layout: Layout) -> None:
                             f"the training data has {len(layout.numeric)}")
         if not is_numeric(x):
             raise DataError(f"{s.where}: the features are {x.dtype}, not numbers", key="x")
-        for start, block in _blocks(x):
-            _finite(block.reshape(len(block), -1), start, s.where, layout.numeric)
         return
     frame = s.frame
     names = [str(c) for c in frame.columns]
@@ -162,24 +174,15 @@ def check_columns(s: Source, layout: Layout) -> None:
     if text:
         raise DataError(f"{s.where}: the columns {listing(text)} are not numeric",
                         key="categorical")
-    if layout.numeric:
-        sub = frame[[col[c] for c in layout.numeric]]
-        for start in range(0, len(frame), chunk_rows(len(layout.numeric))):
-            block = sub.iloc[start:start + chunk_rows(len(layout.numeric))]
-            _finite(block.to_numpy(np.float64), start, s.where, layout.numeric)
-    for c in layout.categorical:
-        missing = np.flatnonzero(frame[col[c]].isna().to_numpy())
-        if len(missing):
-            raise DataError(f"{s.where}: row {missing[0] + 1}, column {c!r}: a missing "
-                            f"value", key="categorical")
 
 
 def train_categories(s: Source, layout: Layout, column: str,
                      train: np.ndarray) -> tuple[Any, ...]:
-    """The sorted categories of the categorical ``column`` in the ``train`` rows:
-    integers for an integer or boolean column, else text."""
+    """The sorted categories of the categorical ``column`` in the ``train`` rows
+    (missing values are none): integers for an integer or boolean column, else text."""
     assert s.frame is not None
     values = s.frame[{str(c): c for c in s.frame.columns}[column]].to_numpy()[train]
+    values = values[~np.asarray(_pd().isna(values), bool)]
     if layout.int_categories.get(column):
         return tuple(int(v) for v in np.unique(values.astype(np.int64)))
     return tuple(str(v) for v in np.unique(values.astype(str)))
@@ -203,10 +206,11 @@ def check_encoded_width(where: str, layout: Layout,
                         key="categorical" if categories else "features")
 
 
-def fit_scaling(s: Source, train: np.ndarray, layout: Layout,
-                scale: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def fit_scaling(s: Source, train: np.ndarray, layout: Layout, scale: str,
+                fill: Sequence[float] = ()) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(offset, scale) per numeric feature over the training rows, a chunk at a time
-    (one chunk for a table that small: numpy's own mean and std)."""
+    (one chunk for a table that small: numpy's own mean and std), their missing values
+    taken as ``fill`` (per numeric feature; empty: there are none)."""
     k = len(layout.numeric)
     if scale == "none" or not k:
         return (0.0,) * k, (1.0,) * k
@@ -216,57 +220,51 @@ def fit_scaling(s: Source, train: np.ndarray, layout: Layout,
         lo = np.full(k, np.inf)
         hi = np.full(k, -np.inf)
         for c in chunks:
-            b = numeric_rows(s, layout, c)
+            b = numeric_rows(s, layout, c, fill)
             lo, hi = np.minimum(lo, b.min(0)), np.maximum(hi, b.max(0))
         span = hi - lo
         span[span == 0] = 1.0
         return tuple(map(float, lo)), tuple(map(float, span))
     if len(chunks) == 1:
-        b = numeric_rows(s, layout, chunks[0])
+        b = numeric_rows(s, layout, chunks[0], fill)
         mean, std = b.mean(0), b.std(0)
     else:
         total = np.zeros(k)
         for c in chunks:
-            total += numeric_rows(s, layout, c).sum(0)
+            total += numeric_rows(s, layout, c, fill).sum(0)
         mean = total / len(rows)
         sq = np.zeros(k)
         for c in chunks:
-            sq += ((numeric_rows(s, layout, c) - mean) ** 2).sum(0)
+            sq += ((numeric_rows(s, layout, c, fill) - mean) ** 2).sum(0)
         std = np.sqrt(sq / len(rows))
     std[std == 0] = 1.0
     return tuple(map(float, mean)), tuple(map(float, std))
 
 
-def numeric_rows(s: Source, layout: Layout, rows: np.ndarray) -> np.ndarray:
-    """float64 ``[len(rows), numeric]`` of the numeric features of ``rows`` (sorted)."""
+def numeric_rows(s: Source, layout: Layout, rows: np.ndarray,
+                 fill: Sequence[float] = ()) -> np.ndarray:
+    """float64 ``[len(rows), numeric]`` of the numeric features of ``rows`` (sorted),
+    a missing value (pandas' NA too) as NaN, or as the ``fill`` of its column when
+    that is given."""
     if s.frame is None:
         assert s.x is not None
-        return np.asarray(s.x[rows], np.float64).reshape(len(rows), -1)
-    col = {str(c): c for c in s.frame.columns}
-    if not layout.numeric:
+        out = np.asarray(s.x[rows], np.float64).reshape(len(rows), -1)
+    elif not layout.numeric:
         return np.empty((len(rows), 0))
-    return s.frame[[col[c] for c in layout.numeric]].iloc[rows].to_numpy(np.float64)
+    else:
+        col = {str(c): c for c in s.frame.columns}
+        out = s.frame[[col[c] for c in layout.numeric]].iloc[rows].to_numpy(
+            np.float64, na_value=np.nan)
+    if len(fill):
+        gap = np.isnan(out)
+        if gap.any():
+            out = np.where(gap, np.asarray(fill, np.float64), out)
+    return out
 
 
 def chunk_rows(width: int) -> int:
     """Rows of ``width`` values read and converted at a time."""
     return max(1, CHUNK_BYTES // (8 * max(1, width)))
-
-
-def _blocks(x: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    step = chunk_rows(int(np.prod(x.shape[1:])))
-    for start in range(0, len(x), step):
-        yield start, x[start:start + step]
-
-
-def _finite(block: np.ndarray, start: int, where: str, names: Sequence[str]) -> None:
-    if block.dtype.kind not in "fc":
-        return
-    bad = ~np.isfinite(block)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(f"{where}: row {start + r + 1}, column {names[c]!r}: "
-                        f"{block[r, c]} (values must be finite numbers)")
 
 
 def _scalar_cells(s: Source, column: str, values: np.ndarray, key: str) -> None:

@@ -81,7 +81,7 @@ def read_file(path: Path, target: str | None, features: Sequence[str] | None,
     try:
         if suffix == ".csv":
             _few_columns(path, _csv_columns(path), key)
-            return Source(str(path), frame=_pd().read_csv(path))
+            return Source(str(path), frame=_pd().read_csv(path), csv=path)
         if suffix == ".parquet":
             # Imported only to read a Parquet file: like pandas, pyarrow is a large
             # import that most processes never need.

@@ -43,6 +43,13 @@ class Preprocess:
     one 0/1 feature per category (``feature_names`` says ``column=category``); a
     category not seen in training is all zeros.
 
+    Fitted with ``dataset.missing: impute`` (``impute`` names the numeric statistic),
+    a missing value takes its column's ``fill`` (numeric, before scaling) or
+    ``fill_categories`` (categorical) value: NaN, None or pandas' NA, and in a text
+    column also an empty string (how an ONNX string input says missing) unless that
+    is one of its categories.  Otherwise a missing numeric value stays NaN and a
+    missing category is all zeros.
+
     >>> p = Preprocess(columns=("age", "plan"), numeric=("age",), offset=(40.0,),
     ...                scale=(10.0,), categorical=("plan",), categories=(("a", "b"),),
     ...                labels=("no", "yes"))
@@ -53,6 +60,11 @@ class Preprocess:
     ['yes', 'no']
     >>> Preprocess.from_dict(p.to_dict()) == p
     True
+    >>> q = Preprocess(columns=("age", "plan"), numeric=("age",), offset=(40.0,),
+    ...                scale=(10.0,), categorical=("plan",), categories=(("a", "b"),),
+    ...                impute="median", fill=(45.0,), fill_categories=("b",))
+    >>> q.transform(pd.DataFrame({"age": [None, 30], "plan": ["a", None]})).tolist()
+    [[0.5, 1.0, 0.0], [-1.0, 0.0, 1.0]]
     """
 
     columns: tuple[str, ...]  # the raw input columns, in order
@@ -65,6 +77,11 @@ class Preprocess:
     labels: tuple[Any, ...] = ()  # the original class labels of indices 0..C-1
     target_scale: tuple[float, float] | None = None  # regression: the y's (mean, std)
     scaling: str = "standard"  # how offset and scale were fitted (none, standard, minmax)
+    # dataset.missing: impute: the numeric statistic (mean, median, most_frequent); None:
+    # nothing is imputed
+    impute: str | None = None
+    fill: tuple[float, ...] = ()  # per numeric column: its missing values' value
+    fill_categories: tuple[Any, ...] = ()  # per categorical column: its missing ones'
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -84,8 +101,8 @@ class Preprocess:
             missing = [c for c in self.columns if c not in rows.columns]
             if missing:
                 raise DataError(f"rows lack the columns {', '.join(map(repr, missing))}")
-            num = rows[list(self.numeric)].to_numpy(np.float64) if self.numeric else \
-                np.empty((len(rows), 0))
+            num = rows[list(self.numeric)].to_numpy(np.float64, na_value=np.nan) \
+                if self.numeric else np.empty((len(rows), 0))
             cats = [rows[c].to_numpy() for c in self.categorical]
         else:
             if self.categorical:
@@ -108,14 +125,21 @@ class Preprocess:
         k = len(numeric)
         nn = len(self.numeric)
         if nn:
+            if self.fill:
+                gap = np.isnan(numeric)
+                if gap.any():
+                    numeric = np.where(gap, np.asarray(self.fill, np.float64), numeric)
             block = np.subtract(numeric, np.asarray(self.offset), dtype=np.float64)
             block /= np.asarray(self.scale)
             out[:, :nn] = block
         at = nn
-        for values, cats in zip(categorical, self.categories, strict=True):
+        fills = self.fill_categories or (None,) * len(self.categories)
+        for values, cats, fill in zip(categorical, self.categories, fills, strict=True):
             part = out[:, at:at + len(cats)]
             part[...] = 0
             codes = _codes(values, cats)
+            if fill is not None:
+                codes[_missing(values, cats)] = cats.index(fill)
             hit = codes >= 0
             part[np.flatnonzero(hit), codes[hit]] = 1
             at += len(cats)
@@ -141,7 +165,10 @@ class Preprocess:
                 "task": self.task, "labels": [_plain(v) for v in self.labels],
                 "target_scale": None if self.target_scale is None else
                 [float(v) for v in self.target_scale],
-                "scaling": self.scaling, "feature_names": list(self.feature_names)}
+                "scaling": self.scaling, "impute": self.impute,
+                "fill": [float(v) for v in self.fill],
+                "fill_categories": [_plain(v) for v in self.fill_categories],
+                "feature_names": list(self.feature_names)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Preprocess:
@@ -153,7 +180,9 @@ class Preprocess:
                    categories=tuple(tuple(c) for c in d.get("categories", ())),
                    task=d.get("task", "classification"), labels=tuple(d.get("labels", ())),
                    target_scale=None if ts is None else (float(ts[0]), float(ts[1])),
-                   scaling=d.get("scaling", "standard"))
+                   scaling=d.get("scaling", "standard"), impute=d.get("impute"),
+                   fill=tuple(float(v) for v in d.get("fill", ())),
+                   fill_categories=tuple(d.get("fill_categories", ())))
 
 
 def _codes(values: np.ndarray, cats: tuple[Any, ...]) -> np.ndarray:
@@ -161,3 +190,13 @@ def _codes(values: np.ndarray, cats: tuple[Any, ...]) -> np.ndarray:
     if cats and isinstance(cats[0], str):
         values = np.asarray(values).astype(str)
     return np.asarray(_pd().Index(list(cats)).get_indexer(values), np.int64)
+
+
+def _missing(values: np.ndarray, cats: tuple[Any, ...]) -> np.ndarray:
+    """Which ``values`` are missing: NaN, None, pandas' NA, and in a text column an
+    empty string that is not one of its categories ``cats`` (an ONNX string input has
+    no other way to say missing)."""
+    gap = np.asarray(_pd().isna(values), bool)
+    if cats and isinstance(cats[0], str) and "" not in cats:
+        gap |= np.asarray(values, dtype=object) == ""
+    return gap

@@ -5,6 +5,7 @@ features array and its target.  Data a caller holds becomes one through
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +28,7 @@ class Source:
     x: np.ndarray | None = None  # [n, ...] numeric (possibly memory-mapped)
     y: np.ndarray | None = None
     names: list[str] | None = None  # of x's columns (default x0, x1, ...)
+    csv: Path | None = None  # the CSV file the frame was read from (rows' lines in messages)
 
     @property
     def n(self) -> int:

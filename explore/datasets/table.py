@@ -4,12 +4,14 @@
 A :class:`TableDataset` reads its data once when it is made, checks it (a clear
 :class:`DataError` naming the file, column and row at fault), splits it (stratified
 for classification, reproducible from ``seed``) and fits a :class:`Preprocess` on the
-training split only: numeric features scaled (``standard``, ``minmax`` or ``none``),
-categorical ones one-hot encoded with the categories seen in training.  It then keeps
-only what it learned (the preprocessing, the counts) and reads the data again when the
-run loads it (:meth:`TableDataset.load_compact`), transforming a chunk of rows at a
-time straight into the run's shared arrays, so the scheduler never holds the table
-for the length of a run.  ``.npy`` features are memory-mapped.
+training split only: missing values imputed if asked (``missing: impute``; or their
+rows dropped, ``missing: drop``; by default refused), numeric features scaled
+(``standard``, ``minmax`` or ``none``), categorical ones one-hot encoded with the
+categories seen in training.  It then keeps only what it learned (the preprocessing,
+the counts) and reads the data again when the run loads it
+(:meth:`TableDataset.load_compact`), transforming a chunk of rows at a time straight
+into the run's shared arrays, so the scheduler never holds the table for the length
+of a run.  ``.npy`` features are memory-mapped.
 
 >>> import pandas as pd
 >>> frame = pd.DataFrame({"age": [20, 30, 40, 50, 60, 70, 25, 35, 45, 55],
@@ -25,8 +27,9 @@ for the length of a run.  ``.npy`` features are memory-mapped.
 
 The steps live beside this module: reading files (:mod:`~explore.datasets.data_files`)
 into a :class:`~explore.datasets.source.Source`, the columns' layout, checks and
-scaling (:mod:`~explore.datasets.columns`), the target and the task it implies when
-``task`` is not given (:mod:`~explore.datasets.target`), and the split
+scaling (:mod:`~explore.datasets.columns`), missing and infinite values
+(:mod:`~explore.datasets.missing`), the target and the task it implies when ``task``
+is not given (:mod:`~explore.datasets.target`), and the split
 (:mod:`~explore.datasets.split`).
 """
 
@@ -60,6 +63,15 @@ from explore.datasets.columns import (
 )
 from explore.datasets.data_files import read_file, read_pair
 from explore.datasets.errors import DataError, listing
+from explore.datasets.missing import (
+    Gaps,
+    MissingReport,
+    check_options,
+    fit_numeric,
+    most_frequent_category,
+    refuse,
+    scan,
+)
 from explore.datasets.preprocess import Preprocess, _is_frame, _plain
 from explore.datasets.source import Source, Table, as_source, require_rows
 from explore.datasets.split import split_rows
@@ -115,6 +127,12 @@ class DataSection(Protocol):
     @property
     def seed(self) -> int | None: ...
 
+    @property
+    def missing(self) -> str | None: ...
+
+    @property
+    def impute(self) -> str | None: ...
+
 
 class TableDataset(BaseDataset):
     """A table or arrays as a data set: read and checked when made (a
@@ -128,49 +146,62 @@ class TableDataset(BaseDataset):
     rows (stratified for a classification) or tables of their own; ``scale`` is
     ``standard`` (mean 0, std 1), ``minmax`` ([0, 1]) or ``none``; ``task`` is
     inferred when None (:func:`~explore.datasets.target.infer_task`); ``seed`` fixes
-    the split.
+    the split.  ``missing`` says what a missing value does: ``error`` (refused, every
+    column at fault in one message), ``drop`` (its row is dropped before the split) or
+    ``impute`` (filled with the training split's ``impute`` statistic, ``median``,
+    ``mean`` or ``most_frequent``, or a category's most frequent value; a row without
+    a target is dropped): see :mod:`explore.datasets.missing`.
 
     Attributes besides :class:`BaseDataset`'s: ``name``, ``rows`` (train, valid,
-    test counts), ``preprocess``, ``target`` and ``where`` (the source, for messages).
+    test counts), ``preprocess``, ``target``, ``where`` (the source, for messages) and
+    ``missing_report`` (what ``missing`` dropped and filled).
 
     >>> ds = TableDataset((np.arange(20.0).reshape(10, 2), np.arange(10.0) / 3),
     ...                   valid=0.2, test=0.2, seed=1)
     >>> ds.task, ds.outputs, ds.rows, ds.preprocess.numeric
     ('regression', 1, (6, 2, 2), ('x0', 'x1'))
+    >>> x = np.arange(20.0).reshape(10, 2)
+    >>> x[3, 0] = np.nan
+    >>> str(TableDataset((x, np.arange(10.0) / 3), missing="drop").missing_report)
+    'dropped 1 of 10 rows with a missing value'
     """
 
     def __init__(self, data: Table, target: str | None = None, *,
                  features: Sequence[str] | None = None, categorical: Sequence[str] = (),
                  valid: float | Table = 0.2, test: float | Table = 0.0,
                  scale: str = "standard", task: str | None = None, seed: int = 0,
-                 name: str = "table") -> None:
+                 name: str = "table", missing: str = "error",
+                 impute: str = "median") -> None:
         def read() -> list[Source | None]:
             return [as_source(data, "the data"),
                     None if _is_fraction(valid) else as_source(valid, "the validation data"),
                     None if _is_fraction(test) else as_source(test, "the test data")]
 
         self._setup(read, target, features, categorical, valid, test, scale, task, seed,
-                    name)
+                    name, missing, impute)
 
     @classmethod
     def _from_reader(cls, read: Callable[[], list[Source | None]], target: str | None,
                      features: Sequence[str] | None, categorical: Sequence[str],
                      valid: float | Any, test: float | Any, scale: str, task: str | None,
-                     seed: int, name: str) -> TableDataset:
+                     seed: int, name: str, missing: str = "error",
+                     impute: str = "median") -> TableDataset:
         self = cls.__new__(cls)
         self._setup(read, target, features, categorical, valid, test, scale, task, seed,
-                    name)
+                    name, missing, impute)
         return self
 
     # -- reading and checking, once --------------------------------------------------------
 
     def _setup(self, read: Callable[[], list[Source | None]], target: str | None,
                features: Sequence[str] | None, categorical: Sequence[str], valid: Any,
-               test: Any, scale: str, task: str | None, seed: int, name: str) -> None:
+               test: Any, scale: str, task: str | None, seed: int, name: str,
+               missing: str, impute: str) -> None:
         if scale not in SCALES:
             raise DataError(f"scale {scale!r}: one of {', '.join(SCALES)}", key="scale")
         if task is not None and task not in TASKS:
             raise DataError(f"task {task!r}: one of {', '.join(TASKS)}", key="task")
+        check_options(missing, impute)
         for opt, v in (("valid", valid), ("test", test)):
             if _is_fraction(v) and not (0 <= v < 1):
                 raise DataError(f"{opt}: a fraction in [0, 1), got {v}", key=opt)
@@ -181,6 +212,8 @@ class TableDataset(BaseDataset):
         self._fractions = (valid if _is_fraction(valid) else 0.0,
                            test if _is_fraction(test) else 0.0)
         self.scaling = scale
+        self._missing = missing
+        self._int_target = False
         sources = read()
         main = sources[0]
         assert main is not None
@@ -193,8 +226,18 @@ class TableDataset(BaseDataset):
         for s in sources:
             if s is not None:
                 check_columns(s, layout)
-        y_main = self._target(main)
+        gaps = [None if s is None else scan(s, layout) for s in sources]
+        refuse(gaps, missing)
+        kept = self._kept(sources, gaps)
+        self._kept_counts = tuple(None if k is None else len(k) for k in kept)
+        y_main = self._y(main, kept[0])
         self.task = task or infer_task(y_main)
+        if self.task == "classification" and y_main.dtype.kind == "f" and \
+                gaps[0] is not None and gaps[0].target.missing and \
+                np.all(np.mod(y_main, 1) == 0):
+            # integer classes that pandas read as floats for a missing value
+            self._int_target = True
+            y_main = y_main.astype(np.int64)
         check_target(main.where, self._tname(), y_main, self.task)
         codes_main = None
         if self.task == "classification":
@@ -204,23 +247,33 @@ class TableDataset(BaseDataset):
                 raise DataError(f"{main.where}: the target {self._tname()} has one class "
                                 f"({_plain(every[0])!r}): nothing to classify; is it the "
                                 f"right column?", key="target")
-        train, valid_rows, test_rows = split_rows(main.n, *self._fractions, seed=seed,
-                                                  classes=codes_main)
+        parts = split_rows(len(y_main), *self._fractions, seed=seed, classes=codes_main)
+        train, valid_rows, test_rows = (p if kept[0] is None else kept[0][p] for p in parts)
         # the fitted transformation, from the training rows only
         self.target = layout.target
         categories = tuple(train_categories(main, layout, c, train)
                            for c in layout.categorical)
         check_encoded_width(main.where, layout, categories)
-        offset, spread = fit_scaling(main, train, layout, scale)
+        fill: tuple[float, ...] = ()
+        fill_categories: tuple[Any, ...] = ()
+        if missing == "impute":
+            fill = fit_numeric(main, layout, train, impute)
+            fill_categories = tuple(
+                most_frequent_category(main.where, c, self._column(main, c)[train], cats)
+                for c, cats in zip(layout.categorical, categories, strict=True))
+        offset, spread = fit_scaling(main, train, layout, scale, fill)
         labels: tuple[Any, ...] = ()
         target_scale = None
-        y_train = y_main[train]
+        y_train = self._y(main, train)
+        splits = [(main, train), (main, valid_rows), (main, test_rows)]
+        for i in (1, 2):
+            s = sources[i]
+            if s is not None:
+                splits[i] = (s, kept[i] if kept[i] is not None else np.arange(s.n))
         if self.task == "classification":
             labels = tuple(_plain(v) for v in sorted_unique(y_train))
-            for s, rows in self._split_sources(sources, train, valid_rows, test_rows)[1:]:
-                if s is not None:
-                    y = self._target(s)[rows] if rows is not None else self._target(s)
-                    check_classes_seen(s.where, y, labels)
+            for s, rows in splits[1:]:
+                check_classes_seen(s.where, self._y(s, rows), labels)
         else:
             mean = float(np.mean(y_train, dtype=np.float64))
             std = float(np.std(y_train, dtype=np.float64)) or 1.0
@@ -229,14 +282,14 @@ class TableDataset(BaseDataset):
         self.preprocess = Preprocess(
             columns=columns, numeric=tuple(layout.numeric), offset=offset, scale=spread,
             categorical=tuple(layout.categorical), categories=categories, task=self.task,
-            labels=labels, target_scale=target_scale, scaling=scale)
+            labels=labels, target_scale=target_scale, scaling=scale,
+            impute=impute if missing == "impute" else None, fill=fill,
+            fill_categories=fill_categories)
+        self.missing_report = self._report(sources, gaps, impute)
         self.target_scale = target_scale
         self.classes = len(labels)
         self.features = self.preprocess.features
-        counts = [len(train), len(valid_rows), len(test_rows)]
-        for i, s in ((1, sources[1]), (2, sources[2])):
-            if s is not None:
-                counts[i] = s.n
+        counts = [len(rows) for _, rows in splits]
         if counts[1] < 1:
             raise DataError("too few rows: the validation split is empty", key="valid")
         self.rows = (counts[0], counts[1], counts[2])
@@ -249,6 +302,42 @@ class TableDataset(BaseDataset):
         if x is not None and x.ndim in (3, 4):
             self.image = (1, *x.shape[1:]) if x.ndim == 3 else (x.shape[1], x.shape[2], x.shape[3])
 
+    def _kept(self, sources: list[Source | None], gaps: list[Gaps | None]
+              ) -> list[np.ndarray | None]:
+        """The rows of each source that ``missing`` keeps (None: all of them); a source
+        left without any is refused."""
+        if self._missing == "error":
+            return [None] * len(sources)
+        kept = [None if g is None else g.kept(self._missing) for g in gaps]
+        for s, k, key in zip(sources, kept, (None, "valid", "test"), strict=True):
+            if s is not None and k is not None and not len(k):
+                why = "a missing value" if self._missing == "drop" else "no target"
+                raise DataError(f"{s.where}: every one of its {s.n:,} rows has {why}: "
+                                f"missing: {self._missing} leaves nothing to learn from",
+                                key=key or "missing")
+        return kept
+
+    def _report(self, sources: list[Source | None], gaps: list[Gaps | None],
+                impute: str) -> MissingReport:
+        assert self.preprocess is not None
+        p = self.preprocess
+        found = [g for g in gaps if g is not None]
+        rows = sum(s.n for s in sources if s is not None)
+        if self._missing == "error":
+            return MissingReport("error", rows, 0)
+        dropped = sum(g.dropped(self._missing) for g in found)
+        if self._missing == "drop":
+            return MissingReport("drop", rows, dropped)
+        values: dict[str, Any] = {**dict(zip(p.numeric, p.fill, strict=True)),
+                                  **dict(zip(p.categorical, p.fill_categories, strict=True))}
+        imputed: dict[str, int] = {}
+        for c in p.columns:
+            k = sum(g.columns[c].fillable for g in found if c in g.columns)
+            if k:
+                imputed[c] = k
+        return MissingReport("impute", rows, dropped, imputed,
+                             {c: values[c] for c in imputed}, impute)
+
     def _tname(self) -> str:
         return repr(self._lay.target) if self._lay.target else "y"
 
@@ -256,41 +345,50 @@ class TableDataset(BaseDataset):
         if s.frame is None:
             assert s.y is not None
             return np.asarray(s.y)
-        col = {str(c): c for c in s.frame.columns}
         assert self._lay.target is not None
-        return s.frame[col[self._lay.target]].to_numpy()
+        return self._column(s, self._lay.target)
+
+    def _column(self, s: Source, name: str) -> np.ndarray:
+        assert s.frame is not None
+        return s.frame[{str(c): c for c in s.frame.columns}[name]].to_numpy()
+
+    def _y(self, s: Source, rows: np.ndarray | None) -> np.ndarray:
+        """The target of ``rows`` of ``s`` (None: all of them)."""
+        y = self._target(s)
+        y = y if rows is None else y[rows]
+        return y.astype(np.int64) if self._int_target else y
 
     # -- loading, each time from the source ------------------------------------------------------
-
-    def _split_sources(self, sources: list[Source | None], train: np.ndarray,
-                       valid: np.ndarray, test: np.ndarray
-                       ) -> list[tuple[Source | None, np.ndarray | None]]:
-        """(source, rows) per split; rows None: all of a source of its own."""
-        main = sources[0]
-        out: list[tuple[Source | None, np.ndarray | None]] = [(main, train)]
-        for own, rows in ((sources[1], valid), (sources[2], test)):
-            out.append((own, None) if own is not None else (main, rows))
-        return out
 
     def _splits(self) -> Iterator[tuple[str, Source, np.ndarray]]:
         """Read the data again and split it as when the dataset was made."""
         sources = self._read()
         main = sources[0]
         assert main is not None
-        codes = None
-        if self.task == "classification":
-            y = self._target(main)
-            codes = class_codes(y, sorted_unique(y))
-        parts = split_rows(main.n, *self._fractions, seed=self.seed, classes=codes)
+        if self._missing == "error":
+            kept: list[np.ndarray | None] = [None] * len(sources)
+        else:  # only the target decides which rows impute keeps
+            kept = self._kept(sources, [
+                None if s is None else scan(s, self._lay, features=self._missing == "drop")
+                for s in sources])
+        counts = tuple(None if k is None else len(k) for k in kept)
+        if counts != self._kept_counts:
+            raise DataError(f"{main.where} changed since it was read")
+        y = self._y(main, kept[0])
+        codes = class_codes(y, sorted_unique(y)) if self.task == "classification" else None
+        parts = split_rows(len(y), *self._fractions, seed=self.seed, classes=codes)
         rng = np.random.default_rng(self.seed + 1)
-        for name, (s, rows) in zip(("train", "valid", "test"),
-                                   self._split_sources(sources, *parts), strict=True):
-            if s is None:
-                yield name, main, np.empty(0, np.int64)
+        for i, name in enumerate(("train", "valid", "test")):
+            own = sources[i] if i else None
+            if own is None:
+                yield name, main, parts[i] if kept[0] is None else kept[0][parts[i]]
                 continue
-            if s.n != self.rows[("train", "valid", "test").index(name)] and rows is None:
-                raise DataError(f"{s.where} changed since it was read")
-            yield name, s, rng.permutation(s.n) if rows is None else rows
+            rows = kept[i]
+            count = own.n if rows is None else len(rows)
+            if count != self.rows[i]:
+                raise DataError(f"{own.where} changed since it was read")
+            order = rng.permutation(count)
+            yield name, own, order if rows is None else rows[order]
 
     def load(self) -> LoadedData:
         """Every split, float32 features (uint8 pixels converted back to float32)."""
@@ -319,7 +417,7 @@ class TableDataset(BaseDataset):
             self._write(s, rows, x)
             y = make(f"y_{name}", (len(rows),), np.float32 if self.task == "regression"
                      else np.int64)
-            y[...] = self._encode_target(self._target(s)[rows])
+            y[...] = self._encode_target(self._y(s, rows))
             out[name] = Split(x, y)
         return LoadedData(self.name, out["train"], out["valid"], out["test"], self.classes,
                           self.task, self.target_scale)
@@ -338,9 +436,7 @@ class TableDataset(BaseDataset):
                 out[start + order] = s.x[got].reshape(len(got), -1)
                 continue
             num = numeric_rows(s, lay, got)
-            cats = [] if s.frame is None else [
-                s.frame[{str(c): c for c in s.frame.columns}[c]].to_numpy()[got]
-                for c in lay.categorical]
+            cats = [self._column(s, c)[got] for c in lay.categorical]
             part = buf[:len(got)]
             self.preprocess.transform_into(num, cats, part)
             out[start + order] = part
@@ -366,18 +462,20 @@ def from_file(path: str | Path | None = None, target: str | None = None, *,
               features: Sequence[str] | None = None, categorical: Sequence[str] = (),
               valid: float | str | Path = 0.2, test: float | str | Path = 0.0,
               scale: str = "standard", task: str | None = None, seed: int = 0,
-              name: str | None = None) -> TableDataset:
+              name: str | None = None, missing: str = "error",
+              impute: str = "median") -> TableDataset:
     """A data file as a :class:`TableDataset`: ``path`` to a ``.csv``, ``.parquet`` or
     ``.npz`` (``target`` names a column or an array; an ``.npz``'s features are its
     one other array, or ``features: [name]``), or ``x`` and ``y`` ``.npy`` files
     (memory-mapped: a large one is read a chunk at a time).  ``valid`` and ``test`` are
-    fractions or files of the same format.  Raises :class:`DataError`.
+    fractions or files of the same format; ``missing`` and ``impute`` say what a
+    missing value does (see :class:`TableDataset`).  Raises :class:`DataError`.
 
-    >>> import tempfile, os
-    >>> d = tempfile.mkdtemp()
-    >>> np.save(f"{d}/x.npy", np.arange(40.0).reshape(20, 2))
-    >>> np.save(f"{d}/y.npy", np.array([0, 1] * 10))
-    >>> ds = from_file(x=f"{d}/x.npy", y=f"{d}/y.npy", valid=0.25)
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     np.save(f"{d}/x.npy", np.arange(40.0).reshape(20, 2))
+    ...     np.save(f"{d}/y.npy", np.array([0, 1] * 10))
+    ...     ds = from_file(x=f"{d}/x.npy", y=f"{d}/y.npy", valid=0.25)
     >>> ds.rows, ds.classes
     ((15, 5, 0), 2)
     """
@@ -413,15 +511,15 @@ def from_file(path: str | Path | None = None, target: str | None = None, *,
         target = None  # the arrays are already chosen
         features = None
     return TableDataset._from_reader(read, target, features, categorical, valid, test, scale,
-                                     task, seed, label)
+                                     task, seed, label, missing, impute)
 
 
 def from_python(data: Table, target: str | None = None, **options: Any) -> TableDataset:
     """A :class:`TableDataset` of data held in Python: a DataFrame (``target`` names a
     column) or a pair ``(X, y)`` of arrays or lists; ``options`` are the
     :class:`TableDataset` ones (``features``, ``categorical``, ``valid``, ``test``,
-    ``scale``, ``task``, ``seed``, ``name``).  The data is referred to, not copied: do
-    not change it while a run uses it.
+    ``scale``, ``task``, ``seed``, ``name``, ``missing``, ``impute``).  The data is
+    referred to, not copied: do not change it while a run uses it.
 
     >>> ds = from_python(([[0.0], [1.0], [2.0], [3.0], [4.0]], ["a", "b", "a", "b", "a"]),
     ...                  valid=0.2)
@@ -461,4 +559,5 @@ def resolve(section: DataSection) -> BaseDataset:
         section.path, section.target, x=section.x, y=section.y, features=section.features,
         categorical=section.categorical or (), valid=valid,
         test=0.0 if section.test is None else section.test,
-        scale=section.scale or "standard", task=section.task, seed=section.seed or 0)
+        scale=section.scale or "standard", task=section.task, seed=section.seed or 0,
+        missing=section.missing or "error", impute=section.impute or "median")

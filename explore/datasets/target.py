@@ -16,7 +16,7 @@ import numpy as np
 
 from explore.datasets.columns import is_numeric
 from explore.datasets.errors import DataError
-from explore.datasets.preprocess import _pd, _plain
+from explore.datasets.preprocess import _plain
 
 MANY_VALUES = 20  # a target with more distinct values than this may be a regression
 
@@ -56,21 +56,12 @@ def class_codes(y: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def check_target(where: str, name: str, y: np.ndarray, task: str) -> None:
     """The target values ``y`` of the source ``where`` (``name``: the target, for
-    messages) are all there, finite, and of a kind the ``task`` can learn."""
+    messages) are of a kind the ``task`` can learn.  (Missing and infinite ones were
+    refused or dropped before: :mod:`explore.datasets.missing`.)"""
     if y.dtype.kind in "cmMV":  # complex, times, raw bytes: neither numbers nor labels
         raise DataError(f"{where}: the target {name} is {y.dtype}: a target is real "
                         f"numbers or class labels", key="target")
     numeric = is_numeric(y) and y.dtype != object
-    if numeric and y.dtype.kind in "fc":
-        bad = np.flatnonzero(~np.isfinite(y))
-        if len(bad):
-            raise DataError(f"{where}: row {bad[0] + 1}, target {name}: "
-                            f"{_plain(y[bad[0]])} (values must be finite)", key="target")
-    elif not numeric:
-        missing = np.flatnonzero(_pd().isna(y))
-        if len(missing):
-            raise DataError(f"{where}: row {missing[0] + 1}, target {name}: a missing "
-                            f"value", key="target")
     if task == "regression" and not (numeric and y.dtype != bool):
         raise DataError(f"{where}: the target {name} is {y.dtype} ("
                         f"{_plain(y[0])!r}, ...), not numbers: a regression needs a "

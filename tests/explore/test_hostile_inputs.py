@@ -320,7 +320,7 @@ def test_an_infinite_target_is_one_error_without_numpys_warnings(tmp_path: Path)
     (tmp_path / "data.csv").write_text("a,y\n" + rows)
     (tmp_path / "s.yaml").write_text("dataset: {path: data.csv, target: y}\n" + REST)
     r = _cli("size", "s.yaml", cwd=tmp_path)
-    assert r.returncode == 2 and "row 6, target 'y': inf" in r.stderr, r.stderr
+    assert r.returncode == 2 and "target 'y': 1 infinite, at index 5 (line 7)" in r.stderr, r.stderr
     assert "Warning" not in r.stderr
 
 

@@ -237,21 +237,23 @@ def test_text_columns_must_be_declared_categorical(tmp_path: Path) -> None:
         from_file(_csv(tmp_path, churn()), "churned")
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_missing_and_infinite_values_give_their_row_and_column(tmp_path: Path,
-                                                               bad: float) -> None:
+@pytest.mark.parametrize(("bad", "what"), [(np.nan, "missing"), (np.inf, "infinite")])
+def test_missing_and_infinite_values_give_their_index_and_column(tmp_path: Path, bad: float,
+                                                                 what: str) -> None:
+    """Labelled as pandas shows them (the index), with a CSV's line (header: line 1)."""
     frame = churn()
     frame["spend"] = frame["spend"].astype(float)
     frame.loc[6, "spend"] = bad
-    with pytest.raises(DataError, match=r"d\.csv: row 7, column 'spend'"):
+    with pytest.raises(DataError, match=rf"d\.csv: {what} values in 1 column") as e:
         from_file(_csv(tmp_path, frame), "churned", categorical=["plan"])
+    assert f"'spend': 1 {what}, at index 6 (line 8)" in str(e.value)
     frame = churn()
     frame.loc[4, "plan"] = None
-    with pytest.raises(DataError, match=r"row 5, column 'plan': a missing value"):
+    with pytest.raises(DataError, match=r"'plan': 1 missing, at index 4\n"):
         from_python(frame, "churned", categorical=["plan"])
     x = np.ones((10, 2))
     x[8, 1] = bad
-    with pytest.raises(DataError, match=r"row 9, column 'x1'"):
+    with pytest.raises(DataError, match=rf"'x1': 1 {what}, at row 8\n"):
         from_python((x, [0, 1] * 5))
 
 
