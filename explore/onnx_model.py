@@ -5,16 +5,20 @@ The engine exports the eval path up to its ``logits`` layer
 go, as ONNX nodes:
 
 - in front, the preprocessing the search fitted on the training split
-  (:class:`explore.datasets.table.Preprocess`): numeric columns scaled,
-  ``(x - offset) / scale``; each categorical column one-hot encoded over the categories
-  learned (``ai.onnx.ml.OneHotEncoder``; an unknown category encodes as all zeros,
-  as in the search);
+  (:class:`explore.datasets.table.Preprocess`): with ``dataset.missing: impute``, a
+  NaN of a numeric column replaced by its fitted value (``IsNaN``, ``Where``); numeric
+  columns scaled, ``(x - offset) / scale``; each categorical column one-hot encoded
+  over the categories learned (``ai.onnx.ml.OneHotEncoder``; an unknown category
+  encodes as all zeros, as in the search), an empty string in a text column imputed
+  as its most frequent category (a string tensor has no other missing value; an
+  integer column's int64 input has none, so its rows must come complete);
 - behind, a classification's ``probabilities`` (softmax) and ``label`` (the class as
   the data had it), or a regression's ``prediction`` in the target's units.
 
 Inputs: ``x`` (float32 ``[N, numeric columns]``, in the order of
-``Preprocess.numeric``) when the data set has numeric columns, and one input per
-categorical column, named after it (``[N, 1]``, string or int64).  A data set without
+``Preprocess.numeric``; NaN where a value is missing) when the data set has numeric
+columns, and one input per categorical column, named after it (``[N, 1]``, string or
+int64; ``""`` where a text value is missing).  A data set without
 preprocessing (the built-in image sets) keeps the model's own input ``x``.
 """
 
@@ -27,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.onnx_io.export import export_onnx
+from explore.onnx_metadata import annotate
 
 OPSET = 17
 ML_OPSET = 3
@@ -93,6 +98,7 @@ def model_to_onnx(model: Any) -> Any:
         opsets.append(helper.make_opsetid("ai.onnx.ml", ML_OPSET))
     out = helper.make_model(graph, opset_imports=opsets, producer_name="calcgraph-explore")
     out.ir_version = 8
+    annotate(out, model)  # explore.* metadata: columns, categories, scaling, classes
     # the full check also infers every shape and type, so a file that onnxruntime or
     # another loader would refuse is never written
     onnx.checker.check_model(out, full_check=True)
@@ -112,25 +118,45 @@ def preprocessing_nodes(pre: Any, into: str, helper: Any, numpy_helper: Any,
     :class:`~explore.datasets.table.Preprocess` order: scaled numeric columns, then a
     one-hot block per categorical column); their initializers; the raw inputs."""
     nodes, inits, inputs, parts = [], [], [], []
+    fill = tuple(getattr(pre, "fill", ()))
+    fill_categories = tuple(getattr(pre, "fill_categories", ())) or \
+        (None,) * len(pre.categorical)
     if pre.numeric:
         inputs.append(helper.make_tensor_value_info("x", tp.FLOAT, ["N", len(pre.numeric)]))
+        raw = "x"
+        if fill:  # NaN -> the fitted value, before scaling (as Preprocess.transform_into)
+            inits.append(numpy_helper.from_array(np.asarray(fill, np.float32), "pre_fill"))
+            nodes += [helper.make_node("IsNaN", ["x"], ["pre_isnan"]),
+                      helper.make_node("Where", ["pre_isnan", "pre_fill", "x"],
+                                       ["pre_filled"])]
+            raw = "pre_filled"
         inits += [numpy_helper.from_array(np.asarray(pre.offset, np.float32), "pre_offset"),
                   numpy_helper.from_array(np.asarray(pre.scale, np.float32), "pre_scale")]
-        nodes += [helper.make_node("Sub", ["x", "pre_offset"], ["pre_centred"]),
+        nodes += [helper.make_node("Sub", [raw, "pre_offset"], ["pre_centred"]),
                   helper.make_node("Div", ["pre_centred", "pre_scale"], ["pre_numeric"])]
         parts.append("pre_numeric")
-    for i, (column, cats) in enumerate(zip(pre.categorical, pre.categories, strict=True)):
+    for i, (column, cats, most) in enumerate(zip(pre.categorical, pre.categories,
+                                                 fill_categories, strict=True)):
         ints = all(isinstance(c, int | np.integer) and not isinstance(c, bool) for c in cats)
         name = f"pre_onehot_{i}"
         inputs.append(helper.make_tensor_value_info(column, tp.INT64 if ints else tp.STRING,
                                                     ["N", 1]))
-        attrs = {"cats_int64s": [int(c) for c in cats]} if ints else \
-            {"cats_strings": [str(c) for c in cats]}
+        # A missing text value ("") gets a one-hot column of its own, which a constant
+        # matrix then folds into its fitted category's: [onehot, gap] @ [[I], [e_fill]].
+        impute = most is not None and not ints and "" not in cats
+        known = [str(c) for c in cats] + ([""] if impute else [])
+        attrs = {"cats_int64s": [int(c) for c in cats]} if ints else {"cats_strings": known}
         nodes.append(helper.make_node("OneHotEncoder", [column], [f"{name}_3d"],
                                       domain="ai.onnx.ml", zeros=1, **attrs))
-        inits.append(numpy_helper.from_array(np.array([-1, len(cats)], np.int64),
+        inits.append(numpy_helper.from_array(np.array([-1, len(known)], np.int64),
                                              f"{name}_shape"))
-        nodes.append(helper.make_node("Reshape", [f"{name}_3d", f"{name}_shape"], [name]))
+        flat = f"{name}_wide" if impute else name
+        nodes.append(helper.make_node("Reshape", [f"{name}_3d", f"{name}_shape"], [flat]))
+        if impute:
+            fold = np.vstack([np.eye(len(cats), dtype=np.float32),
+                              np.eye(len(cats), dtype=np.float32)[[list(cats).index(most)]]])
+            inits.append(numpy_helper.from_array(fold, f"{name}_fold"))
+            nodes.append(helper.make_node("MatMul", [flat, f"{name}_fold"], [name]))
         parts.append(name)
     if len(parts) == 1:
         nodes.append(helper.make_node("Identity", parts, [into]))

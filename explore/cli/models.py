@@ -1,5 +1,5 @@
 """``explore export-model`` and ``explore evaluate``: a model the search kept, written
-as ONNX or scored on the test split."""
+as ONNX (described, with a snippet that runs it) or scored on the test split."""
 
 from __future__ import annotations
 
@@ -38,17 +38,28 @@ def _model(space_file: str | None, storage: str | None, study_name: str | None,
               help="the ONNX file to write")
 def export_model(space_file: str | None, storage: str | None, study_name: str | None,
                  trial: int | None, output: str) -> None:
-    """Write a kept model as ONNX, its preprocessing inside: it takes raw rows."""
+    """Write a kept model as ONNX, its preprocessing inside: it takes raw rows.
+
+    Prints each input and output (type, shape, columns in order, categories) and a
+    short onnxruntime snippet that runs the file; the file itself says the same in its
+    metadata (explore.* keys)."""
     import onnx  # noqa: PLC0415 (--help start-up: onnx loads in a fifth of a second)
+
+    from explore.onnx_metadata import decode, example_code, metadata  # noqa: PLC0415 (--help start-up)
 
     target = checked_output(output, space_file, storage, study_name)
     model = _model(space_file, storage, study_name, trial)
     proto = model.to_onnx()
     write_output(target, output, lambda tmp: onnx.save(proto, str(tmp)))
-    ins = ", ".join(f"{i.name}" for i in proto.graph.input)
-    outs = ", ".join(o.name for o in proto.graph.output)
-    console.out.print(f"trial {model.trial} of study {model.study!r} -> {target} "
-                      f"(inputs: {ins}; outputs: {outs})", highlight=False)
+    meta = decode(metadata(model, proto))
+    lines = [f"trial {model.trial} of study {model.study!r} -> {target}", "inputs:"]
+    lines += [f"  {name}: {layout}" for name, layout in meta["inputs"].items()]
+    lines.append("outputs:")
+    lines += [f"  {name}: {layout}" for name, layout in meta["outputs"].items()]
+    lines += ["run it with onnxruntime (pip install onnxruntime):", "",
+              example_code(proto, output, meta)]
+    # plain text: the snippet's [[...]] is no markup, and its lines are not wrapped
+    console.out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 @click.command()
