@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 
 EXIT_USAGE = 2
-EXIT_FAILED = 1  # the run began and could not go on (a failed write)
+# The run did not do its work: it began and could not go on (a failed write), or every
+# trial it ran failed (explore run's help lists every status).
+EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
 err = Console(stderr=True, soft_wrap=True)  # whole lines: paths stay copyable
 out = Console()

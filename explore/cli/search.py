@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any, NoReturn
@@ -47,14 +48,28 @@ def _ordinals(value: str | None) -> list[int] | None:
 @click.option("--devices", metavar="0,1,...",
               help="several devices of this machine, each with --memory and --workers of "
                    "its own (budget.devices; simulated on the CPU)")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=365 * 86_400),
+              metavar="SECONDS",
+              help="start no trial after this many seconds from the run's start; the "
+                   "trials in hand finish, and running again goes on (budget.timeout)")
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @click.option("--space-changed", is_flag=True,
               help="the space differs from the one the study was searched with, and that "
                    "is meant (the change is recorded in the study)")
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, devices: str | None,
-        quiet: bool, space_changed: bool) -> None:
-    """Search SPACE_FILE: sample, size, pack and train trials; resume if run again."""
+        timeout: float | None, quiet: bool, space_changed: bool) -> None:
+    """Search SPACE_FILE: sample, size, pack and train trials; resume if run again.
+
+    \b
+    Exit status:
+      0    the run ended: the study has its trials, or the timeout passed
+      1    every trial the run ran failed (the summary says why), or the
+           study's storage failed (what was written before is kept)
+      2    bad input: nothing was run or written
+      130  Ctrl-C (143: SIGTERM, 129: SIGHUP); the trials in hand run again
+           next time
+    """
     # the runner loads pandas, the engine and the rest, which --help does not need
     from explore.live import WriteFailed  # noqa: PLC0415 (--help start-up)
     from explore.runner import RunRefused, execute, prepare  # noqa: PLC0415 (--help start-up)
@@ -67,7 +82,11 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
                        workers=workers, memory=byte_size(memory, "--memory"), device=device,
-                       devices=_ordinals(devices), space_changed=space_changed)
+                       devices=_ordinals(devices), timeout=timeout,
+                       space_changed=space_changed)
+        report = getattr(prep.bound.data, "missing_report", None)
+        if report is not None and (report.dropped or report.imputed):
+            console.out.print(f"data: {report}", highlight=False)
         budget = prep.space.budget
         display = _Display(budget.memory * len(budget.ordinals), budget.trials, 0, quiet)
         with display:
@@ -87,9 +106,25 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
         done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         console.out.print(f"study {study.study_name!r} already has {done} finished trials "
                           f"(budget {budget.trials}); raise --trials to run more")
-        run_record = last_run(study)
+        print_summary(study, last_run(study))
+        _next_steps(study, prep)
+        return
     print_summary(study, run_record)
     _next_steps(study, prep)
+    _fail_if_every_trial_failed(study, run_record)
+
+
+def _fail_if_every_trial_failed(study: Any, run_record: dict[str, Any]) -> None:
+    """Exit with status 1 when every trial the run ran failed: a run that trained
+    nothing, from a broken builder or a budget no candidate fits, is not a success."""
+    from explore.failures import run_failed  # noqa: PLC0415 (--help start-up; loaded by now)
+
+    groups = run_failed(study, run_record)
+    if groups:
+        n = sum(len(g.numbers) for g in groups if not g.retried)
+        console.err.print(f"[red]every trial of this run failed ({n} trial{'s' * (n != 1)}; "
+                          "why is listed above)[/]", highlight=False)
+        sys.exit(EXIT_FAILED)
 
 
 def _end_at_once_on_another() -> None:
@@ -113,11 +148,29 @@ def _stopped(prep: Any, message: str, code: int) -> NoReturn:
 
             study = optuna.load_study(study_name=prep.study_name,
                                       storage=storage_url(prep.storage))
+            trials = study.get_trials(deepcopy=False)
             # the trials that count: not those failed as interrupted, which run again
-            kept = sum(counted(t) for t in study.get_trials(deepcopy=False))
-            console.err.print(f"kept: {kept} finished trials in study {prep.study_name!r} "
-                              f"at {prep.storage}", highlight=False)
+            kept = sum(counted(t) for t in trials)
+            said = f"kept: {kept} finished trial{'s' * (kept != 1)} in study " \
+                f"{prep.study_name!r} at {prep.storage}"
+            again = interrupted_here(trials)
+            if again:
+                said += f"; {again} in hand {'were' if again != 1 else 'was'} failed as " \
+                    "interrupted and run again next time"
+            console.err.print(said, highlight=False)
     sys.exit(code)
+
+
+def interrupted_here(trials: list[Any]) -> int:
+    """How many of ``trials`` this process's run failed as interrupted (queued again,
+    not counted): those whose record names this process as their driver."""
+    from explore.live.names import driver_host_pid, final_record  # noqa: PLC0415 (loaded by now)
+    from explore.scheduler.core import INTERRUPTED  # noqa: PLC0415 (loaded by now)
+
+    here = (socket.gethostname(), os.getpid())
+    return sum(1 for t in trials
+               if (r := final_record(t)).get("fail_reason") == INTERRUPTED
+               and r.get("retried") and driver_host_pid(r.get("driver")) == here)
 
 
 def _refused(e: Any) -> NoReturn:

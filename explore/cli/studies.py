@@ -3,6 +3,7 @@ terminal, or all its trials as a table in a file."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,14 @@ from typing import Any
 import click
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
+from explore.attrs import SPACE_ATTR
 from explore.cli import console
 from explore.cli.common import read_study
 from explore.cli.console import fail
 from explore.cli.output import checked_output, write_output
-from explore.cli.summary import last_run, print_summary, small_mb
+from explore.cli.summary import fitted, last_run, print_summary, small_mb
 
 
 @click.command()
@@ -24,8 +27,10 @@ from explore.cli.summary import last_run, print_summary, small_mb
 @click.option("--study", "study_name")
 def show(space_file: str | None, storage: str | None, study_name: str | None) -> None:
     """Summarise a study: counts, best trial, and the best few trials with their final
-    metrics and every parameter that varies (those the same in every trial below), and
-    the trials switched out of their worker's arena while paused."""
+    metrics and every parameter that varies (those the same in every trial below), the
+    failed trials with their reasons in full, and the trials switched out of their
+    worker's arena while paused.  A trial's parameters are those it used: not the
+    keys of other model families, nor those its optimizer has no use for."""
     from explore.results import frame, metric_columns  # noqa: PLC0415 (--help start-up: pandas)
 
     out = console.out
@@ -36,35 +41,74 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
     if len(done) and "value" in done and done["value"].notna().any():
         asc = study.directions[0].name == "MINIMIZE"
         top = done.sort_values("value", ascending=asc).head(5)
-        model = (study.user_attrs.get("space") or {}).get("model") or {}
+        model = (study.user_attrs.get(SPACE_ATTR) or {}).get("model") or {}
         other = bool(model.get("builder") or model.get("onnx"))  # not a built-in family
 
         def shown_params(p: Any) -> Any:
-            return _shown_params(p, other)
+            return _shown_params(p, other, model.get("family"))
 
         df["params"] = df["params"].map(shown_params)
         top = top.assign(params=top["params"].map(shown_params))
         varying, same = _split_params(list(df["params"]))
-        shown = [c for c in [*metric_columns(df), "train_seconds"] if top[c].notna().any()]
+        metrics = [c for c in metric_columns(df) if top[c].notna().any()]
+        timed = ["train_seconds"] if top["train_seconds"].notna().any() else []
         # the batch trained with, where the space lets the engine choose it
         auto = any(p.get("batch_size") == "auto" for p in top["params"])
-        t = Table(title="best trials", header_style="bold", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False)
-        for col in ("trial", "value", *shown, *(["batch"] if auto else []), "bytes"):
-            t.add_column(col, overflow="fold")  # wrapped, never cut short
-        for _, r in top.iterrows():
-            t.add_row(str(r["number"]), f"{r['value']:.4g}", *(_num(r[c]) for c in shown),
-                      *([str(r["batch_size"])] if auto else []), f"{r['total_bytes']:,}")
+        columns = {"trial": [str(n) for n in top["number"]],
+                   "value": [f"{v:.4g}" for v in top["value"]],
+                   **{c: [_num(v) for v in top[c]] for c in [*metrics, *timed]},
+                   **({"batch": [str(b) for b in top["batch_size"]]} if auto else {}),
+                   "bytes": [_num(b, "{:,.0f}") for b in top["total_bytes"]]}
+        # the first to go where the terminal is too narrow for every column
+        t, dropped = fitted(columns, [*timed, *reversed(metrics),
+                                      *(["batch"] if auto else []), "bytes"],
+                            title="best trials", header_style="bold", box=box.SIMPLE_HEAD,
+                            show_edge=False, pad_edge=False)
         out.print(t)
+        if dropped:
+            out.print(f"(left out for the terminal's width: {', '.join(dropped)}; explore "
+                      "export has every column)", highlight=False)
         # Parameters in full (as the sampler chose them), one line per trial: a column
-        # each squeezed the values into slivers on a terminal's width.
+        # each squeezed the values into slivers on a terminal's width.  Each key=value
+        # holds no space, so a line breaks between them, never inside a value.
         for _, r in top.iterrows():
             out.print(f"trial {r['number']}: " + "  ".join(
-                f"{k}={_param(r['params'].get(k, '-'))}" for k in varying), highlight=False)
+                f"{k}={_param(r['params'][k])}" for k in varying if k in r["params"]),
+                highlight=False, markup=False)
         if same:
             out.print("the same in every trial: " + ", ".join(
-                f"{k}={_param(v)}" for k, v in same.items()), highlight=False)
+                f"{k}={_param(v)}" for k, v in same.items()), highlight=False, markup=False)
+    _print_failed(df)
     _print_switched(df)
+
+
+FAILED_SHOWN = 10  # reasons listed by show's table of failed trials (export: all)
+
+
+def _print_failed(df: Any) -> None:
+    """The failed trials with their reasons in full (a model builder's traceback, say),
+    the trials that failed for the very same reason on one row, the first
+    ``FAILED_SHOWN`` reasons."""
+    from explore.failures import NO_REASON, listed  # noqa: PLC0415 (--help start-up; loaded by now)
+
+    failed = df[df["state"] == "fail"].sort_values("number")
+    if failed.empty:
+        return
+    by: dict[str, list[int]] = {}
+    for number, why in zip(failed["number"], failed["fail_reason"], strict=True):
+        by.setdefault(why if isinstance(why, str) and why.strip() else NO_REASON,
+                      []).append(int(number))
+    t = Table(title="failed trials", header_style="bold", box=box.SIMPLE_HEAD,
+              show_edge=False, pad_edge=False)
+    t.add_column("trials", max_width=24)  # broken between numbers, not inside one
+    t.add_column("reason", overflow="fold")
+    for why, numbers in list(by.items())[:FAILED_SHOWN]:
+        t.add_row(Text(listed(numbers, most=6)), Text(why.strip()))
+    console.out.print(t)
+    left = len(by) - FAILED_SHOWN
+    if left > 0:
+        console.out.print(f"... and {left} more reasons (explore export lists every trial's "
+                          "fail_reason)", highlight=False)
 
 
 SWITCHED_SHOWN = 10  # trials listed by show's table of switched ones (export: all)
@@ -100,18 +144,69 @@ def _spans(spans: Any) -> str:
     return ", ".join(f"{a:.1f}-{b:.1f}" for a, b in spans or []) or "-"
 
 
-def _shown_params(p: Any, other: bool = False) -> Any:
-    """A trial's parameters as ``show`` lists them: a model builder's own ones in line
-    with the others, and the built-in families' model keys left out where a builder or
-    an ONNX file made the model (``other``: they were not used)."""
-    if not isinstance(p, dict) or not (other or "builder_params" in p or "onnx" in p):
-        return p
-    from explore.sampling import PER_LAYER  # noqa: PLC0415 (--help start-up; loaded by now)
-    from explore.space import Model  # noqa: PLC0415 (--help start-up; loaded by now)
+# The model keys only some of the built-in families read (explore/families), with those
+# families: a trial of another built-in family does not show them.  A family of a
+# plugin's shows every key.
+FAMILY_KEYS = {"blocks": {"cnn", "resnet"}, "channels": {"cnn", "resnet"},
+               "stride": {"cnn", "resnet"}, "kernel": {"cnn"}, "pool": {"cnn"},
+               "batch_norm": {"cnn"}, "residual": {"cnn"}, "stage_blocks": {"resnet"}}
+BUILT_IN = {"mlp", "cnn", "resnet"}
 
-    unused = (set(Model.model_fields) | set(PER_LAYER.values())) - {"onnx", "freeze", "head"}
-    return {**{k: v for k, v in p.items() if k not in unused and k != "builder_params"},
-            **p.get("builder_params", {})}
+
+def _shown_params(p: Any, other: bool = False, family: str | None = None) -> Any:
+    """A trial's parameters as ``show`` lists them, those it used: a model builder's own
+    ones in line with the others, and the built-in families' model keys left out where a
+    builder or an ONNX file made the model (``other``: they were not used); a built-in
+    ``family``'s trial without the keys of the others (:data:`FAMILY_KEYS`); and the
+    training keys its optimizer has no use for left out (:func:`_unused_by`).
+
+    >>> _shown_params({"depth": 1, "kernel": 3, "optimizer": "adam", "momentum": 0.0,
+    ...                "lr": 0.1}, family="mlp")
+    {'depth': 1, 'optimizer': 'adam', 'lr': 0.1}
+    """
+    if not isinstance(p, dict):
+        return p
+    if other or "builder_params" in p or "onnx" in p:
+        from explore.sampling import PER_LAYER  # noqa: PLC0415 (--help start-up; loaded by now)
+        from explore.space import Model  # noqa: PLC0415 (--help start-up; loaded by now)
+
+        unused = (set(Model.model_fields) | set(PER_LAYER.values())) - {"onnx", "freeze",
+                                                                        "head"}
+        p = {**{k: v for k, v in p.items() if k not in unused and k != "builder_params"},
+             **p.get("builder_params", {})}
+    elif family in BUILT_IN:
+        p = {k: v for k, v in p.items() if family in FAMILY_KEYS.get(k, {family})}
+    unused_by = _unused_by(str(p.get("optimizer", "")).lower())
+    return {k: v for k, v in p.items() if k not in unused_by}
+
+
+# training keys an optimizer may have no use for, each with a value it would use
+OPTIMIZER_KEYS = {"momentum": 0.5, "weight_decay": 0.01}
+
+
+@functools.cache
+def _unused_by(optimizer: str) -> frozenset[str]:
+    """The keys of :data:`OPTIMIZER_KEYS` that ``optimizer`` has no use for: those whose
+    value does not change the optimizer it builds (none for a name not registered here).
+
+    >>> sorted(_unused_by("adam")), sorted(_unused_by("sgd")), sorted(_unused_by("?"))
+    (['momentum'], [], [])
+    """
+    from explore.optimizers import OPTIMIZERS  # noqa: PLC0415 (--help start-up: the engine)
+
+    if optimizer not in OPTIMIZERS:
+        return frozenset()
+    opt = OPTIMIZERS.get(optimizer)
+    base = dict.fromkeys(OPTIMIZER_KEYS, 0.0)
+
+    def built(**values: float) -> Any:
+        v = {**base, **values}
+        return opt.build(0.01, v["momentum"], v["weight_decay"])
+
+    try:
+        return frozenset(k for k, v in OPTIMIZER_KEYS.items() if built(**{k: v}) == built())
+    except Exception:  # a plugin's optimizer that refuses these values: show every key
+        return frozenset()
 
 
 def _split_params(params: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
@@ -130,12 +225,22 @@ def _split_params(params: list[dict[str, Any]]) -> tuple[list[str], dict[str, An
 
 
 def _param(v: Any) -> str:
-    """A parameter's value in full: floats as Python writes them back exactly."""
-    return v if isinstance(v, str) else json.dumps(v)
+    """A parameter's value in full (floats as Python writes them back exactly), with no
+    space in it, so that a line breaks between values, never inside one.
+
+    >>> _param([0.5, 0.25]), _param("relu"), _param(0.1)
+    ('[0.5,0.25]', 'relu', '0.1')
+    """
+    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
 
 
-def _num(v: Any) -> str:
-    return "-" if v is None or v != v else f"{v:.4g}"
+def _num(v: Any, form: str = "{:.4g}") -> str:
+    """A number of a table (``-`` where there is none).
+
+    >>> _num(0.123456), _num(None), _num(float("nan")), _num(1234567.0, "{:,.0f}")
+    ('0.1235', '-', '-', '1,234,567')
+    """
+    return "-" if v is None or v != v else form.format(v)
 
 
 @click.command()

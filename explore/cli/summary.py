@@ -1,16 +1,21 @@
 """The study's summary that ``explore run`` ends with and ``explore show`` begins with:
-its counts, its best trial, and the memory of its last run."""
+its counts, its best trial, why its failed trials failed, and the memory of its last
+run."""
 
 from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from explore.attrs import RUNS_ATTR
 from explore.cli import console
+
+FAILURES_SHOWN = 5  # reasons the summary lists (explore show: each trial's in full)
 
 
 def mb(n: int) -> str:
@@ -34,38 +39,40 @@ def last_run(study: Any) -> dict[str, Any] | None:
 
 
 def print_summary(study: Any, run: dict[str, Any] | None) -> None:
-    """The study's counts and best trial, and the memory of ``run`` (the run just ended,
-    or the study's last): the budget, the planned peak, the peak the system measured
-    for the run's processes, the packing efficiency and what it switched out of its
-    arenas (:func:`switching`).  Reads the trials directly:
-    pandas alone would add about 35 MB to the run's process at its end."""
+    """The study's counts and best trial, why its failed trials failed
+    (:func:`print_failures`), and the memory of ``run`` (the run just ended, or the
+    study's last): the budget, the planned peak, the peak the system measured for the
+    run's processes, the packing efficiency and what it switched out of its arenas
+    (:func:`switching`).  Reads the trials directly: pandas alone would add about 35 MB
+    to the run's process at its end.  Numbers are never broken over lines: a terminal
+    too narrow for a table leaves its least needed columns out (:func:`fitted`)."""
     out = console.out
     trials = study.get_trials(deepcopy=False)
     states = Counter(tr.state.name.lower() for tr in trials)
-    t = Table(title=f"study {study.study_name!r}", header_style="bold")
-    for col in ("trials", "complete", "pruned", "failed", "best value", "best trial"):
-        t.add_column(col)
     best_v, best_n = "-", "-"
     if len(study.directions) == 1:
         with contextlib.suppress(ValueError):  # no complete trial yet
             best_v, best_n = f"{study.best_value:.4g}", str(study.best_trial.number)
     else:
         best_v = f"{len(study.best_trials)} on the Pareto front"
-    t.add_row(str(len(trials)), str(states["complete"]), str(states["pruned"]),
-              str(states["fail"]), best_v, best_n)
-    out.print(t)
+    print_fitted({"trials": [str(len(trials))], "complete": [str(states["complete"])],
+                  "pruned": [str(states["pruned"])], "failed": [str(states["fail"])],
+                  "best value": [best_v], "best trial": [best_n]},
+                 ("best trial", "pruned"), title=f"study {study.study_name!r}",
+                 header_style="bold")
+    print_failures(trials)
     if run is None:
         return
-    m = Table(title="memory (last run)", header_style="bold")
-    for col in ("budget", "planned peak", "measured peak", "packing", "workers", "fixed"):
-        m.add_column(col)
     eff = run.get("packing_efficiency")
     fixed = run.get("main", 0) + run.get("tracker", 0) + sum(run.get("overheads", [])) + \
         run.get("data", 0)
-    m.add_row(mb(run["budget"]), mb(run["peak"]),
-              mb(run["measured_peak"]) if run.get("measured_peak") else "-",
-              "-" if eff is None else f"{eff:.0%}", str(run.get("workers", "-")), mb(fixed))
-    out.print(m)
+    print_fitted({"budget": [mb(run["budget"])], "planned peak": [mb(run["peak"])],
+                  "measured peak": [mb(run["measured_peak"]) if run.get("measured_peak")
+                                    else "-"],
+                  "packing": ["-" if eff is None else f"{eff:.0%}"],
+                  "workers": [str(run.get("workers", "-"))], "fixed": [mb(fixed)]},
+                 ("fixed", "workers", "packing"), title="memory (last run)",
+                 header_style="bold")
     out.print(f"fixed: scheduler {mb(run.get('main', 0))}, resource tracker "
               f"{mb(run.get('tracker', 0))}, workers "
               f"{', '.join(mb(o) for o in run.get('overheads', []))}, data "
@@ -78,6 +85,64 @@ def print_summary(study: Any, run: dict[str, Any] | None) -> None:
         out.print(said, highlight=False)
     for note in run.get("notes", []):
         out.print(f"note: {note}", highlight=False)
+
+
+def fitted(columns: dict[str, list[str]], droppable: Sequence[str] = (),
+           **table: Any) -> tuple[Table, list[str]]:
+    """A table (``table``: :class:`rich.table.Table`'s options) of ``columns``, header
+    -> cells, whose cells are never broken over lines nor cut short (a header may wrap
+    at its spaces); on a console too narrow for every column, the first of
+    ``droppable`` are left out until it fits.  The table, and the headers left out.
+
+    >>> t, dropped = fitted({"trial": ["7"], "bytes": ["1,234,567"]}, ["bytes"])
+    >>> [c.header for c in t.columns], dropped
+    (['trial', 'bytes'], [])
+    """
+    out = console.out
+    wide = out.options.update_width(1 << 16)  # its own width, not cut to the console's
+    cols, dropped = dict(columns), []
+    for col in [None, *droppable]:
+        if col is not None:
+            del cols[col]
+            dropped.append(col)
+        t = Table(**table)
+        for header, cells in cols.items():
+            t.add_column(header, min_width=max(map(len, cells), default=0))
+        for row in zip(*cols.values(), strict=True):
+            t.add_row(*(Text(cell, no_wrap=True) for cell in row))
+        if out.measure(t, options=wide).minimum <= out.width:
+            break
+    return t, dropped
+
+
+def print_fitted(columns: dict[str, list[str]], droppable: Sequence[str] = (),
+                 **table: Any) -> None:
+    """Print :func:`fitted`'s table, and which columns it left out, if any."""
+    t, dropped = fitted(columns, droppable, **table)
+    console.out.print(t)
+    if dropped:
+        console.out.print(f"(left out for the terminal's width: {', '.join(dropped)})",
+                          highlight=False)
+
+
+def print_failures(trials: list[Any]) -> None:
+    """Why ``trials`` failed, grouped by reason (:func:`explore.failures.grouped`), the
+    first :data:`FAILURES_SHOWN` reasons; nothing when none failed."""
+    from explore.failures import grouped  # noqa: PLC0415 (--help start-up: the study side)
+
+    groups = grouped(trials)
+    if not groups:
+        return
+    out = console.out
+    out.print("failed trials, by reason (each in full: explore show, explore export's "
+              "fail_reason):", highlight=False)
+    for g in groups[:FAILURES_SHOWN]:
+        out.print(f"  {g.line()}", highlight=False, markup=False)
+    left = groups[FAILURES_SHOWN:]
+    if left:
+        n = sum(len(g.numbers) for g in left)
+        out.print(f"  ... and {n} more trial{'s' * (n != 1)} failed for {len(left)} other "
+                  f"reason{'s' * (len(left) != 1)}", highlight=False)
 
 
 def switching(run: dict[str, Any]) -> str | None:

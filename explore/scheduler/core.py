@@ -87,6 +87,10 @@ from explore.scheduler.protocol import (
 from explore.scheduler.stacking import Pending, part_program
 from explore.scheduler.telemetry import RunStats
 
+# How a trial in hand when the run was stopped (Ctrl-C, SIGTERM, SIGHUP) fails: it is
+# queued again and not counted (explore run's last words count them by it).
+INTERRUPTED = "interrupted"
+
 
 class Core:
     """The decisions of one driver's run, within the budget and the measured bytes of
@@ -98,15 +102,17 @@ class Core:
     ``rotation`` (the budget's ``in_flight``): up to that many trials are held at once,
     more than the arenas hold, and advanced in turn (:meth:`_rotate`).
     ``switch_limit``: the most bytes of switched-out states at once (None: no limit).
-    Times (``Tick``, the workers' stamps) are seconds since the run began."""
+    ``timeout`` (the budget's): the seconds after which no new trial is taken
+    (:meth:`takes_new`).  Times (``Tick``, the workers' stamps) are seconds since the
+    run began."""
 
     def __init__(self, policy: Policy, stats: RunStats, *, lockstep: bool = False,
                  part: Callable[[Stack, list[int]], Any] = part_program,
                  switching: bool = True, rotation: int | None = None,
-                 switch_limit: int | None = None) -> None:
+                 switch_limit: int | None = None, timeout: float | None = None) -> None:
         self.policy, self.stats, self.lockstep, self.part = policy, stats, lockstep, part
         self.switching, self.rotation = switching, rotation
-        self.switch_limit = switch_limit
+        self.switch_limit, self.timeout = switch_limit, timeout
         # rotation: the trial each worker runs now (one at a time, chosen here)
         self.running: dict[int, int] = {}
         self.counts = stats.counts
@@ -165,6 +171,19 @@ class Core:
         self.counts["out"] = len(self.out)
         out, self._out = self._out, []
         return out
+
+    def takes_new(self) -> bool:
+        """Whether the run still takes new trials: until ``timeout`` seconds since it
+        began, as the last :class:`~.commands.Tick` said (Optuna's ``optimize(timeout=)``).
+        After it the trials in hand go on to their end, and paused ones, which no new
+        result can promote once nothing else runs, are pruned (:meth:`_idle`) as at the
+        end of the trials budget.
+
+        >>> core = Core(policy=None, stats=RunStats(1 << 30), timeout=60)  # type: ignore[arg-type]
+        >>> core.takes_new(), core.handle(Tick(60.0)), core.takes_new()
+        (True, [], False)
+        """
+        return self.timeout is None or self.now < self.timeout
 
     def add_worker(self, w: Worker) -> None:
         """A worker with its arena open (a new one, or one taking a dead one's place)."""
@@ -643,7 +662,7 @@ class Core:
             self._emit(DropState(n))
         held += [p.trial for p in self.out.values()]
         for trial in held + [t for pend in self.waiting for t in pend.trials]:
-            self.fail(trial, "interrupted", retry=True)
+            self.fail(trial, INTERRUPTED, retry=True)
         self.waiting, self.out = [], {}
         for w in self.workers.values():  # the run ends: nothing is held any more
             w.residents.clear()

@@ -156,7 +156,9 @@ class Scheduler:
         self.gated = self.policy.gated or self.rotation is not None
         self.core = Core(self.policy, self.stats, lockstep=self.lockstep,
                          switching=space.budget.switching, rotation=self.rotation,
-                         switch_limit=space.budget.switch_limit)
+                         switch_limit=space.budget.switch_limit,
+                         timeout=space.budget.timeout)
+        self.timed_out = False  # the run ended at its timeout, short of its trials
         # Trials asked at once and stacked where they can be (explore.scheduler.stacking);
         # not in lockstep, whose point is one trial at a time.
         self.intake = Intake(bound, self.live, self.stats, self.notes, self._fail_new,
@@ -326,7 +328,10 @@ class Scheduler:
         """Whether to ask for another candidate: while what was asked last found room and
         each worker has at most ``trials_per_worker`` trials in hand, so that candidates
         wait only when memory is full and the sampler is not asked far ahead of the
-        results it learns from; in rotation, while fewer than ``in_flight`` are in hand."""
+        results it learns from; in rotation, while fewer than ``in_flight`` are in hand.
+        Never once the budget's ``timeout`` has passed (:meth:`Core.takes_new`)."""
+        if not self.core.takes_new():
+            return False
         if self.rotation is not None:
             return self.core.in_rotation() < self.rotation
         return not self.waiting and \
@@ -334,9 +339,12 @@ class Scheduler:
 
     def run(self, n_trials: int) -> RunStats:
         """Run until the study has ``n_trials`` trials that ended (its total, shared with
-        any other drivers of the study: :mod:`explore.live`).  Ctrl-C fails the trials
-        in hand as interrupted, queues them again and raises KeyboardInterrupt; a failed
-        write to the storage stops the run at once (:class:`~explore.live.WriteFailed`)."""
+        any other drivers of the study: :mod:`explore.live`), or, with the budget's
+        ``timeout``, until the trials in hand when it passed have ended
+        (:attr:`timed_out`; the next run goes on with the study).  Ctrl-C fails the
+        trials in hand as interrupted, queues them again and raises KeyboardInterrupt; a
+        failed write to the storage stops the run at once
+        (:class:`~explore.live.WriteFailed`)."""
         self.live.total = n_trials
         restore = self._catch_ctrl_c()
         try:
@@ -356,10 +364,16 @@ class Scheduler:
                         break
                     self.remaining = self.live.unclaimed()
                     self._do(self.core.place())
+                    # asking takes time (compiling): the timeout is read at the time now
+                    self._tell_core(Tick(time.time() - self.t0))
                 self.live.refresh()
                 self.remaining = self.live.unclaimed()
                 if not self.core.holds():
-                    if self.live.settled():
+                    settled = self.live.settled()
+                    if settled or not self.core.takes_new():
+                        if not settled:  # short of the study's total: said in the summary
+                            self.timed_out = True
+                            self.stats.notes.append(self._timeout_note())
                         self.memory.measure(self.workers.values(), now=True)  # a last reading
                         break
                     time.sleep(REFRESH_EVERY / 8)  # others' trials run; ours may be re-queued
@@ -398,6 +412,12 @@ class Scheduler:
             finally:
                 restore()
         return self.stats
+
+    def _timeout_note(self) -> str:
+        """What the summary says of a run that ended at its timeout."""
+        return (f"stopped at the timeout ({self.core.timeout:g} s, budget.timeout): no "
+                "trial started after it, and the trials in hand ran to their end, short of "
+                f"the study's {self.live.total} trials; running it again goes on")
 
     def _catch_ctrl_c(self) -> Any:
         """Ctrl-C, SIGTERM or SIGHUP stops the run between steps; a second one ends the

@@ -17,7 +17,7 @@ from explore.binding import bind
 from explore.datasets import DataError, Preprocess, from_file, from_python
 from explore.datasets.missing import csv_lines
 from explore.datasets.split import split_rows
-from explore.runner import TABLE_OPTIONS, RunRefused
+from explore.runner import RunRefused
 from explore.space import load_space, parse_space
 from explore.yamlio import SpaceError
 
@@ -393,8 +393,6 @@ def test_a_dataframe_with_gaps_is_refused_by_explore_run_in_one_message(
     assert not (tmp_path / "r.db").exists()
 
 
-@pytest.mark.skipif("missing" not in TABLE_OPTIONS,
-                    reason="explore.runner.TABLE_OPTIONS does not pass missing/impute yet")
 def test_a_dataframe_with_gaps_is_searched_with_missing_drop(tmp_path: Path) -> None:
     space = {"name": "gaps", "dataset": {"categorical": CATS, "missing": "drop"},
              "objectives": [{"metric": "accuracy"}],

@@ -141,7 +141,7 @@ def test_a_calcgraph_that_breaks_the_conventions_fails_its_trial(tmp_path: Path)
     f.write_text("dataset: digits\nbudget: {trials: 2, rounds: 1, memory: 400MB}\n"
                  "model: {builder: 'bad:build'}\n")
     r = explore_run(f)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # every trial failed
     study = optuna.load_study(study_name="bad", storage=f"sqlite:///{tmp_path / 'bad.db'}")
     for t in study.trials:
         assert t.state.name == "FAIL"
@@ -213,7 +213,7 @@ def test_a_tracing_error_fails_the_trial_naming_the_users_line(tmp_path: Path) -
     f.write_text("dataset: digits\nbudget: {trials: 1, rounds: 1, memory: 500MB}\n"
                  "model: {builder: 'nets:broken'}\n")
     r = explore_run(f)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # every trial failed
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
     (t,) = study.trials
     reason = t.user_attrs[RECORD_ATTR]["fail_reason"]
