@@ -8,7 +8,9 @@ among the ``k`` best so far is uploaded with Optuna's public artifact API
 into the trial's record (``explore.model``); one pushed out of the ``k`` best is
 removed from the store.  The study's user attribute ``models`` lists what is kept
 (``[{"trial", "value", "artifact"}]``, best first) and ``artifacts`` names the store's
-directory, so ``explore export-model`` and :func:`explore.load_model` find them.
+directory, so ``explore export-model`` and :func:`explore.load_model` find them.  A
+study's refit model (:mod:`explore.refit`) is kept beside them by :func:`keep_refit`,
+one per study, recorded in its user attribute ``refit``.
 
 Each driver stages its workers' files in a folder of its own
 (``<store>/.staging/<host>-<pid>/``), which it alone removes when it ends: several
@@ -47,6 +49,8 @@ from optuna.trial import FrozenTrial, TrialState
 from explore.attrs import ARTIFACTS_ATTR, MODELS_ATTR, RECORD_ATTR
 from explore.procmem import alive
 from explore.storages._journal import journal_path
+
+REFIT_ATTR = "refit"  # a study's refit model: trial, rounds, rows, test metrics, artifact
 
 
 def default_artifacts(storage: str) -> str:
@@ -197,6 +201,38 @@ class ModelKeeper:
         for folder in (self.staging.parent, self.directory):
             with contextlib.suppress(OSError):  # not empty: another's, or models kept
                 folder.rmdir()
+
+
+def keep_refit(study: optuna.Study, directory: str | Path, weights: str | Path,
+               record: dict[str, Any]) -> dict[str, Any]:
+    """Store the file ``weights`` (a ``.npz`` of :mod:`explore.weights`) as the refit
+    model of ``study`` in the artifact store at ``directory`` (made if missing), and
+    ``record`` with its artifact id (``artifact``) and the store (``artifacts``) as the
+    study's user attribute :data:`REFIT_ATTR`; the refit model stored before is removed.
+    Returns the record as stored.  Raises OSError when the store cannot be written;
+    the study then keeps the refit model it had."""
+    folder = Path(directory).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    store = _artifacts().FileSystemArtifactStore(str(folder))
+    tracked = _Tracked(store)
+    with locked(folder):  # two refits at once: one ends as the study's, none orphaned
+        old = study.user_attrs.get(REFIT_ATTR)
+        try:
+            artifact = _artifacts().upload_artifact(
+                artifact_store=tracked, file_path=str(weights), study_or_trial=study,
+                mimetype="application/x-npz")
+        except OSError:
+            if tracked.written is not None:
+                with contextlib.suppress(Exception):
+                    store.remove(tracked.written)
+            raise
+        stored = {**record, "artifact": artifact, "artifacts": str(folder)}
+        study.set_user_attr(REFIT_ATTR, stored)
+        if isinstance(old, dict) and isinstance(old.get("artifact"), str):
+            with contextlib.suppress(Exception):  # its store gone: nothing to free
+                _artifacts().FileSystemArtifactStore(str(old.get("artifacts") or folder)
+                                                     ).remove(old["artifact"])
+    return stored
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from explore.families.builder import spec_of
 from explore.folders import directory_problem
 from explore.keeper import ModelKeeper, default_artifacts
 from explore.live import counted
+from explore.refit import refit_after_run
 from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
 from explore.scheduler.shared_data import load_shared
@@ -41,7 +42,7 @@ from explore.space import Space, check_study_name, load_space, parse_size, parse
 from explore.space_change import changes
 from explore.storages import StorageError, explain, sqlite_file
 from explore.storages import check as check_storage
-from explore.study import default_storage, open_study
+from explore.study import default_storage, name_objectives, open_study
 from explore.yamlio import SourceError, SpaceError
 
 
@@ -75,11 +76,12 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             target: str | None = None, storage: str | None = None,
             study: str | None = None, trials: int | None = None, workers: int | None = None,
             memory: int | str | None = None, device: str | None = None,
-            devices: list[int] | None = None,
+            devices: list[int] | None = None, timeout: float | None = None,
             builder: Any = None, space_changed: bool = False) -> Prepared:
     """Read and check everything a run needs; raises :class:`RunRefused`.
-    ``space_changed``: a space that differs from the one the study was searched with is
-    meant (:mod:`explore.space_change`)."""
+    ``trials``, ``workers``, ``memory``, ``device``, ``devices`` and ``timeout``
+    override the space's budget.  ``space_changed``: a space that differs from the one
+    the study was searched with is meant (:mod:`explore.space_change`)."""
 
     source: Path | None = None
     options: dict[str, Any] = {}
@@ -111,7 +113,8 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     except ValueError as e:
         raise RunRefused(f"memory: {e}") from None
     overrides = {k: v for k, v in {"trials": trials, "workers": workers, "memory": size,
-                                   "device": device, "devices": devices}.items()
+                                   "device": device, "devices": devices,
+                                   "timeout": timeout}.items()
                  if v is not None}
     try:  # validated as the file's own values are (caps, the machine's memory)
         budget = type(sp.budget).model_validate({**sp.budget.model_dump(), **overrides})
@@ -161,7 +164,8 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
                     smallest)
 
 
-TABLE_OPTIONS = ("features", "categorical", "valid", "test", "scale", "task", "seed")
+TABLE_OPTIONS = ("features", "categorical", "valid", "test", "scale", "task", "seed",
+                 "missing", "impute")
 
 
 def _table_options(space: Any) -> dict[str, Any]:
@@ -187,7 +191,8 @@ def check_objectives(space: Any, ds: Any) -> None:
 def data_record(ds: Any) -> dict[str, Any]:
     """What a model of the study takes and gives, stored with the study so that its
     models can be rebuilt, exported and used without the data: task, features,
-    classes, image shape, pixel scale, target scale and the preprocessing."""
+    classes, image shape, pixel scale, target scale, the preprocessing and what
+    ``dataset.missing`` did."""
     pre = getattr(ds, "preprocess", None)
     scale = getattr(ds, "target_scale", None)
     image = getattr(ds, "image", None)
@@ -196,7 +201,8 @@ def data_record(ds: Any) -> dict[str, Any]:
             "image": list(image) if image else None,
             "pixel_scale": getattr(ds, "pixel_scale", None),
             "target_scale": list(scale) if scale else None,
-            "preprocess": pre.to_dict() if pre is not None else None}
+            "preprocess": pre.to_dict() if pre is not None else None,
+            "missing": r.to_dict() if (r := getattr(ds, "missing_report", None)) else None}
 
 
 def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
@@ -206,8 +212,6 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     when the study already had its trials).  Raises :class:`RunRefused` (nothing
     written) when the budget cannot hold the run.  ``baseline``: this process's memory
     before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
-
-
     space = prep.space
     budget = space.budget
     db = sqlite_file(prep.storage)
@@ -235,6 +239,7 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         return RunRefused(message)
 
     check_space_change(study, prep.bound, prep.space_changed)
+    name_objectives(study, space)  # after a meant change of metric, its new name
 
     # The study's total is shared with any other drivers (explore.live): nothing to do
     # once that many trials ended; trials a dead driver left running are failed and
@@ -269,7 +274,11 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     except BaseException:  # Ctrl-C before the run began: nothing of it left behind
         sched.stop()  # (the run stops itself; again is harmless)
         raise
-    return study, record_run(study, stats)
+    run = record_run(study, stats, driver=sched.live.driver, timed_out=sched.timed_out)
+    if space.refit:
+        refit_after_run(study, prep.bound.data, prep.bound.builder,
+                        space.artifacts or default_artifacts(prep.storage))
+    return study, run
 
 
 def check_gpus(budget: Any) -> None:
@@ -334,8 +343,12 @@ def space_record(bound: BoundSpace) -> dict[str, Any]:
     return out
 
 
-def record_run(study: optuna.Study, stats: Any) -> dict[str, Any]:
-    """Append the run's record (:meth:`RunStats.record_dict`) to the study's ``runs``."""
-    run: dict[str, Any] = stats.record_dict()
+def record_run(study: optuna.Study, stats: Any, driver: str | None = None,
+               timed_out: bool = False) -> dict[str, Any]:
+    """Append the run's record (:meth:`RunStats.record_dict`) to the study's ``runs``,
+    with the ``driver`` that ran it (the name its trials' records carry: which trials
+    were this run's, :func:`explore.failures.run_trials`) and whether it ended at the
+    budget's timeout short of its trials (``timed_out``)."""
+    run: dict[str, Any] = {**stats.record_dict(), "driver": driver, "timed_out": timed_out}
     study.set_user_attr(RUNS_ATTR, [*study.user_attrs.get(RUNS_ATTR, []), run])
     return run

@@ -163,6 +163,9 @@ class Space(Strict):
     # Optuna's artifact store at ``artifacts`` (default: next to a SQLite study).
     keep_models: Int = Field(3, ge=0, le=MAX_TRIALS)
     artifacts: str | None = None
+    # After a run, its best trial trained again on train+valid and kept as the study's
+    # refit model (explore.refit), as scikit-learn's refit=True.
+    refit: bool = Field(False, strict=True)
 
     # The file it was read from (None: given from Python): errors found later, when the
     # space is bound to its data and builder (explore.binding), point at their line.
@@ -194,6 +197,15 @@ class Space(Strict):
                                                            "momentum", "weight_decay",
                                                            "batch_size")})
         return out
+
+    @model_validator(mode="after")
+    def _refit(self) -> Space:
+        if self.refit and len(self.objectives) > 1:
+            raise Located(("refit",), f"refit trains the best trial again, and "
+                          f"{len(self.objectives)} objectives have no single best; leave "
+                          "refit out and run `explore refit SPACE --trial N` with the "
+                          "trial you choose")
+        return self
 
     @model_validator(mode="after")
     def _artifacts(self) -> Space:

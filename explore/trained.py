@@ -6,12 +6,20 @@ A study run with ``keep_models`` holds the final weights of its best trials
 split).  :func:`load_model` rebuilds the trial's CalcGraph from its parameters,
 compiles it, and loads the weights into a VM; :class:`TrainedModel` then takes raw
 rows (a DataFrame with the data set's columns, or an array of its numeric features)
-through the same preprocessing as the search did.
+through the same preprocessing as the search did.  A model that came from a Python
+builder (:mod:`explore.families.builder`) is rebuilt by calling the builder again, with
+what the trial chose and the recorded data's facts: the builder the study names
+(``module:function``), or the one given, which a builder defined in a notebook needs.
+``load_model(..., refit=True)`` loads the study's refit model instead
+(:mod:`explore.refit`: the best trial trained again on the training and validation
+rows).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +28,26 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
-from engine import VM, compile_graph
+from engine import VM, InputError, compile_graph
 from explore import families
 from explore.attrs import BUILDER_DIR_ATTR, DATA_ATTR, SPACE_ATTR
 from explore.candidate import BUILDER_PARAMS
-from explore.datasets.quantize import quantize
+from explore.datasets.quantize import to_pixels
 from explore.datasets.table import Preprocess
 from explore.families.builder import (
     BuilderError,
+    builder_name,
     call_builder,
     graph_of_model,
     load_builder,
     replay,
 )
-from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR
+from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR, REFIT_ATTR
 from explore.onnx_model import model_to_onnx
 from explore.optimizers import build_optimizer
-from explore.runner import data_record
 from explore.scheduler.worker import Validation
 from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
+from explore.weights import parameter_names
 
 PREDICT_BATCH = 512
 
@@ -71,6 +80,32 @@ class StoredData:
                    tuple(r["target_scale"]) if r.get("target_scale") else None,
                    pre)
 
+    @classmethod
+    def of(cls, ds: Any) -> StoredData:
+        """The facts of the data set ``ds`` as a study records them
+        (:func:`explore.runner.data_record`), for comparing with a record."""
+        image = getattr(ds, "image", None)
+        scale = getattr(ds, "target_scale", None)
+        return cls(getattr(ds, "task", "classification"), int(ds.features),
+                   int(getattr(ds, "classes", 0) or 0), tuple(image) if image else None,
+                   getattr(ds, "pixel_scale", None),
+                   (float(scale[0]), float(scale[1])) if scale else None,
+                   getattr(ds, "preprocess", None))
+
+    def differs(self, ds: Any) -> str | None:
+        """What differs between the data set ``ds`` and this one (task, features,
+        classes, image shape, pixel scale, target scale, preprocessing), or None."""
+        have = StoredData.of(ds)
+        for key in ("task", "features", "classes", "image", "pixel_scale", "target_scale"):
+            a, b = getattr(have, key), getattr(self, key)
+            if a != b:
+                return f"{key}: {a!r} where the model has {b!r}"
+        pa = have.preprocess.to_dict() if have.preprocess is not None else None
+        pb = self.preprocess.to_dict() if self.preprocess is not None else None
+        if pa != pb:
+            return "its preprocessing (columns, scaling, categories or labels) differs"
+        return None
+
     @property
     def outputs(self) -> int:
         return self.classes if self.task == "classification" else 1
@@ -83,7 +118,9 @@ class TrainedModel:
 
     ``predict(rows)`` gives the class labels (as the data had them) or the
     regression's values in the target's units; ``predict_proba(rows)`` the class
-    probabilities; ``features(rows)`` the preprocessed model input."""
+    probabilities; ``features(rows)`` the preprocessed model input.  ``refit``: for a
+    refit model (:mod:`explore.refit`), its record (rounds, rows, seed, test metrics);
+    None for a model the search kept."""
 
     vm: Any  # engine.VM
     graph: Any  # engine.CalcGraph
@@ -91,6 +128,8 @@ class TrainedModel:
     params: dict[str, Any]
     trial: int
     study: str
+    refit: dict[str, Any] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # the trial's, as recorded
 
     def features(self, rows: Any) -> np.ndarray:
         """Raw rows -> the model's input (the search's preprocessing, if any)."""
@@ -102,11 +141,10 @@ class TrainedModel:
 
     def model_input(self, x: np.ndarray) -> np.ndarray:
         """Features as the model takes them: images of a pixel scale as exact uint8
-        pixels (see :mod:`explore.datasets.quantize`)."""
+        pixels, given as the data set has them or scaled (see
+        :func:`explore.datasets.quantize.to_pixels`)."""
         scale = self.data.pixel_scale
-        if scale is not None and x.dtype != np.uint8:
-            return quantize(np.asarray(x, np.float32), scale)
-        return x
+        return to_pixels(x, scale) if scale is not None else x
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """The ``logits`` layer for model inputs ``x`` (already preprocessed), in
@@ -156,17 +194,7 @@ def data_mismatch(model: TrainedModel, ds: Any) -> str | None:
     """What differs between the data set ``ds`` and the one ``model`` was trained on
     (task, features, classes, image shape, pixel scale, target scale, preprocessing),
     or None: a model evaluated on rows prepared for another data set measures nothing."""
-    have = StoredData.from_record(data_record(ds))
-    want = model.data
-    for key in ("task", "features", "classes", "image", "pixel_scale", "target_scale"):
-        a, b = getattr(have, key), getattr(want, key)
-        if a != b:
-            return f"{key}: {a!r} where the model has {b!r}"
-    pa = have.preprocess.to_dict() if have.preprocess is not None else None
-    pb = want.preprocess.to_dict() if want.preprocess is not None else None
-    if pa != pb:
-        return "its preprocessing (columns, scaling, categories or labels) differs"
-    return None
+    return model.data.differs(ds)
 
 
 def evaluate_split(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -193,8 +221,7 @@ def find_model(study: optuna.Study, trial: int | None = None
     or the best kept one.  Raises :class:`ModelError` saying what is kept."""
     kept = kept_models(study)
     if not kept:
-        raise ModelError(f"study {study.study_name!r} keeps no models: run it with "
-                         "keep_models > 0 (the default is 3)")
+        raise ModelError(none_kept(study))
     artifacts = {m["artifact"] for m in kept}
     by_artifact: dict[str, optuna.trial.FrozenTrial] = {}
     for t in study.get_trials(deepcopy=False):
@@ -214,15 +241,118 @@ def find_model(study: optuna.Study, trial: int | None = None
                      f"kept: trials {numbers or 'none'} (keep_models keeps the best few)")
 
 
+def find_refit(study: optuna.Study, trial: int | None = None
+               ) -> tuple[optuna.trial.FrozenTrial, dict[str, Any]]:
+    """The trial of the study's refit model and its record (:mod:`explore.refit`).
+    Raises :class:`ModelError` when the study has none, or it is of another trial than
+    ``trial``."""
+    name = study.study_name
+    entry = study.user_attrs.get(REFIT_ATTR)
+    if not isinstance(entry, dict) or not isinstance(entry.get("artifact"), str):
+        raise ModelError(f"study {name!r} has no refit model: run `explore refit SPACE` "
+                         f"(from Python, explore.refit.refit(storage, {name!r}))")
+    number = entry.get("trial")
+    if trial is not None and trial != number:
+        raise ModelError(f"the refit model of study {name!r} is trial {number}'s, not "
+                         f"trial {trial}'s; to refit trial {trial}, run `explore refit "
+                         f"SPACE --trial {trial}`")
+    for t in study.get_trials(deepcopy=False):
+        if t.number == number:
+            return t, entry
+    raise ModelError(f"study {name!r}: the trial of its refit model ({number}) is missing")
+
+
+def none_kept(study: optuna.Study) -> str:
+    """Why ``study`` lists no kept model, as :func:`find_model` says it: it was run
+    with ``keep_models: 0`` (its stored space says), or none of its trials completed
+    (how they ended, and the most common reason they failed), or its completed trials'
+    models could not be kept."""
+    name = study.study_name
+    space = study.user_attrs.get(SPACE_ATTR)
+    keep = space.get("keep_models") if isinstance(space, dict) else None
+    if keep == 0:
+        return (f"study {name!r} keeps no models: it was run with keep_models: 0; run "
+                "it with keep_models > 0 (the default is 3)")
+    trials = study.get_trials(deepcopy=False)
+    if not trials:
+        return f"study {name!r} keeps no models: it has no trials"
+    states = Counter(_ENDED.get(t.state.name, t.state.name.lower()) for t in trials)
+    done = states.pop("complete", 0)
+    n = len(trials)
+    if done == 0:
+        failed = [_short((t.user_attrs.get(RECORD_ATTR) or {}).get("fail_reason"))
+                  for t in trials if t.state == optuna.trial.TrialState.FAIL]
+        # how the others ended first; the failures last, with their commonest reason
+        parts = [f"{k} {s}" for s, k in states.most_common() if s != "failed"]
+        if failed:
+            part = f"{len(failed)} failed"
+            reasons = Counter(r for r in failed if r)
+            if reasons:
+                reason, count = reasons.most_common(1)[0]
+                part += (": " if count == len(failed) else f", {count} of them: ") + reason
+            parts.append(part)
+        return (f"study {name!r} keeps no models: none of its {n} trial"
+                f"{'s' * (n != 1)} completed ({'; '.join(parts)})")
+    errors = [(t.user_attrs.get(RECORD_ATTR) or {}).get("model_error") for t in trials]
+    error = next((e for e in errors if e), None)
+    if error is not None:
+        return f"study {name!r} keeps no models: {error}"
+    if keep is None:  # not run by explore, or before the space was stored
+        return (f"study {name!r} keeps no models: run it with keep_models > 0 (the "
+                "default is 3)")
+    return (f"study {name!r} keeps no models: its {done} completed trial"
+            f"{'s' * (done != 1)} kept none")
+
+
+_ENDED = {"FAIL": "failed", "COMPLETE": "complete"}  # Optuna's states, as said
+
+
+def _short(reason: Any) -> str | None:
+    """A trial's failure in one line: a traceback's first and last lines."""
+    if not isinstance(reason, str) or not reason.strip():
+        return None
+    lines = [x.strip() for x in reason.strip().splitlines() if x.strip()]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+
+
 def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
-               builder: Any = None) -> TrainedModel:
+               builder: Callable[..., Any] | str | None = None, refit: bool = False
+               ) -> TrainedModel:
     """The kept model of ``trial`` (default: the best kept) of ``study`` in
     ``storage`` (a URL, a SQLite file's path or an Optuna storage), ready to predict.
-    A study whose models came from a Python builder rebuilds them with it: the one it
-    recorded (``module:function``), or ``builder`` (a function defined in a notebook
-    cannot be imported again).  Raises :class:`ModelError` when there is none."""
-    s = open_stored(storage, study)
-    t, artifact = find_model(s, trial)
+    ``refit``: the study's refit model instead (:func:`explore.refit.refit`: a trial
+    trained again on the training and validation rows; ``trial``, if given, must be
+    its trial), with its record in :attr:`TrainedModel.refit`.
+
+    A study whose models came from a Python builder rebuilds them by calling it again,
+    with what the trial chose and the data's facts as the study recorded them:
+    ``builder`` (the function, or its ``module:function``, imported from the current
+    folder or the Python path), else the one the study names.  A builder defined in a
+    notebook or ``__main__`` cannot be imported again: pass it, ``builder=build``.
+    Raises :class:`ModelError` when there is no such model, or it cannot be rebuilt
+    (the message says why: no trial completed, no builder to rebuild it with, weights
+    that do not fit what the builder builds).
+
+    >>> load_model("no-such.db", "s")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    explore.trained.ModelError: ...no-such.db...
+    """
+    return model_of(open_stored(storage, study), trial, builder, refit)
+
+
+def model_of(s: optuna.Study, trial: int | None = None,
+             builder: Callable[..., Any] | str | None = None, refit: bool = False
+             ) -> TrainedModel:
+    """:func:`load_model` of an open study ``s``."""
+    study = s.study_name
+    entry: dict[str, Any] | None = None
+    if refit:
+        t, entry = find_refit(s, trial)
+        artifact, directory = entry["artifact"], entry.get("artifacts")
+    else:
+        t, artifact = find_model(s, trial)
+        directory = None
     record = s.user_attrs.get(DATA_ATTR)
     space = s.user_attrs.get(SPACE_ATTR)
     if not record or not space:
@@ -230,35 +360,89 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
     data = StoredData.from_record(record)
     params = dict((t.user_attrs.get(RECORD_ATTR) or {}).get(PARAMS_ATTR) or
                   t.user_attrs.get(PARAMS_ATTR) or t.params)
-    graph = rebuild(space, params, data, builder, s.user_attrs.get(BUILDER_DIR_ATTR))
+    graph = rebuild(space, params, data, builder, s.user_attrs.get(BUILDER_DIR_ATTR),
+                    study=study)
     prog = compile_graph(graph, batch_size=PREDICT_BATCH, optimizer=build_optimizer(params),
                          keep=["logits"])
     vm = VM(prog)
-    for name, value in read_model(s, artifact, t.number).items():
-        vm.assign(name, value)
-    return TrainedModel(vm, graph, data, params, t.number, study)
+    weights = read_model(s, artifact, t.number, directory)
+    missing = sorted(set(parameter_names(prog)) - set(weights))
+    try:
+        for name, value in weights.items():
+            vm.assign(name, value)
+        if missing:
+            raise InputError(f"no kept weights for {', '.join(map(repr, missing[:3]))}"
+                             + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+    except InputError as e:
+        made_by = _maker(space, params, builder)
+        which = "refit" if refit else "kept for"
+        raise ModelError(f"the weights {which} trial {t.number} of study {study!r} do "
+                         f"not fit the model that {made_by} builds ({e}): is it the one the "
+                         "study was run with?") from None
+    metrics = dict((t.user_attrs.get(RECORD_ATTR) or {}).get("metrics") or {})
+    return TrainedModel(vm, graph, data, params, t.number, study, refit=entry,
+                        metrics=metrics)
+
+
+def _maker(space: dict[str, Any], params: dict[str, Any],
+           builder: Callable[..., Any] | str | None) -> str:
+    """What built a model, for messages: the builder given, or the study's."""
+    if callable(builder):
+        return f"builder {builder_name(builder)}"
+    if builder is not None or _made_by_builder(space, params):
+        return f"builder {builder or space['model'].get('builder') or '(given)'}"
+    return f"family {space['model'].get('family')!r}"
+
+
+def _made_by_builder(space: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether a study's models came from a Python builder: the space names one, or
+    (a builder given as a function that cannot be imported again, recorded as none)
+    the trial recorded what its builder chose."""
+    return space["model"].get("builder") is not None or BUILDER_PARAMS in params
 
 
 def rebuild(space: dict[str, Any], params: dict[str, Any], data: StoredData,
-            builder: Any = None, builder_dir: str | None = None) -> Any:
-    """A trial's CalcGraph again, from its recorded parameters: by its family, or by the
-    space's model builder replaying what it chose."""
+            builder: Callable[..., Any] | str | None = None,
+            builder_dir: str | None = None, study: str = "") -> Any:
+    """A trial's CalcGraph again, from its recorded parameters: by its family, or by a
+    model builder replaying what it chose (``builder``, a function or its
+    ``module:function``; else the one the space names).  Raises :class:`ModelError`
+    when the builder cannot be had or fails."""
     spec = space["model"].get("builder")
-    if builder is None and spec is None:
+    if builder is None and not _made_by_builder(space, params):
         return families.get(space["model"]["family"]).build(params, data)
+    if builder is None and spec is None:
+        raise ModelError(
+            f"study {study!r} was run with a model builder given as a Python function "
+            "that cannot be imported again (defined in a notebook, in __main__ or inside "
+            "another function): pass the same function, load_model(..., builder=build), "
+            "or its module:function (from the command line: --builder module:function)")
+    given = builder if isinstance(builder, str) else None
     try:
-        fn = builder or load_builder(spec, builder_dir)
-        return graph_of_model(call_builder(fn, replay(params.get(BUILDER_PARAMS) or {})),
-                              data, params)
+        if given is not None:
+            fn = load_builder(given, Path.cwd())
+        elif builder is not None:
+            if not callable(builder):
+                raise ModelError(f"builder: a function or 'module:function', not a "
+                                 f"{type(builder).__name__}")
+            fn = builder
+        else:
+            fn = load_builder(str(spec), builder_dir)
+        return graph_of_model(call_builder(fn, replay(params.get(BUILDER_PARAMS) or {}),
+                                           data), data, params, builder=fn)
     except BuilderError as e:
-        raise ModelError(f"cannot rebuild the model: {e}" + (
-            "" if spec else "; its builder was a function defined where it cannot be "
-            "imported again: pass it, load_model(..., builder=build)")) from None
+        hint = "" if builder is not None else (
+            "; pass the builder, load_model(..., builder=build), or from the command "
+            "line --builder module:function")
+        raise ModelError(f"cannot rebuild the model of study {study!r}: {e}{hint}") \
+            from None
 
 
-def read_model(study: optuna.Study, artifact: str, number: int) -> dict[str, np.ndarray]:
-    """The weights of a kept model, read through the study's artifact store."""
-    directory = study.user_attrs.get(ARTIFACTS_ATTR)
+def read_model(study: optuna.Study, artifact: str, number: int,
+               directory: str | None = None) -> dict[str, np.ndarray]:
+    """The weights of a kept model, read through the study's artifact store (or the
+    one at ``directory``)."""
+    directory = directory or study.user_attrs.get(ARTIFACTS_ATTR)
     if not directory or not Path(directory).is_dir():
         raise ModelError(f"the artifact store of study {study.study_name!r} "
                          f"({directory}) is missing")

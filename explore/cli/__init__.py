@@ -5,15 +5,17 @@ study.
     explore size search_spaces/paper_mnist.yaml --params lr=0.01 --memory 64MB --json
     explore show search_spaces/quick.yaml
     explore export search_spaces/quick.yaml --format csv --output trials.csv
+    explore refit search_spaces/quick.yaml
 
 Bad input (a malformed space, an unknown parameter, a size that is not one) is
 reported with the file, line and key at fault and exit status 2, before any study is
 created or changed.
 
 One module per command group (:mod:`.search`: run; :mod:`.sizing`: size;
-:mod:`.studies`: show, export; :mod:`.models`: export-model, evaluate; :mod:`.serve`:
-dashboard), sharing :mod:`.console` (output, exit statuses), :mod:`.common` (the space
-and study a command names), :mod:`.output` (--output files) and :mod:`.summary`.
+:mod:`.studies`: show, export; :mod:`.models`: export-model, evaluate; :mod:`.refit`:
+refit; :mod:`.serve`: dashboard), sharing :mod:`.console` (output, exit statuses),
+:mod:`.common` (the space and study a command names), :mod:`.output` (--output files)
+and :mod:`.summary`.
 The commands import pandas, onnx, the engine and the rest of explore when they run, not
 at the top: ``explore --help`` starts without them (each would add 0.3 to 1 s to it).
 """
@@ -28,6 +30,7 @@ import optuna
 
 from explore import __version__
 from explore.cli.models import evaluate, export_model
+from explore.cli.refit import refit_command
 from explore.cli.search import run
 from explore.cli.serve import dashboard
 from explore.cli.sizing import size
@@ -58,5 +61,5 @@ _EXPLORE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _python_format = warnings.formatwarning
 
 
-for _command in (run, size, show, export, export_model, evaluate, dashboard):
+for _command in (run, size, show, export, export_model, evaluate, refit_command, dashboard):
     main.add_command(_command)

@@ -24,7 +24,7 @@ from engine.alignment import align_down, align_up
 from explore import sampling
 from explore.binding import BoundSpace
 from explore.candidate import compile_candidate, graph_of, user_errors
-from explore.families import BuildError, OutputMismatch
+from explore.families import OutputMismatch
 from explore.scheduler.constants import Measured
 from explore.space import Space
 
@@ -83,7 +83,7 @@ def admit(bound: BoundSpace) -> int:
         graph = graph_of(bound, sampling.fixed(bound.space))
     except OutputMismatch as e:  # no trial's model would suit the data's classes
         raise Refused(f"model: {e}") from None
-    except BuildError as e:  # a family that does not suit the data, say
+    except user_errors(bound) as e:  # a family that does not suit the data, say
         if not bound.uses_builder:
             raise Refused(f"model: {e}") from None
         # the user's code: each trial's failure is its own, said when it is asked for

@@ -272,10 +272,6 @@ def test_export_model_of_an_image_model_prints_its_pixels(
     assert (labels == model.predict(test.x)).all()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="model_to_onnx (explore/onnx_model.py) must call annotate, and "
-                          "load_model give TrainedModel its trial's metrics; see the report "
-                          "of issue 34's export part")
 def test_to_onnx_writes_the_metadata_and_a_loaded_model_knows_its_metrics(
         table: Kept) -> None:
     meta = read_metadata(table.model.to_onnx())

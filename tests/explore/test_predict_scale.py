@@ -116,9 +116,6 @@ def test_quantize_says_what_pixels_of_its_scale_are() -> None:
         quantize(np.array([16.5, 17.0], np.float32), DIGITS)
 
 
-@pytest.mark.xfail(strict=True, raises=DataError,
-                   reason="TrainedModel.model_input (explore/trained.py) must convert "
-                          "through to_pixels; see the report of issue 34's export part")
 def test_a_digits_model_predicts_scikit_learns_digits_as_they_come(
         raw: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> None:
     storage = f"sqlite:///{tmp_path_factory.mktemp('digits') / 'd.db'}"
