@@ -66,20 +66,27 @@ def alternate(script: str, sides: Mapping[str, Sequence[str]], repeats: int,
               timeout: float | None = None, log: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Each side's child ``repeats`` times, each run in a fresh process: repeat i runs
     every side once (with ``per_repeat(i)`` added to its arguments: a seed), the order
-    rotated by i.  ``{side: [answer per repeat]}``.  Interrupted (Ctrl-C, or SIGINT at a
+    rotated by i.  ``{side: [answer per repeat]}``; each run said on stderr as it ends
+    (with its answer, given ``log``).  Interrupted (Ctrl-C, or SIGINT at a
     time limit), it returns the answers it has, fewer for some sides, and says so on
     stderr: a run cut short still reports what it measured."""
     names = list(sides)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    total, start = repeats * len(names), time.perf_counter()
     try:
         for i in range(repeats):
             k = i % len(names) if names else 0
             extra = list(per_repeat(i)) if per_repeat else []
             for name in names[k:] + names[:k]:
+                t0 = time.perf_counter()
                 runs[name].append(run_side(script, [*sides[name], *extra], timeout))
-                if log:
-                    print(f"  repeat {i + 1}/{repeats} {name}: {runs[name][-1]}",
-                          file=sys.stderr, flush=True)
+                # progress on stderr (a long comparison is not silent; --json stays on
+                # stdout): which run, how long it took, and the time so far
+                done = sum(len(r) for r in runs.values())
+                answer = f": {runs[name][-1]}" if log else ""
+                print(f"  [{done}/{total}] repeat {i + 1}/{repeats} {name} "
+                      f"{time.perf_counter() - t0:.1f} s (all {time.perf_counter() - start:.0f} s)"
+                      f"{answer}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         done = {n: len(r) for n, r in runs.items()}
         print(f"  interrupted: runs per side {done}", file=sys.stderr, flush=True)

@@ -142,3 +142,19 @@ def test_multi_model_smallest_cell() -> None:
     assert r["device"] == "cpu"  # what --device gpu changes, on a GPU session
     assert cell["engine_s"] > 0 and cell["torch_s"] > 0
     assert close(cell["speedup"], cell["torch_s"] / cell["engine_s"])
+
+
+def test_a_long_comparison_says_each_run_as_it_ends(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A benchmark of many fresh processes is not silent for minutes: each run is said
+    on stderr as it ends (which of how many, its side and repeat), stdout left to the
+    JSON."""
+    import bench._sides as sides
+
+    monkeypatch.setattr(sides, "run_side", lambda script, args, timeout=None: {"s": args[0]})
+    sides.alternate("x.py", {"a": ["a"], "b": ["b"]}, 2)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert not out and len(lines) == 4
+    assert lines[0].startswith("  [1/4] repeat 1/2 a ") and lines[3].startswith(
+        "  [4/4] repeat 2/2 a "), lines
