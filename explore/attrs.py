@@ -38,6 +38,7 @@ CHANGES_ATTR = "space_changes"  # the changes of the space runs declared meant
 RUNS_ATTR = "runs"  # each run's budget, constants and figures (RunStats.as_record)
 MODELS_ATTR = "models"  # the kept models, best first
 ARTIFACTS_ATTR = "artifacts"  # the artifact store's directory
+REFIT_ATTR = "refit"  # a study's refit model: trial, rounds, rows, test metrics, artifact
 
 # -- a study's system attributes, one per driver -----------------------------------------
 HEARTBEAT_PREFIX = "explore:heartbeat:"  # + the driver's name: its last heartbeat

@@ -46,11 +46,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from explore.attrs import ARTIFACTS_ATTR, MODELS_ATTR, RECORD_ATTR
+from explore.attrs import ARTIFACTS_ATTR, MODELS_ATTR, RECORD_ATTR, REFIT_ATTR
 from explore.procmem import alive
 from explore.storages._journal import journal_path
-
-REFIT_ATTR = "refit"  # a study's refit model: trial, rounds, rows, test metrics, artifact
 
 
 def default_artifacts(storage: str) -> str:

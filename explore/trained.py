@@ -30,7 +30,7 @@ from optuna.artifacts.exceptions import ArtifactNotFound
 
 from engine import VM, InputError, compile_graph
 from explore import families
-from explore.attrs import BUILDER_DIR_ATTR, DATA_ATTR, SPACE_ATTR
+from explore.attrs import BUILDER_DIR_ATTR, DATA_ATTR, REFIT_ATTR, SPACE_ATTR
 from explore.candidate import BUILDER_PARAMS
 from explore.datasets.quantize import to_pixels
 from explore.datasets.table import Preprocess
@@ -42,7 +42,7 @@ from explore.families.builder import (
     load_builder,
     replay,
 )
-from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR, REFIT_ATTR
+from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR
 from explore.onnx_model import model_to_onnx
 from explore.optimizers import build_optimizer
 from explore.scheduler.worker import Validation

@@ -16,7 +16,7 @@ import optuna
 from rich.live import Live
 from rich.table import Table
 
-from explore.attrs import MODELS_ATTR
+from explore.attrs import MODELS_ATTR, REFIT_ATTR
 from explore.cli import console
 from explore.cli.common import byte_size, not_empty
 from explore.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
@@ -199,11 +199,23 @@ def _next_steps(study: Any, prep: Any) -> None:
     if kept:
         out.print(f"models kept: trials {', '.join(str(m['trial']) for m in kept)} "
                   f"(best first) in {study.user_attrs.get('artifacts')}", highlight=False)
+    refit = study.user_attrs.get(REFIT_ATTR)
+    if refit:
+        tested = ", ".join(f"{k} {v:.4g}" for k, v in (refit.get("metrics") or {}).items()
+                           if isinstance(v, (int, float)))
+        rows = sum((refit.get("rows") or {}).values())
+        out.print(f"refit model: trial {refit.get('trial')} trained again on {rows:,} rows "
+                  "(training and validation)" + (f"; test {tested}" if tested else ""),
+                  highlight=False)
     out.print("next:", highlight=False)
     out.print(f"  explore show {target}", highlight=False)
     if kept:
-        out.print(f"  explore export-model {target} --output model.onnx", highlight=False)
-        out.print(f"  explore evaluate {target}", highlight=False)
+        flag = " --refit" if refit else ""
+        out.print(f"  explore evaluate {target}{flag}", highlight=False)
+        if not refit:
+            out.print(f"  explore refit {target}", highlight=False)
+        out.print(f"  explore export-model {target}{flag} --output model.onnx",
+                  highlight=False)
     out.print(f"  in Python: explore.results.load({prep.storage!r}, {study.study_name!r}); "
               "notebooks/analysis.ipynb draws the study", highlight=False)
 
