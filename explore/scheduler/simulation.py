@@ -124,14 +124,17 @@ class Simulation:
         self.switching = not knobs or self.rotation is not None or draw.random() < 0.9
         # the most bytes of states out at once
         limit = draw.choice([None, None, None, arena // 2, arena * 2]) if knobs else None
+        # the budget's timeout, in the simulated clock (a step takes up to 1 s)
+        self.timeout = draw.uniform(1.0, 60.0) if knobs and draw.random() < 0.2 else None
         self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part,
                               switching=self.switching, rotation=self.rotation,
-                              switch_limit=limit)
+                              switch_limit=limit, timeout=self.timeout)
         self.gated = self.policy.gated or lockstep or self.rotation is not None
         self.workers: dict[int, SimWorker] = {}
         for i in range(self.n_workers):
             self._open(i)
         self.asked = 0
+        self.late_asks: list[int] = []  # asked past the timeout (none may be)
         self.queued: list[int] = []  # numbers whose repeat is to be asked first
         self.repeats: set[int] = set()  # numbers that are repeats
         self.told: dict[int, TrialState] = {}
@@ -171,6 +174,8 @@ class Simulation:
             else:
                 break
             t = SimTrial(self.asked)
+            if self.timeout is not None and self.now >= self.timeout:
+                self.late_asks.append(t.number)
             self.asked += 1
             if requeued:
                 self.repeats.add(t.number)
@@ -448,7 +453,8 @@ class Simulation:
                 self._carry(self.core.place())
                 if self.asked == before:
                     break
-            if not self.core.holds() and not self._more() and not self._busy():
+            over = not self._more() or not self.core.takes_new()  # the total, or the timeout
+            if not self.core.holds() and over and not self._busy():
                 self.check()
                 break
             if not self._busy() and self.core.idle():
@@ -466,6 +472,8 @@ class Simulation:
 
     def _asks(self) -> bool:
         """The loop's rule for asking (:meth:`explore.scheduler.loop.Scheduler._asks`)."""
+        if not self.core.takes_new():
+            return False
         if self.rotation is not None:
             return self.core.in_rotation() < self.rotation
         return not self.core.waiting and self.core.in_hand() < len(self.core.workers)
@@ -585,9 +593,16 @@ class Simulation:
                 raise Violation(self._where("trials held at the end"))
             if len(self.told) != self.asked:
                 raise Violation(self._where("a trial never ended"))
-            if self.asked - len(self.repeats) != self.total or \
-                    len(self.repeats) != len(self.retried):
+            if self.core.takes_new() and (self.asked - len(self.repeats) != self.total or
+                                          len(self.repeats) != len(self.retried)):
                 raise Violation(self._where("a re-queued trial was not asked again once"))
+            # past the timeout the run ends short: what is left stays queued for the next
+            if self.asked - len(self.repeats) > self.total or \
+                    len(self.repeats) > len(self.retried):
+                raise Violation(self._where("more trials asked than the total"))
+            if self.late_asks:
+                raise Violation(self._where(f"trials {self.late_asks} asked after the "
+                                            "timeout"))
 
 
 def simulate(seed: int, core_type: type[Core] = Core) -> Result:

@@ -175,12 +175,19 @@ class GivesABusyWorkerATurn(Core):
         super()._rotate()
 
 
+class IgnoresTheTimeout(Core):
+    """Takes new trials past the budget's timeout (Optuna's ``optimize(timeout=)``)."""
+
+    def takes_new(self) -> bool:
+        return True
+
+
 @pytest.mark.parametrize("planted", [PlacesBeyondTheRoom, KeepsPausedTrialsWhenIdle,
                                      LeaksARegroupedStack, QueuesRepeatsAgain,
                                      ForgetsPausedOnResume, PrunesForRoom,
                                      FreesBeforeTheStateIsWritten, SwitchesOutARunningTrial,
                                      ForgetsAPromotedTrialOut, TakesTurnsFurthestFirst,
-                                     GivesABusyWorkerATurn])
+                                     GivesABusyWorkerATurn, IgnoresTheTimeout])
 def test_a_planted_bug_is_caught_and_its_seed_replays_it(planted: type[Core]) -> None:
     caught: tuple[int, str] | None = None
     for seed in range(3_000):
