@@ -95,14 +95,18 @@ def halvings(top: int, bottom: int) -> tuple[int, ...]:
 
 
 def compile_candidate(bound: BoundSpace, params: dict[str, Any], share: int,
-                      graph: CalcGraph | None = None, optimizer: Any = None) -> Candidate:
+                      graph: CalcGraph | None = None, optimizer: Any = None, *,
+                      fallbacks: bool = True) -> Candidate:
     """Compile ``params``; ``batch_size: auto`` takes the largest batch whose heap fits
     ``share`` bytes (at most ``training.auto_max_batch``).  The program is compiled for
     ``training.eval_batch_size`` when that is bigger and fits: training then runs on a
     prefix of each buffer (the engine's smaller last batch), and validation in chunks
     of the full size (twice as fast at 512 as at 64).  Raises
     :class:`~engine.BudgetError` when even batch 1 does not fit.  ``graph`` and
-    ``optimizer`` (default: those of ``params``) may be given: a stack of trials'."""
+    ``optimizer`` (default: those of ``params``) may be given: a stack of trials'.
+    ``fallbacks=False``: no smaller programs for where the preferred one finds no room
+    (a seeded run on one worker: float32 sums over validation chunks of another size
+    round otherwise, and its metrics would hang on what else was in memory)."""
     space = bound.space
     if graph is None:  # every metric of the task is reported, loss too
         graph = graph_of(bound, params)
@@ -130,7 +134,8 @@ def compile_candidate(bound: BoundSpace, params: dict[str, Any], share: int,
             # Smaller batches need fewer bytes, so the fallbacks fit too; each is
             # compiled only if a gap calls for it (the scheduler asks and places
             # trials one at a time, and filling the arenas waits on it).
-            return Candidate(params, bigger, train, halvings(want, train), at)
+            return Candidate(params, bigger, train,
+                             halvings(want, train) if fallbacks else (), at)
     prog = at(train)
     if prog.total_bytes > share:
         raise BudgetError(f"the model needs {prog.total_bytes:,} bytes at batch {train}; a "

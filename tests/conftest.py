@@ -14,11 +14,20 @@ from typing import NoReturn
 import pytest
 
 from tests.pg_server import PgServer, PostgresUnavailable
+from tests.session_guard import CACHE, SESSION_ENV, SessionGuard, add_options, enter_session_folder
 
+# What the tests, and the processes they start, put in the temporary directory goes into
+# one folder of the session's, removed at its end (tests/session_guard.py); made here, on
+# import, so that xdist's workers inherit it.
+_SESSION_FOLDER = enter_session_folder()
 # The constants a run measures (explore.scheduler.constants) are remembered per machine;
-# tests keep theirs apart from the user's cache, in one folder for the session, which
-# the subprocesses they start inherit.
-os.environ.setdefault("EXPLORE_CACHE_DIR", tempfile.mkdtemp(prefix="explore-test-cache-"))
+# tests keep theirs apart from the user's cache, in the session's folder.
+os.environ.setdefault("EXPLORE_CACHE_DIR", os.path.join(os.environ[SESSION_ENV], CACHE))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SessionGuard(config, _SESSION_FOLDER),
+                                  "explore-session-guard")
 
 
 @pytest.fixture
@@ -78,5 +87,6 @@ def postgres_url(postgres: PgServer, request: pytest.FixtureRequest) -> str:
 
 # -- the deterministic simulation (tests/explore/scheduler/test_simulation.py) -----------
 def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
     parser.addoption("--simulate", type=int, default=10_000, metavar="N",
                      help="schedules the scheduler's simulation plays (default 10,000)")

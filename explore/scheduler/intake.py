@@ -35,9 +35,10 @@ class Intake:
     ``stack`` at a time (1: never stacked); ``notes`` gets each trial's parameters."""
 
     def __init__(self, bound: BoundSpace, live: LiveStudy, stats: RunStats, notes: dict[int, Any],
-                 fail: Fail, stack: int) -> None:
+                 fail: Fail, stack: int, fallbacks: bool = True) -> None:
         self.bound, self.live, self.stats, self.notes = bound, live, stats, notes
         self.fail, self.stack = fail, stack
+        self.fallbacks = fallbacks  # compile_candidate's: smaller programs where room is short
         self.errors = user_errors(bound)
 
     def ask(self) -> tuple[bool, list[Pending]]:
@@ -100,7 +101,8 @@ class Intake:
 
     def _alone(self, d: Drawn) -> Pending | None:
         try:
-            cand = compile_candidate(self.bound, d.params, self.stats.arena, graph=d.graph)
+            cand = compile_candidate(self.bound, d.params, self.stats.arena, graph=d.graph,
+                                     fallbacks=self.fallbacks)
         except BudgetError as e:
             self.fail(d.trial, f"does not fit: {e}")
             return None

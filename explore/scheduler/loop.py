@@ -164,7 +164,11 @@ class Scheduler:
         self.intake = Intake(bound, self.live, self.stats, self.notes, self._fail_new,
                              space.budget.stack if not self.lockstep and
                              self.rotation is None and stacks_for(space)
-                             else 1)
+                             else 1,
+                             # a seeded run on one worker: each trial validates in the
+                             # chunks it was compiled for, whatever room is left
+                             fallbacks=space.sampler.seed is None or
+                             workers * len(self.devices) > 1)
         self.remaining = 0
         self.memory = MemorySampler(self.stats, this_process=main is None,
                                     baseline=baseline, device=device)

@@ -9,7 +9,8 @@ when the run opens it; a driver compares it now and then (``LiveStudy.refresh``)
 stops with :meth:`StorageFile.lost`'s message instead.
 
 >>> import optuna, tempfile, os
->>> path = os.path.join(tempfile.mkdtemp(), "s.db")
+>>> folder = tempfile.TemporaryDirectory()
+>>> path = os.path.join(folder.name, "s.db")
 >>> storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
 >>> watch = StorageFile.of(storage)
 >>> watch.lost() is None
@@ -17,6 +18,7 @@ True
 >>> os.unlink(path)
 >>> print(watch.lost())  # doctest: +ELLIPSIS
 the study's database file .../s.db was deleted while the run went on, and ...
+>>> folder.cleanup()
 """
 
 from __future__ import annotations
