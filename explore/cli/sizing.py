@@ -4,10 +4,9 @@ batch that fits a budget.
 The candidate is the one ``--params`` names; every searched parameter it does not name
 takes its range's low end or its choice's first (a model builder's too: its trial
 answers each ``suggest_*`` so), and the command says which values it assumed.  Per
-zone, the plan's table gives the bytes without sharing, the bytes planned and the peak
-live (the most bytes of values live at one instruction, each value counted apart).
-Planned can be below the peak live: an op that writes its result over its input
-(in place) puts two live values in one piece of memory.
+zone, the plan's table gives the bytes without sharing, the bytes planned and the lower
+bound (the most bytes of the pieces the plan packs that are busy at one instruction;
+an op that writes its result over its input, in place, shares that input's piece).
 """
 
 from __future__ import annotations
@@ -133,32 +132,24 @@ def assumed_text(values: dict[str, Any]) -> str:
 
 def plan_table(memory: dict[str, dict[str, int]]) -> str:
     """A program's memory per zone (:attr:`engine.runtime.program.Program.memory`): the
-    bytes without sharing, planned, and the peak live with planned's share of it, and
-    a total; a last line says why planned is below the peak live where it is.
+    bytes without sharing, planned, and the lower bound (the most bytes of the pieces
+    the plan packs that are busy at one instruction: no plan of these lifetimes goes
+    below it) with planned's ratio to it, and a total.
 
-    >>> print(plan_table({"forward": {"no_sharing": 960, "planned": 576,
-    ...                               "lower_bound": 960}}))  # doctest: +NORMALIZE_WHITESPACE
-    zone   no sharing  planned  peak live  planned/peak
-    forward       960      576        960         0.600
-    total         960      576        960         0.600
-    planned is below the peak live where an op writes its result over its input (in
-    place): the peak counts those two values apart
+    >>> print(plan_table({"forward": {"no_sharing": 960, "planned": 640,
+    ...                               "lower_bound": 576}}))  # doctest: +NORMALIZE_WHITESPACE
+    zone   no sharing  planned  lower bound  planned/bound
+    forward       960      640          576          1.111
+    total         960      640          576          1.111
     """
-    # the engine's "lower_bound" counts an in-place result apart from the input whose
-    # memory it takes, so the plan can go below it: it is the peak live, not a bound
-    rows = [f"{'zone':<10} {'no sharing':>14} {'planned':>14} {'peak live':>14} "
-            f"{'planned/peak':>13}"]
+    rows = [f"{'zone':<10} {'no sharing':>14} {'planned':>14} {'lower bound':>14} "
+            f"{'planned/bound':>14}"]
     total = dict.fromkeys(("no_sharing", "planned", "lower_bound"), 0)
-    below = False
     for zone, st in [*memory.items(), ("total", total)]:
         if zone != "total":
             for k in total:
                 total[k] += st[k]
-        below |= st["planned"] < st["lower_bound"]
         ratio = st["planned"] / st["lower_bound"] if st["lower_bound"] else 1.0
         rows.append(f"{zone:<10} {st['no_sharing']:>14,} {st['planned']:>14,} "
-                    f"{st['lower_bound']:>14,} {ratio:>13.3f}")
-    if below:
-        rows.append("planned is below the peak live where an op writes its result over "
-                    "its input (in place): the peak counts those two values apart")
+                    f"{st['lower_bound']:>14,} {ratio:>14.3f}")
     return "\n".join(rows)
