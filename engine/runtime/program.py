@@ -133,9 +133,9 @@ class Program:
         raise KeyError(f"no path named {path!r}; paths: {[p.name for p in self.paths]}")
 
     def plan_report(self) -> str:
-        """Per zone: bytes without sharing, planned, the lower bound (the most bytes live
-        at one instruction) and planned / lower bound (below 1 where in-place ops
-        share an input's memory)."""
+        """Per zone: bytes without sharing, planned, the lower bound (the most bytes of
+        the packed pieces busy at one instruction; an in-place op's result shares its
+        input's piece, so no plan goes below it) and planned / lower bound."""
         rows = [f"{'zone':<10} {'no sharing':>14} {'planned':>14} {'lower bound':>14} "
                 f"{'planned/bound':>14}"]
         total = dict.fromkeys(("no_sharing", "planned", "lower_bound"), 0)

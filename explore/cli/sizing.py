@@ -95,7 +95,7 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
     if guessed:
         console.out.print(f"assumed, as --params did not say: {assumed_text(guessed)}",
                           highlight=False)
-    console.out.print(plan_table(prog.memory), highlight=False)
+    console.out.print(prog.plan_report(), highlight=False)
     console.out.print(
         f"batch {cand.train_batch} (compiled for {prog.batch_size}, the validation "
         f"chunk): {prog.total_bytes:,} bytes"
@@ -128,28 +128,3 @@ def assumed_text(values: dict[str, Any]) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)  # as --params reads it
 
     return ", ".join(f"{k}={shown(v)}" for k, v in values.items())
-
-
-def plan_table(memory: dict[str, dict[str, int]]) -> str:
-    """A program's memory per zone (:attr:`engine.runtime.program.Program.memory`): the
-    bytes without sharing, planned, and the lower bound (the most bytes of the pieces
-    the plan packs that are busy at one instruction: no plan of these lifetimes goes
-    below it) with planned's ratio to it, and a total.
-
-    >>> print(plan_table({"forward": {"no_sharing": 960, "planned": 640,
-    ...                               "lower_bound": 576}}))  # doctest: +NORMALIZE_WHITESPACE
-    zone   no sharing  planned  lower bound  planned/bound
-    forward       960      640          576          1.111
-    total         960      640          576          1.111
-    """
-    rows = [f"{'zone':<10} {'no sharing':>14} {'planned':>14} {'lower bound':>14} "
-            f"{'planned/bound':>14}"]
-    total = dict.fromkeys(("no_sharing", "planned", "lower_bound"), 0)
-    for zone, st in [*memory.items(), ("total", total)]:
-        if zone != "total":
-            for k in total:
-                total[k] += st[k]
-        ratio = st["planned"] / st["lower_bound"] if st["lower_bound"] else 1.0
-        rows.append(f"{zone:<10} {st['no_sharing']:>14,} {st['planned']:>14,} "
-                    f"{st['lower_bound']:>14,} {ratio:>14.3f}")
-    return "\n".join(rows)

@@ -120,6 +120,7 @@ def write_space(folder: Path) -> Path:
     return f
 
 
+@pytest.mark.slow  # two real runs at once; the in-process check below runs by default
 def test_two_seeded_runs_store_the_same_values(tmp_path: Path) -> None:
     """Two ``explore run`` processes at once (each a load on the other's timing)."""
     runs = [subprocess.Popen([sys.executable, "-m", "explore.cli", "run",

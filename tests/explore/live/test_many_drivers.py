@@ -62,7 +62,8 @@ STORAGES = ["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.slow
 
 def _slow(*values: str) -> object:
     """A case of CI's slow step: the README's command (which deselects ``slow``) keeps
-    the faults' SQLite cases that take under about 8 s, and the journal's it had."""
+    one storage's case of each fault (SQLite's where it takes under about 8 s, else the
+    journal's); the slow step runs every storage."""
     return pytest.param(*values, marks=pytest.mark.slow)
 
 
@@ -72,7 +73,7 @@ def _storage(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return (_sqlite if kind == "sqlite" else _journal)(tmp_path)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+@pytest.mark.parametrize("kind", ["sqlite", _slow("journal")])
 def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> None:
     """Started at the same instant on a new file: the schema is created once, the grid
     of 30 is run once, point by point, between them."""
@@ -90,7 +91,7 @@ def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> Non
                for t in ts if t.state.is_finished())
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+@pytest.mark.parametrize("kind", ["sqlite", _slow("journal")])
 def test_a_driver_stopped_first_leaves_the_others_kept_models_alone(tmp_path: Path,
                                                                     kind: str) -> None:
     """Two drivers keeping models in one store; one is stopped with Ctrl-C in the middle
@@ -242,8 +243,8 @@ SIGNALLED = {"interrupt": (signal.SIGINT, True, 130), "twice": (signal.SIGINT, T
 
 
 @pytest.mark.parametrize("how,kind", [
-    ("kill", "sqlite"), ("kill", "journal"), _slow("kill", "postgres"),
-    ("interrupt", "sqlite"), ("interrupt", "journal"), _slow("interrupt", "postgres"),
+    ("kill", "sqlite"), _slow("kill", "journal"), _slow("kill", "postgres"),
+    ("interrupt", "sqlite"), _slow("interrupt", "journal"), _slow("interrupt", "postgres"),
     # over 8 s each on SQLite too (the fast check of both is the test after this one)
     _slow("twice", "sqlite"), _slow("twice", "journal"), _slow("twice", "postgres"),
     _slow("again", "sqlite"), _slow("again", "journal"), _slow("again", "postgres")])
