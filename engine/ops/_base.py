@@ -23,7 +23,51 @@ An op declares
   dispatch to the chosen one (:func:`pick_variant`).  An auto-tuner chooses among those
   that apply (:func:`applicable_variants`, :mod:`engine.autotune`);
 - ``stacking``: how K models' copies of the op run as one (a :class:`StackRule` that
-  :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason.
+  :mod:`engine.compile.stack` dispatches on), or :class:`DoesNotStack` with the reason;
+- ``flops``: its arithmetic, ``(input descs, output descs, attrs) -> int`` at concrete
+  shapes (a :data:`FlopRule`; :mod:`engine.runtime.flops` sums a program's).
+
+FLOPs are counted the way model-FLOPs utilisation (MFU) counts them: the arithmetic of
+the op's definition, whatever a kernel does to get there.
+- A multiply-add is 2 FLOPs: a matrix product (batched, broadcast) ``2·M·N·K``; a
+  convolution ``2·N·Cout·Hout·Wout·(Cin/group)·kH·kW``, each of its two gradients as
+  much; ``ConvTranspose`` ``2·N·Cin·(Cout/group)·(input cells)·(kernel cells)``, its
+  gradient (dX and dW) twice that.  A bias adds 1 per output element; a scale
+  factor other than 1 (Gemm's ``alpha``, ``beta``) 1 per element it scales.
+- Elementwise ops and activations: 1 per output element, whatever the function
+  (a transcendental is not weighted: ``exp`` counts as an add does); ``Sum``, ``Max``,
+  ``Min`` of n inputs n - 1; ``DequantizeLinear`` 2 (``(x - zero) · scale``); the fused
+  gradient ops count their formula: ``SigmoidGrad`` ``dy·y·(1-y)`` and ``TanhGrad`` 3,
+  ``EluGrad`` 2, ``ReluGrad``, ``LeakyReluGrad`` and a gradient routed by a mask 1.
+- Reductions: 1 per input element, plus the elementwise transform they reduce
+  (``ReduceL1``, ``ReduceL2``, ``ReduceSumSquare`` 2, ``ReduceLogSumExp`` 4).
+- Softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide or subtract),
+  their gradients 4.  Softmax cross-entropy: 5 per score and 1 per target (the
+  picked log-probability summed), its gradient 2 per score and 1 per target (the
+  one-hot subtracted); class weights add 1 per target to each; a negative
+  log-likelihood loss and its gradient 1 per target.  ``MSELoss`` and ``RMSE`` 3 per
+  element, ``MAELoss`` 3, ``HuberLoss`` 6; their gradients 2, 3 and 3.
+- Normalisation, a fixed count per element (the kernels' passes): BatchNormalization
+  6 with the batch's statistics, 2 with running ones, its gradient 11 and 5;
+  LayerNormalization 7 (8 with a bias), its gradient 18; LRN ``4 + size``, its gradient
+  ``9 + 2·size``.
+- Data movement is 0: reshapes, transposes, slices, gathers, concatenation, padding,
+  casts, copies, constants, a pool's indices.  Where its gradient adds (``GatherGrad``,
+  an edge, reflect or wrap ``PadGrad``), 1 per element added.
+- Pooling: 1 per window element read (``N·C·output cells·kernel cells``), its gradient
+  as much; a global average pool 1 per input element.
+- Metrics: 1 per score for an arg-max and 1 per row for each comparison or count
+  (``Accuracy`` ``C + 2`` per row, ``ClassCounts`` ``C + 3``, ``PositiveScore`` 2);
+  ``RegressionSums`` 8 per element.
+- Not counted: a mean's division, a row's log or square root, a loss's final ``1/n``,
+  per-channel statistics, a random draw (the gradient of a mean, whose only arithmetic
+  is its scale, counts 1 per element).
+- Fused and stacked ops count every member's work (``FusedGemm`` is its Gemm and its
+  activation; a stack of K models K times one model).  A kernel variant never changes
+  the count: the sparse rows, Winograd and the dequantizing GEMM count the dense
+  model's FLOPs, since MFU counts the model's arithmetic, not what a kernel skipped.
+- The optimizer's update is not an op: :mod:`engine.runtime.flops` counts it per
+  parameter element.
 
 Kernels are written once against the array module ``xp`` (numpy or cupy); where the two
 differ inside a kernel (numpy's ``take`` needs ``mode="clip"``, cupy's ufuncs have no
@@ -112,6 +156,9 @@ MADE_AFTER_STACKING = DoesNotStack("made by autodiff or a compiler pass, after s
 ALREADY_STACKED = DoesNotStack("already the stacked form of an op")
 
 ShapeRule = Callable[[list[TensorDesc], dict[str, Any]], list[TensorDesc]]
+FlopRule = Callable[[list[TensorDesc], list[TensorDesc], dict[str, Any]], int]
+"""``(input descs, output descs, attrs) -> FLOPs`` at concrete shapes (the module's
+conventions)."""
 KernelFactory = Callable[[KernelArgs], Step]
 GradRule = Callable[[GradBuilder, "NodeView", list["str | None"]], list["str | None"]]
 WorkspaceRule = Callable[[list[TensorDesc], list[TensorDesc], dict[str, Any], str], int]
@@ -228,6 +275,42 @@ def no_workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
     return 0
 
 
+# -- FLOP rules shared by the op modules (conventions in the module's docstring) ------
+
+
+def no_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """Data movement: no arithmetic."""
+    return 0
+
+
+def per_output(count: int = 1) -> FlopRule:
+    """``count`` FLOPs per element of output 0 (elementwise ops).
+
+    >>> from engine.graph import DType, TensorDesc
+    >>> per_output(3)([], [TensorDesc(DType.FLOAT32, (2, 5))], {})
+    30
+    """
+    def rule(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+        return count * outs[0].numel()
+
+    return rule
+
+
+def per_input(count: int = 1, index: int = 0) -> FlopRule:
+    """``count`` FLOPs per element of input ``index`` (reductions)."""
+    def rule(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+        return count * ins[index].numel()
+
+    return rule
+
+
+def matmul_flops(a: TensorDesc, y: TensorDesc, trans_a: bool = False) -> int:
+    """``2·K`` per element of the product ``y`` of ``a`` (K its inner dimension: the
+    last axis of ``a``, or the one before when ``a`` is read transposed)."""
+    inner = a.shape[-2] if trans_a and len(a.shape) >= 2 else a.shape[-1]
+    return 2 * inner * y.numel()
+
+
 @dataclass(frozen=True, kw_only=True)
 class OpDef:
     """Every rule about one operator, given by keyword (``OpDef(name=..., shape=...)``)."""
@@ -248,6 +331,7 @@ class OpDef:
     variants: dict[str, Variant] = field(default_factory=dict)  # by name; see pick_variant
     stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
     onnx: OnnxForm | EngineInternal | None = None  # None: not declared (a test fails)
+    flops: FlopRule | None = None  # None: not declared (a test fails)
 
     def with_defaults(self, attrs: dict[str, Any]) -> dict[str, Any]:
         out = dict(self.attrs)

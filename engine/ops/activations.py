@@ -12,6 +12,7 @@ from engine.ops._base import (
     OpDef,
     StackRule,
     Step,
+    per_output,
 )
 from engine.ops._onnx import OnnxForm
 from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape
@@ -75,6 +76,7 @@ def _g_hard_sigmoid(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[s
 def _unary(name: str, kernel: Any, grad: Any, doc: str, inplace: tuple[int, ...] = (0,),
            attrs: dict[str, Any] | None = None) -> OpDef:
     return OpDef(name=name, shape=float_unary_shape, kernel=kernel, grad=grad, inplace=inplace,
+                 flops=per_output(1),
                  attrs=attrs or {}, stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name=name),
                  doc=doc)
 

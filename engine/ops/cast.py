@@ -36,6 +36,8 @@ from engine.ops._base import (
     OpDef,
     Step,
     copy_step,
+    no_flops,
+    per_output,
 )
 from engine.ops._onnx import ONNX_DTYPES, Exported, OnnxForm, inputs_as_attrs
 
@@ -173,10 +175,12 @@ def _export_dequantize(n: Node, helper: Any, nh: Any) -> Exported:
 
 OPS = [
     OpDef(name="Cast", shape=_cast_shape, kernel=_cast, grad=_g_cast,
+          flops=no_flops,
           attrs={"to": None, "saturate": 1}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Cast", export=_export_cast),
           doc="ONNX Cast: convert to the element type `to` (a name or an ONNX type number)"),
     OpDef(name="DequantizeLinear", shape=_dequantize_shape, kernel=_dequantize, grad=INTEGER_INPUT,
+          flops=per_output(2),
           attrs={"scale": None, "zero_point": 0, "axis": 1, "block_size": 0,
                  "output_dtype": 0}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="DequantizeLinear", export=_export_dequantize,

@@ -24,6 +24,7 @@ from engine.ops._base import (
     KernelArgs,
     OpDef,
     Step,
+    no_flops,
 )
 from engine.ops._onnx import OnnxForm
 from engine.ops.cast import target_dtype
@@ -51,6 +52,7 @@ def _kernel(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="ConstantOfShape", shape=_shape, kernel=_kernel, grad=NO_INPUTS, num_inputs=(0, 0),
+          flops=no_flops,
           attrs={"shape": (), "value": 0.0, "dtype": "float32"}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="ConstantOfShape", exports=False, attr_inputs=(0,)),
           doc="ONNX ConstantOfShape with its shape as an attribute: `value` everywhere"),

@@ -115,6 +115,29 @@ def _conv_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     return outs
 
 
+def _conv_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """2·(C/group)·kH·kW per output element (N·M·oH·oW of them), and the bias 1 each.
+    Every variant counts this (Winograd's fewer multiplications included): MFU counts
+    the convolution's arithmetic, not the algorithm's."""
+    w, y = ins[1].shape, outs[0].numel()
+    return 2 * y * w[1] * w[2] * w[3] + (y if len(ins) == 3 else 0)
+
+
+def _grad_weight_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                       ) -> int:
+    """The forward product's 2·N·M·oH·oW·(C/group)·kH·kW (dY input 1, dW the output)."""
+    w = outs[0].shape
+    return 2 * ins[1].numel() * w[1] * w[2] * w[3]
+
+
+def _grad_input_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                      ) -> int:
+    """The forward product's 2·N·M·oH·oW·(C/group)·kH·kW (W input 0, dY input 1); col2im's
+    adds are that product's accumulation, not counted again."""
+    w = ins[0].shape
+    return 2 * ins[1].numel() * w[1] * w[2] * w[3]
+
+
 def wide_rows(op: str, geo: dict[str, Any]) -> bool:
     """Whether ``op`` (Conv, ConvGradWeight or ConvGradInput) takes its columns with
     wide rows (the module's docstring): only at stride 1, and only where the rows grow
@@ -476,16 +499,19 @@ VARIANTS: dict[str, Variant] = {
 
 OPS = [
     OpDef(name="Conv", shape=_conv_shape, kernel=_conv, grad=_g_conv, workspace=_conv_ws,
+          flops=_conv_flops,
           variants=VARIANTS,
           num_inputs=(2, 3), attrs=dict(CONV_ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="Conv", build=_import_1d, needs_shapes=True,
                         engine_attrs=frozenset({"algorithm"})),
           doc="ONNX Conv, 2-D: im2col into the workspace and one GEMM per group"),
     OpDef(name="ConvGradWeight", shape=_grad_weight_shape, kernel=_conv_grad_weight,
+          flops=_grad_weight_flops,
           grad=FIRST_ORDER_ONLY, workspace=_grad_weight_ws, num_inputs=(2, 2),
           attrs={**CONV_ATTRS, "w_shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of Conv's weights, dY @ columns^T"),
     OpDef(name="ConvGradInput", shape=_grad_input_shape, kernel=_conv_grad_input,
+          flops=_grad_input_flops,
           grad=FIRST_ORDER_ONLY, workspace=_grad_input_ws, num_inputs=(2, 2),
           attrs={**CONV_ATTRS, "x_shape": ()}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of Conv's input, W^T @ dY scattered back (col2im)"),

@@ -107,6 +107,22 @@ def _shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     return [TensorDesc(dt, (ins[0].shape[0], geo["m"], *geo["out"]))]
 
 
+def _product_flops(x: TensorDesc, w: TensorDesc) -> int:
+    """Each input cell's C channels times W's (M/group)·(kernel cells) per group:
+    2·N·(input cells)·C·(M/group)·(kernel cells), whatever the crop keeps."""
+    return 2 * x.numel() * math.prod(w.shape[1:])
+
+
+def _flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The product, and the bias 1 per output element."""
+    return _product_flops(ins[0], ins[1]) + (outs[0].numel() if len(ins) == 3 else 0)
+
+
+def _grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """dX and dW, each the forward's product."""
+    return 2 * _product_flops(ins[0], ins[1])
+
+
 def _parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int,
            grad: bool) -> list[int]:
     """Workspace pieces: X_t, W_t, one kernel position's product, the full output (or
@@ -246,10 +262,12 @@ def _grad(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="ConvTranspose", shape=_shape, kernel=_kernel, grad=_g, workspace=_ws,
+          flops=_flops,
           num_inputs=(2, 3), attrs=dict(ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="ConvTranspose"),
           doc="ONNX ConvTranspose over 1-3 spatial axes: one GEMM per kernel position"),
     OpDef(name="ConvTransposeGrad", shape=_grad_shape, kernel=_grad, grad=FIRST_ORDER_ONLY,
+          flops=_grad_flops,
           workspace=_grad_ws, num_inputs=(3, 3), num_outputs=2, attrs=dict(ATTRS),
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX and dW of ConvTranspose"),

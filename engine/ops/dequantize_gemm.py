@@ -46,6 +46,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     broadcast_shapes,
+    matmul_flops,
     need_float,
 )
 from engine.ops._onnx import ENGINE_INTERNAL
@@ -108,6 +109,27 @@ def _workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, devic
     item = outs[0].dtype.itemsize
     scaled_c = ins[2].nbytes() if len(ins) == 3 and float(attrs["beta"]) != 1.0 else 0
     return align_up(block_rows(rows, k, item, attrs) * k * item) + scaled_c
+
+
+def _flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """What the unfused DequantizeLinear and Gemm (and activation) count: 2 per element
+    of A, the product's 2·M·N·K, then 1 per output element each for ``alpha`` other
+    than 1, the added C and the activation, and 1 per element of C for ``beta`` other
+    than 1.  The scale applied to the product instead of A changes nothing: MFU
+    counts the model's arithmetic."""
+    y = outs[0].numel()
+    n = 2 * ins[0].numel() + matmul_flops(ins[0], outs[0])
+    n += y * (float(attrs["alpha"]) != 1.0) + y * (attrs["activation"] is not None)
+    if len(ins) == 3:
+        n += y + ins[2].numel() * (float(attrs["beta"]) != 1.0)
+    return n
+
+
+def _grad_b_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The unfused Gemm's ``A^T dY``: 2·rows per element of dB, and 1 per element for
+    ``alpha`` other than 1 (the conversion of A is the forward's, not counted again)."""
+    a, db = ins[0], outs[0]
+    return 2 * a.shape[0] * db.numel() + db.numel() * (float(attrs["alpha"]) != 1.0)
 
 
 def _converter(xp: Any, zero: int) -> Any:
@@ -222,11 +244,13 @@ def _grad_b_kernel(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="DequantizeGemm", shape=_shape, kernel=_kernel, grad=_grad, workspace=_workspace,
+          flops=_flops,
           num_inputs=(2, 3), attrs={"transB": 0, "beta": 1.0, "activation": None, **QUANT_ATTRS},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="activation(alpha * ((A - zero_point) * scale) @ B' + beta * C) for integer "
               "A, converted a block of rows at a time (DequantizeLinear fused into Gemm)"),
     OpDef(name="DequantizeGemmGradB", shape=_grad_b_shape, kernel=_grad_b_kernel,
+          flops=_grad_b_flops,
           grad=FIRST_ORDER_ONLY, workspace=_grad_b_workspace, num_inputs=(2, 2),
           attrs={"transB": 0, **QUANT_ATTRS}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: the gradient of DequantizeGemm with respect to B"),

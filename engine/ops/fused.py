@@ -27,7 +27,7 @@ from engine.ops._base import (
 )
 from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import ACTIVATION_KERNELS
-from engine.ops.linalg import GEMM_ATTRS, _g_gemm, _gemm, _gemm_shape, _gemm_ws, _t
+from engine.ops.linalg import GEMM_ATTRS, _g_gemm, _gemm, _gemm_shape, _gemm_ws, _t, gemm_flops
 
 FUSABLE_ACTIVATIONS = tuple(sorted(ACTIVATION_KERNELS))
 """Activations whose gradient is a function of their output: Relu, Sigmoid, Tanh."""
@@ -95,6 +95,11 @@ VARIANTS = jit.variants(_fused, _fused_bias_act, _gemm_ws,
                         "the bias added in the activation's compiled pass (Relu, Sigmoid)")
 
 
+def _flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The Gemm's, and its activation's 1 per output element."""
+    return gemm_flops(ins, outs, attrs) + outs[0].numel()
+
+
 def _outputs(k: KernelArgs) -> int:
     return int(k.outs[0].size)
 
@@ -108,6 +113,7 @@ def _g_fused(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | No
 
 OPS = [
     OpDef(name="FusedGemm", shape=_fused_shape, kernel=jit.by_size("FusedGemm", VARIANTS, _outputs),
+          flops=_flops,
           variants=VARIANTS, grad=_g_fused, workspace=_gemm_ws,
           num_inputs=(2, 3), attrs={**GEMM_ATTRS, "activation": "Relu"},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,

@@ -24,6 +24,7 @@ from engine.ops._base import (
     Step,
     Variant,
     broadcast_shapes,
+    matmul_flops,
     need_float,
     pick_variant,
     same_dtype,
@@ -59,6 +60,24 @@ def _matmul_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
         out = out[:-2] + out[-1:] if len(a) == 1 else out[:-1]
         return [TensorDesc(dt, out)]
     return [TensorDesc(dt, _mm_shape(a, b, ta, tb))]
+
+
+def _matmul_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """2·K per element of the product, broadcast batches included."""
+    return matmul_flops(ins[0], outs[0], bool(attrs.get("transA", 0)))
+
+
+def gemm_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The product's 2·M·N·K, 1 per output element for ``alpha`` other than 1 and for the
+    added C, and 1 per element of C for ``beta`` other than 1."""
+    n = matmul_flops(ins[0], outs[0], bool(attrs["transA"]))
+    if float(attrs["alpha"]) != 1.0:
+        n += outs[0].numel()
+    if len(ins) == 3:
+        n += outs[0].numel()
+        if float(attrs["beta"]) != 1.0:
+            n += ins[2].numel()
+    return n
 
 
 def _t(xp: Any, x: Any, flag: Any) -> Any:
@@ -237,12 +256,15 @@ GEMM_ATTRS = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}
 
 OPS = [
     OpDef(name="MatMul", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul, num_inputs=(2, 2),
+          flops=_matmul_flops,
           stacking=StackRule.DENSE, onnx=OnnxForm(name="MatMul"),
           doc="matrix product, numpy semantics for rank >= 2"),
     OpDef(name="MatMulT", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul_t, num_inputs=(2, 2),
+          flops=_matmul_flops,
           attrs={"transA": 0, "transB": 0}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
     OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
+          flops=gemm_flops,
           num_inputs=(2, 3), attrs=dict(GEMM_ATTRS), stacking=StackRule.DENSE,
           variants=GEMM_VARIANTS,
           onnx=OnnxForm(name="Gemm", engine_attrs=frozenset({"algorithm"})),

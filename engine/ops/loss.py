@@ -37,6 +37,8 @@ from engine.ops._base import (
     Step,
     is_numpy,
     need_float,
+    per_input,
+    per_output,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, NOT_IN_ONNX, Exported, ImportContext, OnnxForm
@@ -499,6 +501,14 @@ def _accuracy_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
     return align_up(n * 8) * 2 + n
 
 
+def _accuracy_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                    ) -> int:
+    """The arg-max, 1 per score; the comparison with the label and the count, 1 per row
+    each."""
+    scores = ins[0]
+    return scores.numel() + 2 * (scores.numel() // max(scores.shape[-1], 1))
+
+
 def _accuracy(k: KernelArgs) -> Step:
     """The fraction of rows whose highest score is the label; with scores
     ``[b, K, C]`` (a stack of K models), one fraction per model."""
@@ -529,6 +539,18 @@ def _dropout_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorD
 
 def _dropout_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     return ins[0].nbytes() if attrs["training"] else 0
+
+
+def _dropout_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """Training, the scale by 1/(1 - ratio): 1 per element (the draw is not arithmetic);
+    otherwise the identity."""
+    return outs[0].numel() if attrs["training"] and float(attrs["ratio"]) > 0.0 else 0
+
+
+def _dropout_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                        ) -> int:
+    """dY masked and scaled, 1 per element; at ratio 0 (not training) a copy."""
+    return outs[0].numel() if float(attrs["ratio"]) > 0.0 else 0
 
 
 def _dropout(k: KernelArgs) -> Step:
@@ -596,6 +618,7 @@ def _export_dropout(n: Node, helper: Any, nh: Any) -> Exported:
 
 OPS = [
     OpDef(name="SoftmaxCrossEntropyLoss", shape=_sce_shape,
+          flops=nll.sce_flops,
           kernel=jit.by_size("SoftmaxCrossEntropyLoss", SCE), variants=SCE, grad=_g_sce,
           workspace=_sce_ws, num_inputs=(2, 3), num_outputs=2,
           attrs={"reduction": "mean", "ignore_index": None}, stacking=StackRule.LOSS,
@@ -604,38 +627,48 @@ OPS = [
               "against integer labels, with optional class weights and ignore_index; "
               "outputs loss, log_prob"),
     OpDef(name="SoftmaxCrossEntropyLossGrad", shape=_sce_grad_shape,
+          flops=nll.sce_grad_flops,
           kernel=jit.by_size("SoftmaxCrossEntropyLossGrad", SCE_GRAD), variants=SCE_GRAD,
           grad=FIRST_ORDER_ONLY, workspace=_sce_grad_ws, num_inputs=(3, 4),
           attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL, doc="internal: (exp(log_prob) - onehot(labels)) * weighted dloss"),
     OpDef(name="MSELoss", shape=_pair_shape, kernel=_mse, grad=_g_mse, workspace=_pair_ws,
+          flops=per_input(3),
           num_inputs=(2, 2), stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
           doc="mean((prediction - target)^2)"),
     OpDef(name="MSELossGrad", shape=_mse_grad_shape, kernel=_mse_grad, grad=FIRST_ORDER_ONLY,
+          flops=per_output(2),
           num_inputs=(3, 3), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: 2 * (prediction - target) * dloss / n"),
     OpDef(name="MAELoss", shape=_pair_shape, kernel=_mae, grad=_g_mae, workspace=_pair_ws,
+          flops=per_input(3),
           num_inputs=(2, 2), stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
           doc="mean(|prediction - target|) over every element (torch's L1Loss)"),
     OpDef(name="MAELossGrad", shape=_mse_grad_shape, kernel=_mae_grad, grad=FIRST_ORDER_ONLY,
+          flops=per_output(3),
           num_inputs=(3, 3), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: sign(prediction - target) * dloss / n"),
     OpDef(name="HuberLoss", shape=_huber_shape, kernel=_huber, grad=_g_huber,
+          flops=per_input(6),
           workspace=_huber_ws, num_inputs=(2, 2), attrs={"delta": 1.0}, stacking=NOT_STACKED,
           onnx=NOT_IN_ONNX,
           doc="mean over elements of 0.5 d^2 where |d| <= delta, else delta (|d| - delta/2), "
               "d = prediction - target (torch's HuberLoss, reduction='mean')"),
     OpDef(name="HuberLossGrad", shape=_mse_grad_shape, kernel=_huber_grad,
+          flops=per_output(3),
           grad=FIRST_ORDER_ONLY, num_inputs=(3, 3), attrs={"delta": 1.0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: clip(prediction - target, -delta, delta) * dloss / n"),
     OpDef(name="Accuracy", shape=_accuracy_shape, kernel=_accuracy, grad=NON_DIFFERENTIABLE_METRIC,
+          flops=_accuracy_flops,
           workspace=_accuracy_ws, num_inputs=(2, 2), stacking=StackRule.METRIC, onnx=NOT_IN_ONNX,
           doc="fraction of rows whose argmax equals the label"),
     OpDef(name="RMSE", shape=_pair_shape, kernel=_rmse, grad=NON_DIFFERENTIABLE_METRIC,
+          flops=per_input(3),
           workspace=_pair_ws, num_inputs=(2, 2), stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
           doc="sqrt(mean((prediction - target)^2))"),
     OpDef(name="Dropout", shape=_dropout_shape, kernel=_dropout, grad=_g_dropout,
+          flops=_dropout_flops,
           workspace=_dropout_ws, num_outputs=2, attrs={"ratio": 0.5, "training": None},
           doc="training: zero each element with probability ratio and scale the rest by "
               "1/(1-ratio); outputs y and the mask.  training defaults to the path's mode",
@@ -643,6 +676,7 @@ OPS = [
           onnx=OnnxForm(name="Dropout", export=_export_dropout, import_=_import_dropout,
                         attr_inputs=(1, 2))),
     OpDef(name="DropoutGrad", shape=_dropout_grad_shape, kernel=_dropout_grad,
+          flops=_dropout_grad_flops,
           grad=FIRST_ORDER_ONLY, num_inputs=(2, 2), attrs={"ratio": 0.5},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy * mask / (1 - ratio)"),

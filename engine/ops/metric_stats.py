@@ -33,6 +33,8 @@ from engine.ops._base import (
     OpDef,
     Step,
     need_float,
+    per_input,
+    per_output,
     same_dtype,
 )
 from engine.ops._onnx import NOT_IN_ONNX
@@ -85,6 +87,11 @@ def _counts_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
         raise ShapeError(f"ClassCounts: scores must be [batch, classes], got {scores.shape}")
     check_labels(ins[1], scores.shape[:1], scores.shape, "ClassCounts")
     return [TensorDesc(scores.dtype, (3, scores.shape[1]))]
+
+
+def _counts_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The arg-max, 1 per score; the three counts, 1 per row each."""
+    return ins[0].numel() + 3 * ins[0].shape[0]
 
 
 def _counts_layout(rows: int, classes: int, labels: Any, scores: Any
@@ -172,17 +179,20 @@ def _positive(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="RegressionSums", shape=_regression_shape, kernel=_regression,
+          flops=per_input(8),
           grad=NON_DIFFERENTIABLE_METRIC, workspace=_regression_ws, num_inputs=(2, 2),
           stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
           doc="[sum (p - t)^2, sum |p - t|, sum t, sum t^2] over every element of "
               "prediction p and target t (sums, to add over batches)"),
     OpDef(name="ClassCounts", shape=_counts_shape, kernel=_counts,
+          flops=_counts_flops,
           grad=NON_DIFFERENTIABLE_METRIC, workspace=_counts_ws, num_inputs=(2, 2),
           stacking=NOT_STACKED, onnx=NOT_IN_ONNX,
           doc="[3, C]: per class the true positives (argmax == label == c), the "
               "predicted count (argmax == c) and the true count (label == c), summed "
               "over the batch"),
     OpDef(name="PositiveScore", shape=_positive_shape, kernel=_positive,
+          flops=per_output(2),
           grad=NON_DIFFERENTIABLE_METRIC, num_inputs=(1, 1), stacking=NOT_STACKED,
           onnx=NOT_IN_ONNX,
           doc="[b]: softmax(scores)[:, 1] = sigmoid(s1 - s0) of scores [b, 2], computed "

@@ -42,9 +42,34 @@ from engine.ops._base import (
     is_numpy,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
-from engine.ops.reduce import log_softmax_step
+from engine.ops.reduce import SOFTMAX_FLOPS, log_softmax_step
 
 REDUCTIONS = ("none", "sum", "mean")
+
+
+def nll_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """1 per target position (the picked score summed, or negated), and 1 more with
+    class weights."""
+    return ins[1].numel() * (1 + (len(ins) == 3))
+
+
+def nll_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                   ) -> int:
+    """1 per target position (dloss placed at the target), and 1 more with class
+    weights."""
+    return ins[2].numel() * (1 + (len(ins) == 4))
+
+
+def sce_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The log-softmax's 5 per score, and :func:`nll_flops`."""
+    return SOFTMAX_FLOPS * ins[0].numel() + nll_flops(ins, outs, attrs)
+
+
+def sce_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                   ) -> int:
+    """exp(log_prob) and the scale by dloss, 2 per score; the one-hot subtracted 1 per
+    target position, and 1 more with class weights."""
+    return 2 * ins[1].numel() + ins[2].numel() * (1 + (len(ins) == 4))
 
 
 def check(ins: list[TensorDesc], attrs: dict[str, Any], op: str) -> TensorDesc:
@@ -291,10 +316,12 @@ def sce_grad_kernel(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="NegativeLogLikelihoodLoss", shape=_nll_shape, kernel=_nll, grad=_g_nll,
+          flops=nll_flops,
           workspace=_nll_ws, num_inputs=(2, 3), attrs={"reduction": "mean", "ignore_index": None},
           stacking=NOT_STACKED, onnx=OnnxForm(name="NegativeLogLikelihoodLoss"),
           doc="ONNX NegativeLogLikelihoodLoss: -input[n, target, ...] * weight, reduced"),
     OpDef(name="NegativeLogLikelihoodLossGrad", shape=_grad_shape, kernel=_nll_grad,
+          flops=nll_grad_flops,
           grad=FIRST_ORDER_ONLY, workspace=_grad_ws, num_inputs=(3, 4),
           attrs={"reduction": "mean", "ignore_index": None}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL, doc="internal: dX of NegativeLogLikelihoodLoss"),

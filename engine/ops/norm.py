@@ -51,8 +51,22 @@ from engine.ops._base import (
     OpDef,
     Step,
     need_float,
+    per_output,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, Exported, ImportContext, OnnxForm
+
+# FLOPs per element of X, the kernels' passes (the per-channel or per-row work is not
+# counted): the batch's moments are a sum, a subtraction, a square and a sum (4).
+BN_FLOPS = {True: 6, False: 2}
+"""BatchNormalization by ``training_mode``: the moments and ``x·a + b``, or ``x·a + b``."""
+BN_GRAD_FLOPS = {True: 11, False: 5}
+"""Its gradient: dB's and dScale's sums and products (4), and dX through the batch's
+statistics (7) or ``dY·a`` with running ones (1)."""
+LN_FLOPS = 7
+"""LayerNormalization: the moments, ``(x - mean)·istd·scale`` (and 1 more for a bias)."""
+LN_GRAD_FLOPS = 18
+"""Its gradient: the moments and x-hat (6), dB's and dScale's sums (3), the two
+row products with Scale (4) and dX (5)."""
 
 
 def moments(xp: Any, x: Any, axes: Any, mean: Any, istd: Any, scratch: Any, inv_n: float,
@@ -168,6 +182,14 @@ def _update(xp: Any, extra: list[Any], update: int, r_mean: Any, r_var: Any, mea
         xp.add(first, tmp, out=first)
         for t in targets[1:]:
             xp.copyto(t, first)
+
+
+def _bn_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    return BN_FLOPS[bool(int(attrs["training_mode"]))] * ins[0].numel()
+
+
+def _bn_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    return BN_GRAD_FLOPS[bool(int(attrs["training_mode"]))] * ins[1].numel()
 
 
 def _g_bn(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -309,6 +331,10 @@ def _ln(k: KernelArgs) -> Step:
     return step
 
 
+def _ln_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    return (LN_FLOPS + (len(ins) > 2)) * ins[0].numel()
+
+
 def _g_ln(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     if g[0] is None:
         return [None] * len(n.inputs)
@@ -413,6 +439,7 @@ def _export_bn(n: Node, helper: Any, nh: Any) -> Exported:
 
 OPS = [
     OpDef(name="BatchNormalization", shape=_bn_shape, kernel=_bn, grad=_g_bn, workspace=_bn_ws,
+          flops=_bn_flops,
           num_inputs=(5, 5), num_outputs=3, variadic_outputs=True, pure=False, writes=(3, 4),
           attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "running_update": 0,
                  "spatial": 1, "unbiased": 0}, stacking=NOT_STACKED,
@@ -422,15 +449,18 @@ OPS = [
               "and variance inputs are updated in place; with unbiased=1 the running "
               "variance takes the batch's unbiased variance (PyTorch)"),
     OpDef(name="BatchNormalizationGrad", shape=_bn_grad_shape, kernel=_bn_grad,
+          flops=_bn_grad_flops,
           grad=FIRST_ORDER_ONLY, workspace=_bn_grad_ws, num_inputs=(5, 5), num_outputs=3,
           attrs={"epsilon": 1e-5, "training_mode": 0}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL, doc="internal: dX, dScale, dB of BatchNormalization"),
     OpDef(name="LayerNormalization", shape=_ln_shape, kernel=_ln, grad=_g_ln, workspace=_ln_ws,
+          flops=_ln_flops,
           num_inputs=(2, 3), num_outputs=3, variadic_outputs=True,
           attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="LayerNormalization"),
           doc="ONNX LayerNormalization over the axes from `axis` on"),
     OpDef(name="LayerNormalizationGrad", shape=_ln_grad_shape, kernel=_ln_grad,
+          flops=per_output(LN_GRAD_FLOPS),
           grad=FIRST_ORDER_ONLY, workspace=_ln_grad_ws, num_inputs=(3, 3), num_outputs=3,
           attrs={"axis": -1, "epsilon": 1e-5}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX, dScale, dB of LayerNormalization (Scale and B at the "
@@ -500,6 +530,19 @@ def _lrn(k: KernelArgs) -> Step:
     return step
 
 
+def _lrn_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """The square, the window's size - 1 adds, the scale, the bias, the power and the
+    product with X: 4 + size per element."""
+    return (4 + int(attrs["size"])) * ins[0].numel()
+
+
+def _lrn_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                    ) -> int:
+    """Both windows' size - 1 adds, and 11 products, powers and sums: 9 + 2 size per
+    element."""
+    return (9 + 2 * int(attrs["size"])) * ins[0].numel()
+
+
 def _g_lrn(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     return [gb.op("LRNGrad", n.inputs[0], g[0], **n.attrs)] if g[0] else [None]
 
@@ -542,9 +585,11 @@ def _lrn_grad(k: KernelArgs) -> Step:
 
 OPS += [
     OpDef(name="LRN", shape=_lrn_shape, kernel=_lrn, grad=_g_lrn, workspace=_lrn_ws,
+          flops=_lrn_flops,
           attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="LRN"), doc="ONNX LRN: local response normalisation across channels"),
     OpDef(name="LRNGrad", shape=_lrn_grad_shape, kernel=_lrn_grad, grad=FIRST_ORDER_ONLY,
+          flops=_lrn_grad_flops,
           workspace=_lrn_grad_ws, num_inputs=(2, 2),
           attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": 1},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,

@@ -53,6 +53,7 @@ from engine.ops._base import (
     dispatch_variants,
     is_numpy,
     need_float,
+    per_input,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
 
@@ -119,6 +120,16 @@ def _pool_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
 def _avg_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     need_float(ins[0])
     return _pool_shape(ins, attrs)[:1]
+
+
+def _window_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """1 per window element read: the kernel's cells per pooled value (output 0 of a
+    pool, the last input, dY, of its gradient)."""
+    cells = 1
+    for k in attrs["kernel_shape"]:
+        cells *= int(k)
+    pooled = outs[0] if len(ins) == 1 else ins[-1]
+    return pooled.numel() * cells
 
 
 def _is_padded(x: tuple[int, ...], geo: dict[str, Any]) -> bool:
@@ -647,25 +658,30 @@ def _g_gap(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 OPS = [
     OpDef(name="MaxPool", shape=_pool_shape, kernel=_max_kernel, grad=_g_max_pool,
+          flops=_window_flops,
           workspace=_MAX_WS, num_outputs=2, variadic_outputs=True, attrs=dict(POOL_ATTRS),
           variants=MAX_POOL_VARIANTS, stacking=NOT_STACKED,
           onnx=OnnxForm(name="MaxPool", engine_attrs=frozenset({"algorithm"})),
           doc="ONNX MaxPool over 1-3 spatial axes, with the optional Indices output"),
     OpDef(name="AveragePool", shape=_avg_shape, kernel=_AVG_KERNEL, grad=_g_avg_pool,
+          flops=_window_flops,
           workspace=_AVG_WS, attrs=dict(POOL_ATTRS), stacking=NOT_STACKED,
           variants=AVG_POOL_VARIANTS,
           onnx=OnnxForm(name="AveragePool", engine_attrs=frozenset({"algorithm"})),
           doc="ONNX AveragePool over 1-3 spatial axes"),
     OpDef(name="GlobalAveragePool", shape=_gap_shape, kernel=_gap, grad=_g_gap,
+          flops=per_input(1),
           stacking=NOT_STACKED, onnx=OnnxForm(name="GlobalAveragePool"),
           doc="ONNX GlobalAveragePool: the mean over every spatial axis"),
     OpDef(name="MaxPoolGrad", shape=_pool_grad_shape,
+          flops=_window_flops,
           kernel=jit.by_size("MaxPoolGrad", MAX_POOL_GRAD), variants=MAX_POOL_GRAD,
           grad=FIRST_ORDER_ONLY,
           workspace=_max_pool_grad_ws, num_inputs=(3, 3), attrs=dict(POOL_ATTRS),
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY to each window's first maximum (found by comparing with Y)"),
     OpDef(name="AveragePoolGrad", shape=_pool_grad_shape, kernel=_avg_pool_grad,
+          flops=_window_flops,
           grad=FIRST_ORDER_ONLY, workspace=_avg_pool_grad_ws, num_inputs=(2, 2),
           attrs=dict(POOL_ATTRS), stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY / count spread over each window"),

@@ -27,6 +27,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     broadcast_shapes,
+    per_output,
 )
 from engine.ops._onnx import OnnxForm
 from engine.ops.elementwise import unbroadcast
@@ -63,6 +64,7 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
 
 OPS = [
     OpDef(name="Pow", shape=_shape, kernel=_kernel, grad=_grad, num_inputs=(2, 2),
+          flops=per_output(1),
           stacking=NOT_STACKED, onnx=OnnxForm(name="Pow"),
           doc="x ** y, broadcasting, in x's element type"),
 ]

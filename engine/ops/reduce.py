@@ -31,6 +31,8 @@ from engine.ops._base import (
     need_float,
     no_workspace,
     norm_axis,
+    per_input,
+    per_output,
 )
 from engine.ops._onnx import (
     ENGINE_INTERNAL,
@@ -61,6 +63,25 @@ def _reduce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
     else:
         out = tuple(d for i, d in enumerate(shape) if i not in axes)
     return [TensorDesc(ins[0].dtype, out)]
+
+
+def reduce_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """1 per input element (a mean's final division is not counted); no axes
+    (``noop_with_empty_axes``), a copy."""
+    return ins[0].numel() if reduce_axes(len(ins[0].shape), attrs) else 0
+
+
+def _reduce_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                       ) -> int:
+    """A sum's gradient is broadcast (data movement); a mean's scales 1 per element."""
+    return outs[0].numel() if attrs["mean"] else 0
+
+
+SOFTMAX_FLOPS = 5
+"""Per element of softmax and log-softmax: the row's max, the subtraction, exp, the
+row's sum, and the division (softmax) or subtraction of its log (log-softmax)."""
+SOFTMAX_GRAD_FLOPS = 4
+"""Per element of their gradients: ``y·(dy - sum(dy·y))`` and ``dy - exp(y)·sum(dy)``."""
 
 
 def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
@@ -363,38 +384,46 @@ def _import_coerced(ctx: ImportContext, path: Any, node: Any, ins: list[str],
 
 OPS = [
     OpDef(name="Hardmax", shape=_softmax_shape, kernel=_hardmax, grad=_g_hardmax,
+          flops=per_input(1),
           workspace=_hardmax_ws, attrs={"axis": -1}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Hardmax", build=_import_coerced, needs_shapes=True),
           doc="ONNX Hardmax: 1 at the first maximum along axis, else 0"),
     OpDef(name="ReduceSum", shape=_reduce_shape, kernel=jit.by_size("ReduceSum", REDUCE_SUM),
+          flops=reduce_flops,
           variants=REDUCE_SUM,
           grad=_g_reduce(False), attrs=dict(_REDUCE_ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="ReduceSum", export=_export_reduce_sum, import_=import_axes,
                         attr_inputs=(1,)),
           doc="sum over axes (all by default)"),
     OpDef(name="ReduceMean", shape=_reduce_shape, kernel=jit.by_size("ReduceMean", REDUCE_MEAN),
+          flops=reduce_flops,
           variants=REDUCE_MEAN,
           grad=_g_reduce(True), attrs=dict(_REDUCE_ATTRS), stacking=NOT_STACKED,
           onnx=OnnxForm(name="ReduceMean", export=_export_reduce_mean, import_=import_axes,
                         attr_inputs=(1,)),
           doc="mean over axes (all by default)"),
     OpDef(name="ReduceGrad", shape=_reduce_grad_shape, kernel=_reduce_grad, grad=_g_reduce_grad,
+          flops=_reduce_grad_flops,
           num_inputs=(2, 2), attrs={"axes": (), "keepdims": 1, "mean": 0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: broadcast a reduction's gradient back (input 1 gives the shape)"),
     OpDef(name="Softmax", shape=_softmax_shape, kernel=_softmax, grad=_g_softmax("SoftmaxGrad"),
+          flops=per_output(SOFTMAX_FLOPS),
           inplace=(0,), workspace=_row_ws, attrs={"axis": -1}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Softmax", build=_import_coerced, needs_shapes=True),
           doc="exp(x) / sum(exp(x)) along axis"),
     OpDef(name="LogSoftmax", shape=_softmax_shape, kernel=_log_softmax,
+          flops=per_output(SOFTMAX_FLOPS),
           grad=_g_softmax("LogSoftmaxGrad"), workspace=_logsoftmax_ws, attrs={"axis": -1},
           stacking=NOT_STACKED,
           onnx=OnnxForm(name="LogSoftmax", build=_import_coerced, needs_shapes=True),
           doc="x - log(sum(exp(x))) along axis"),
     OpDef(name="SoftmaxGrad", shape=grad_like_second, kernel=_softmax_grad, grad=FIRST_ORDER_ONLY,
+          flops=per_output(SOFTMAX_GRAD_FLOPS),
           workspace=_row_ws, num_inputs=(2, 2), attrs={"axis": -1}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL, doc="internal: y * (dy - sum(dy * y))"),
     OpDef(name="LogSoftmaxGrad", shape=grad_like_second, kernel=_log_softmax_grad,
+          flops=per_output(SOFTMAX_GRAD_FLOPS),
           grad=FIRST_ORDER_ONLY, workspace=_row_ws, num_inputs=(2, 2), attrs={"axis": -1},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dy - exp(y) * sum(dy)"),

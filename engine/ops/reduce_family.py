@@ -50,6 +50,29 @@ NEEDS_COPY = {"l1", "l2", "log_sum_exp", "sum_square"}  # reduce a transformed i
 ATTRS = {"axes": (), "keepdims": 1, "noop_with_empty_axes": 0}
 
 
+FLOPS = {"max": 1, "min": 1, "prod": 1, "l1": 2, "l2": 2, "log_sum": 1, "log_sum_exp": 4,
+         "sum_square": 2}
+"""Per input element: the reduction's 1, and the transform it reduces (an absolute value
+or a square 1, log-sum-exp's max, subtraction and exp 3)."""
+GRAD_FLOPS = {"max": 1, "min": 1, "prod": 2, "l1": 2, "l2": 2, "log_sum": 2,
+              "log_sum_exp": 3, "sum_square": 2}
+"""Per input element of the gradient (the module's docstring gives the formulas): the
+extremum's dY routed by a mask 1, ``dY·exp(x - y)`` 3, the others 2."""
+
+
+def _flops(kind: str) -> Any:
+    def rule(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+        if not reduce_axes(len(ins[0].shape), attrs):  # noop_with_empty_axes: elementwise
+            return 0 if kind in ("max", "min", "prod") else ins[0].numel()
+        return FLOPS[kind] * ins[0].numel()
+
+    return rule
+
+
+def _grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    return GRAD_FLOPS[attrs["kind"]] * outs[0].numel()
+
+
 def _kept(x: Any, axes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
 
@@ -168,12 +191,14 @@ def _grad_kernel(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name=NAMES[kind], shape=_shape(kind), kernel=_kernel(kind), grad=_grad(kind),
+          flops=_flops(kind),
           workspace=_ws(kind), attrs=ATTRS, stacking=NOT_STACKED,
           onnx=OnnxForm(name=NAMES[kind], import_=import_axes, attr_inputs=(1,)),
           doc=f"ONNX {NAMES[kind]} over `axes` (all by default)")
     for kind in KINDS
 ] + [
     OpDef(name="ReduceFamilyGrad", shape=_grad_shape, kernel=_grad_kernel, grad=FIRST_ORDER_ONLY,
+          flops=_grad_flops,
           workspace=_grad_ws, num_inputs=(3, 3), attrs={"kind": "max", "axes": ()},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of a Reduce* op from dY, X and Y"),

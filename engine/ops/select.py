@@ -22,6 +22,8 @@ from engine.ops._base import (
     OpDef,
     Step,
     broadcast_shapes,
+    per_input,
+    per_output,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, attrs_as_inputs, inputs_as_attrs
@@ -34,6 +36,11 @@ def _variadic_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tensor
     for d in ins[1:]:
         shape = broadcast_shapes(shape, d.shape)
     return [TensorDesc(dt, shape)]
+
+
+def _variadic_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """n - 1 per output element for n inputs (one alone is a copy)."""
+    return (len(ins) - 1) * outs[0].numel()
 
 
 def _extremum(ufunc: str) -> Any:
@@ -99,6 +106,11 @@ def _clip_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     return [ins[0]]
 
 
+def _clip_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """1 per element; unbounded, a copy."""
+    return 0 if attrs["min"] is None and attrs["max"] is None else outs[0].numel()
+
+
 def _clip(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     lo, hi = k.attrs["min"], k.attrs["max"]
@@ -153,24 +165,30 @@ def _g_sum(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None
 
 OPS = [
     OpDef(name="Sum", shape=_variadic_shape, kernel=_extremum("add"), grad=_g_sum,
+          flops=_variadic_flops,
           num_inputs=(1, 64), stacking=NOT_STACKED, onnx=OnnxForm(name="Sum"),
           doc="elementwise sum of its inputs, broadcasting"),
     OpDef(name="Max", shape=_variadic_shape, kernel=_extremum("maximum"), grad=_g_extremum("max"),
+          flops=_variadic_flops,
           inplace=(0,), num_inputs=(1, 16), stacking=NOT_STACKED, onnx=OnnxForm(name="Max"),
           doc="elementwise maximum of its inputs, broadcasting"),
     OpDef(name="Min", shape=_variadic_shape, kernel=_extremum("minimum"), grad=_g_extremum("min"),
+          flops=_variadic_flops,
           inplace=(0,), num_inputs=(1, 16), stacking=NOT_STACKED, onnx=OnnxForm(name="Min"),
           doc="elementwise minimum of its inputs, broadcasting"),
     OpDef(name="SelectGrad", shape=_select_grad_shape, kernel=_select_grad, grad=FIRST_ORDER_ONLY,
+          flops=per_output(1),
           workspace=_mask_ws, num_inputs=(3, 3), attrs={"pick": 0, "kind": "max"},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY where input `pick` gave the max (or min)"),
     OpDef(name="Clip", shape=_clip_shape, kernel=_clip, grad=_g_clip, inplace=(0,),
+          flops=_clip_flops,
           attrs={"min": None, "max": None}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Clip", export=attrs_as_inputs("min", "max", floats=("min", "max")),
                         import_=inputs_as_attrs("min", "max"), attr_inputs=(1, 2)),
           doc="ONNX Clip with its bounds as attributes (None: unbounded)"),
     OpDef(name="ClipGrad", shape=_clip_grad_shape, kernel=_clip_grad, grad=FIRST_ORDER_ONLY,
+          flops=per_output(1),
           workspace=_two_masks_ws, num_inputs=(2, 2), attrs={"min": None, "max": None},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dY where min <= x <= max"),
@@ -253,12 +271,15 @@ def _argmax(k: KernelArgs) -> Step:
 
 OPS += [
     OpDef(name="Where", shape=_where_shape, kernel=_where, grad=_g_where, num_inputs=(3, 3),
+          flops=per_output(1),
           stacking=NOT_STACKED, onnx=OnnxForm(name="Where"),
           doc="ONNX Where: x where the condition holds, else y (broadcasting)"),
     OpDef(name="WhereGrad", shape=_where_grad_shape, kernel=_where_grad, grad=FIRST_ORDER_ONLY,
+          flops=per_output(1),
           workspace=_mask_ws, num_inputs=(2, 2), attrs={"pick": 0}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL, doc="internal: dY where the condition chose the input"),
     OpDef(name="ArgMax", shape=_argmax_shape, kernel=_argmax, grad=NON_DIFFERENTIABLE_METRIC,
+          flops=per_input(1),
           attrs={"axis": 0, "keepdims": 1, "select_last_index": 0}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="ArgMax"), doc="ONNX ArgMax (int64 indices)"),
 ]

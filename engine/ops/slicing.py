@@ -43,7 +43,9 @@ from engine.ops._base import (
     OpDef,
     Step,
     is_numpy,
+    no_flops,
     norm_axis,
+    per_input,
 )
 from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm, attrs_as_inputs, inputs_as_attrs
 
@@ -235,6 +237,13 @@ def _pad_grad_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, dev
     return 0 if attrs["mode"] == "constant" else ins[0].nbytes()
 
 
+def _pad_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                    ) -> int:
+    """Edge, reflect and wrap padding copied elements: their gradients are added back,
+    1 per padded element; constant padding's gradient is a slice."""
+    return 0 if attrs["mode"] == "constant" else ins[0].numel() - outs[0].numel()
+
+
 def _pad_grad(k: KernelArgs) -> Step:
     """Fold each padding back onto what it copied, last axis first (the reverse of the
     forward's order), in a copy of dY; then dX is the inner view."""
@@ -382,31 +391,38 @@ def _shape(k: KernelArgs) -> Step:
 
 OPS = [
     OpDef(name="Slice", shape=_slice_shape, kernel=_slice, grad=_g_slice, attrs=SLICE_ATTRS,
+          flops=no_flops,
           stacking=NOT_STACKED,
           onnx=OnnxForm(name="Slice", export=attrs_as_inputs(*SLICE_INPUTS),
                         import_=inputs_as_attrs(*SLICE_INPUTS), attr_inputs=(1, 2, 3, 4)),
           doc="ONNX Slice with starts/ends/axes/steps as attributes"),
     OpDef(name="SliceGrad", shape=_like_second, kernel=_slice_grad, grad=FIRST_ORDER_ONLY,
+          flops=no_flops,
           num_inputs=(2, 2), attrs=SLICE_ATTRS, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of Slice (dY in the sliced view, zero else)"),
     OpDef(name="Pad", shape=_pad_shape, kernel=_pad, grad=_g_pad, attrs=PAD_ATTRS,
+          flops=no_flops,
           stacking=NOT_STACKED,
           onnx=OnnxForm(name="Pad",
                         export=attrs_as_inputs(*PAD_INPUTS, floats=("value",), keep=("mode",)),
                         import_=inputs_as_attrs(*PAD_INPUTS), attr_inputs=(1, 2, 3)),
           doc="ONNX Pad (constant, edge, reflect, wrap) with pads/value/axes as attributes"),
     OpDef(name="PadGrad", shape=_like_second, kernel=_pad_grad, grad=FIRST_ORDER_ONLY,
+          flops=_pad_grad_flops,
           workspace=_pad_grad_ws, num_inputs=(2, 2), attrs=PAD_ATTRS, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL,
           doc="internal: dX of Pad (the padding folded back onto its sources)"),
     OpDef(name="Gather", shape=_gather_shape, kernel=_gather, grad=_g_gather, num_inputs=(2, 2),
+          flops=no_flops,
           attrs={"axis": 0}, stacking=NOT_STACKED, onnx=OnnxForm(name="Gather"),
           doc="ONNX Gather: data[..., indices, ...] along `axis`"),
     OpDef(name="GatherGrad", shape=lambda ins, attrs: [ins[2]], kernel=_gather_grad,
+          flops=per_input(1),
           grad=FIRST_ORDER_ONLY, num_inputs=(3, 3), attrs={"axis": 0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: dX of Gather (dY added at the gathered indices)"),
     OpDef(name="Shape", shape=_shape_shape, kernel=_shape, grad=SHAPE_ONLY,
+          flops=no_flops,
           attrs={"start": 0, "end": None}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Shape", needs_shapes=True),
           doc="ONNX Shape: the dimensions start:end of the input (the runtime batch too)"),

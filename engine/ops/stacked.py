@@ -49,7 +49,7 @@ from engine.ops._base import (
 from engine.ops._onnx import ENGINE_INTERNAL
 from engine.ops.elementwise import unbroadcast
 from engine.ops.loss import check_labels, labels_out_of_range, row_index_step, take_rows
-from engine.ops.reduce import log_softmax_step
+from engine.ops.reduce import SOFTMAX_FLOPS, log_softmax_step
 from engine.ops.strided_gemm import matmul_step, strided_matmul
 
 
@@ -92,6 +92,28 @@ def _sgemm_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDes
     if len(ins) == 3 and ins[2].shape != (models, n_out):
         raise ShapeError(f"StackedGemm: bias {ins[2].shape} is not [{models}, {n_out}]")
     return [TensorDesc(dt, (ins[0].shape[0], models, n_out))]
+
+
+def _sgemm_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """K models' products, 2·in per element of Y ``[b, K, out]``, and the bias 1 each.
+    The sparse variant counts this too: MFU counts the dense model's arithmetic, not
+    the zeros a kernel skipped."""
+    n_in = _weight_dims(ins[1].shape, attrs)[1]
+    y = outs[0].numel()
+    return 2 * y * n_in + (y if len(ins) == 3 else 0)
+
+
+def _grad_input_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                      ) -> int:
+    """dA = dY·W^T per model, 2·in per element of dY (a shared input's sum over the models
+    is that product's accumulation)."""
+    return 2 * ins[0].numel() * _weight_dims(ins[1].shape, attrs)[1]
+
+
+def _grad_weight_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                       ) -> int:
+    """dW = A^T·dY per model, 2·in per element of dY."""
+    return 2 * ins[1].numel() * ins[0].shape[-1]
 
 
 def _members(x: Any, models: int) -> list[Any]:
@@ -419,6 +441,19 @@ def _ssce_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc
     return [TensorDesc(scores.dtype, scores.shape[1:2]), scores]
 
 
+def _ssce_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
+    """Each model's cross-entropy: 5 per score and 1 per row (of b·K)."""
+    s = ins[0]
+    return SOFTMAX_FLOPS * s.numel() + s.numel() // max(s.shape[-1], 1)
+
+
+def _ssce_grad_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]
+                     ) -> int:
+    """Each model's cross-entropy gradient: 2 per score and 1 per row (of b·K)."""
+    s = ins[1]
+    return 2 * s.numel() + s.numel() // max(s.shape[-1], 1)
+
+
 def _ssce_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
     b, m, _ = ins[0].shape
     return (align_up(b * m * ins[1].dtype.itemsize) + 2 * align_up(b * m * ins[0].dtype.itemsize)
@@ -534,28 +569,33 @@ SSCE_GRAD = jit.variants(_ssce_grad, _ssce_grad_fused, _ssce_grad_ws,
 
 OPS = [
     OpDef(name="StackedGemm", shape=_sgemm_shape, kernel=_SGEMM[0], grad=_g_sgemm,
+          flops=_sgemm_flops,
           workspace=_SGEMM[1], variants=SGEMM_VARIANTS, num_inputs=(2, 3),
           attrs={"transB": 0, "model_axis": 0}, stacking=ALREADY_STACKED,
           onnx=ENGINE_INTERNAL,
           doc="per-model dense layer of a stack: Y[:, k] = A_k @ W[k] + b[k]"),
     OpDef(name="StackedGemmGradInput", shape=_grad_input_shape, kernel=_GRAD_INPUT[0],
+          flops=_grad_input_flops,
           grad=FIRST_ORDER_ONLY, workspace=_GRAD_INPUT[1], variants=GRAD_INPUT_VARIANTS,
           num_inputs=(2, 2),
           attrs={"transB": 0, "shared": 0, "model_axis": 0}, stacking=MADE_AFTER_STACKING,
           onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's input gradient (summed over models if shared)"),
     OpDef(name="StackedGemmGradWeight", shape=_grad_weight_shape, kernel=_GRAD_WEIGHT[0],
+          flops=_grad_weight_flops,
           grad=FIRST_ORDER_ONLY, workspace=_GRAD_WEIGHT[1], variants=GRAD_WEIGHT_VARIANTS,
           num_inputs=(2, 2), attrs={"transB": 0, "model_axis": 0},
           stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
           doc="internal: StackedGemm's weight gradient"),
     OpDef(name="StackedSoftmaxCrossEntropyLoss", shape=_ssce_shape,
+          flops=_ssce_flops,
           kernel=jit.by_size("StackedSoftmaxCrossEntropyLoss", SSCE), variants=SSCE,
           grad=_g_ssce,
           workspace=_ssce_ws, num_inputs=(2, 2), num_outputs=2, attrs={"reduction": "mean"},
           stacking=ALREADY_STACKED, onnx=ENGINE_INTERNAL,
           doc="softmax cross-entropy per model of a stack: scores [b, K, C] -> losses [K]"),
     OpDef(name="StackedSoftmaxCrossEntropyLossGrad", shape=_ssce_grad_shape,
+          flops=_ssce_grad_flops,
           kernel=jit.by_size("StackedSoftmaxCrossEntropyLossGrad", SSCE_GRAD),
           variants=SSCE_GRAD,
           grad=FIRST_ORDER_ONLY, workspace=_ssce_grad_ws, num_inputs=(3, 3),

@@ -28,6 +28,7 @@ import numpy as np
 from engine.alignment import align_up
 from engine.errors import EngineError
 from engine.graph import DType, Init, Regularization, TensorDesc
+from engine.runtime.flops import ProgramFlops, program_flops
 from engine.runtime.optim import Optimizer, optimizer_from_dict
 
 
@@ -113,6 +114,12 @@ class Program:
         for p in d["params"]:
             p["init"] = None
         return json.dumps(d, sort_keys=True, default=_jsonable)
+
+    @cached_property
+    def flops(self) -> ProgramFlops:
+        """Its model FLOPs at the compiled batch, per path and per update
+        (:mod:`engine.runtime.flops`), counted once."""
+        return program_flops(self)
 
     @cached_property
     def state_bytes(self) -> int:
