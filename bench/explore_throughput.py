@@ -131,8 +131,9 @@ def run_explore(size: Size, memory: int, workers: int, seed: int, depth: int | N
                               "sampler": space.sampler.model_copy(update={"seed": seed}),
                               "pruner": space.pruner.model_copy(update={
                                   "name": pruner_of(pruner), "warmup_rounds": 2})}
-    if eval_batch:
-        update["training"] = space.training.model_copy(update={"eval_batch_size": eval_batch})
+    # the fixed workload the baselines run: a validation after every round
+    update["training"] = space.training.model_copy(update={
+        "validate_every": 1, **({"eval_batch_size": eval_batch} if eval_batch else {})})
     space = space.model_copy(update=update)
     bound = bind(space)
     data = load_shared(bound)  # as `explore run` loads it: the run's rows, compact

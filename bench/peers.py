@@ -90,6 +90,12 @@ def prunes(space: Any) -> bool:
     return space.pruner.name == "median"
 
 
+def validation_interval(space: Any) -> int:
+    """Rounds between validations, as explore's scheduler takes them from the space
+    (``training.validate_every``): the Optuna sides validate where explore does."""
+    return int(space.training.validation_interval(space.budget.rounds, prunes(space)))
+
+
 def eval_chunk(space: Any) -> int:
     return int(space.training.eval_batch_size or 10_000)
 
@@ -182,10 +188,11 @@ class TorchTrainer:
                                                                        torch.int64)
 
     def run(self, params: dict[str, Any], seed: int,
-            report: Callable[[float, int], bool]) -> float:
-        """Train ``params``'s network for the space's rounds; ``report(accuracy, round)``
-        after each round, which answers True to stop (pruned) and then this raises
-        :class:`Pruned`.  The last round's validation accuracy."""
+            report: Callable[[float, int], bool], every: int = 1) -> float:
+        """Train ``params``'s network for the space's rounds; validate after every
+        ``every``-th round and the last, and ``report(accuracy, round)`` then, which
+        answers True to stop (pruned) and then this raises :class:`Pruned`.  The last
+        round's validation accuracy."""
         from bench import _torch_models as tm
 
         torch = self.torch
@@ -206,6 +213,8 @@ class TorchTrainer:
                 opt.zero_grad(set_to_none=True)
                 loss_fn(net(self.x[idx]), self.y[idx]).backward()
                 opt.step()
+            if rnd % every and rnd < self.space.budget.rounds:
+                continue  # as explore does (training.validate_every)
             net.eval()
             with torch.no_grad():
                 right = sum(int((net(self.xv[s:s + chunk]).argmax(1) ==
@@ -267,7 +276,8 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
                  and r.get("start") is not None and r.get("end") is not None]
     return {"seconds": wall, "curve": curve, "trials": len(curve), "budget_bytes": memory,
             "in_flight": in_flight(spans),
-            "accounted_peak_bytes": stats.peak, "own_measured_peak_bytes": stats.measured_peak}
+            "accounted_peak_bytes": stats.peak, "own_measured_peak_bytes": stats.measured_peak,
+            "work": stats.work()}
 
 
 def sampler_pruner(space: Any, seed: int) -> tuple[Any, Any]:
@@ -291,7 +301,8 @@ def objective_of(space: Any, trainer: TorchTrainer, seed: int) -> Callable[[Any]
             return bool(trial.should_prune())
 
         try:
-            return trainer.run(suggest(trial, space), seed + trial.number, report)
+            return trainer.run(suggest(trial, space), seed + trial.number, report,
+                               validation_interval(space))
         except Pruned:
             raise optuna.TrialPruned() from None
 
@@ -602,6 +613,33 @@ def summarise(runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {"target": target, "sides": sides}
 
 
+def utilisation(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """explore's utilisation of the machine over its runs of one search (medians;
+    :mod:`explore.utilisation`): its model FLOPs over its wall time against the
+    machine's GEMM peak, the rate while training and while validating against the
+    workers' share of it, and the shares of the workers' time."""
+    from explore.utilisation import PARTS, of_run
+
+    got = [u for r in runs if (u := of_run({"work": r.get("work")})) is not None]
+    if not got:
+        return None
+
+    def med(xs: Sequence[float | None], n: int = 3) -> float | None:
+        have = [x for x in xs if x is not None]
+        return round(statistics.median(have), n) if have else None
+
+    return {"utilisation": med([u.utilisation for u in got]),
+            "achieved_gflops": med([u.achieved / 1e9 for u in got], 1),
+            "peak_gflops": med([(u.peak or 0) / 1e9 or None for u in got], 1),
+            "while_training": med([u.while_training for u in got]),
+            "while_validating": med([u.while_validating for u in got]),
+            "model_tflop": med([u.total_flops / 1e12 for u in got]),
+            "validation_share_of_flops": med([u.flops.get("valid", 0) / u.total_flops
+                                              if u.total_flops else None for u in got]),
+            "shares": {k: med([u.shares.get(k) for u in got]) for k in PARTS},
+            "asking_s": med([u.asking_s for u in got], 2), "runs": len(got)}
+
+
 def _round(x: float | None, n: int = 2) -> float | None:
     return None if x is None else round(x, n)
 
@@ -713,6 +751,7 @@ def main() -> None:
     for search, runs in curves.items():
         if any(runs.values()):
             result["searches"][search] = summarise(runs)
+            result["utilisation"][search] = utilisation(runs.get("explore", []))
             if args.png:
                 plot(search, runs, result["searches"][search]["target"], args.png)
     result.update({

@@ -80,6 +80,8 @@ class TrialRecord(TypedDict, total=False):
     out_spans: list[list[float]]  # [left, back] seconds since the run began
     busy_s: float
     train_seconds: float
+    valid_seconds: float  # of its seconds, validating
+    flops: int  # model FLOPs of its rounds (explore.utilisation.round_flops)
     metrics: dict[str, float]
     # how it ended, when not on its own
     fail_reason: str

@@ -26,6 +26,7 @@ from explore.binding import BoundSpace
 from explore.families import BuildError
 from explore.families.builder import LowTrial, call_builder, graph_of_model, replay
 from explore.optimizers import build_optimizer
+from explore.utilisation import round_flops
 
 BUILDER_PARAMS = "builder_params"  # in a builder trial's params: what the builder chose
 
@@ -64,10 +65,21 @@ class Candidate:
     fallback_batches: tuple[int, ...] = ()
     compile_at: Callable[[int], Program] | None = field(default=None, repr=False)
     _fallbacks: dict[int, Program] = field(default_factory=dict, repr=False)
+    # The rows a round trains on and validates (the scheduler's data; 0: not known) and
+    # the models its program runs (a stack's members): what its FLOPs are counted over.
+    rows: tuple[int, int] = (0, 0)
+    models: int = 1
 
     @property
     def heap_bytes(self) -> int:
         return self.program.total_bytes
+
+    @property
+    def round_flops(self) -> tuple[int, int]:
+        """One model's FLOPs in a round: training on ``rows[0]`` rows in mini-batches of
+        ``train_batch``, and validating ``rows[1]`` rows (a stack's divided among its
+        models); see :func:`explore.utilisation.round_flops`."""
+        return round_flops(self.program, self.train_batch, self.rows, self.models)
 
     def fitting(self) -> Iterator[Program]:
         """The programs it can run as, preferred (largest) first, each compiled once."""

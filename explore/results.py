@@ -19,12 +19,14 @@ from explore.attrs import RUNS_ATTR
 from explore.live.names import final_record
 from explore.storages import open_storage, release
 from explore.study import PARAMS_ATTR, storage_url
+from explore.utilisation import PARTS, of_run, trial_rate
 
 ZONES = ("forward", "gradient", "optimizer", "workspace")
 COLUMNS = ["number", "state", "value", "params", "batch_size", "total_bytes",
            *(f"{z}_bytes" for z in ZONES), "rounds", "worker", "arena_offset", "switches", "pauses",
            "switched_out", "switch_bytes", "out_spans",
-           "placed_at", "start", "end", "wall_s", "busy_s", "train_seconds", "fail_reason"]
+           "placed_at", "start", "end", "wall_s", "busy_s", "train_seconds", "valid_seconds",
+           "flops", "flop_rate", "fail_reason"]
 
 
 def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.DataFrame:
@@ -35,9 +37,11 @@ def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.Da
     each, named after the metric: ``accuracy``, ``loss``, ``f1``, ``rmse``, ... as the
     trials recorded them), state, planned bytes per zone, batch size, rounds run,
     worker, switches, pauses at pruning rungs (:mod:`explore.rungs`), start and end
-    (seconds from the run's start), wall time and training time (``train_seconds``),
-    and what a paused trial cost when it was switched out of its worker's arena to a
-    file: ``switched_out`` (times it left), ``switch_bytes`` (bytes written out; both 0
+    (seconds from the run's start), wall time and training time (``train_seconds``;
+    ``valid_seconds`` of it validating), its model FLOPs (``flops``) and their rate on
+    its worker (``flop_rate``, FLOP/s: :mod:`explore.utilisation`), and what a paused
+    trial cost when it was switched out of its worker's arena to a file:
+    ``switched_out`` (times it left), ``switch_bytes`` (bytes written out; both 0
     for a trial never switched out) and ``out_spans`` (``[left, back]`` in seconds from
     the run's start; empty if never out)."""
     url = storage_url(storage)
@@ -72,7 +76,8 @@ def frame(s: optuna.Study) -> pd.DataFrame:
             "out_spans": [list(span) for span in ua.get("out_spans") or []],
             "start": ua.get("start"), "end": ua.get("end"),
             "busy_s": ua.get("busy_s"), "train_seconds": ua.get("train_seconds"),
-            "fail_reason": ua.get("fail_reason"),
+            "valid_seconds": ua.get("valid_seconds"), "flops": ua.get("flops"),
+            "flop_rate": trial_rate(ua), "fail_reason": ua.get("fail_reason"),
         }
         row["wall_s"] = (row["end"] - row["start"]) if row["end"] is not None and \
             row["start"] is not None else None
@@ -121,7 +126,8 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
 
 
 RUN_COLUMNS = ["budget", "peak", "measured_peak", "packing_efficiency", "workers", "main",
-               "tracker", "workers_overhead", "data", "growth", "arena"]
+               "tracker", "workers_overhead", "data", "growth", "arena", "wall_s", "flops",
+               "peak_flops", "utilisation", *(f"{k}_share" for k in PARTS)]
 
 
 def runs(study: optuna.Study) -> pd.DataFrame:
@@ -141,5 +147,15 @@ def runs(study: optuna.Study) -> pd.DataFrame:
                      "workers": r.get("workers", len(r.get("overheads", []))),
                      "main": r.get("main"), "tracker": r.get("tracker"),
                      "workers_overhead": sum(r.get("overheads", [])), "data": r.get("data"),
-                     "growth": r.get("growth"), "arena": r.get("arena")})
+                     "growth": r.get("growth"), "arena": r.get("arena"), **_work(r)})
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def _work(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's utilisation columns (:mod:`explore.utilisation`; empty for a run recorded
+    without them)."""
+    u = of_run(run)
+    if u is None:
+        return {}
+    return {"wall_s": u.wall_s, "flops": u.total_flops, "peak_flops": u.peak,
+            "utilisation": u.utilisation, **{f"{k}_share": u.shares.get(k) for k in PARTS}}

@@ -356,6 +356,22 @@ class Training(Strict):
     auto_max_batch: int = Field(512, ge=1, le=MAX_BATCH, strict=True)
     # validation runs in chunks this big
     eval_batch_size: int = Field(512, ge=1, le=MAX_BATCH, strict=True)
+    # Validate after every k-th round and after the last; "auto": after every round
+    # where a pruner reads the values, after the last alone where none does (a trial's
+    # value is its last round's).  A round not validated reports no intermediate value.
+    validate_every: Annotated[Int, Field(ge=1)] | Literal["auto"] = 1
+
+    def validation_interval(self, rounds: int, prunes: bool) -> int:
+        """Rounds between validations (``rounds``: after the last alone).
+
+        >>> Training(validate_every="auto").validation_interval(10, prunes=False)
+        10
+        >>> Training(validate_every="auto").validation_interval(10, prunes=True)
+        1
+        """
+        if self.validate_every == "auto":
+            return 1 if prunes else max(1, rounds)
+        return int(self.validate_every)
 
     @field_validator("loss", "optimizer", "lr", "momentum", "weight_decay", "batch_size",
                      mode="after")

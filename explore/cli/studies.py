@@ -54,13 +54,18 @@ def show(space_file: str | None, storage: str | None, study_name: str | None) ->
         timed = ["train_seconds"] if top["train_seconds"].notna().any() else []
         # the batch trained with, where the space lets the engine choose it
         auto = any(p.get("batch_size") == "auto" for p in top["params"])
+        # a trial's model FLOPs per second on its worker (explore.utilisation)
+        rates = {"GFLOP/s": [_num(None if v is None else v / 1e9, "{:.3g}")
+                             for v in top["flop_rate"]]} \
+            if top["flop_rate"].notna().any() else {}
         columns = {"trial": [str(n) for n in top["number"]],
                    "value": [f"{v:.4g}" for v in top["value"]],
                    **{c: [_num(v) for v in top[c]] for c in [*metrics, *timed]},
+                   **rates,
                    **({"batch": [str(b) for b in top["batch_size"]]} if auto else {}),
                    "bytes": [_num(b, "{:,.0f}") for b in top["total_bytes"]]}
         # the first to go where the terminal is too narrow for every column
-        t, dropped = fitted(columns, [*timed, *reversed(metrics),
+        t, dropped = fitted(columns, [*rates, *timed, *reversed(metrics),
                                       *(["batch"] if auto else []), "bytes"],
                             title="best trials", header_style="bold", box=box.SIMPLE_HEAD,
                             show_edge=False, pad_edge=False)

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from explore.attrs import RUNS_ATTR
 from explore.cli import console
+from explore.utilisation import describe, of_run
 
 FAILURES_SHOWN = 5  # reasons the summary lists (explore show: each trial's in full)
 
@@ -43,9 +44,11 @@ def print_summary(study: Any, run: dict[str, Any] | None) -> None:
     (:func:`print_failures`), and the memory of ``run`` (the run just ended, or the
     study's last): the budget, the planned peak, the peak the system measured for the
     run's processes, the packing efficiency and what it switched out of its arenas
-    (:func:`switching`).  Reads the trials directly: pandas alone would add about 35 MB
-    to the run's process at its end.  Numbers are never broken over lines: a terminal
-    too narrow for a table leaves its least needed columns out (:func:`fitted`)."""
+    (:func:`switching`); then its utilisation of the machine and where its time went
+    (:func:`explore.utilisation.describe`).  Reads the trials directly: pandas alone
+    would add about 35 MB to the run's process at its end.  Numbers are never broken
+    over lines: a terminal too narrow for a table leaves its least needed columns out
+    (:func:`fitted`)."""
     out = console.out
     trials = study.get_trials(deepcopy=False)
     states = Counter(tr.state.name.lower() for tr in trials)
@@ -83,6 +86,10 @@ def print_summary(study: Any, run: dict[str, Any] | None) -> None:
     said = switching(run)
     if said:
         out.print(said, highlight=False)
+    used = of_run(run)
+    if used is not None:
+        for line in describe(used):
+            out.print(line, highlight=False)
     for note in run.get("notes", []):
         out.print(f"note: {note}", highlight=False)
 

@@ -72,6 +72,7 @@ from explore.scheduler.placement import (
 )
 from explore.scheduler.policy import PRUNE, Policy
 from explore.scheduler.protocol import (
+    SECONDS,
     Continue,
     Done,
     Part,
@@ -496,6 +497,7 @@ class Core:
             w.free.release(p.offset, p.size)
         if msg.overhead:
             w.overhead_now = msg.overhead
+        self._spent(w, msg.spent)
         p.leaving, p.moved = False, p.moved + msg.nbytes
         p.state = msg.nbytes
         p.spans.append([self.now])
@@ -564,8 +566,12 @@ class Core:
         if w is None or p is None:
             return
         w.overhead_now = msg.overhead
+        self._spent(w, msg.spent)
         p.started, p.rounds = msg.started, msg.round
-        verdict = self.policy.report(p.trial, msg.round, msg.metrics, p.candidate.heap_bytes)
+        p.seconds = {k: msg.metrics[k] for k in SECONDS if k in msg.metrics}
+        # a round not validated has nothing for the pruner: the trial goes on
+        verdict = self.policy.report(p.trial, msg.round, msg.metrics,
+                                     p.candidate.heap_bytes) if msg.validated else None
         if verdict == PRUNE:
             self._prune(w, p)
             # its value at the rung counts there too (Optuna records it before pruning):
@@ -589,15 +595,18 @@ class Core:
         if w is None or p is None:
             return
         w.overhead_now = msg.overhead
+        self._spent(w, msg.spent)
         self._release(w, p, regroup=False)  # its stack's members all end together
         self._emit(Note(p.trial, {"pauses": p.pauses, "rounds": msg.rounds,
                                   "switches": msg.switches,
                                   "busy_s": msg.busy_s, "start": msg.started,
                                   "end": msg.ended,
                                   "metrics": {k: v for k, v in msg.metrics.items()
-                                              if k != "train_seconds"},
+                                              if k not in SECONDS},
                                   "train_seconds": msg.metrics.get("train_seconds",
                                                                    msg.busy_s),
+                                  "valid_seconds": msg.metrics.get("valid_seconds", 0.0),
+                                  **self._work(p, msg.rounds),
                                   **({"model_error": msg.model_error} if msg.model_error
                                      else {}),
                                   **self._switch_record(p)},
@@ -680,13 +689,30 @@ class Core:
         else:
             self._emit(Send(w.index, Stop(p.trial.number)))
             self._release(w, p, regroup=regroup)
-        self._emit(Note(p.trial, {"rounds": self.policy.last_step(p.trial),
+        rounds = self.policy.last_step(p.trial)
+        self._emit(Note(p.trial, {"rounds": rounds,
                                   "pauses": p.pauses, "start": p.started, "end": self.now,
+                                  **p.seconds, **self._work(p, rounds or 0),
                                   **self._switch_record(p)},
                         ending=True),
                    Tell(p.trial, state=TrialState.PRUNED))
         self.counts["pruned"] += 1
         self._emit(Measure())
+
+    def _spent(self, w: Worker, spent: dict[str, float]) -> None:
+        """The worker's seconds so far by what they went to (``protocol.SPENT``), kept
+        by the run's figures (where a dead worker's last word stays)."""
+        if spent:
+            self.stats.spent[w.index] = dict(spent)
+
+    def _work(self, p: Placement, rounds: int) -> dict[str, Any]:
+        """The model arithmetic of ``p``'s ``rounds`` rounds (its own program's FLOPs for
+        the training rows and the validation rows, :mod:`explore.utilisation`), for its
+        record; added to the run's figures."""
+        train, valid = (rounds * f for f in p.candidate.round_flops)
+        self.stats.flops["train"] += train
+        self.stats.flops["valid"] += valid
+        return {"flops": train + valid} if train or valid else {}
 
     def _switch_record(self, p: Placement) -> dict[str, Any]:
         """What a trial's record says of its switches out of an arena (nothing if none):

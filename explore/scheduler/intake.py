@@ -18,7 +18,7 @@ from engine import BudgetError
 from engine.compile.stack import StackError
 from engine.errors import EngineError
 from explore.binding import BoundSpace
-from explore.candidate import compile_candidate, graph_of, user_errors
+from explore.candidate import Candidate, compile_candidate, graph_of, user_errors
 from explore.families import BuildError
 from explore.live import LiveStudy
 from explore.sampling import suggest
@@ -35,8 +35,10 @@ class Intake:
     ``stack`` at a time (1: never stacked); ``notes`` gets each trial's parameters."""
 
     def __init__(self, bound: BoundSpace, live: LiveStudy, stats: RunStats, notes: dict[int, Any],
-                 fail: Fail, stack: int, fallbacks: bool = True) -> None:
+                 fail: Fail, stack: int, fallbacks: bool = True,
+                 rows: tuple[int, int] = (0, 0)) -> None:
         self.bound, self.live, self.stats, self.notes = bound, live, stats, notes
+        self.rows = rows  # a round's training and validation rows: its FLOPs are counted on
         self.fail, self.stack = fail, stack
         self.fallbacks = fallbacks  # compile_candidate's: smaller programs where room is short
         self.errors = user_errors(bound)
@@ -103,6 +105,7 @@ class Intake:
         try:
             cand = compile_candidate(self.bound, d.params, self.stats.arena, graph=d.graph,
                                      fallbacks=self.fallbacks)
+            cand.rows = self.rows
         except BudgetError as e:
             self.fail(d.trial, f"does not fit: {e}")
             return None
@@ -123,4 +126,6 @@ class Intake:
         except (BudgetError, BuildError, EngineError):
             return None  # too big as a stack, say: its trials run alone
         self.stats.counts["stacked"] = self.stats.counts.get("stacked", 0) + len(group)
+        if isinstance(pending.candidate, Candidate):
+            pending.candidate.rows, pending.candidate.models = self.rows, len(group)
         return pending

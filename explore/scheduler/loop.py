@@ -55,6 +55,7 @@ from explore.scheduler.constants import save as save_constants
 from explore.scheduler.core import Core
 from explore.scheduler.errors import SchedulerError, Stopped
 from explore.scheduler.intake import Intake
+from explore.scheduler.peak import gemm_peak
 from explore.scheduler.placement import Worker
 from explore.scheduler.policy import OptunaPolicy
 from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
@@ -152,6 +153,8 @@ class Scheduler:
         if self.lockstep:
             self.trials_per_worker = 1
         self.policy = OptunaPolicy(self.study, space)
+        self.validate_every = space.training.validation_interval(
+            space.budget.rounds, prunes=self.policy.reports and space.pruner.name != "none")
         # in rotation every trial waits for its word after each report: its next turn
         self.gated = self.policy.gated or self.rotation is not None
         self.core = Core(self.policy, self.stats, lockstep=self.lockstep,
@@ -168,7 +171,9 @@ class Scheduler:
                              # a seeded run on one worker: each trial validates in the
                              # chunks it was compiled for, whatever room is left
                              fallbacks=space.sampler.seed is None or
-                             workers * len(self.devices) > 1)
+                             workers * len(self.devices) > 1,
+                             rows=(self.arrays.spec["y_train"].shape[0],
+                                   self.arrays.spec["y_valid"].shape[0]))
         self.remaining = 0
         self.memory = MemorySampler(self.stats, this_process=main is None,
                                     baseline=baseline, device=device)
@@ -351,6 +356,7 @@ class Scheduler:
         (:class:`~explore.live.WriteFailed`)."""
         self.live.total = n_trials
         restore = self._catch_ctrl_c()
+        ended = False
         try:
             self.start()
             next_claim = 0.0  # when to try again after the study had its total claimed
@@ -360,7 +366,9 @@ class Scheduler:
                 self.live.check()  # a failed write stops the run here
                 self._tell_core(Tick(time.time() - self.t0))
                 while time.time() >= next_claim and self._asks():
+                    asked = time.perf_counter()
                     more, pendings = self.intake.ask()
+                    self.stats.asking_s += time.perf_counter() - asked
                     for pend in pendings:
                         self.core.waiting.append(pend)
                     if not more:
@@ -379,6 +387,7 @@ class Scheduler:
                             self.timed_out = True
                             self.stats.notes.append(self._timeout_note())
                         self.memory.measure(self.workers.values(), now=True)  # a last reading
+                        ended = True
                         break
                     time.sleep(REFRESH_EVERY / 8)  # others' trials run; ours may be re-queued
                     continue
@@ -401,7 +410,10 @@ class Scheduler:
             # Python's own handler would raise in the middle of the cleanup and skip
             # the rest of it.
             try:
+                self.stats.wall_s = time.time() - self.t0
                 self.stop()
+                if ended:  # not on Ctrl-C: measuring the peak the first time takes a second
+                    self.stats.peak_flops = machine_peak(self.stats.device)
                 try:
                     self.live.close()
                     if self.live.writer.taken_over:
@@ -497,7 +509,8 @@ class Scheduler:
                     self.gated or self.lockstep, self.target_std,
                     saves[0] if stack is None else None,
                     members=() if stack is None else stack.members,
-                    member_save_to=() if stack is None else tuple(saves))
+                    member_save_to=() if stack is None else tuple(saves),
+                    validate_every=self.validate_every)
         if w in dead or not self._send(w, msg):
             self.core.unplace(w.index, pend, stack, c.offset, size)  # it waits again
             if w not in dead:
@@ -579,3 +592,13 @@ class Scheduler:
         self.core.add_worker(replacement)
         s.overheads = [x.overhead for x in self.workers.values()]
         self._sample()
+
+
+def machine_peak(device: str) -> float | None:
+    """The machine's GEMM peak in FLOP/s (:func:`explore.scheduler.peak.gemm_peak`: measured
+    once per machine, after the workers have stopped, so that its matrices take no room
+    from the trials), or None where it cannot be had: the run's figures go without it."""
+    try:
+        return gemm_peak(device, None)
+    except Exception:  # a utilisation figure never fails a run
+        return None

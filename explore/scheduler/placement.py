@@ -34,6 +34,11 @@ class Sized(Protocol):
 
     def fitting(self) -> Iterator[Any]: ...
 
+    @property
+    def round_flops(self) -> tuple[int, int]:
+        """The model's FLOPs in a round: training over the rows, validating them."""
+        ...
+
 
 @dataclass
 class Stack:
@@ -87,6 +92,7 @@ class Placement:
     # when it left an arena and came back (seconds since the run began; [left] alone
     # while it is out), for its record and the timeline
     spans: list[list[float]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # as last reported (SECONDS)
 
 
 @dataclass

@@ -32,13 +32,13 @@ Optuna number.
 
 >>> import pickle
 >>> pickle.loads(pickle.dumps(Report(3, 1, {"accuracy": 0.5}, 0.0)))
-Report(number=3, round=1, metrics={'accuracy': 0.5}, started=0.0, overhead=0)
+Report(number=3, round=1, metrics={'accuracy': 0.5}, started=0.0, overhead=0, spent={})
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # -- scheduler -> worker --------------------------------------------------------------
@@ -78,6 +78,9 @@ class Start:
     # a trial's); the worker reports, pauses and stops each member by its trial number.
     members: tuple[int, ...] = ()
     member_save_to: tuple[str | None, ...] = ()
+    # Validate after every k-th round and after the last (training.validate_every); a
+    # round not validated is reported with its training figures alone (``validated``).
+    validate_every: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,18 @@ class ArenaOpened:
     """The arena of OpenArena is allocated."""
 
 
+# What a worker's seconds went to since it started, as it sends them with each Report,
+# Done and SwitchedOut (the run's utilisation, :mod:`explore.utilisation`): ``train``
+# rounds trained to their end, ``valid`` validating after them, ``lost`` rounds begun
+# and abandoned (the trial pruned or stopped meanwhile), ``switch`` writing trials out
+# of the arena and reading them back, ``setup`` binding programs to the arena and
+# initialising them (and moving a stack's members).  The rest of its life it waited.
+SPENT = ("train", "valid", "lost", "switch", "setup")
+# The seconds a Report's and a Done's ``metrics`` carry besides the metrics: the trial's
+# own (training and validating, its ``busy_s``) and, of those, validating.
+SECONDS = ("train_seconds", "valid_seconds")
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """Trial ``number`` finished round ``round`` (from 1) with these validation
@@ -186,6 +201,8 @@ class Report:
     metrics: dict[str, float]
     started: float
     overhead: int = 0  # the worker's memory now beyond its trials' heaps (see Done)
+    spent: dict[str, float] = field(default_factory=dict)  # the worker's time (see SPENT)
+    validated: bool = True  # False: a round not validated (Start.validate_every)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +225,7 @@ class Done:
     overhead: int = 0
     saved: bool = False
     model_error: str = ""
+    spent: dict[str, float] = field(default_factory=dict)  # the worker's time (see SPENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +244,7 @@ class SwitchedOut:
     nbytes: int
     seconds: float
     overhead: int = 0  # the worker's memory now beyond its trials' heaps (see Done)
+    spent: dict[str, float] = field(default_factory=dict)  # the worker's time (see SPENT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ class SimCandidate:
 
     sizes: tuple[int, ...]
     train_batch: int = 1
+    round_flops: tuple[int, int] = (0, 0)
 
     @property
     def heap_bytes(self) -> int:

@@ -65,6 +65,16 @@ class RunStats:
     # folder they went to (the Scheduler's SwitchFolder, removed when the run ends).
     switch_bytes: int = 0
     switch_folder: str | None = None
+    # Where the time went (explore.utilisation): each worker's seconds by what they
+    # went to (protocol.SPENT, by worker index, as it last said), the model FLOPs of the
+    # trials that ended (training and validating the rounds they reported), the
+    # driver's seconds asking for candidates (sampling and compiling them), the run's
+    # wall time and the machine's GEMM peak (FLOP/s, explore.scheduler.peak).
+    spent: dict[int, dict[str, float]] = field(default_factory=dict)
+    flops: dict[str, int] = field(default_factory=lambda: {"train": 0, "valid": 0})
+    asking_s: float = 0.0
+    wall_s: float = 0.0
+    peak_flops: float | None = None
 
     @property
     def fixed(self) -> int:
@@ -110,6 +120,25 @@ class RunStats:
                 "switched_in": self.counts.get("switched_in", 0),
                 "bytes": self.switch_bytes, "folder": self.switch_folder}
 
+    def work(self) -> dict[str, Any]:
+        """Where the run's time went, for :mod:`explore.utilisation`: the wall time,
+        the workers, their seconds summed by what they went to, the model FLOPs, the
+        driver's seconds asking, and the machine's peak.
+
+        >>> s = RunStats(100, overheads=[1, 1], wall_s=10.0, peak_flops=1e11)
+        >>> s.spent = {0: {"train": 6.0, "valid": 2.0}, 1: {"train": 7.0, "valid": 1.0}}
+        >>> s.work()["spent"], s.work()["workers"]
+        ({'train': 13.0, 'valid': 3.0}, 2)
+        """
+        total: dict[str, float] = {}
+        for by_what in self.spent.values():
+            for k, v in by_what.items():
+                total[k] = total.get(k, 0.0) + v
+        return {"wall_s": round(self.wall_s, 3), "workers": len(self.overheads),
+                "spent": {k: round(v, 3) for k, v in total.items()},
+                "flops": dict(self.flops), "asking_s": round(self.asking_s, 3),
+                "peak_flops": self.peak_flops, "device": self.device}
+
     def record_dict(self) -> dict[str, Any]:
         """What a study keeps of the run (``study.user_attrs["runs"]``): the budget, the
         constants charged to it, the planned and the measured peak, packing efficiency,
@@ -123,7 +152,7 @@ class RunStats:
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,
                 "storage": self.storage.as_dict() if self.storage is not None else None,
-                "switching": self.switching(),
+                "switching": self.switching(), "work": self.work(),
                 "timeline": [[round(s.t, 3), s.heaps, s.fixed, s.waiting]
                              for s in self.timeline]}
 

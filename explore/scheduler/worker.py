@@ -45,6 +45,7 @@ from explore import metrics
 from explore.metrics.evaluation import MEANS, ROWS, SUMS, Evaluation, compute_all
 from explore.procmem import gpu_bytes, pss
 from explore.scheduler.protocol import (
+    SPENT,
     ArenaOpened,
     Continue,
     Done,
@@ -79,12 +80,14 @@ class Resident:
     nbytes: int
     validation: Validation  # what the eval path measures, and the metrics made of it
     gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
+    validate_every: int = 1  # validate after every k-th round, and after the last
     paused: bool = False  # at a rung: the worker may start another trial meanwhile
     round: int = 0
     runnable: bool = True
     started: float = field(default_factory=time.time)
     switches: int = 0
-    busy_s: float = 0.0
+    busy_s: float = 0.0  # seconds it has run (training and validating)
+    valid_s: float = 0.0  # of those, validating
     # A stack (Start.members): its trials in model order; otherwise [number].  The
     # others are a stack's alone: members still running, members whose word after a
     # report has not come (gated), members paused at a rung (the stack waits for the
@@ -225,24 +228,24 @@ class Validation:
         return compute_all(self.metrics, ev)
 
 
-def clock_text(started: float, busy_s: float) -> str:
-    """A trial's clock (when it started, the seconds it has trained) as its switched-out
-    state's header keeps it: 32 hex digits whatever the times, so that the file's size,
-    which the run records as the trial's bytes switched out, is the same in every run
-    (the digits of a time in decimal are not).
+def clock_text(started: float, busy_s: float, valid_s: float = 0.0) -> str:
+    """A trial's clock (when it started, the seconds it has run, the part of them spent
+    validating) as its switched-out state's header keeps it: 48 hex digits whatever the
+    times, so that the file's size, which the run records as the trial's bytes switched
+    out, is the same in every run (the digits of a time in decimal are not).
 
-    >>> clock_of(clock_text(1795767527.2922776, 0.5)) == (1795767527.2922776, 0.5)
+    >>> clock_of(clock_text(1795767527.2922776, 0.5, 0.25)) == (1795767527.2922776, 0.5, 0.25)
     True
-    >>> len(clock_text(0.0, 0.0)) == len(clock_text(1e9, 123.456)) == 32
+    >>> len(clock_text(0.0, 0.0)) == len(clock_text(1e9, 123.456, 7.5)) == 48
     True
     """
-    return struct.pack("<dd", started, busy_s).hex()
+    return struct.pack("<ddd", started, busy_s, valid_s).hex()
 
 
-def clock_of(text: str) -> tuple[float, float]:
+def clock_of(text: str) -> tuple[float, float, float]:
     """:func:`clock_text`'s times, bit for bit."""
-    started, busy_s = struct.unpack("<dd", bytes.fromhex(text))
-    return started, busy_s
+    started, busy_s, valid_s = struct.unpack("<ddd", bytes.fromhex(text))
+    return started, busy_s, valid_s
 
 
 class _Exit(BaseException):
@@ -295,6 +298,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     order: list[int] = []
     running: list[int] = []  # the resident in the middle of a round, if any
     deferred: list[Regroup | SwitchOut] = []  # for that resident, at the round's end
+    spent = dict.fromkeys(SPENT, 0.0)  # this worker's seconds, by what they went to
 
     def pick() -> int | None:
         """Depth first: the runnable trial furthest along; a trial not yet begun waits
@@ -333,6 +337,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     def host(number: int, prog: Any, offset: int, seed: int, rounds: int, batch: int,
              gated: bool, validation: Validation, members: list[int],
              save_to: dict[int, str | None], initialize: bool = True) -> Resident:
+        t0 = time.perf_counter()
         region = arena.buffer[offset:offset + prog.total_bytes]
         vm = VM(prog, seed=seed, heap=CalcHeap(arena.backend, prog.zone_bytes, buffer=region),
                 initialize=initialize)
@@ -343,6 +348,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         for m in r.members:
             owner[m] = number
         order.append(number)
+        spent["setup"] += time.perf_counter() - t0
         return r
 
     def regroup(msg: Regroup) -> None:
@@ -359,8 +365,9 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             for m in part.members:
                 move_member(old.vm, old.index(m), r.vm, r.index(m))
             r.rng = copy.deepcopy(old.rng)
-            r.round, r.started, r.switches, r.busy_s = \
-                old.round, old.started, old.switches, old.busy_s
+            r.round, r.started, r.switches, r.busy_s, r.valid_s = \
+                old.round, old.started, old.switches, old.busy_s, old.valid_s
+            r.validate_every = old.validate_every
             r.waiting = old.waiting & set(part.members)
             r.held = set(part.members) if part.paused else set()
             r.paused = part.paused
@@ -395,8 +402,9 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         try:
             os.makedirs(switch_dir, exist_ok=True)
             extra = {"rounds": r.rounds, "batch": r.batch, "gated": r.gated,
+                     "validate_every": r.validate_every,
                      "target_std": r.validation.target_std, "save_to": r.save_to.get(number),
-                     "round": r.round, "clock": clock_text(r.started, r.busy_s),
+                     "round": r.round, "clock": clock_text(r.started, r.busy_s, r.valid_s),
                      "switches": r.switches, "data_order": r.rng.bit_generator.state}
             path = state_file(switch_dir, number)
             if r.stacked:
@@ -409,7 +417,9 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                                           f"{e}"))
             return
         leave(r, number)  # first: the memory is given back before the scheduler counts it so
-        conn.send(SwitchedOut(number, nbytes, time.perf_counter() - t0, overhead_now()))
+        seconds = time.perf_counter() - t0
+        spent["switch"] += seconds
+        conn.send(SwitchedOut(number, nbytes, seconds, overhead_now(), dict(spent)))
 
     def leave(r: Resident, number: int) -> None:
         """Trial ``number`` leaves resident ``r``: a trial alone is dropped; a stack's
@@ -429,16 +439,19 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         """Bind the trial's program at its new offset and read its state back into it,
         exactly as it left: it waits for its word (Continue)."""
         path = state_file(switch_dir, msg.number)
+        t0 = time.perf_counter()
         try:
             r = host(msg.number, msg.program, msg.offset, 0, 0, 0, True,
                      Validation.of(msg.program, len(arrays["y_valid"])), [msg.number], {},
                      initialize=False)
+            t0 = time.perf_counter()  # binding it counts as setup (host); reading it back here
             got = r.vm.read_state(path)
             r.rounds, r.batch, r.gated = got["rounds"], got["batch"], got["gated"]
+            r.validate_every = got["validate_every"]
             r.validation.target_std = got["target_std"]
             r.save_to = {msg.number: got["save_to"]}
             r.round, r.switches = got["round"], got["switches"]
-            r.started, r.busy_s = clock_of(got["clock"])
+            r.started, r.busy_s, r.valid_s = clock_of(got["clock"])
             r.rng.bit_generator.state = got["data_order"]
             r.vm.check("x", arrays["x_train"])
             r.vm.check("y", arrays["y_train"])
@@ -449,6 +462,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             return
         with contextlib.suppress(OSError):
             os.unlink(path)  # read: the trial lives in the arena again
+        spent["switch"] += time.perf_counter() - t0
         r.waiting, r.runnable = {msg.number}, False
 
     def handle(msg: ToWorker) -> None:
@@ -467,6 +481,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
                              members, saves)
                     r.vm.check("x", arrays["x_train"])
                     r.vm.check("y", arrays["y_train"])
+                    r.validate_every = msg.validate_every
                 except Exception as e:  # a candidate that cannot run: report it, go on
                     drop(msg.number)
                     for m in members:
@@ -505,19 +520,26 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             t0 = time.perf_counter()
             loss = train_epoch(res.vm, arrays["x_train"], arrays["y_train"], res.rng,
                                batch=res.batch, stop=stopped, loss=res.losses)
+            t1 = time.perf_counter()
             if loss is None:
+                spent["lost"] += t1 - t0
                 return
+            spent["train"] += t1 - t0
             res.round += 1
             live = [m for m in res.members if m in res.live]
             losses = {m: loss if res.index(m) is None else loss[res.index(m)] for m in live}
             bad = {m: diverged(losses[m], "training", res.round) for m in live}
-            measured: dict[int, dict[str, float]] = {}
-            if not all(bad.values()):
+            measured: dict[int, dict[str, float]] = {m: {} for m in live}
+            validated = res.round % res.validate_every == 0 or res.round >= res.rounds
+            if validated and not all(bad.values()):
                 if res.stacked:
                     every = res.validation.measure_members(res.vm, xv, yv, len(res.members))
                     measured = {m: every[res.members.index(m)] for m in live}
                 else:
                     measured = {live[0]: res.validation.measure(res.vm, xv, yv)}
+            t2 = time.perf_counter()
+            spent["valid"] += t2 - t1
+            res.valid_s += t2 - t1
             for m in live:  # a NaN or infinite loss never recovers: the trial fails now
                 why = bad[m] or diverged(measured[m].get("loss", 0.0), "validation",
                                          res.round)
@@ -544,13 +566,14 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
         for m in live:
             measured[m]["train_loss"] = float(losses[m])
             measured[m]["train_seconds"] = res.busy_s
+            measured[m]["valid_seconds"] = res.valid_s
         if res.round >= res.rounds or not live:
             drop(res.number)  # first: the memory is given back before the scheduler counts it so
             now = overhead_now()  # once for the stack: reading PSS walks every mapping
             for m in live:
                 conn.send(Done(m, measured[m], res.round, res.switches, res.busy_s,
                                res.started, time.time(), now, m in saved,
-                               unsaved.get(m, "")))
+                               unsaved.get(m, ""), dict(spent)))
             return
         # Ungated, the next round starts at once, before the pruner's answer: that answer
         # stops it within STOP_EVERY mini-batches if it is "prune".
@@ -559,7 +582,8 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
             res.waiting = set(live)
         now = overhead_now()
         for m in live:
-            conn.send(Report(m, res.round, measured[m], res.started, now))
+            conn.send(Report(m, res.round, measured[m], res.started, now, dict(spent),
+                             validated))
 
     last = -1
     try:

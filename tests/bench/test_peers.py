@@ -116,6 +116,11 @@ def test_explore_and_optuna_smoke_on_the_cpu() -> None:
     got = r["searches"]["paper_mlp"]["sides"]
     assert got["explore"]["within_budget"] and got["explore"]["budget_mb"] == 1000.0
     assert got["optuna_torch"]["variant"] in peers.OPTUNA_SIDES
+    # explore's utilisation, from its run's own counters
+    used = r["utilisation"]["paper_mlp"]
+    assert used is not None and 0 < used["utilisation"] < 1 and used["model_tflop"] > 0
+    assert used["shares"]["train"] > 0 and sum(used["shares"].values()) == \
+        pytest.approx(1.0, abs=0.01)
 
 
 @pytest.mark.slow  # a benchmark run end to end: CI's slow step

@@ -1,5 +1,5 @@
 """The analysis notebook runs headless against a small study made here, shows the best
-trials with their final metrics, and draws its four pictures; its packing timeline
+trials with their final metrics, and draws its five pictures; its packing timeline
 (:mod:`explore.timeline`) draws the spans a trial was switched out of its arena."""
 
 from __future__ import annotations
@@ -52,10 +52,12 @@ def test_the_analysis_notebook_runs_on_a_study(tmp_path: Path, monkeypatch) -> N
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, errors
-    assert len(images) == 4
+    assert len(images) == 5
     texts = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
              for o in c.get("outputs", []) if o.get("output_type") == "stream"]
     assert any("measured_peak" in s and "budget" in s for s in texts), texts
+    # the run's utilisation and where the workers' time went
+    assert any(s.startswith("utilisation: ") and "training" in s for s in texts), texts
     # the best trials with the final metrics the run recorded
     assert any(s.startswith("final metrics:") and "accuracy" in s for s in texts), texts
     best = [o for c in nb.cells if c.get("id") == "e4a9f0c6" for o in c.get("outputs", [])

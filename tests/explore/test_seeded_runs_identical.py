@@ -52,8 +52,8 @@ keep_models: 2
 # times, process ids and host names, the ids Optuna gives artifacts, absolute paths.
 VARIES = {
     "trial": {"datetime_start", "datetime_complete"},
-    "trial explore": {"start", "end", "placed_at", "busy_s", "train_seconds", "out_spans",
-                      "pid", "host", "driver", "model"},
+    "trial explore": {"start", "end", "placed_at", "busy_s", "train_seconds", "valid_seconds",
+                      "out_spans", "pid", "host", "driver", "model"},
     "trial user_attrs": {"explore_claim"},
     # the run's own record: its timeline, its processes' measured memory, storage times
     "study user_attrs": {"runs", "artifacts"},

@@ -23,6 +23,7 @@ from explore.datasets import load_digits, quantize
 from explore.sampling import fixed
 from explore.scheduler.placement import Stack
 from explore.scheduler.protocol import (
+    SECONDS,
     ArenaOpened,
     Continue,
     Done,
@@ -129,7 +130,7 @@ def test_a_gated_trial_waits_for_continue(worker: Any) -> None:
 
 
 def measured(m: Any) -> dict[str, float]:
-    return {k: v for k, v in m.metrics.items() if k != "train_seconds"}
+    return {k: v for k, v in m.metrics.items() if k not in SECONDS}
 
 
 def test_a_trial_switched_out_and_back_in_elsewhere_goes_on_as_if_it_had_stayed(
