@@ -16,6 +16,7 @@ def test_op_has_every_rule(name: str) -> None:
     assert callable(op.shape), "shape rule"
     assert callable(op.kernel), "forward kernel"
     assert callable(op.workspace), "workspace rule"
+    assert callable(op.flops), "FLOP rule"
     assert isinstance(op.grad, NonDifferentiable) or callable(op.grad), "gradient rule"
     if isinstance(op.grad, NonDifferentiable):
         assert op.grad.reason, "a non-differentiable op says why"
