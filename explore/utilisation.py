@@ -180,6 +180,6 @@ def describe(u: Utilisation) -> list[str]:
         parts.append(f"{WORDS[k]} {share:.0%}{tail}")
     lines.append(f"the workers' {u.workers * u.wall_s:.1f} s: " + ", ".join(parts))
     if u.asking_s >= 0.05:
-        lines.append(f"the driver: {u.asking_s:.1f} s sampling and compiling candidates "
-                     f"({u.asking_s / u.wall_s:.0%} of the run)")
+        lines.append(f"the driver: {u.asking_s:.1f} s claiming, sampling and compiling "
+                     f"candidates ({u.asking_s / u.wall_s:.0%} of the run)")
     return lines
