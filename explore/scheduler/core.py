@@ -569,6 +569,7 @@ class Core:
         self._spent(w, msg.spent)
         p.started, p.rounds = msg.started, msg.round
         p.seconds = {k: msg.metrics[k] for k in SECONDS if k in msg.metrics}
+        p.validated += msg.validated
         # a round not validated has nothing for the pruner: the trial goes on
         verdict = self.policy.report(p.trial, msg.round, msg.metrics,
                                      p.candidate.heap_bytes) if msg.validated else None
@@ -606,7 +607,7 @@ class Core:
                                   "train_seconds": msg.metrics.get("train_seconds",
                                                                    msg.busy_s),
                                   "valid_seconds": msg.metrics.get("valid_seconds", 0.0),
-                                  **self._work(p, msg.rounds),
+                                  **self._work(p, msg.rounds, p.validated + 1),
                                   **({"model_error": msg.model_error} if msg.model_error
                                      else {}),
                                   **self._switch_record(p)},
@@ -692,7 +693,7 @@ class Core:
         rounds = self.policy.last_step(p.trial)
         self._emit(Note(p.trial, {"rounds": rounds,
                                   "pauses": p.pauses, "start": p.started, "end": self.now,
-                                  **p.seconds, **self._work(p, rounds or 0),
+                                  **p.seconds, **self._work(p, p.rounds, p.validated),
                                   **self._switch_record(p)},
                         ending=True),
                    Tell(p.trial, state=TrialState.PRUNED))
@@ -705,11 +706,12 @@ class Core:
         if spent:
             self.stats.spent[w.index] = dict(spent)
 
-    def _work(self, p: Placement, rounds: int) -> dict[str, Any]:
-        """The model arithmetic of ``p``'s ``rounds`` rounds (its own program's FLOPs for
-        the training rows and the validation rows, :mod:`explore.utilisation`), for its
-        record; added to the run's figures."""
-        train, valid = (rounds * f for f in p.candidate.round_flops)
+    def _work(self, p: Placement, rounds: int, validated: int) -> dict[str, Any]:
+        """The model arithmetic of ``p``'s ``rounds`` rounds trained and ``validated``
+        validated (its own program's FLOPs for the training rows and the validation
+        rows, :mod:`explore.utilisation`), for its record; added to the run's figures."""
+        per_train, per_valid = p.candidate.round_flops
+        train, valid = rounds * per_train, validated * per_valid
         self.stats.flops["train"] += train
         self.stats.flops["valid"] += valid
         return {"flops": train + valid} if train or valid else {}

@@ -93,6 +93,7 @@ class Placement:
     # while it is out), for its record and the timeline
     spans: list[list[float]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # as last reported (SECONDS)
+    validated: int = 0  # rounds reported validated (training.validate_every skips some)
 
 
 @dataclass

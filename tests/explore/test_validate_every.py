@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from explore.binding import bind
+from explore.candidate import compile_candidate
 from explore.datasets import load_digits
 from explore.scheduler import Scheduler
 from explore.space import SpaceError, load_space, parse_space
 from explore.study import open_study
+from explore.utilisation import round_flops
 from tests.explore.cli_run import IN_TEST
 
 SPACE = """\
@@ -34,10 +36,18 @@ def steps(tmp_path: Path, every: str, pruner: str) -> list[list[int]]:
     study = open_study(space, f"sqlite:///{tmp_path / 've.db'}")
     Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
               device="cpu", main=IN_TEST).run(2)
+    bound = bind(space)
     for t in study.trials:
         assert t.state.name == "COMPLETE"
+        r = t.user_attrs["explore"]
         # the value is the last round's, validated whatever k is
-        assert t.value == t.user_attrs["explore"]["metrics"]["accuracy"]
+        assert t.value == r["metrics"]["accuracy"]
+        # its FLOPs count the rounds it validated, not every round
+        c = compile_candidate(bound, dict(r["params"]), 1 << 40)
+        data = load_digits()
+        train, valid = round_flops(c.program, c.train_batch, (len(data.train.y),
+                                                              len(data.valid.y)))
+        assert r["flops"] == 4 * train + (len(t.intermediate_values) + 1) * valid
     # the rounds reported before the last (whose value is the trial's own)
     return [sorted(t.intermediate_values) for t in study.trials]
 
