@@ -49,7 +49,7 @@ class DType(str, enum.Enum):
 
     @property
     def itemsize(self) -> int:
-        return _ITEMSIZE[self]
+        return ITEMSIZE[self]
 
     @property
     def is_float(self) -> bool:
@@ -64,8 +64,9 @@ class DType(str, enum.Enum):
             raise ValueError(f"unknown dtype {value!r}; known: {known}") from None
 
 
-_ITEMSIZE = {DType.FLOAT32: 4, DType.FLOAT64: 8, DType.INT64: 8, DType.INT32: 4,
-             DType.INT8: 1, DType.UINT8: 1, DType.BOOL: 1}
+ITEMSIZE: dict[DType, int] = {DType.FLOAT32: 4, DType.FLOAT64: 8, DType.INT64: 8,
+                               DType.INT32: 4, DType.INT8: 1, DType.UINT8: 1, DType.BOOL: 1}
+"""Bytes per element of each element type."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,10 @@ class TensorDesc:
 
     def at_batch(self, batch: int) -> TensorDesc:
         """The current descriptor of this generic one for a given batch size."""
-        if not self.batched:
+        shape = self.shape
+        if not shape or shape[0] != BATCH:
             return self
-        return TensorDesc(self.dtype, (batch, *self.shape[1:]))
+        return TensorDesc(self.dtype, (batch, *shape[1:]))
 
     def numel(self, batch: int = 1) -> int:
         shape = self.shape
@@ -98,7 +100,7 @@ class TensorDesc:
         return math.prod(shape)
 
     def nbytes(self, batch: int = 1) -> int:
-        return self.numel(batch) * _ITEMSIZE[self.dtype]
+        return self.numel(batch) * ITEMSIZE[self.dtype]
 
     def __str__(self) -> str:
         dims = ",".join("b" if (i == 0 and d == BATCH) else str(d)

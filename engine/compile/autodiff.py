@@ -30,23 +30,50 @@ class _Builder:
 
     def __init__(self, ir: IR, path: IRPath, pi: int) -> None:
         self.ir, self.path, self.pi = ir, path, pi
-        self.origin = ""
+        self._origin = ""
+        self.origins: dict[str, str] = {}  # op -> its nodes' origin (one string each)
         self.count = 0
+        self.prefix = f"{path.name}/grad"
+        self.producer: dict[str, IRNode] = {}  # each output -> the node that computes it
+        self.read: set[str] = set()  # every value a backward node reads
 
     def op(self, op: str, *inputs: str, **attrs: Any) -> str:
         opdef = get_op(op)
         self.count += 1
-        name = f"{self.path.name}/grad{self.count}:{op}"
-        node = IRNode(op, tuple(inputs), (name,), opdef.with_defaults(attrs), self.pi,
-                      backward=True, origin=f"{op} in the gradient of {self.origin}")
-        descs = node_descs(self.ir, node)
-        node.outputs = tuple([name] + [f"{name}:{i}" for i in range(1, len(descs))])
-        for o, d in zip(node.outputs, descs, strict=True):
-            self.ir.descs[o] = d
-            self.ir.zone[o] = GRADIENT
-            self.ir.kind[o] = "generic"
+        name = f"{self.prefix}{self.count}:{op}"
+        origin = self.origins.get(op)
+        if origin is None:
+            origin = self.origins[op] = f"{op} in the gradient of {self.origin}"
+        node = IRNode(op, inputs, (name,), opdef.with_defaults(attrs), self.pi,
+                      backward=True, origin=origin)
+        ir = self.ir
+        descs = node_descs(ir, node, opdef)
+        if len(descs) == 1:
+            ir.descs[name] = descs[0]
+            ir.zone[name] = GRADIENT
+            ir.kind[name] = "generic"
+            self.producer[name] = node
+        else:
+            node.outputs = (name, *[f"{name}:{i}" for i in range(1, len(descs))])
+            for o, d in zip(node.outputs, descs, strict=True):
+                ir.descs[o] = d
+                ir.zone[o] = GRADIENT
+                ir.kind[o] = "generic"
+                self.producer[o] = node
+        self.read.update(inputs)
         self.path.backward.append(node)
         return name
+
+    @property
+    def origin(self) -> str:
+        """What the nodes emitted now are the gradient of (for error messages)."""
+        return self._origin
+
+    @origin.setter
+    def origin(self, what: str) -> None:
+        if what != self._origin:
+            self._origin = what
+            self.origins = {}
 
     def desc(self, name: str) -> TensorDesc:
         return self.ir.descs[name]
@@ -56,7 +83,7 @@ class _Builder:
         name = f"const:{value!r}:{dt.value}"
         if name not in self.ir.params:
             self.ir.params[name] = IRParam(name, Init.from_values([value]), None, False)
-            self.ir.descs[name] = TensorDesc(dt, ())
+            self.ir.descs[name] = self.ir.intern(TensorDesc(dt, ()))
             self.ir.zone[name] = FORWARD
             self.ir.kind[name] = "param"
         return name
@@ -96,7 +123,7 @@ def _differentiate_path(ir: IR, path: IRPath, pi: int) -> None:
     # Forward reachability: which variables depend on a trainable parameter here.
     needs = set(trainable)
     for node in path.forward:
-        if any(x in needs for x in node.inputs):
+        if not needs.isdisjoint(node.inputs):
             needs.update(node.outputs)
     if path.loss not in needs:
         raise GraphError(f"path {path.name!r}: the loss {path.loss!r} does not depend on any "
@@ -115,16 +142,18 @@ def _differentiate_path(ir: IR, path: IRPath, pi: int) -> None:
         if not parts:
             return None
         acc = parts[0]
-        gb.origin = f"the sum of gradients of {var!r}"
-        for p in parts[1:]:
-            acc = gb.op("Add", acc, p)
+        if len(parts) > 1:
+            gb.origin = f"the sum of gradients of {var!r}"
+            for p in parts[1:]:
+                acc = gb.op("Add", acc, p)
         return acc
 
+    pending = contribs.keys()
     for node in reversed(path.forward):
-        if not any(o in contribs for o in node.outputs):
+        if pending.isdisjoint(node.outputs):
             continue
-        gouts = [total(o) for o in node.outputs]
-        wanted = [x in needs for x in node.inputs]
+        gouts = list(map(total, node.outputs))
+        wanted = list(map(needs.__contains__, node.inputs))
         if not any(wanted):
             continue
         rule = get_op(node.op).grad
@@ -139,13 +168,14 @@ def _differentiate_path(ir: IR, path: IRPath, pi: int) -> None:
 
     finals = {n: total(n) for n in ir.params if n in trainable}
     shared = Counter(g for g in finals.values() if g is not None)
-    producer = {o: n for n in path.backward for o in n.outputs}
-    read = {x for n in path.backward for x in n.inputs}
+    # An Identity a sink adds reads one final gradient (another reading it is shared
+    # anyway) and computes a new name: the answers below stay those before the sinks.
     for name, g in finals.items():
         if g is None:
             continue
         path.params.append(name)
-        _attach_sink(ir, path, gb, name, g, shared[g] > 1 or g in read, producer.get(g))
+        _attach_sink(ir, path, gb, name, g, shared[g] > 1 or g in gb.read,
+                     gb.producer.get(g))
     _prune(ir, path)
 
 
@@ -155,7 +185,7 @@ def _prune(ir: IR, path: IRPath) -> None:
     live: set[str] = set()
     kept: list[IRNode] = []
     for node in reversed(path.backward):
-        if node.param_sink is not None or any(o in live for o in node.outputs):
+        if node.param_sink is not None or not live.isdisjoint(node.outputs):
             kept.append(node)
             live.update(node.inputs)
         else:

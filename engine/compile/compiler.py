@@ -40,13 +40,13 @@ from contextlib import contextmanager
 
 from engine.autotune import autotune_enabled
 from engine.compile.autodiff import differentiate
-from engine.compile.passes.ir import IR, IRNode
+from engine.compile.passes.ir import IR
 from engine.compile.passes.liveness import analyze
 from engine.compile.passes.outputs import Keep, mark_outputs
 from engine.compile.passes.pipeline import PassList, run_passes
 from engine.compile.passes.shapes import infer_shapes, typecheck
 from engine.compile.passes.validate import validate
-from engine.compile.planner import MemoryPlan, plan_memory
+from engine.compile.planner import MemoryPlan, Planner, plan_memory
 from engine.compile.tunable import pin_groups
 from engine.errors import BudgetError, CompileError
 from engine.graph import CalcGraph, Device, DType
@@ -164,15 +164,12 @@ def _compile(graph: CalcGraph, batch_size: int | None, memory: int | None,
              passes: PassList, keep: Keep, sharing: str, autotune: bool) -> Program:
     dev = Device(device or graph.device).value
     ir = lower(graph, optimizer, debug, passes, keep)
-    lifetimes = analyze(ir, inplace=sharing != "none")
+    planner = Planner(ir, optimizer, dev, sharing, analyze(ir, inplace=sharing != "none"),
+                      autotune)
     if memory is not None:
-        batch_size = max_batch(
-            lambda b: plan_memory(ir, b, optimizer, dev, sharing, lifetimes,
-                                  autotune).total_bytes,
-            int(memory), f"graph {graph.name!r}",
-        )
-    plan = plan_memory(ir, _check_batch(batch_size), optimizer, dev, sharing, lifetimes,
-                       autotune)
+        batch_size = max_batch(lambda b: planner.plan(b).total_bytes, int(memory),
+                               f"graph {graph.name!r}")
+    plan = planner.plan(_check_batch(batch_size))
     if dev == "cpu":
         check_fits_machine(plan.total_bytes, f"graph {graph.name!r} at batch {batch_size}")
     return emit(ir, plan, optimizer, dev)
@@ -205,31 +202,42 @@ def _check_batch(batch_size: int | None) -> int:
 
 def emit(ir: IR, plan: MemoryPlan, optimizer: Optimizer | None, device: str) -> Program:
     """Turn the planned IR into bytecode: buffers by index, instructions by index."""
-    names = sorted(plan.offsets, key=lambda n: (ir.zone[n], plan.offsets[n]))
-    index = {n: i for i, n in enumerate(names)}
-    buffers = tuple(
-        BufferSpec(n, ir.zone[n], plan.offsets[n], _DTYPE_NAME[ir.descs[n].dtype],
-                   ir.descs[n].shape, ir.kind[n], n in plan.shared)
-        for n in names
-    )
+    offsets, zone_of, descs, kind, shared = plan.offsets, ir.zone, ir.descs, ir.kind, \
+        plan.shared
+    by_zone: dict[str, list[str]] = {}
+    for n in offsets:
+        by_zone.setdefault(zone_of[n], []).append(n)
+    index: dict[str, int] = {}  # buffers by zone (by name), by offset, ties in plan order
+    specs: list[BufferSpec] = []
+    for z in sorted(by_zone):
+        for n in sorted(by_zone[z], key=offsets.__getitem__):
+            d = descs[n]
+            index[n] = len(specs)
+            specs.append(BufferSpec(n, z, offsets[n], _DTYPE_NAME[d.dtype], d.shape, kind[n],
+                                    n in shared))
+    buffers = tuple(specs)
     param_names = list(ir.params)
     pindex = {n: i for i, n in enumerate(param_names)}
+    at = index.__getitem__
+    workspace, tunables = plan.workspace, plan.tunables
     instrs: list[Instr] = []
-
-    def put(node: IRNode) -> int:
-        sink = pindex[node.param_sink] if node.param_sink is not None else None
-        tun = plan.tunables.get(id(node))
-        instrs.append(Instr(node.op, tuple(index[x] for x in node.inputs),
-                            tuple(index[x] for x in node.outputs), dict(node.attrs),
-                            plan.workspace[id(node)], sink,
-                            variants=tun.candidates if tun else (),
-                            group=tun.group if tun else ""))
-        return len(instrs) - 1
-
-    forward, backward = [], []
+    # Every pass gives a node attributes of its own and the IR is dropped once emitted,
+    # so the instructions take the nodes' attribute dicts over (the VM copies them
+    # before a kernel sees them).
+    forward: list[range] = []
+    backward: list[range] = []
     for p in ir.paths:  # the order lifetimes were measured in
-        forward.append([put(n) for n in p.forward])
-        backward.append([put(n) for n in p.backward])
+        for nodes, order in ((p.forward, forward), (p.backward, backward)):
+            first = len(instrs)
+            for node in nodes:
+                tun = tunables.get(id(node)) if tunables else None
+                sink = node.param_sink
+                instrs.append(Instr(
+                    node.op, tuple(map(at, node.inputs)), tuple(map(at, node.outputs)),
+                    node.attrs, workspace.get(id(node), 0),
+                    None if sink is None else pindex[sink],
+                    tun.candidates if tun else (), tun.group if tun else ""))
+            order.append(range(first, len(instrs)))
     paths = tuple(
         PathCode(p.name, p.mode.value, tuple(forward[i]), tuple(backward[i]),
                  index[p.loss] if p.loss else None, index[p.seed] if p.seed else None,

@@ -30,6 +30,8 @@ these items can use less.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate
+from operator import itemgetter
 
 import numpy as np
 
@@ -48,27 +50,31 @@ def lower_bound(items: Sequence[Item]) -> int:
     for s, e, z in items:
         events[s] = events.get(s, 0) + z
         events[e + 1] = events.get(e + 1, 0) - z
-    live = peak = 0
-    for t in sorted(events):
-        live += events[t]
-        peak = max(peak, live)
-    return peak
+    return max(accumulate(events[t] for t in sorted(events)))
 
 
 def best_fit(items: Sequence[Item]) -> Packing:
     n = len(items)
     offsets = [0] * n
-    born = sorted(range(n), key=lambda i: (items[i][0], -items[i][2], i))
-    dies = sorted(range(n), key=lambda i: items[i][1])
+    starts = [it[0] for it in items]
+    ends = [it[1] for it in items]
+    sizes = [it[2] for it in items]
+    # Births by start, the larger first, then by index; deaths by end, then by index
+    # (stable sorts on list lookups: no key tuple per item).
+    born = sorted(range(n), key=[-z for z in sizes].__getitem__)
+    born.sort(key=starts.__getitem__)
+    dies = sorted(range(n), key=ends.__getitem__)
+    born_at = [starts[i] for i in born]
+    dies_at = [ends[i] for i in dies]
     free = FreeList()
     top = 0
     b = d = 0
     while d < n:
         # Births at an instruction come before deaths at it: both are live there.
-        if b < n and items[born[b]][0] <= items[dies[d]][1]:
+        if b < n and born_at[b] <= dies_at[d]:
             i = born[b]
             b += 1
-            need = items[i][2]
+            need = sizes[i]
             fit = free.best_fit(need)
             last = free.last() if fit is None else None
             if fit is not None:
@@ -84,8 +90,11 @@ def best_fit(items: Sequence[Item]) -> Packing:
         else:
             i = dies[d]
             d += 1
-            free.release(offsets[i], items[i][2])
+            free.release(offsets[i], sizes[i])
     return offsets, top
+
+
+SMALL = 64  # below this many items, greedy by size runs on Python lists, not arrays
 
 
 def greedy_by_size(items: Sequence[Item]) -> Packing:
@@ -93,6 +102,8 @@ def greedy_by_size(items: Sequence[Item]) -> Packing:
     if not n:
         return [], 0
     order = sorted(range(n), key=lambda i: (-items[i][2], items[i][0], i))
+    if n <= SMALL:
+        return _greedy_lists(items, order)
     # Placed items in placement order, as arrays: the overlap test is vectorised,
     # which is what keeps this O(n^2) method usable at 10^4 buffers.
     st = np.array([items[i][0] for i in order], np.int64)
@@ -120,6 +131,33 @@ def greedy_by_size(items: Sequence[Item]) -> Packing:
     for k, i in enumerate(order):
         offsets[i] = int(off[k])
     return offsets, int((off + sz).max())
+
+
+def _greedy_lists(items: Sequence[Item], order: list[int]) -> Packing:
+    """:func:`greedy_by_size` on lists, for a few items (the max-batch search packs a
+    small model's zones dozens of times, and each numpy call costs more than a list
+    step): each item, in ``order``, into the smallest gap between the placed items
+    that overlap it in time (the lowest of equal gaps), else above them."""
+    offsets = [0] * len(items)
+    placed: list[tuple[int, int, int, int]] = []  # (offset, top, start, end), in order
+    top = 0
+    for i in order:
+        s, e, need = items[i]
+        # The overlapping ones by offset (stable: placement order among equal offsets).
+        busy = sorted([(lo, hi) for lo, hi, ps, pe in placed if ps <= e and pe >= s],
+                      key=itemgetter(0))
+        at, best, reach = 0, -1, 0
+        for lo, hi in busy:
+            gap = lo - reach  # the free bytes below this one, above all before it
+            if gap >= need and (best < 0 or gap < best):
+                at, best = reach, gap
+            reach = max(reach, hi)
+        if busy and best < 0:
+            at = reach
+        offsets[i] = at
+        placed.append((at, at + need, s, e))
+        top = max(top, at + need)
+    return offsets, top
 
 
 GREEDY_LIMIT = 2048

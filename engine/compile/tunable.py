@@ -4,7 +4,7 @@ An instruction is *tunable* when its op registers variants, more than one of the
 applies at its shapes (inner variants counted: ``im2col/nt``, ``im2col/tn``), and the
 user did not name its ``algorithm`` in full (a top-level name such as ``"im2col"``
 leaves its inner choice open).  Its planned workspace is then the largest of its
-candidates' (:func:`~engine.compile.planner.node_workspace`), so whichever the tuner
+candidates' (:class:`~engine.compile.planner.Planner`), so whichever the tuner
 runs, allocated = planned.
 
 Variants that declare a ``group`` (a dense layer's layout, a stacked layer's form)
@@ -59,9 +59,13 @@ def _group_of(ir: IR, node: IRNode) -> str:
 def pin_groups(ir: IR) -> IR:
     """A user's ``algorithm`` on one member of a group (the forward product) becomes
     every member's: a dense layer's gradient products follow its layout."""
+    nodes = ir.nodes()
+    chosen = [node for node in nodes if node.variant_fixed]
+    if not chosen:
+        return ir  # nothing to check or to carry over
     fixed: dict[str, str] = {}
     members: dict[str, list[IRNode]] = {}
-    for node in ir.nodes():
+    for node in nodes:
         if not get_op(node.op).variants:
             continue
         group = _group_of(ir, node)
@@ -70,9 +74,8 @@ def pin_groups(ir: IR) -> IR:
         members.setdefault(group, []).append(node)
         if node.variant_fixed:
             fixed.setdefault(group, node.attrs[VARIANT_ATTR])
-    for node in ir.nodes():
-        if node.variant_fixed:
-            _check_fixed(ir, node)
+    for node in chosen:
+        _check_fixed(ir, node)
     for group, name in fixed.items():
         top = name.split(VARIANT_SEP)[0]
         for node in members[group]:

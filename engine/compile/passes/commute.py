@@ -56,6 +56,9 @@ def every_window_reads_input(shape: tuple[int, ...], attrs: dict) -> bool:
 
 def commute_pool_activation(ir: IR) -> IR:
     """MaxPool(Relu(X)) -> Relu(MaxPool(X)) where that is exact (the module's doc)."""
+    ops = {node.op for path in ir.paths for node in path.forward}
+    if ops.isdisjoint(POOLS) or ops.isdisjoint(ACTIVATIONS):
+        return ir
     count = readers(ir)
     for path in ir.paths:
         producer: dict[str, int] = {}

@@ -23,11 +23,11 @@ def eliminate_common_subexpressions(ir: IR) -> IR:
         seen: dict[Any, IRNode] = {}
         kept = []
         for node in path.forward:
-            if any(x in mapping for x in node.inputs):
+            if mapping and not mapping.keys().isdisjoint(node.inputs):
                 node.inputs = tuple(resolve(mapping, x) for x in node.inputs)
             key = _key(node) if get_op(node.op).pure else None
             first = seen.get(key) if key is not None else None
-            if first is not None and not any(o in ir.keep for o in node.outputs):
+            if first is not None and ir.keep.isdisjoint(node.outputs):
                 for o, same in zip(node.outputs, first.outputs, strict=True):
                     mapping[o] = same
                     ir.drop(o)
@@ -41,6 +41,8 @@ def eliminate_common_subexpressions(ir: IR) -> IR:
 
 
 def _key(node: IRNode) -> Any:
+    if not node.attrs:
+        return node.op, node.inputs, ()
     try:
         attrs = tuple(sorted(node.attrs.items()))
         hash(attrs)

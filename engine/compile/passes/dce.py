@@ -21,7 +21,7 @@ def eliminate_dead_code(ir: IR) -> IR:
     for path in reversed(ir.paths):
         kept = []
         for node in reversed(path.forward):
-            if any(o in live for o in node.outputs):
+            if not live.isdisjoint(node.outputs):
                 kept.append(node)
                 live.update(node.inputs)
             else:

@@ -37,6 +37,8 @@ def fold_constants(ir: IR) -> IR:
 
 
 def _foldable(ir: IR, op: str, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> bool:
+    if not all(map(ir.params.__contains__, inputs)):  # quick: constants are parameters
+        return False
     if not get_op(op).pure or not all(is_constant(ir, x) for x in inputs):
         return False
     descs = [ir.descs[o] for o in outputs]

@@ -85,17 +85,24 @@ def _dequantize_rule(ir: IR, node: IRNode, inner: IRNode, via: str) -> IRNode | 
 
 
 def _fuse(ir: IR, outer: tuple[str, ...], inner_op: str, rule: Rule) -> IR:
+    ops = {node.op for path in ir.paths for node in path.forward}
+    if inner_op not in ops or ops.isdisjoint(outer):
+        return ir  # nothing to fuse: no need to count readers
     count: Counter[str] = readers(ir)
     for path in ir.paths:
-        producer: dict[str, int] = {}
+        producer: dict[str, int] = {}  # outputs of the inner op's nodes -> index in out
         out: list[IRNode | None] = []
+        fused = False
         for node in path.forward:
             if node.op in outer:
-                node = _try(ir, node, producer, out, count, inner_op, rule)
-            for o in node.outputs:
-                producer[o] = len(out)
+                was, node = node, _try(ir, node, producer, out, count, inner_op, rule)
+                fused |= node is not was
+            if node.op == inner_op:
+                for o in node.outputs:
+                    producer[o] = len(out)
             out.append(node)
-        path.forward = [n for n in out if n is not None]
+        if fused:
+            path.forward = [n for n in out if n is not None]
     return ir
 
 

@@ -54,6 +54,16 @@ class IR:
     grad_of: dict[str, str] = field(default_factory=dict)  # parameter -> its gradient buffer
     keep: set[str] = field(default_factory=set)  # read back by the user: never shared
     counts: dict[str, int] = field(default_factory=dict)  # node counts per stage (reports)
+    # One object per distinct descriptor (equal descriptors are one object), and the
+    # shape rules' results by their arguments (engine.compile.passes.shapes.rule_key):
+    # the input descriptors, kept alive here, and the outputs.
+    unique: dict[TensorDesc, TensorDesc] = field(default_factory=dict, repr=False)
+    shape_memo: dict[tuple[Any, ...], tuple[tuple[TensorDesc, ...], tuple[TensorDesc, ...]]] \
+        = field(default_factory=dict, repr=False)
+
+    def intern(self, desc: TensorDesc) -> TensorDesc:
+        """The one object equal to ``desc`` that this IR uses."""
+        return self.unique.setdefault(desc, desc)
 
     def nodes(self) -> list[IRNode]:
         """Every node in execution order: each path's forward then its backward nodes

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.compile.passes.ir import IR
+from engine.compile.passes.ir import IR, IRNode
 from engine.graph import TensorDesc
 from engine.ops import get_op
 
@@ -36,52 +36,62 @@ class Lifetimes:
     persistent: set[str] = field(default_factory=set)
     alias: dict[str, str] = field(default_factory=dict)  # value -> root whose memory it takes
 
-    def root(self, name: str) -> str:
-        return self.alias.get(name, name)
-
-    def groups(self) -> dict[str, tuple[int, int]]:
-        """Each memory-owning (root) shared value -> the interval its memory is busy."""
-        out = {n: (s, self.end[n]) for n, s in self.start.items() if n not in self.alias}
+    def alias_ends(self) -> dict[str, int]:
+        """Each root that values written in place over it alias -> the last instruction
+        that reads one of them (its memory is busy until then, or its own end)."""
+        last: dict[str, int] = {}
+        end = self.end
         for member, root in self.alias.items():
-            s, e = out[root]
-            out[root] = (s, max(e, self.end[member]))
-        return out
+            e = end[member]
+            if e > last.get(root, -1):
+                last[root] = e
+        return last
 
 
 def analyze(ir: IR, inplace: bool = True) -> Lifetimes:
     nodes = ir.nodes()
     lt = Lifetimes(len(nodes))
-    lt.persistent = {n for n, k in ir.kind.items() if k in PERSISTENT_KINDS} | ir.keep
-    owner: dict[str, int] = {}
-    for t, node in enumerate(nodes):
-        for x in node.inputs:
-            if x in owner:
-                lt.end[x] = t
-                if owner[x] != node.path:
-                    lt.persistent.add(x)  # computed by one path, read by another
-        for o in node.outputs:
-            lt.start[o] = lt.end[o] = t
-            owner[o] = node.path
-    for name in lt.persistent:
-        lt.start.pop(name, None)
-        lt.end.pop(name, None)
+    persistent = {n for n, k in ir.kind.items() if k in PERSISTENT_KINDS} | ir.keep
+    start, end = lt.start, lt.end
+    t = 0
+    for path in ir.paths:
+        first = t  # a value that starts before this is another path's
+        for node in (*path.forward, *path.backward):
+            for x in node.inputs:
+                s = start.get(x)
+                if s is not None:
+                    end[x] = t
+                    if s < first:
+                        persistent.add(x)  # computed by one path, read by another
+            for o in node.outputs:
+                start[o] = end[o] = t
+            t += 1
+    for name in persistent:
+        start.pop(name, None)
+        end.pop(name, None)
+    lt.persistent = persistent
     if inplace:
         _in_place(ir, nodes, lt)
     return lt
 
 
-def _in_place(ir: IR, nodes: list, lt: Lifetimes) -> None:
+def _in_place(ir: IR, nodes: list[IRNode], lt: Lifetimes) -> None:
+    start, end, alias, zone, descs = lt.start, lt.end, lt.alias, ir.zone, ir.descs
+    inplace = {name: get_op(name).inplace for name in {node.op for node in nodes}}
     for t, node in enumerate(nodes):
-        allowed = get_op(node.op).inplace
+        allowed = inplace[node.op]
+        if not allowed or node.param_sink is not None:
+            continue
         out = node.outputs[0]
-        if not allowed or out not in lt.start or node.param_sink is not None:
+        if out not in start:
             continue
         for k in allowed:
             x = node.inputs[k]
-            if x in lt.start and lt.end[x] == t and ir.zone[x] == ir.zone[out] and \
-                    _same_bytes(ir.descs[x], ir.descs[out]):
-                lt.alias[out] = lt.root(x)
-                break
+            if end.get(x) == t and zone[x] == zone[out]:
+                a, b = descs[x], descs[out]
+                if a is b or _same_bytes(a, b):  # one object: the IR interns descriptors
+                    alias[out] = alias.get(x, x)
+                    break
 
 
 def _same_bytes(a: TensorDesc, b: TensorDesc) -> bool:

@@ -33,7 +33,7 @@ def rename(ir: IR, mapping: Mapping[str, str]) -> None:
         return
     for path in ir.paths:
         for node in path.forward:
-            if any(x in mapping for x in node.inputs):
+            if not mapping.keys().isdisjoint(node.inputs):
                 node.inputs = tuple(resolve(mapping, x) for x in node.inputs)
         if path.loss is not None:
             path.loss = resolve(mapping, path.loss)

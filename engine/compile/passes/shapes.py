@@ -7,10 +7,13 @@ fails, naming the pass that ran last, when one disagrees with what the IR holds.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import Any
+
 from engine.compile.passes.ir import IR, IRNode
 from engine.errors import ShapeError
 from engine.graph import BATCH, TensorDesc
-from engine.ops import get_op
+from engine.ops import OpDef, get_op
 
 
 def _fmt(ir: IR, names: tuple[str, ...]) -> str:
@@ -21,10 +24,51 @@ def _shape_str(d: TensorDesc) -> str:
     return str(d)[len(d.dtype.value):] + f" {d.dtype.value}"
 
 
-def node_descs(ir: IR, node: IRNode) -> list[TensorDesc]:
-    """Output descriptors of ``node`` by its op's shape rule, with errors in context."""
-    op = get_op(node.op)
-    ins = [ir.descs[x] for x in node.inputs]
+_SCALARS = frozenset({int, float, bool, str, type(None)})
+
+
+def rule_key(op: str, descs: list[TensorDesc], attrs: dict[str, Any],
+             *extra: Hashable) -> tuple[Any, ...] | None:
+    """What a pure rule of the op table (shape, workspace) is a function of, as a dict
+    key: ``op``, ``extra``, the descriptors by identity and the attributes with their
+    types (``1``, ``1.0`` and ``True`` are equal in Python, and a rule may accept one
+    and reject another).  None where an attribute is not a plain scalar (a tuple could
+    hold ``1`` or ``1.0``; a list is unhashable): such nodes are not memoised.
+
+    By identity: whoever keeps the key keeps the descriptors alive too, so no other
+    object can take their ids; :meth:`IR.intern` makes equal descriptors one object.
+    A generated 10,000-node training graph has a handful of distinct keys among its
+    30,000 nodes, so each rule runs a handful of times.
+
+    >>> from engine.graph import DType
+    >>> d = TensorDesc(DType.FLOAT32, (0, 4))
+    >>> rule_key("Gemm", [d], {"alpha": 1}) == rule_key("Gemm", [d], {"alpha": 1.0})
+    False
+    >>> rule_key("Reshape", [d], {"shape": (0, 2, 2)}) is None
+    True
+    """
+    if not attrs:
+        return (op, *extra, len(descs), *map(id, descs))
+    values = attrs.values()
+    types = tuple(map(type, values))
+    if not _SCALARS.issuperset(types):
+        return None
+    return (op, *extra, len(descs), *map(id, descs), *attrs, *values, *types)
+
+
+def node_descs(ir: IR, node: IRNode, op: OpDef | None = None) -> list[TensorDesc]:
+    """Output descriptors of ``node`` by its op's shape rule, with errors in context.
+    ``op``: the node's op definition, where the caller has it already.  A rule is a
+    pure function of its arguments, so its result is kept in ``ir.shape_memo`` and
+    reused for nodes with equal ones; the outputs are interned (:meth:`IR.intern`)."""
+    ins = list(map(ir.descs.__getitem__, node.inputs))
+    key = rule_key(node.op, ins, node.attrs, len(node.outputs), node.backward)
+    if key is not None:
+        known = ir.shape_memo.get(key)
+        if known is not None:
+            return list(known[1])
+    if op is None:
+        op = get_op(node.op)
     try:
         outs = op.shape(ins, node.attrs)
     except ShapeError as e:
@@ -33,17 +77,26 @@ def node_descs(ir: IR, node: IRNode) -> list[TensorDesc]:
     if op.variadic_outputs and not node.backward:  # optional outputs: the ones named (a
         outs = outs[:len(node.outputs)]  # gradient builder names all there are)
     for o, d in zip(node.outputs, outs, strict=False):
-        if BATCH in d.shape[1:] or (d.shape and min(d.shape) < 0):
+        shape = d.shape
+        if shape and (min(shape) < 0 or BATCH in shape[1:]):
             raise ShapeError(f"{node.origin or node.op}: output {o!r} would have shape "
-                             f"{d.shape}; the batch dimension must stay leading")
+                             f"{shape}; the batch dimension must stay leading")
+    outs = [ir.intern(d) for d in outs]
+    if key is not None:
+        ir.shape_memo[key] = (tuple(ins), tuple(outs))
     return outs
 
 
 def infer_shapes(ir: IR) -> IR:
+    descs = ir.descs
     for path in ir.paths:
         for node in path.forward:
-            for o, d in zip(node.outputs, node_descs(ir, node), strict=True):
-                ir.descs[o] = d
+            outs = node_descs(ir, node)
+            if len(outs) == 1 == len(node.outputs):
+                descs[node.outputs[0]] = outs[0]
+            else:
+                for o, d in zip(node.outputs, outs, strict=True):
+                    descs[o] = d
     return ir
 
 

@@ -24,27 +24,33 @@ RESHAPES = ("Reshape", "Flatten")
 _NEUTRAL = {"Add": (0.0, (0, 1)), "Sub": (0.0, (1,)), "Mul": (1.0, (0, 1)), "Div": (1.0, (1,))}
 
 
+_PAIRS = frozenset({*RESHAPES, "Transpose"})  # ops that merge with one of their kind
+_REWRITTEN = _PAIRS | {"Identity", *_NEUTRAL}  # every op this pass may change
+
+
 def simplify(ir: IR) -> IR:
     count = readers(ir)
     mapping: dict[str, str] = {}
     for path in ir.paths:
-        producer: dict[str, IRNode] = {}
+        producer: dict[str, IRNode] = {}  # of the values only a pair's outer op merges
         dead: set[int] = set()
         for node in path.forward:
-            if any(x in mapping for x in node.inputs):
+            if mapping and not mapping.keys().isdisjoint(node.inputs):
                 node.inputs = tuple(resolve(mapping, x) for x in node.inputs)
-            if len(node.outputs) == 1:
-                _merge_pair(ir, node, producer, count, dead)
-            if len(node.outputs) == 1 and node.outputs[0] not in ir.keep:
+            if node.op not in _REWRITTEN or len(node.outputs) != 1:
+                continue
+            _merge_pair(ir, node, producer, count, dead)
+            if node.outputs[0] not in ir.keep:
                 same = _equal_input(ir, node)
                 if same is not None:
                     mapping[node.outputs[0]] = same
                     ir.drop(node.outputs[0])
                     dead.add(id(node))
                     continue
-            for o in node.outputs:
-                producer[o] = node
-        path.forward = [n for n in path.forward if id(n) not in dead]
+            if node.op in _PAIRS:
+                producer[node.outputs[0]] = node
+        if dead:
+            path.forward = [n for n in path.forward if id(n) not in dead]
     rename(ir, mapping)
     return ir
 

@@ -26,7 +26,7 @@ def validate(graph: CalcGraph) -> IR:
             continue
         assert var.desc is not None
         defined.add(name)
-        ir.descs[name] = var.desc
+        ir.descs[name] = ir.intern(var.desc)
         ir.zone[name] = FORWARD
         if var.kind is Kind.PARAMETER:
             if var.desc.batched:
@@ -44,8 +44,9 @@ def validate(graph: CalcGraph) -> IR:
 
     for pi, path in enumerate(graph.paths):
         ipath = IRPath(path.name, path.mode)
+        in_path = f"in path {path.name!r}"
         for ni, node in enumerate(path.nodes):
-            where = f"op #{ni} {node.op!r} in path {path.name!r}"
+            where = f"op #{ni} {node.op!r} {in_path}"
             try:
                 op = get_op(node.op)
             except GraphError as e:
@@ -54,23 +55,25 @@ def validate(graph: CalcGraph) -> IR:
             if not lo <= len(node.inputs) <= hi:
                 want = str(lo) if lo == hi else f"{lo} to {hi}"
                 raise GraphError(f"{where}: takes {want} inputs, got {len(node.inputs)}")
-            known = set(op.attrs) | ({VARIANT_ATTR} if op.variants else set())
-            unknown = set(node.attrs) - known if node.attrs else ()
-            if unknown:
-                allowed = ", ".join(sorted(known)) or "none"
-                raise GraphError(f"{where}: unknown attribute(s) {sorted(unknown)}; "
-                                 f"allowed: {allowed}")
-            for x in node.inputs:
-                if x not in defined:
-                    hint = (" (it is produced later)" if x in graph.variables
-                            else " (no such variable)")
-                    raise GraphError(f"{where}: input {x!r} is not defined before use{hint}")
+            if node.attrs:
+                known = set(op.attrs) | ({VARIANT_ATTR} if op.variants else set())
+                unknown = set(node.attrs) - known
+                if unknown:
+                    allowed = ", ".join(sorted(known)) or "none"
+                    raise GraphError(f"{where}: unknown attribute(s) {sorted(unknown)}; "
+                                     f"allowed: {allowed}")
+            if not defined.issuperset(node.inputs):
+                x = next(x for x in node.inputs if x not in defined)
+                hint = (" (it is produced later)" if x in graph.variables
+                        else " (no such variable)")
+                raise GraphError(f"{where}: input {x!r} is not defined before use{hint}")
             if len(node.outputs) > op.num_outputs:
                 raise GraphError(f"{where}: produces {op.num_outputs} output(s), "
                                  f"{len(node.outputs)} were named")
-            outputs = list(node.outputs)
-            while len(outputs) < op.num_outputs and not op.variadic_outputs:
-                outputs.append(f"{node.outputs[0]}:{len(outputs)}")
+            outputs = tuple(node.outputs)
+            if len(outputs) < op.num_outputs and not op.variadic_outputs:
+                outputs += tuple(f"{outputs[0]}:{i}" for i in range(len(outputs),
+                                                                   op.num_outputs))
             for o in outputs:
                 if o in defined:
                     raise GraphError(f"{where}: output {o!r} is already defined")
@@ -80,7 +83,7 @@ def validate(graph: CalcGraph) -> IR:
             attrs = op.with_defaults(node.attrs)
             if node.op == "Dropout" and attrs["training"] is None:
                 attrs["training"] = int(path.mode is Mode.BACKWARD_ENABLED)
-            ipath.forward.append(IRNode(node.op, tuple(node.inputs), tuple(outputs), attrs,
+            ipath.forward.append(IRNode(node.op, tuple(node.inputs), outputs, attrs,
                                         pi, origin=where,
                                         variant_fixed=bool(op.variants) and
                                         VARIANT_ATTR in node.attrs))
