@@ -78,7 +78,7 @@ def space_of(args: argparse.Namespace) -> Any:
     budget = space.budget.model_copy(update={
         "trials": args.trials or space.budget.trials, "rounds": args.rounds or
         space.budget.rounds, "workers": args.workers, "seed": args.seed,
-        "device": args.device})
+        "device": args.device, "stack": args.stack or space.budget.stack})
     data = space.dataset.model_copy(update={
         "train": args.train or space.dataset.train, "valid": args.valid or space.dataset.valid})
     return space.model_copy(update={
@@ -513,7 +513,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "explore": run_explore, "optuna_njobs": run_njobs, "optuna_journal": run_journal,
     "ray_tune": run_ray}
 CHILD_KEYS = ("search", "device", "workers", "memory", "trials", "rounds", "train",
-              "valid", "seed")
+              "valid", "seed", "stack")
 
 
 def child_args(args: argparse.Namespace) -> list[str]:
@@ -693,6 +693,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0, help="0: the space's")
     ap.add_argument("--train", type=int, default=0, help="training rows (0: the space's)")
     ap.add_argument("--valid", type=int, default=0, help="validation rows (0: the space's)")
+    ap.add_argument("--stack", type=int, default=0,
+                    help="explore's budget.stack: trials asked at once and stacked where "
+                         "they can be (0: the space's)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="repeat i runs with seed SEED + i")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per side's run")
@@ -758,7 +761,7 @@ def main() -> None:
         "device": args.device, "workers": args.workers, "repeats": args.repeats,
         "seeds": [args.seed + i for i in range(args.repeats)],
         "sizes": {k: getattr(args, k) or "space's" for k in ("trials", "rounds", "train",
-                                                              "valid")},
+                                                              "valid", "stack")},
         "when": datetime.now().isoformat(timespec="seconds"),
         "isolation": "each side in a fresh process tree, alternating; medians"})
     if args.curves:
