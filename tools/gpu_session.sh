@@ -37,7 +37,11 @@
 #   peers        bench/peers.py --device gpu: explore, Optuna + PyTorch (n_jobs and a
 #                journal) and Ray Tune, 4 trials at a time on the one GPU, both searches
 #                at 24 trials, repeats alternating until the limit: peers.json, the
-#                anytime curves' PNGs and every run's curve (peers_curves.json) (<= 390 s)
+#                anytime curves' PNGs and every run's curve (peers_curves.json); explore's
+#                utilisation of the device's peak is in peers.json        (<= 390 s)
+#   peak         the device's float32 GEMM peak and the host's (engine.runtime.peak), and
+#                the quick space's run with its utilisation line: peak.json, peak.log
+#                                                                            (<= 120 s)
 #   fourth       peers, then paper_mlp (5 processes a side, as long as 120 s allow):
 #                a lease's look at time to a good model against the peers
 # Every step's output and errors go to $OUT/session.log as well.  GPU_STEP_TIMEOUT
@@ -217,6 +221,13 @@ step() {
             --curves "$OUT/peers_curves.json"
         cp "$OUT"/peers_*.png "$OUT/peers_curves.json" "$LAST/" 2>/dev/null
         ;;
+    peak)
+        run peak 60 peak.json python3 -c 'import json
+from engine.runtime.peak import measure_gemm_peak as peak
+print(json.dumps({"gpu_flops": peak("gpu"), "cpu_flops": peak("cpu")}))'
+        STEP_LOG="$OUT/peak.log" run peak_run 60 - python3 -m explore.cli run \
+            search_spaces/quick.yaml --device gpu --memory 4GB --storage "sqlite:///$OUT/peak.db"
+        ;;
     fourth)
         step peers
         PAPER_LIMIT=120 step paper_mlp
@@ -225,7 +236,7 @@ step() {
         run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
             --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model peers first second third fourth)" ;;
+        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model peers peak first second third fourth)" ;;
     esac
 }
 
