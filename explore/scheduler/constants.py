@@ -69,7 +69,17 @@ def save(key: str, measured: Measured) -> None:
     """Remember ``measured`` for ``key``: the larger of it and what is there, so one
     lucky start does not lower the figure.  Written atomically; a cache that cannot be
     written is skipped (the next run measures again)."""
-    path = cache_file()
+    old = load(key)
+    if old is not None:
+        measured = Measured(max(old.worker, measured.worker),
+                            max(old.tracker, measured.tracker))
+    write_entry(cache_file(), key, asdict(measured))
+
+
+def write_entry(path: Path, key: str, entry: object) -> None:
+    """Set ``key`` to ``entry`` in the JSON table at ``path`` (a damaged table is
+    started afresh), written atomically: a temporary file in its folder, then a rename.
+    A folder that cannot be written is skipped (the next run measures again)."""
     with contextlib.suppress(OSError):
         try:
             table = json.loads(path.read_text())
@@ -77,13 +87,9 @@ def save(key: str, measured: Measured) -> None:
                 table = {}
         except (OSError, ValueError):
             table = {}
-        old = load(key)
-        if old is not None:
-            measured = Measured(max(old.worker, measured.worker),
-                                max(old.tracker, measured.tracker))
-        table[key] = asdict(measured)
+        table[key] = entry
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".constants-")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-")
         with os.fdopen(fd, "w") as f:
             json.dump(table, f, indent=1, sort_keys=True)
         os.replace(tmp, path)

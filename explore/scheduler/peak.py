@@ -18,11 +18,9 @@ for a user who knows the machine's peak and for tests.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ import numpy
 from engine.runtime.backends.cupy_backend import import_cupy
 from engine.runtime.peak import measure_gemm_peak
 from explore.scheduler.constants import cache_file as constants_file
-from explore.scheduler.constants import machine_key
+from explore.scheduler.constants import machine_key, write_entry
 
 ENV = "EXPLORE_GEMM_PEAK"
 
@@ -84,21 +82,7 @@ def save(key: str, flops: float) -> None:
     """Remember ``flops`` for ``key``: the larger of it and what is there (a measurement
     is only ever slowed by what else runs).  Written atomically; a cache that cannot be
     written is skipped (the next run measures again)."""
-    path = cache_file()
-    with contextlib.suppress(OSError):
-        try:
-            table = json.loads(path.read_text())
-            if not isinstance(table, dict):
-                table = {}
-        except (OSError, ValueError):
-            table = {}
-        old = load(key)
-        table[key] = max(float(flops), old or 0.0)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".peak-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(table, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+    write_entry(cache_file(), key, max(float(flops), load(key) or 0.0))
 
 
 def _parse_override(text: str) -> float:
