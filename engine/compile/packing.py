@@ -54,6 +54,14 @@ def lower_bound(items: Sequence[Item]) -> int:
 
 
 def best_fit(items: Sequence[Item]) -> Packing:
+    offsets, top, _ = _best_fit(items)
+    return offsets, top
+
+
+def _best_fit(items: Sequence[Item]) -> tuple[list[int], int, int]:
+    """:func:`best_fit`'s packing, and the lower bound: the walk visits every
+    instruction's births before its deaths, so the most bytes it holds live at once
+    is :func:`lower_bound`."""
     n = len(items)
     offsets = [0] * n
     starts = [it[0] for it in items]
@@ -67,7 +75,8 @@ def best_fit(items: Sequence[Item]) -> Packing:
     born_at = [starts[i] for i in born]
     dies_at = [ends[i] for i in dies]
     free = FreeList()
-    top = 0
+    allocate, release = free.allocate, free.release
+    top = live = bound = 0
     b = d = 0
     while d < n:
         # Births at an instruction come before deaths at it: both are live there.
@@ -75,23 +84,16 @@ def best_fit(items: Sequence[Item]) -> Packing:
             i = born[b]
             b += 1
             need = sizes[i]
-            fit = free.best_fit(need)
-            last = free.last() if fit is None else None
-            if fit is not None:
-                free.take(fit[0], need)
-                offsets[i] = fit[0]
-            elif last is not None and last[0] + last[1] == top:
-                free.take(*last)  # grow the free block at the top
-                offsets[i] = last[0]
-                top = last[0] + need
-            else:
-                offsets[i] = top
-                top += need
+            offsets[i], top = allocate(need, top)
+            live += need
+            if live > bound:
+                bound = live
         else:
             i = dies[d]
             d += 1
-            free.release(offsets[i], sizes[i])
-    return offsets, top
+            release(offsets[i], sizes[i])
+            live -= sizes[i]
+    return offsets, top, bound
 
 
 SMALL = 64  # below this many items, greedy by size runs on Python lists, not arrays
@@ -169,13 +171,33 @@ def auto(items: Sequence[Item]) -> Packing:
     benchmark suite greedy by size is never worse in bytes but is O(n^2): at 10^4
     buffers well over ten times best fit's time (``docs/measurements.md``), and the
     max-batch search plans ~40 times."""
-    packing = best_fit(items)
-    if len(items) <= GREEDY_LIMIT and packing[1] > lower_bound(items):
+    offsets, top, _ = _auto(items)
+    return offsets, top
+
+
+def _auto(items: Sequence[Item]) -> tuple[list[int], int, int]:
+    offsets, top, bound = _best_fit(items)
+    if len(items) <= GREEDY_LIMIT and top > bound:
         other = greedy_by_size(items)
-        if other[1] < packing[1]:
-            return other
-    return packing
+        if other[1] < top:
+            return *other, bound
+    return offsets, top, bound
 
 
 STRATEGIES: dict[str, Strategy] = {"auto": auto, "best_fit": best_fit,
                                    "greedy_by_size": greedy_by_size}
+
+
+def pack(strategy: str, items: Sequence[Item]) -> tuple[list[int], int, int]:
+    """``STRATEGIES[strategy](items)`` and :func:`lower_bound` of the items: the offsets,
+    the bytes used and the least any packing could use (best fit finds the bound as it
+    goes).
+
+    >>> pack("auto", [(0, 1, 64), (1, 2, 64), (2, 3, 64)])
+    ([0, 64, 0], 128, 128)
+    """
+    if strategy == "auto":
+        return _auto(items)
+    if strategy == "best_fit":
+        return _best_fit(items)
+    return *STRATEGIES[strategy](items), lower_bound(items)

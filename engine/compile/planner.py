@@ -19,13 +19,14 @@ the lower bound (the most bytes live at any one instruction).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
 from engine.alignment import ALIGN, align_up
-from engine.compile.packing import STRATEGIES, Item, lower_bound
+from engine.compile.packing import STRATEGIES, lower_bound, pack
 from engine.compile.passes.ir import IR, IRNode
 from engine.compile.passes.liveness import Lifetimes, analyze
 from engine.compile.passes.shapes import rule_key
@@ -52,12 +53,11 @@ class ZoneStats:
 class MemoryPlan:
     batch: int
     zone_bytes: dict[str, int]
-    offsets: dict[str, int]  # buffer -> offset in its zone
+    offsets: list[int]  # by value number (Planner.values): offset in its zone (-1: none)
     param_region: int  # bytes of the trainable parameter region (same in forward/gradient)
     state_offsets: tuple[int, ...]  # one region per optimizer state slot
     workspace: dict[int, int]  # id(node) -> workspace bytes at this batch (absent: none)
     stats: dict[str, ZoneStats]
-    shared: frozenset[str]  # buffers whose memory other buffers reuse at other times
     tunables: dict[int, Tunable] = field(default_factory=dict)  # id(node) -> candidates
 
     @property
@@ -82,26 +82,16 @@ def _op_workspace(op: OpDef, node: IRNode, descs: list[TensorDesc], batch: int,
     return align_up(op.workspace(ins, outs, node.attrs, device))
 
 
-def buffer_sizes(descs: Mapping[str, TensorDesc], batch: int) -> dict[str, int]:
-    """Bytes of each buffer at ``batch``, aligned: the arithmetic is done once per
-    distinct descriptor (the IR interns them: a 10,000-node training graph has 30,000
-    buffers and a few dozen descriptors).
+def nbytes_at(desc: TensorDesc, batch: int) -> int:
+    """Bytes of a buffer of generic descriptor ``desc`` at ``batch``, aligned.
 
     >>> from engine.graph import DType
-    >>> buffer_sizes({"x": TensorDesc(DType.FLOAT32, (0, 3))}, batch=10)
-    {'x': 128}
+    >>> nbytes_at(TensorDesc(DType.FLOAT32, (0, 3)), batch=10)
+    128
     """
-    prod, itemsize = math.prod, ITEMSIZE
-    out = {}
-    known: dict[int, int] = {}  # by identity: ``descs`` keeps each alive
-    for name, d in descs.items():
-        nbytes = known.get(id(d))
-        if nbytes is None:
-            shape = d.shape
-            n = batch * prod(shape[1:]) if shape and shape[0] == BATCH else prod(shape)
-            nbytes = known[id(d)] = -(-n * itemsize[d.dtype] // ALIGN) * ALIGN
-        out[name] = nbytes
-    return out
+    shape = desc.shape
+    n = batch * math.prod(shape[1:]) if shape and shape[0] == BATCH else math.prod(shape)
+    return -(-n * ITEMSIZE[desc.dtype] // ALIGN) * ALIGN
 
 
 def plan_memory(ir: IR, batch: int, optimizer: Optimizer | None, device: str,
@@ -119,9 +109,10 @@ class Planner:
     out once: the order of the buffers that keep their own memory, the pieces each
     zone's arena packs and when each is busy, and which instructions need workspace,
     grouped by their op's arguments (the rule is pure: equal arguments, equal need).
-    A plan then sizes the buffers, packs and runs each group's rule once, which is
-    what the max-batch search (:func:`~engine.compile.compiler.max_batch`, O(log b)
-    plans) repeats.
+    A plan then sizes each distinct descriptor, packs and runs each group's rule once,
+    which is what the max-batch search (:func:`~engine.compile.compiler.max_batch`,
+    O(log b) plans) repeats.  Values go by their numbers (:attr:`values`, from the
+    lifetime analysis): a plan's offsets are a list indexed by them.
 
     >>> from engine.models import paper_mlp
     >>> from engine.compile import lower
@@ -139,50 +130,70 @@ class Planner:
         self.ir, self.optimizer, self.device = ir, optimizer, device
         self.sharing, self.autotune = sharing, autotune
         lt = lifetimes if lifetimes is not None else analyze(ir, inplace=sharing != "none")
-        zone_of, descs = ir.zone, ir.descs
-        # Buffers with memory of their own, in the order they are laid out: trainable
+        self.values = values = lt.values
+        number, zone_of, desc = values.number, values.zone, values.desc
+        # A plan sizes each distinct descriptor (the IR interns them: a 10,000-node
+        # training graph has 30,000 buffers and a few dozen descriptors); what is kept
+        # here names each value's descriptor by its id.
+        desc_id = list(map(id, desc))
+        self.descs = dict(zip(desc_id, desc, strict=True))
+        # Values with memory of their own, in the order they are laid out: trainable
         # parameters (and their gradients at the same offsets), the other parameters,
         # then the persistent ones (under sharing="none", all) in the order the IR has.
-        self.trainable = [(p, ir.grad_of[p]) for p in ir.trainable() if p in ir.grad_of]
-        placed = {n for pair in self.trainable for n in pair}
-        self.params = [n for n in ir.params if n not in placed]
-        placed.update(self.params)
-        own = zone_of if sharing == "none" else filter(lt.persistent.__contains__, zone_of)
-        self.fixed = [(n, zone_of[n]) for n in own if n not in placed and n in descs]
+        trainable = [(number[p], number[ir.grad_of[p]]) for p in ir.trainable()
+                     if p in ir.grad_of]
+        placed = {v for pair in trainable for v in pair}
+        params = [v for v in map(number.__getitem__, ir.params) if v not in placed]
+        placed.update(params)
+        own = range(len(desc)) if sharing == "none" else \
+            (v for v, p in enumerate(lt.persistent) if p)
+        fixed = [v for v in own if v not in placed]
+        own_zones = [(v, z) for p, g in trainable for v, z in ((p, FORWARD), (g, GRADIENT))]
+        self.n_trainable = len(own_zones)  # then the trainable region ends
+        own_zones += [(v, FORWARD) for v in params]
+        own_zones += [(v, zone_of[v]) for v in fixed]
+        self.own = [(v, z, desc_id[v]) for v, z in own_zones]
         # The pieces each arena packs: each memory-owning temporary over the interval
         # its memory is busy (an op that writes over its input, in place, shares that
         # input's piece until the later of their lifetimes).  Under sharing="none" each
         # temporary is its own piece (for the lower bound; nothing is packed).
-        start, end = lt.start, lt.end
-        self.alias = lt.alias if sharing != "none" else {}
-        last = lt.alias_ends() if self.alias else {}
-        self.pieces: dict[str, tuple[list[str], list[int], list[int]]] = {
-            FORWARD: ([], [], []), GRADIENT: ([], [], [])}
-        self.temps: dict[str, list[str]] = {FORWARD: [], GRADIENT: []}  # all, unshared
-        for n, s in start.items():
-            zone = zone_of[n]
-            if zone not in self.temps:
-                continue
-            self.temps[zone].append(n)
-            if n not in self.alias:
-                names, starts, ends = self.pieces[zone]
-                e = end[n]
-                names.append(n)
-                starts.append(s)
-                ends.append(last[n] if n in last and last[n] > e else e)
-        self.shared = frozenset() if sharing == "none" else frozenset(start)
+        self.alias = alias = lt.alias if sharing != "none" else {}
+        busy = lt.end  # the last instruction at which each value's memory is busy
+        if alias:
+            busy = list(busy)
+            for root, e in lt.alias_ends().items():
+                busy[root] = max(busy[root], e)
+        self.pieces: dict[str, tuple[list[int], list[int], list[int], list[int]]] = {}
+        self.temps: dict[str, Counter[int]] = {}  # descriptors of all, for no sharing
+        for zone in (FORWARD, GRADIENT):
+            vs = [v for v in lt.temps if zone_of[v] == zone]
+            self.temps[zone] = Counter(map(desc_id.__getitem__, vs))
+            if alias:
+                vs = [v for v in vs if v not in alias]
+            self.pieces[zone] = (vs, list(map(lt.start.__getitem__, vs)),
+                                 list(map(busy.__getitem__, vs)),
+                                 list(map(desc_id.__getitem__, vs)))
+        # Where a plan puts values, in the order it places them (buffers at equal offsets
+        # keep this order): the ones with memory of their own, the pieces, the aliases.
+        self.placed = [v for v, _, _ in self.own]
+        if sharing != "none":
+            for piece in self.pieces.values():
+                self.placed += piece[0]
+            self.placed += alias
+        self.shared = [False] * len(desc)  # memory other values use at other times
+        if sharing != "none":
+            list(map(self.shared.__setitem__, lt.temps, repeat(True)))
         # Instructions that need workspace, grouped by their op's arguments; a
         # parameter-gradient sink also needs its parameter's bytes (for accumulation).
-        self.nodes = ir.nodes()
+        self.nodes = values.nodes
         with_rule = {op for op in set(map(attrgetter("op"), self.nodes))
                      if get_op(op).workspace is not no_workspace}
         groups: dict[Any, tuple[IRNode, list[int]]] = {}
-        desc = ir.descs.__getitem__
-        for node in self.nodes:
+        for node, ins in zip(self.nodes, values.ins, strict=True):
             if node.op in with_rule:
                 # The inputs and attributes fix the outputs (by the shape rule).
-                key: Any = rule_key(node.op, list(map(desc, node.inputs)), node.attrs,
-                                    len(node.outputs))  # ir.descs keeps the descriptors
+                key: Any = rule_key(node.op, list(map(desc.__getitem__, ins)), node.attrs,
+                                    len(node.outputs))  # values.desc keeps the descriptors
                 if key is None:
                     key = id(node)  # attributes not plain scalars: a group of its own
                 group = groups.get(key)
@@ -191,38 +202,40 @@ class Planner:
                 else:
                     group[1].append(id(node))
         self.groups = list(groups.values())
-        self.sinks = [node for node in self.nodes if node.param_sink is not None]
+        self.sinks = [(id(node), desc_id[number[node.param_sink]]) for node in self.nodes
+                      if node.param_sink is not None]
 
     def plan(self, batch: int) -> MemoryPlan:
         """The plan at ``batch``."""
-        ir, sharing = self.ir, self.sharing
-        size = buffer_sizes(ir.descs, batch)
-        offsets: dict[str, int] = {}
+        sharing = self.sharing
+        size = {i: nbytes_at(d, batch) for i, d in self.descs.items()}  # by descriptor
+        offsets = [-1] * len(self.shared)
         used = dict.fromkeys(ZONES, 0)
 
-        def place(name: str, zone: str) -> None:
-            offsets[name] = used[zone]
-            used[zone] += size[name]
+        def place(own: list[tuple[int, str, int]]) -> None:
+            for v, zone, d in own:
+                offsets[v] = used[zone]
+                used[zone] += size[d]
 
-        for p, g in self.trainable:
-            place(p, FORWARD)
-            place(g, GRADIENT)
+        place(self.own[:self.n_trainable])
         region = used[FORWARD]
-        for name in self.params:  # all parameters lead the forward zone: a model's state
-            place(name, FORWARD)
-        for name, zone in self.fixed:
-            place(name, zone)
+        place(self.own[self.n_trainable:])  # the other parameters lead: a model's state
         persistent = dict(used)  # under sharing="none", everything is placed already
 
-        items: dict[str, list[Item]] = {}
-        for zone, (names, starts, ends) in self.pieces.items():
-            items[zone] = list(zip(starts, ends, map(size.__getitem__, names), strict=True))
-            if sharing != "none":
-                packed, total = STRATEGIES[sharing](items[zone])
-                offsets.update(zip(names, map(used[zone].__add__, packed), strict=True))
+        stats: dict[str, ZoneStats] = {}
+        for zone, (vs, starts, ends, ids) in self.pieces.items():
+            items = list(zip(starts, ends, map(size.__getitem__, ids), strict=True))
+            if sharing == "none":
+                bound = lower_bound(items)
+            else:
+                packed, total, bound = pack(sharing, items)
+                list(map(offsets.__setitem__, vs, map(used[zone].__add__, packed)))
                 used[zone] += total
+            temps = sum(size[d] * n for d, n in self.temps[zone].items())
+            base = persistent[zone] - (temps if sharing == "none" else 0)
+            stats[zone] = ZoneStats(base + temps, used[zone], base + bound)
         alias = self.alias  # a value written in place over another shares its offset
-        offsets.update(zip(alias, map(offsets.__getitem__, alias.values()), strict=True))
+        list(map(offsets.__setitem__, alias, map(offsets.__getitem__, alias.values())))
         slots = self.optimizer.state_slots if self.optimizer is not None else 0
         state_offsets = tuple(i * region for i in range(slots))
         used[OPTIMIZER] = slots * region
@@ -233,19 +246,16 @@ class Planner:
             ws = max(ws, region)  # the update's scratch: one copy of the parameter region
         used[WORKSPACE] = ws
 
-        stats = {z: ZoneStats(used[z], used[z], used[z]) for z in (OPTIMIZER, WORKSPACE)}
-        for z, names in self.temps.items():
-            temps = sum(map(size.__getitem__, names))
-            base = persistent[z] - (temps if sharing == "none" else 0)
-            stats[z] = ZoneStats(base + temps, used[z], base + lower_bound(items[z]))
+        for z in (OPTIMIZER, WORKSPACE):
+            stats[z] = ZoneStats(used[z], used[z], used[z])
         stats = {z: stats[z] for z in ZONES}
         return MemoryPlan(batch, dict(used), offsets, region, state_offsets, workspace,
-                          stats, self.shared, tunables)
+                          stats, tunables)
 
-    def _workspace(self, batch: int, size: dict[str, int]
+    def _workspace(self, batch: int, size: dict[int, int]
                    ) -> tuple[dict[int, int], dict[int, Tunable]]:
         """Each instruction's workspace at ``batch`` (those that need none left out),
-        and the tunable ones' candidates."""
+        and the tunable ones' candidates.  ``size``: bytes by descriptor id."""
         ir, device = self.ir, self.device
         workspace: dict[int, int] = {}
         for node, members in self.groups:
@@ -258,7 +268,6 @@ class Planner:
                 node = by_id[i]
                 workspace[i] = _op_workspace(get_op(node.op), node, _node_descs(ir, node),
                                              batch, device, tun.candidates)
-        for node in self.sinks:
-            assert node.param_sink is not None
-            workspace[id(node)] = workspace.get(id(node), 0) + size[node.param_sink]
+        for i, param in self.sinks:
+            workspace[i] = workspace.get(i, 0) + size[param]
         return workspace, tunables

@@ -111,7 +111,10 @@ class KernelArgs:
 
 
 class GradBuilder(Protocol):
-    """What a gradient rule may use to emit the backward program."""
+    """What a gradient rule may use to emit the backward program.  A rule depends only
+    on its node, the output gradients it is given and what :meth:`desc` and
+    :meth:`const` answer; it never reaches into the builder's IR (the compiler replays a
+    rule's emissions for nodes alike, :mod:`engine.compile.autodiff`)."""
 
     def op(self, op: str, *inputs: str, **attrs: Any) -> str: ...
 

@@ -32,7 +32,11 @@ from engine.runtime.flops import ProgramFlops, program_flops
 from engine.runtime.optim import Optimizer, optimizer_from_dict
 
 
-@dataclass(frozen=True)
+# The two records a program holds one of per buffer and per instruction (tens of
+# thousands in a large graph) have slots and are not frozen: a frozen dataclass costs
+# four times as much to build, and half again the memory.  Nothing changes them after
+# the compiler has built them; treat them, like the whole Program, as read-only.
+@dataclass(slots=True)
 class BufferSpec:
     name: str
     zone: str
@@ -47,7 +51,7 @@ class BufferSpec:
         return TensorDesc(DType(self.dtype), self.shape)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Instr:
     op: str
     ins: tuple[int, ...]

@@ -10,7 +10,7 @@ from typing import Any
 from engine.graph import CalcGraph, Init, Mode, Regularization, TensorDesc
 
 
-@dataclass
+@dataclass(slots=True)  # tens of thousands in a large graph: built and read often
 class IRNode:
     op: str
     inputs: tuple[str, ...]

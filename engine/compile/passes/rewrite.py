@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,8 @@ DETERMINISTIC_INITS = frozenset({"zeros", "ones", "constant", "values"})
 
 def readers(ir: IR) -> Counter[str]:
     """How many forward input slots, over all paths, read each value."""
-    return Counter(x for path in ir.paths for node in path.forward for x in node.inputs)
+    return Counter(chain.from_iterable(
+        map(attrgetter("inputs"), chain.from_iterable(p.forward for p in ir.paths))))
 
 
 def resolve(mapping: Mapping[str, str], name: str) -> str:

@@ -27,13 +27,14 @@ def _shape_str(d: TensorDesc) -> str:
 _SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
-def rule_key(op: str, descs: list[TensorDesc], attrs: dict[str, Any],
-             *extra: Hashable) -> tuple[Any, ...] | None:
-    """What a pure rule of the op table (shape, workspace) is a function of, as a dict
-    key: ``op``, ``extra``, the descriptors by identity and the attributes with their
-    types (``1``, ``1.0`` and ``True`` are equal in Python, and a rule may accept one
-    and reject another).  None where an attribute is not a plain scalar (a tuple could
-    hold ``1`` or ``1.0``; a list is unhashable): such nodes are not memoised.
+def rule_key(op: str, descs: list[TensorDesc] | list[TensorDesc | None],
+             attrs: dict[str, Any], *extra: Hashable) -> tuple[Any, ...] | None:
+    """What a pure rule of the op table (shape, workspace, gradient) is a function of,
+    as a dict key: ``op``, ``extra``, the descriptors by identity (None: a value that is
+    not there) and the attributes with their types (``1``, ``1.0`` and ``True`` are
+    equal in Python, and a rule may accept one and reject another).  None where an
+    attribute is not a plain scalar (a tuple could hold ``1`` or ``1.0``; a list is
+    unhashable): such nodes are not memoised.
 
     By identity: whoever keeps the key keeps the descriptors alive too, so no other
     object can take their ids; :meth:`IR.intern` makes equal descriptors one object.
@@ -47,13 +48,13 @@ def rule_key(op: str, descs: list[TensorDesc], attrs: dict[str, Any],
     >>> rule_key("Reshape", [d], {"shape": (0, 2, 2)}) is None
     True
     """
-    if not attrs:
-        return (op, *extra, len(descs), *map(id, descs))
-    values = attrs.values()
-    types = tuple(map(type, values))
-    if not _SCALARS.issuperset(types):
-        return None
-    return (op, *extra, len(descs), *map(id, descs), *attrs, *values, *types)
+    key: list[Any] = [op, *extra, len(descs), *map(id, descs)]
+    for name, value in attrs.items():
+        kind = type(value)
+        if kind not in _SCALARS:
+            return None
+        key += (name, value, kind)
+    return tuple(key)
 
 
 def node_descs(ir: IR, node: IRNode, op: OpDef | None = None) -> list[TensorDesc]:

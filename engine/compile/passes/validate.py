@@ -55,7 +55,7 @@ def validate(graph: CalcGraph) -> IR:
             if not lo <= len(node.inputs) <= hi:
                 want = str(lo) if lo == hi else f"{lo} to {hi}"
                 raise GraphError(f"{where}: takes {want} inputs, got {len(node.inputs)}")
-            if node.attrs:
+            if node.attrs and not node.attrs.keys() <= op.attrs.keys():
                 known = set(op.attrs) | ({VARIANT_ATTR} if op.variants else set())
                 unknown = set(node.attrs) - known
                 if unknown:
@@ -83,10 +83,9 @@ def validate(graph: CalcGraph) -> IR:
             attrs = op.with_defaults(node.attrs)
             if node.op == "Dropout" and attrs["training"] is None:
                 attrs["training"] = int(path.mode is Mode.BACKWARD_ENABLED)
-            ipath.forward.append(IRNode(node.op, tuple(node.inputs), outputs, attrs,
-                                        pi, origin=where,
-                                        variant_fixed=bool(op.variants) and
-                                        VARIANT_ATTR in node.attrs))
+            ipath.forward.append(IRNode(node.op, tuple(node.inputs), outputs, attrs, pi,
+                                        False, None, where,
+                                        bool(op.variants) and VARIANT_ATTR in node.attrs))
             for k in op.writes:
                 if k < len(node.inputs) and node.inputs[k] in ir.params:
                     ir.params[node.inputs[k]].written = True
