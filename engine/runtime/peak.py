@@ -29,21 +29,38 @@ GPU_SIZES = (1024, 2048, 4096, 8192)
 
 
 def measure_gemm_peak(device: str = "cpu", threads: int | None = None,
-                      seconds: float = 0.5) -> float:
+                      seconds: float = 0.5, max_bytes: int | None = None) -> float:
     """The best float32 GEMM rate of ``device`` ("cpu" or "gpu"), in FLOP/s, within about
     ``seconds`` (the smallest size is timed whatever the budget; a larger one only where
     a warm-up and one timed product fit the time left).  ``threads``: BLAS threads on
-    the CPU (None: the library's own setting); ignored on a GPU."""
+    the CPU (None: the library's own setting); ignored on a GPU.  ``max_bytes``: the most
+    the three operands of a product may take (a caller whose memory is budgeted); a
+    ValueError where not even the smallest size fits.
+
+    >>> measure_gemm_peak("cpu", max_bytes=1_000_000)
+    Traceback (most recent call last):
+    ValueError: no GEMM size fits 1,000,000 bytes: the smallest, 512, takes 3,145,728
+    """
     if device not in ("cpu", "gpu"):
         raise ValueError(f"unknown device {device!r}; available: cpu, gpu")
     if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     if not seconds > 0:
         raise ValueError(f"seconds must be positive, got {seconds!r}")
+    sizes = CPU_SIZES if device == "cpu" else GPU_SIZES
+    fitting = tuple(n for n in sizes if max_bytes is None or operand_bytes(n) <= max_bytes)
+    if not fitting:
+        raise ValueError(f"no GEMM size fits {max_bytes:,} bytes: the smallest, {sizes[0]}, "
+                         f"takes {operand_bytes(sizes[0]):,}")
     if device == "gpu":
-        return _gpu_rate(seconds)
+        return _gpu_rate(seconds, fitting)
     with _blas_threads(threads):
-        return _best_rate(_cpu_product, CPU_SIZES, seconds)
+        return _best_rate(_cpu_product, fitting, seconds)
+
+
+def operand_bytes(n: int) -> int:
+    """The bytes of a float32 product's three ``n x n`` operands."""
+    return 3 * n * n * 4
 
 
 @contextlib.contextmanager
@@ -69,14 +86,14 @@ def _cpu_product(n: int) -> Callable[[], None]:
     return run
 
 
-def _gpu_rate(seconds: float) -> float:
+def _gpu_rate(seconds: float, sizes: tuple[int, ...] = GPU_SIZES) -> float:
     """The device's rate, its memory pool emptied afterwards: the operands (768 MB at
     8192) must not stay cached in a process whose device memory is budgeted."""
     from engine.runtime.backends.cupy_backend import import_cupy
 
     cp: Any = import_cupy()
     try:
-        return _best_rate(lambda n: _gpu_product(cp, n), GPU_SIZES, seconds)
+        return _best_rate(lambda n: _gpu_product(cp, n), sizes, seconds)
     finally:
         cp.get_default_memory_pool().free_all_blocks()
 

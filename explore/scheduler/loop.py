@@ -413,7 +413,7 @@ class Scheduler:
                 self.stats.wall_s = time.time() - self.t0
                 self.stop()
                 if ended:  # not on Ctrl-C: measuring the peak the first time takes a second
-                    self.stats.peak_flops = machine_peak(self.stats.device)
+                    self.stats.peak_flops = machine_peak(self.stats)
                 try:
                     self.live.close()
                     if self.live.writer.taken_over:
@@ -594,11 +594,16 @@ class Scheduler:
         self._sample()
 
 
-def machine_peak(device: str) -> float | None:
-    """The machine's GEMM peak in FLOP/s (:func:`explore.scheduler.peak.gemm_peak`: measured
-    once per machine, after the workers have stopped, so that its matrices take no room
-    from the trials), or None where it cannot be had: the run's figures go without it."""
+def machine_peak(stats: RunStats) -> float | None:
+    """The machine's GEMM peak in FLOP/s (:func:`explore.scheduler.peak.gemm_peak`), or
+    None where it cannot be had: the run's figures go without it.  Measured once per
+    machine, after the workers have stopped, its operands within half of what they gave
+    back (a worker's constant and its arena; on a GPU the driver's own context costs
+    what a worker's did), so that the run stays within its budget while it measures."""
+    worker = max(stats.overheads, default=0)
+    room = worker + stats.arena if stats.device == "cpu" else \
+        stats.budget - stats.headroom - 2 * worker
     try:
-        return gemm_peak(device, None)
+        return gemm_peak(stats.device, None, max_bytes=max(room // 2, 0))
     except Exception:  # a utilisation figure never fails a run
         return None

@@ -38,10 +38,12 @@ class PeakError(ValueError):
     """``$EXPLORE_GEMM_PEAK`` is not a positive number of FLOP/s."""
 
 
-def gemm_peak(device: str = "cpu", threads: int | None = None) -> float:
+def gemm_peak(device: str = "cpu", threads: int | None = None,
+              max_bytes: int | None = None) -> float:
     """``device``'s GEMM peak in FLOP/s with ``threads`` BLAS threads (None: the BLAS's
     own setting): ``$EXPLORE_GEMM_PEAK`` if set, else the figure cached for this
-    machine, else measured now and cached."""
+    machine, else measured now, with operands of at most ``max_bytes``, and cached (a
+    later measurement with more room raises it)."""
     override = os.environ.get(ENV)
     if override is not None:
         return _parse_override(override)
@@ -49,7 +51,7 @@ def gemm_peak(device: str = "cpu", threads: int | None = None) -> float:
     known = load(key)
     if known is not None:
         return known
-    measured = measure_gemm_peak(device, threads)
+    measured = measure_gemm_peak(device, threads, max_bytes=max_bytes)
     save(key, measured)
     return measured
 

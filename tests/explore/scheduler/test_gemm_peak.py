@@ -27,7 +27,8 @@ def measured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int | None]]:
     """Calls of the measurement, which returns 1.5e11 FLOP/s without measuring."""
     calls: list[tuple[str, int | None]] = []
 
-    def fake(device: str = "cpu", threads: int | None = None, seconds: float = 0.5) -> float:
+    def fake(device: str = "cpu", threads: int | None = None, seconds: float = 0.5,
+             max_bytes: int | None = None) -> float:
         calls.append((device, threads))
         return 1.5e11
 
@@ -109,3 +110,12 @@ def test_saving_keeps_the_best_and_other_entries(cache: Path) -> None:
     peak.save("here", 8e10)  # a slower measurement: something else was running
     assert json.loads(cache.read_text()) == {"another machine": 9e10, "here": 1e11}
     assert not [p for p in cache.parent.iterdir() if p.name.startswith(".peak-")]
+
+
+def test_the_measurement_keeps_within_the_bytes_it_is_given() -> None:
+    from engine.runtime.peak import measure_gemm_peak, operand_bytes
+
+    assert measure_gemm_peak("cpu", threads=1, seconds=0.05,
+                             max_bytes=operand_bytes(512)) > 0
+    with pytest.raises(ValueError, match="no GEMM size fits"):
+        measure_gemm_peak("cpu", max_bytes=operand_bytes(512) - 1)
