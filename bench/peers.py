@@ -724,6 +724,10 @@ def main() -> None:
     for name in searches + sides:
         if name not in (*SEARCHES, *SIDES):
             ap.error(f"unknown search or side {name!r}")
+    if "explore" in sides:  # measured here, outside the sides' trees: explore's run reads it
+        from explore.scheduler.peak import gemm_peak
+
+        gemm_peak(args.device)
     result: dict[str, Any] = {"searches": {}, "utilisation": {s: None for s in searches},
                               "errors": []}
     curves: dict[str, dict[str, list[dict[str, Any]]]] = {
