@@ -413,7 +413,7 @@ class Scheduler:
                 self.stats.wall_s = time.time() - self.t0
                 self.stop()
                 if ended:  # not on Ctrl-C: measuring the peak the first time takes a second
-                    self.stats.peak_flops = machine_peak(self.stats)
+                    self.stats.peak_flops = machine_peak(self.stats.device)
                 try:
                     self.live.close()
                     if self.live.writer.taken_over:
@@ -594,19 +594,12 @@ class Scheduler:
         self._sample()
 
 
-def machine_peak(stats: RunStats) -> float | None:
-    """The machine's GEMM peak in FLOP/s (:func:`explore.scheduler.peak.gemm_peak`), or
-    None where it cannot be had: the run's figures go without it.  Measured once per
-    machine, after the workers have stopped, its operands within half of what they gave
-    back (a worker's constant and its arena; on a GPU the driver's own context costs
-    what a worker's did), so that the run stays within its budget while it measures."""
-    worker = max(stats.overheads, default=0)
-    room = worker + stats.arena if stats.device == "cpu" else \
-        stats.budget - stats.headroom - 2 * worker
+def machine_peak(device: str) -> float | None:
+    """The machine's GEMM peak in FLOP/s as measured before, outside any run
+    (:func:`explore.scheduler.peak.gemm_peak`, or ``$EXPLORE_GEMM_PEAK``), or None: the
+    run's figures then go without it.  A run never times products itself: their
+    operands would spend its budget (workers may still be exiting when it ends)."""
     try:
-        # Not measured inside a run: the workers may still be exiting, and the slow
-        # tests saw the products' operands take a budget 2.6 MB over (measure it with
-        # explore.scheduler.peak.gemm_peak, or state $EXPLORE_GEMM_PEAK).
-        return gemm_peak(stats.device, None, max_bytes=max(room // 2, 0), measure=False)
+        return gemm_peak(device, None, measure=False)
     except Exception:  # a utilisation figure never fails a run
         return None

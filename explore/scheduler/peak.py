@@ -39,11 +39,10 @@ class PeakError(ValueError):
 
 
 def gemm_peak(device: str = "cpu", threads: int | None = None,
-              max_bytes: int | None = None, measure: bool = True) -> float | None:
+              measure: bool = True) -> float | None:
     """``device``'s GEMM peak in FLOP/s with ``threads`` BLAS threads (None: the BLAS's
     own setting): ``$EXPLORE_GEMM_PEAK`` if set, else the figure cached for this
-    machine, else measured now, with operands of at most ``max_bytes``, and cached (a
-    later measurement with more room raises it)."""
+    machine, else (with ``measure``) measured now and cached; else None."""
     override = os.environ.get(ENV)
     if override is not None:
         return _parse_override(override)
@@ -51,7 +50,7 @@ def gemm_peak(device: str = "cpu", threads: int | None = None,
     known = load(key)
     if known is not None or not measure:
         return known
-    measured = measure_gemm_peak(device, threads, max_bytes=max_bytes)
+    measured = measure_gemm_peak(device, threads)
     save(key, measured)
     return measured
 
