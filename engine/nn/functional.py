@@ -28,11 +28,11 @@ from engine.nn._tensor import Tensor, _axis, _Ops, as_tensor, reshape
 from engine.nn._trace import TraceError
 
 __all__ = [
-    "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits",
-    "cat", "conv2d", "cross_entropy", "dequantize_linear", "dropout", "elu", "embedding",
-    "flatten", "gelu", "global_avg_pool", "huber_loss", "l1_loss", "layer_norm", "leaky_relu",
-    "linear", "log_softmax", "max_pool2d", "mse_loss", "relu", "sigmoid", "silu", "softmax",
-    "softplus", "tanh",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
+    "binary_cross_entropy_with_logits", "cat", "conv1d", "conv2d", "cross_entropy",
+    "dequantize_linear", "dropout", "elu", "embedding", "flatten", "gelu", "global_avg_pool",
+    "huber_loss", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "max_pool1d",
+    "max_pool2d", "mse_loss", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
 ]
 
 
@@ -276,6 +276,152 @@ def adaptive_avg_pool2d(x: Any, output_size: Any) -> Tensor:
         raise TraceError(f"adaptive_avg_pool2d to {(oh, ow)} from {(h, w)}: only sizes that "
                          "divide the input are supported (equal windows)")
     return avg_pool2d(t, (h // oh, w // ow))
+
+
+# -- 1-D layers: [batch, channels, length] ------------------------------------------------
+#
+# The engine's Conv is 2-D, so a 1-D convolution is the 2-D one of a height-1 image: an
+# Unsqueeze, Conv with a (1, k) kernel, a Squeeze.  These views run in place over a value
+# that dies there; the planner copies one that stays live (the weight, the model's input,
+# an activation the backward reads again).  The pooling ops take one to three spatial
+# axes and run on [b, C, L] as is.
+
+
+def _single(v: Any, name: str, least: int) -> int:
+    """PyTorch's 1-D argument: an int, or a 1-tuple of one, at least ``least``."""
+    if isinstance(v, Sequence) and not isinstance(v, str) and len(v) == 1:
+        v = v[0]
+    if not isinstance(v, int) or isinstance(v, bool) or v < least:
+        raise TraceError(f"{name} must be an int >= {least} (or a 1-tuple of one), got {v!r}")
+    return int(v)
+
+
+def _length(t: Tensor, name: str) -> int:
+    if t.ndim != 3:
+        raise TraceError(f"{name} needs a 3-D input [batch, channels, length], got {t.shape}")
+    return int(t.desc.shape[2])
+
+
+def _check_span(name: str, length: int, pads: tuple[int, int], kernel: int,
+                dilation: int) -> None:
+    span = dilation * (kernel - 1) + 1
+    if length + pads[0] + pads[1] < span:
+        raise TraceError(f"{name}: the kernel spans {span} (kernel_size {kernel}, dilation "
+                         f"{dilation}), more than the padded input's length "
+                         f"{length + pads[0] + pads[1]} (length {length}, padding {pads})")
+
+
+def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, padding_mode: str = "zeros") -> Tensor:
+    """Conv over ``[b, C, L]`` with ``weight [out, C/groups, k]``: the 2-D Conv of
+    ``[b, C, 1, L]`` by ``[out, C/groups, 1, k]``, between Unsqueeze and Squeeze.
+    ``padding`` is an int, ``"same"`` (stride 1; an odd total puts the extra column at
+    the end, as PyTorch does) or ``"valid"``; ``padding_mode`` as :func:`conv2d`.
+
+    >>> from engine import nn
+    >>> class M(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.w = nn.Parameter(shape=(4, 2, 3))
+    ...     def forward(self, x):
+    ...         return nn.functional.conv1d(x, self.w, padding="same")
+    >>> g = nn.to_graph(M(), inputs={"x": (0, 2, 10)}, loss=None)
+    >>> [n.op for n in g.paths[0].nodes]
+    ['Unsqueeze', 'Unsqueeze', 'Conv', 'Squeeze']
+    """
+    t, w = _t(x), _t(weight)
+    n = _length(t, "conv1d")
+    if w.ndim != 3:
+        raise TraceError(f"conv1d needs a 3-D weight [out_channels, in_channels/groups, "
+                         f"kernel_size], got {w.shape}")
+    out, per_group, k = (int(v) for v in w.desc.shape)
+    s, d = _single(stride, "stride", 1), _single(dilation, "dilation", 1)
+    g = _single(groups, "groups", 1)
+    c = int(t.desc.shape[1])
+    if c != per_group * g or out % g:
+        raise TraceError(f"conv1d: an input of {c} channels and a weight {w.shape} with "
+                         f"groups={g}: the weight takes {per_group * g} channels and its "
+                         f"{out} filters must divide into the {g} groups")
+    padding2: Any
+    if isinstance(padding, str):
+        pads = conv_pads(padding, (1, k), (1, d), (1, s))
+        padding2 = padding
+    else:
+        p = _single(padding, "padding", 0)
+        pads, padding2 = (0, p, 0, p), (0, p)
+    _check_span("conv1d", n, (pads[1], pads[3]), k, d)
+    y = conv2d(t.unsqueeze(2), w.unsqueeze(2), bias, (1, s), padding2, (1, d), g, padding_mode)
+    return y.squeeze(2)
+
+
+def _pool1d_attrs(name: str, t: Tensor, kernel_size: Any, stride: Any, padding: Any,
+                  dilation: Any = 1) -> dict[str, Any]:
+    n = _length(t, name)
+    k = _single(kernel_size, "kernel_size", 1)
+    s = k if stride is None or (isinstance(stride, Sequence) and not stride) else \
+        _single(stride, "stride", 1)
+    p, d = _single(padding, "padding", 0), _single(dilation, "dilation", 1)
+    if 2 * p > k:
+        raise TraceError(f"{name}: padding {p} is more than half the kernel_size {k}")
+    _check_span(name, n, (p, p), k, d)
+    return {"kernel_shape": (k,), "strides": (s,), "pads": (p, p), "dilations": (d,)}
+
+
+def max_pool1d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False
+               ) -> Tensor:
+    """MaxPool over ``[b, C, L]`` (stride defaults to the kernel size; pads are -inf;
+    ``ceil_mode`` as PyTorch: the last window may run past the end, never starting in
+    the padding)."""
+    t = _t(x)
+    if return_indices:
+        raise TraceError("max_pool1d(return_indices=True) is not supported")
+    attrs = _pool1d_attrs("max_pool1d", t, kernel_size, stride, padding, dilation)
+    return t._emit("MaxPool", t, ceil_mode=int(bool(ceil_mode)), **attrs)
+
+
+def avg_pool1d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """AveragePool over ``[b, C, L]`` (stride defaults to the kernel size;
+    ``count_include_pad`` as PyTorch, default True)."""
+    t = _t(x)
+    attrs = _pool1d_attrs("avg_pool1d", t, kernel_size, stride, padding)
+    del attrs["dilations"]
+    return t._emit("AveragePool", t, ceil_mode=int(bool(ceil_mode)),
+                   count_include_pad=int(bool(count_include_pad)), **attrs)
+
+
+def adaptive_avg_pool1d(x: Any, output_size: Any) -> Tensor:
+    """The mean of PyTorch's adaptive windows ``[floor(i L / o), ceil((i + 1) L / o))``
+    of ``[b, C, L]``, giving ``[b, C, o]``: GlobalAveragePool for ``o = 1``, AveragePool
+    where ``o`` divides ``L`` (equal windows), and otherwise a MatMul by the constant
+    ``[L, o]`` matrix of window averages (uneven or overlapping windows, one op).
+
+    >>> from engine import nn
+    >>> class M(nn.Module):
+    ...     def forward(self, x):
+    ...         y = nn.functional.adaptive_avg_pool1d(x, 3)
+    ...         print(y)
+    ...         return y
+    >>> g = nn.to_graph(M(), inputs={"x": (0, 2, 7)}, loss=None)
+    Tensor('mat_mul_2', float32[b,2,3])
+    >>> [n.op for n in g.paths[0].nodes]
+    ['MatMul']
+    """
+    t = _t(x)
+    n = _length(t, "adaptive_avg_pool1d")
+    o = _single(output_size, "output_size", 1)
+    if o == 1:
+        return global_avg_pool(t)
+    if n % o == 0:
+        return t._emit("AveragePool", t, kernel_shape=(n // o,), strides=(n // o,))
+    import numpy as np
+
+    windows = np.zeros((n, o), np.float32)
+    for i in range(o):
+        lo, hi = i * n // o, -(-(i + 1) * n // o)
+        windows[lo:hi, i] = 1.0 / (hi - lo)
+    return t @ as_tensor(windows, like=t)
 
 
 def _param_or_const(value: Any, fill: float, like: Tensor, n: int) -> Tensor:

@@ -1,8 +1,9 @@
 """Layers with PyTorch's constructors, parameter names, shapes and default inits.
 
-Inits (drawn lazily, see :class:`~engine.nn.Parameter`): Linear and Conv2d weight and
-bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (PyTorch's ``kaiming_uniform_(a=sqrt 5)``
-works out to that bound; ``fan_in = in_features`` or ``in_channels/groups * kh * kw``);
+Inits (drawn lazily, see :class:`~engine.nn.Parameter`): Linear, Conv1d and Conv2d
+weight and bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (PyTorch's
+``kaiming_uniform_(a=sqrt 5)`` works out to that bound; ``fan_in = in_features``,
+``in_channels/groups * k`` or ``in_channels/groups * kh * kw``);
 BatchNorm weight 1, bias 0, ``running_mean`` 0, ``running_var`` 1 (buffers:
 non-trainable parameters of the graph); LayerNorm 1 and 0; Embedding ``N(0, 1)``.
 
@@ -53,6 +54,48 @@ class Linear(Module):
 
 def _pair(v: Any) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def _single(v: Any) -> tuple[int]:
+    return (int(v),) if isinstance(v, int) else (int(v[0]),)
+
+
+class Conv1d(Module):
+    """1-D convolution of ``[b, C, L]``; ``weight [out, in/groups, k]``; ``padding`` an
+    int, ``"same"`` or ``"valid"``; ``padding_mode`` zeros, reflect, replicate or
+    circular.  Runs as the 2-D Conv of a height-1 image (see
+    :func:`~engine.nn.functional.conv1d`).
+
+    >>> from engine.nn.layers import Conv1d
+    >>> conv = Conv1d(4, 6, 3, padding="same", groups=2)
+    >>> [(k, p.shape) for k, p in conv.named_parameters()], conv.weight.init.high
+    ([('weight', (6, 2, 3)), ('bias', (6,))], 0.4082482904638631)
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros") -> None:
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise NNError(f"Conv1d: in_channels {in_channels} and out_channels {out_channels} "
+                          f"must be divisible by groups {groups}")
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = _single(kernel_size)
+        self.stride, self.dilation = _single(stride), _single(dilation)
+        self.padding = padding if isinstance(padding, str) else _single(padding)
+        self.groups, self.padding_mode = int(groups), padding_mode
+        init = _bound_uniform(self.in_channels // self.groups * self.kernel_size[0])
+        self.weight = Parameter(shape=(self.out_channels, self.in_channels // self.groups,
+                                       *self.kernel_size), init=init)
+        self.bias = Parameter(shape=(self.out_channels,), init=init) if bias else None
+
+    def forward(self, x: Any) -> Tensor:
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups, self.padding_mode)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
 
 
 class Conv2d(Module):
@@ -170,6 +213,49 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class MaxPool1d(Module):
+    """Max pooling of ``[b, C, L]`` (stride defaults to the kernel size)."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+                 return_indices: bool = False, ceil_mode: bool = False) -> None:
+        super().__init__()
+        if return_indices:
+            raise NNError("MaxPool1d(return_indices=True) is not supported")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def forward(self, x: Any) -> Tensor:
+        return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode)
+
+
+class AvgPool1d(Module):
+    """Average pooling of ``[b, C, L]`` (stride defaults to the kernel size; PyTorch's
+    ``count_include_pad=True``)."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True) -> None:
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, x: Any) -> Tensor:
+        return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+
+class AdaptiveAvgPool1d(Module):
+    """Average pooling of ``[b, C, L]`` to ``[b, C, output_size]`` over PyTorch's
+    adaptive windows, even or not (see :func:`~engine.nn.functional.adaptive_avg_pool1d`)."""
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Any) -> Tensor:
+        return F.adaptive_avg_pool1d(x, self.output_size)
 
 
 class MaxPool2d(Module):
@@ -339,7 +425,8 @@ class LogSoftmax(Module):
 
 
 LAYERS: Sequence[str] = (
-    "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "MaxPool2d",
-    "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "Embedding", "Identity", "ReLU", "Tanh",
-    "Sigmoid", "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Softmax", "LogSoftmax",
+    "Linear", "Conv1d", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout",
+    "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d", "Flatten", "Embedding", "Identity", "ReLU", "Tanh", "Sigmoid",
+    "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Softmax", "LogSoftmax",
 )

@@ -120,8 +120,9 @@ def test_embedding_matches_pytorch() -> None:
 def test_every_layer_is_covered() -> None:
     """Each layer the package exports has a case here (or its own test)."""
     from engine.nn.layers import LAYERS
+    from tests.engine.nn.test_conv1d_vs_torch import CASES as CASES_1D
 
-    covered = {c.split("-")[0] for c in CASES} | {"Embedding"}
+    covered = {c.split("-")[0] for c in (*CASES, *CASES_1D)} | {"Embedding"}
     assert set(LAYERS) <= covered, set(LAYERS) - covered
 
 
