@@ -366,6 +366,10 @@ class Tensor(_Ops):
         """As int64 (a Cast unless it is already)."""
         return self.to("int64")
 
+    def masked_fill(self, mask: Any, value: Any) -> Tensor:
+        """``value`` where ``mask`` is True, else this tensor (see :func:`masked_fill`)."""
+        return masked_fill(self._t(), mask, value)
+
     def to(self, dtype: Any) -> Tensor:
         """As ``dtype`` (a name, a numpy dtype or :class:`~engine.DType`)."""
         x = self._t()
@@ -523,3 +527,51 @@ def index(x: Tensor, key: Any) -> Tensor:
     if new_axes:
         y = y._emit("Unsqueeze", y, axes=tuple(new_axes))
     return y
+
+
+def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
+    """PyTorch's ``x.masked_fill(mask, value)``: ``value`` where ``mask`` is True, ``x``
+    elsewhere, one ``Where`` (its gradient flows to ``x`` where the mask is False).
+    ``mask`` is a numpy bool array (a frozen constant) or a traced ``bool`` tensor (a
+    graph input declared ``(shape, "bool")``), broadcasting to ``x``'s shape.
+
+    >>> import numpy as np
+    >>> from engine import nn
+    >>> class Fill(nn.Module):
+    ...     def forward(self, x):
+    ...         return x.masked_fill(np.array([True, False, True]), -1.0)
+    >>> g = nn.to_graph(Fill(), inputs={"x": (0, 3)}, loss=None)
+    >>> [n.op for n in g.paths[0].nodes]
+    ['Where']
+    """
+    if not isinstance(x, _Ops):
+        raise TraceError(f"masked_fill needs a traced tensor, got {type(x).__name__}")
+    t = x._t()
+    if isinstance(mask, np.ndarray):
+        if mask.dtype != np.bool_:
+            raise TraceError(f"masked_fill: the mask must be bool, got a numpy array of "
+                             f"{mask.dtype}")
+        m = as_tensor(mask, like=None) if mask.ndim else None
+        if m is None:
+            raise TraceError("masked_fill: a 0-d mask; give an array of the tensor's shape")
+    elif isinstance(mask, _Ops):
+        m = mask._t()
+        if m.dtype != "bool":
+            raise TraceError(f"masked_fill: the mask must be bool, got {m.dtype} (engine.nn "
+                             "has no comparisons: declare the mask input as (shape, 'bool'))")
+    else:
+        raise TraceError(f"masked_fill: the mask must be a numpy bool array or a traced bool "
+                         f"tensor, got {type(mask).__name__}")
+    if isinstance(value, _Ops | bool) or not isinstance(
+            value, int | float | np.floating | np.integer):
+        raise TraceError(f"masked_fill: value must be a Python number, got "
+                         f"{type(value).__name__}")
+    if m.batched and not t.batched:
+        raise TraceError(f"masked_fill: a batched mask {m.shape} on an unbatched tensor "
+                         f"{t.shape}")
+    ms, ts = m.desc.shape, t.desc.shape
+    if len(ms) > len(ts) or any(a not in (1, b) for a, b in zip(ms[::-1], ts[::-1],
+                                                                strict=False)):
+        raise TraceError(f"masked_fill: the mask {m.shape} does not broadcast to the "
+                         f"tensor's shape {t.shape}")
+    return t._emit("Where", m, as_tensor(float(value), like=t), t)

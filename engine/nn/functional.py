@@ -26,13 +26,45 @@ from typing import Any
 
 from engine.nn._tensor import Tensor, _axis, _Ops, as_tensor, reshape
 from engine.nn._trace import TraceError
+from engine.nn.attention import einsum, masked_fill, matmul, scaled_dot_product_attention
 
 __all__ = [
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
-    "binary_cross_entropy_with_logits", "cat", "conv1d", "conv2d", "cross_entropy",
-    "dequantize_linear", "dropout", "elu", "embedding", "flatten", "gelu", "global_avg_pool",
-    "huber_loss", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "max_pool1d",
-    "max_pool2d", "mse_loss", "relu", "sigmoid", "silu", "softmax", "softplus", "tanh",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "batch_norm",
+    "binary_cross_entropy_with_logits",
+    "cat",
+    "conv1d",
+    "conv2d",
+    "cross_entropy",
+    "dequantize_linear",
+    "dropout",
+    "einsum",
+    "elu",
+    "embedding",
+    "flatten",
+    "gelu",
+    "global_avg_pool",
+    "huber_loss",
+    "l1_loss",
+    "layer_norm",
+    "leaky_relu",
+    "linear",
+    "log_softmax",
+    "masked_fill",
+    "matmul",
+    "max_pool1d",
+    "max_pool2d",
+    "mse_loss",
+    "relu",
+    "scaled_dot_product_attention",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "softplus",
+    "tanh",
 ]
 
 
