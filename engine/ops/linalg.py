@@ -45,11 +45,24 @@ def _mm_shape(a: tuple[int, ...], b: tuple[int, ...], ta: bool, tb: bool) -> tup
     return (*lead, m, n)
 
 
+def _folded(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` with every axis but the last merged into one (``fold``)."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return (rows, shape[-1])
+
+
 def _matmul_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     dt = same_dtype(ins)
     need_float(ins[0])
     ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
     a, b = ins[0].shape, ins[1].shape
+    if attrs.get("fold", 0):
+        if len(a) < 2 or a[:-1] != b[:-1] or not (ta and not tb):
+            raise ShapeError(f"a folded product takes A^T B of operands that share every "
+                             f"axis but the last, got {a} and {b}")
+        return [TensorDesc(dt, _mm_shape(_folded(a), _folded(b), True, False))]
     if not (ta or tb) and (len(a) == 1 or len(b) == 1):  # numpy's 1-D promotion
         if len(a) == 1 and len(b) == 1:
             if a != b:
@@ -63,7 +76,10 @@ def _matmul_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDe
 
 
 def _matmul_flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:
-    """2·K per element of the product, broadcast batches included."""
+    """2·K per element of the product, broadcast batches included (folded: K is every
+    row of the operands)."""
+    if attrs.get("fold", 0):
+        return 2 * _folded(ins[0].shape)[0] * outs[0].numel()
     return matmul_flops(ins[0], outs[0], bool(attrs.get("transA", 0)))
 
 
@@ -86,9 +102,18 @@ def _t(xp: Any, x: Any, flag: Any) -> Any:
 
 def _matmul(k: KernelArgs) -> Step:
     xp = k.xp
-    a = _t(xp, k.ins[0], k.attrs.get("transA", 0))
-    b = _t(xp, k.ins[1], k.attrs.get("transB", 0))
-    y = k.outs[0]
+    a, b, y = k.ins[0], k.ins[1], k.outs[0]
+    if k.attrs.get("fold", 0):  # A^T B over every row of both: one GEMM
+        a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        return matmul_step(xp, a.T, b, y)
+    ta = k.attrs.get("transA", 0)
+    if b.ndim == 2 and a.ndim > 2 and not ta and a.flags.c_contiguous and \
+            y.flags.c_contiguous:
+        # an N-D input by one matrix (a linear layer over a sequence): one GEMM over
+        # every row, not one per leading index (numpy's matmul loops over them)
+        a, y = a.reshape(-1, a.shape[-1]), y.reshape(-1, y.shape[-1])
+    a = _t(xp, a, ta)
+    b = _t(xp, b, k.attrs.get("transB", 0))
     # On a GPU one strided cuBLAS call where the views allow (CuPy's matmul copies a
     # transposed batched operand or a broadcast one into temporaries at every step).
     return matmul_step(xp, a, b, y)
@@ -104,6 +129,8 @@ def _g_matmul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | N
     if len(gb.desc(a).shape) == 2 and len(gb.desc(b).shape) == 2:
         return [gb.op("Gemm", g[0], b, transB=1), gb.op("Gemm", a, g[0], transA=1)]
     da = gb.op("MatMulT", g[0], b, transB=1)
+    if len(gb.desc(b).shape) == 2:  # one matrix for every row of A: one folded GEMM
+        return [unbroadcast(gb, da, a), gb.op("MatMulT", a, g[0], transA=1, fold=1)]
     db = gb.op("MatMulT", a, g[0], transA=1)
     return [unbroadcast(gb, da, a), unbroadcast(gb, db, b)]
 
@@ -111,11 +138,21 @@ def _g_matmul(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | N
 def _g_matmul_t(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
     if not g[0]:
         return [None, None]
+    if n.attrs.get("fold", 0):
+        raise GraphError("the gradient of a folded MatMulT (itself a gradient) is not "
+                         "supported")
     a, b = n.inputs
     ta, tb = int(n.attrs.get("transA", 0)), int(n.attrs.get("transB", 0))
     # Y = A' B'.  dA' = dY B'^T, dB' = A'^T dY; transpose back where A or B was transposed.
     da = (gb.op("MatMulT", b, g[0], transA=tb, transB=1) if ta
           else gb.op("MatMulT", g[0], b, transB=1 - tb))
+    if len(gb.desc(b).shape) == 2 and len(gb.desc(a).shape) > 2 and not ta:
+        # a matrix applied to every row of an N-D A (a linear layer over a sequence):
+        # its gradient sums over all those rows, one folded GEMM, rather than a product
+        # per leading index summed afterwards
+        db = (gb.op("MatMulT", g[0], a, transA=1, fold=1) if tb
+              else gb.op("MatMulT", a, g[0], transA=1, fold=1))
+        return [unbroadcast(gb, da, a), db]
     db = (gb.op("MatMulT", g[0], a, transA=1, transB=ta) if tb
           else gb.op("MatMulT", a, g[0], transA=1 - ta))
     return [unbroadcast(gb, da, a), unbroadcast(gb, db, b)]
@@ -261,8 +298,10 @@ OPS = [
           doc="matrix product, numpy semantics for rank >= 2"),
     OpDef(name="MatMulT", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul_t, num_inputs=(2, 2),
           flops=_matmul_flops,
-          attrs={"transA": 0, "transB": 0}, stacking=MADE_AFTER_STACKING, onnx=ENGINE_INTERNAL,
-          doc="internal: MatMul with transposed operands (gradients of N-D MatMul)"),
+          attrs={"transA": 0, "transB": 0, "fold": 0}, stacking=MADE_AFTER_STACKING,
+          onnx=ENGINE_INTERNAL,
+          doc="internal: MatMul with transposed operands (gradients of N-D MatMul); fold=1: "
+              "A^T B over every row of two operands alike but for their last axis"),
     OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
           flops=gemm_flops,
           num_inputs=(2, 3), attrs=dict(GEMM_ATTRS), stacking=StackRule.DENSE,
