@@ -13,6 +13,7 @@ created deleted again, so nothing is left half-written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -191,14 +192,16 @@ def check_objectives(space: Any, ds: Any) -> None:
 def data_record(ds: Any) -> dict[str, Any]:
     """What a model of the study takes and gives, stored with the study so that its
     models can be rebuilt, exported and used without the data: task, features,
-    classes, image shape, pixel scale, target scale, the preprocessing and what
-    ``dataset.missing`` did."""
+    classes, image shape, sequence shape (only a sequence data set's record has one),
+    pixel scale, target scale, the preprocessing and what ``dataset.missing`` did."""
     pre = getattr(ds, "preprocess", None)
     scale = getattr(ds, "target_scale", None)
     image = getattr(ds, "image", None)
+    seq = getattr(ds, "sequence", None)
     return {"task": getattr(ds, "task", "classification"), "features": int(ds.features),
             "classes": int(getattr(ds, "classes", 0) or 0),
             "image": list(image) if image else None,
+            **({"sequence": dataclasses.asdict(seq)} if seq is not None else {}),
             "pixel_scale": getattr(ds, "pixel_scale", None),
             "target_scale": list(scale) if scale else None,
             "preprocess": pre.to_dict() if pre is not None else None,

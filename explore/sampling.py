@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from explore import families
 from explore.ranges import Choice, FloatRange, IntRange, Range
 from explore.space import WHEN_DEFAULTS, Space, can_be, describe
 
@@ -46,6 +47,9 @@ def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
     ``when`` is asked after the ones it names (the schema refuses circles) and, when
     they do not match, takes its off value (:data:`~explore.space.WHEN_DEFAULTS`)."""
     params = space.params()
+    # per-layer parameters the family also reads as one value (a transformer's dropout)
+    scalar = () if space.model.builder is not None else \
+        families.get(space.model.family).scalar_keys
     out: dict[str, Any] = {c: int(_one(trial, c, params[c])) for c in COUNTS}
     chosen: dict[str, Any] = dict(out)  # single values by parameter name, for when
     todo = [n for n in params if n not in COUNTS]
@@ -58,6 +62,8 @@ def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
             chosen[name] = value
             if name in PER_LAYER:
                 out[PER_LAYER[name]] = [value] * out[COUNT[name]]
+                if name in scalar:
+                    out[name] = value
             else:
                 out[name] = value
             continue
@@ -66,10 +72,12 @@ def suggest(trial: TrialLike, space: Space) -> dict[str, Any]:
             if isinstance(p, Range) and p.per_layer:
                 out[PER_LAYER[name]] = [_one(trial, f"{name}_{i}", p) for i in range(n)]
             else:
-                one = [_one(trial, name, p)] if n else []
+                one = [_one(trial, name, p)] if n or name in scalar else []
                 out[PER_LAYER[name]] = one * n
                 if one:
                     chosen[name] = one[0]
+                    if name in scalar:
+                        out[name] = one[0]
         else:
             out[name] = chosen[name] = _one(trial, name, p)
     return out

@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from explore import datasets, samplers
+from explore import datasets, families, samplers
 from explore.folders import directory_problem
 from explore.ranges import (  # the parameter types are part of the schema's vocabulary
     Choice,
@@ -190,6 +190,9 @@ class Space(Strict):
                                                    "dropout", "init", "channels", "kernel",
                                                    "stride", "pool", "batch_norm",
                                                    "residual", "stage_blocks")}
+        if self.model.builder is None:  # the family's own keys (a transformer's heads...)
+            out.update({k: getattr(self.model, k)
+                        for k in families.get(self.model.family).keys})
         if self.model.onnx is not None:  # fixed values: each trial's record rebuilds it
             out.update(onnx=str(self.model.onnx), freeze=self.model.freeze,
                        head=self.model.head)

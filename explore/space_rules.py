@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 from explore import optimizers
+from explore.families._transformer import NORMS, POOLINGS, POSITIONALS
 from explore.families.layers import ACTIVATIONS, INITS
 from explore.families.tasks import LOSSES
 from explore.ranges import Choice, FloatRange, IntRange, finite
@@ -34,6 +35,8 @@ MAX_LAYERS = 64  # depth, blocks, stage_blocks
 MAX_WIDTH = 1_048_576  # width (units per layer), channels (filters per block)
 MAX_KERNEL = 63  # a convolution's kernel side (odd)
 MAX_STRIDE = 64
+MAX_HEADS = 1024  # a transformer's attention heads
+MAX_FF_RATIO = 64  # a transformer's feed-forward width over d_model
 MAX_BATCH = 1_048_576  # batch_size, auto_max_batch, eval_batch_size
 MAX_TRIALS = 1_000_000
 MAX_ROUNDS = 100_000
@@ -162,6 +165,14 @@ RULES: dict[str, Callable[[Any], None]] = {
     "batch_norm": _flag,
     "residual": _flag,
     "stage_blocks": _integer(1, MAX_LAYERS),
+    "d_model": _integer(1, MAX_WIDTH),
+    "heads": _integer(1, MAX_HEADS),
+    "layers": _integer(1, MAX_LAYERS),
+    "ff_ratio": _number(0, MAX_FF_RATIO, lo_open=True),
+    "pooling": _name("pooling", lambda: list(POOLINGS)),
+    "positional": _name("positional", lambda: list(POSITIONALS)),
+    "norm": _name("norm", lambda: list(NORMS)),
+    "dilation": _integer(1, MAX_STRIDE),
     "loss": _name("loss", _losses),
     "optimizer": _name("optimizer", lambda: [n.lower() for n in optimizers.names()]),
     "lr": _number(0, None, lo_open=True),

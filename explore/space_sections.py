@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BeforeValidator,
@@ -59,6 +59,25 @@ class DatasetSection(Strict):
           missing: impute           # error (default) | drop | impute: missing values
           impute: median            # with impute: median | mean | most_frequent
         dataset: {x: X.npy, y: y.npy}                 # arrays, memory-mapped
+        dataset: {name: sunspots, window: 22}         # a built-in series' windows
+        dataset:
+          kind: series              # windows of a time series (.csv or .parquet)
+          path: data/load.csv
+          target: load              # the column predicted, horizon steps ahead
+          columns: [load, temp]     # the inputs (default: the target alone)
+          time: timestamp           # sort the rows by it (default: file order)
+          window: 48                # steps per window
+          horizon: 1                # the target that many steps after the window
+          stride: 1                 # a window starting every stride steps
+          valid: 0.2                # fractions of the time axis: train, then valid,
+          test: 0.1                 #   then test, contiguous (no window straddles)
+        dataset:
+          kind: sequences           # token ids [N, L] or features [N, L, F]
+          x: data/x.npy             # or path: data.npz (arrays x, y, lengths)
+          y: data/y.npy
+          lengths: data/lengths.npy # real steps per row; the rest is padding
+          padding: 0                # or the value that marks a padded step
+          vocab: 20000              # token ids 0..vocab-1 (default: largest id + 1)
 
     Exactly one of ``name``, ``path`` or ``x`` and ``y``.  An integer ``train`` or
     ``valid`` keeps that many rows of the split (any dataset); a fraction or a path
@@ -68,7 +87,11 @@ class DatasetSection(Strict):
     table naming every column at fault, ``drop`` drops its row before the split,
     ``impute`` fills it from the training split (a numeric column's ``impute``
     statistic, a category's most frequent value; a row without a target is dropped),
-    see :mod:`explore.datasets.missing`.  Relative
+    see :mod:`explore.datasets.missing`.  ``kind`` says what a file holds: a table (no
+    kind, or ``table``), a time series cut into windows (``series``:
+    :mod:`explore.datasets.series`) or sequences (``sequences``:
+    :mod:`explore.datasets.sequences`); each kind's keys are refused on the others.
+    Relative
     paths are resolved against the YAML file's folder (:func:`load_space`), or the
     current one for a space given from Python.  What the data says is checked when it
     is resolved (:attr:`Space.data`, a :class:`~explore.datasets.BaseDataset`)."""
@@ -88,8 +111,24 @@ class DatasetSection(Strict):
     seed: Int | None = Field(None, ge=0, le=MAX_SEED)
     missing: Literal["error", "drop", "impute"] | None = None  # None: error
     impute: Literal["median", "mean", "most_frequent"] | None = None  # None: median
+    kind: Literal["table", "series", "sequences"] | None = None  # None: a table
+    columns: list[str] | None = None  # series: the input columns (None: the target)
+    time: str | None = None  # series: the column the rows are sorted by
+    window: Int | None = Field(None, ge=1)  # series: steps per window
+    horizon: Int | None = Field(None, ge=1)  # series: steps from a window to its target
+    stride: Int | None = Field(None, ge=1)  # series: steps between windows' starts
+    lengths: Path | None = None  # sequences: .npy of each row's real steps
+    padding: Int | Num | None = None  # sequences: the value of a padded step
+    vocab: Int | None = Field(None, ge=1)  # sequences: token ids 0..vocab-1
 
-    @field_validator("path", "x", "y", "valid", "test", mode="after")
+    # which kinds of your data each kind's own key is for
+    _KIND_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "table": ("features", "categorical", "missing", "impute"),
+        "series": ("columns", "time", "window", "horizon", "stride"),
+        "sequences": ("lengths", "padding", "vocab"),
+    }
+
+    @field_validator("path", "x", "y", "valid", "test", "lengths", mode="after")
     @classmethod
     def _relative(cls, v: Any, info: ValidationInfo) -> Any:
         base = (info.context or {}).get("base")
@@ -152,9 +191,63 @@ class DatasetSection(Strict):
         if self.name is not None and self.task is not None:
             raise ValueError("task is for your own data: a named dataset has its own")
         if self.path is not None and self.path.suffix.lower() in (".csv", ".parquet") and \
-                self.target is None:
+                self.target is None and self.kind != "sequences":
             raise ValueError("target: name the column to predict")
         return self
+
+    @model_validator(mode="after")
+    def _kind_keys(self) -> DatasetSection:
+        kind = self.kind or "table"
+        if self.name is not None:
+            if self.kind is not None:
+                raise Located(("kind",), "kind is for your own data (path: or x and y); "
+                              f"the named dataset {self.name!r} has its own")
+            # a named series takes window, horizon and stride (resolve asks it)
+            for k in (*self._KIND_KEYS["series"][:2], *self._KIND_KEYS["sequences"]):
+                if getattr(self, k) is not None:
+                    raise Located((k,), f"{k} is for your own data (kind: "
+                                  f"{self._kind_of(k)}); a named dataset has none")
+            return self
+        for other, keys in self._KIND_KEYS.items():
+            if other == kind:
+                continue
+            for k in keys:
+                v = getattr(self, k)
+                if v is not None and v != []:
+                    raise Located((k,), f"{k} is for kind: {other}; this dataset is "
+                                  f"kind: {kind}" + (" (the default)" if self.kind is None
+                                                      else ""))
+        if kind == "table":
+            return self
+        for k in ("valid", "test"):
+            if isinstance(getattr(self, k), Path):
+                raise Located((k,), f"{k}: a fraction; kind: {kind} is split by fraction "
+                              "(a file of its own is for tables)")
+        if kind == "series":
+            if self.path is None or self.path.suffix.lower() not in (".csv", ".parquet"):
+                raise Located(("path",) if self.path is not None else ("kind",),
+                              "kind: series reads a .csv or .parquet table: give path:")
+            if self.seed is not None:
+                raise Located(("seed",), "a series is split in time order: it has no "
+                              "random split to seed")
+            if self.window is None:
+                raise Located(("kind",), "window: the steps each window holds (kind: "
+                              "series needs it), e.g. window: 24")
+        if kind == "sequences":
+            if self.path is not None and self.path.suffix.lower() != ".npz":
+                raise Located(("path",), "kind: sequences reads an .npz (arrays x, y and "
+                              "lengths) or x: and y: .npy files")
+            if self.path is not None and self.lengths is not None:
+                raise Located(("lengths",), "lengths is an array of the .npz (path:), not "
+                              "a file of its own")
+            if self.target is not None:
+                raise Located(("target",), "kind: sequences predicts y: it has no target "
+                              "column")
+        return self
+
+    @classmethod
+    def _kind_of(cls, key: str) -> str:
+        return next(k for k, keys in cls._KIND_KEYS.items() if key in keys)
 
     @property
     def heads(self) -> tuple[int | None, int | None]:
@@ -304,10 +397,20 @@ class Model(Strict):
     batch_norm: Param = False  # cnn: batch normalisation between convolution and relu
     residual: Param = False  # cnn: add a block's input to its output where shapes agree
     stage_blocks: Param = 1  # resnet: residual blocks per stage (blocks: the stages)
+    # transformer: the width of every step's vector (conv1d: of a token's embedding)
+    d_model: Param = 64
+    heads: Param = 4  # transformer: attention heads; d_model is a multiple of them
+    layers: Param = 2  # transformer: encoder layers
+    ff_ratio: Param = 4  # transformer: the feed-forward's width over d_model
+    pooling: Param = "mean"  # transformer: mean (of the real steps) | cls (a class token)
+    positional: Param = "learned"  # transformer: learned | sinusoidal | none
+    norm: Param = "pre"  # transformer: layer norm before (pre) or after (post) each sublayer
+    dilation: Param = 1  # conv1d: block i is dilated by dilation ** i
 
     @field_validator("depth", "width", "activation", "dropout", "init", "blocks", "channels",
                      "kernel", "stride", "pool", "batch_norm", "residual", "stage_blocks",
-                     mode="after")
+                     "d_model", "heads", "layers", "ff_ratio", "pooling", "positional",
+                     "norm", "dilation", mode="after")
     @classmethod
     def _rules(cls, v: Any, info: ValidationInfo) -> Any:
         return check_param(str(info.field_name), v)
@@ -337,6 +440,13 @@ class Model(Strict):
             return self
         if self.onnx is not None and self.family != "onnx":
             raise ValueError(f"onnx is the file of family onnx, not of family {self.family}")
+        family = families.get(self.family)
+        for key in families.FAMILY_ONLY_KEYS:  # a key no family of the space reads: said
+            if key not in family.keys and getattr(self, key) != \
+                    type(self).model_fields[key].get_default():
+                users = [n for n in families.names() if key in families.get(n).keys]
+                raise Located((key,), f"{key} is a key of family {' and '.join(users)}; "
+                              f"family {self.family} does not read it")
         try:
             families.get(self.family).check({k: getattr(self, k)
                                              for k in type(self).model_fields})

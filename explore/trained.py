@@ -33,6 +33,7 @@ from explore import families
 from explore.attrs import BUILDER_DIR_ATTR, DATA_ATTR, REFIT_ATTR, SPACE_ATTR
 from explore.candidate import BUILDER_PARAMS
 from explore.datasets.quantize import to_pixels
+from explore.datasets.sequence_shape import SequenceShape
 from explore.datasets.table import Preprocess
 from explore.families.builder import (
     BuilderError,
@@ -68,6 +69,7 @@ class StoredData:
     pixel_scale: float | None
     target_scale: tuple[float, float] | None
     preprocess: Any  # explore.datasets.table.Preprocess | None
+    sequence: SequenceShape | None = None
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> StoredData:
@@ -78,7 +80,7 @@ class StoredData:
                    tuple(r["image"]) if r.get("image") else None,
                    r.get("pixel_scale"),
                    tuple(r["target_scale"]) if r.get("target_scale") else None,
-                   pre)
+                   pre, SequenceShape(**r["sequence"]) if r.get("sequence") else None)
 
     @classmethod
     def of(cls, ds: Any) -> StoredData:
@@ -90,13 +92,14 @@ class StoredData:
                    int(getattr(ds, "classes", 0) or 0), tuple(image) if image else None,
                    getattr(ds, "pixel_scale", None),
                    (float(scale[0]), float(scale[1])) if scale else None,
-                   getattr(ds, "preprocess", None))
+                   getattr(ds, "preprocess", None), getattr(ds, "sequence", None))
 
     def differs(self, ds: Any) -> str | None:
         """What differs between the data set ``ds`` and this one (task, features,
         classes, image shape, pixel scale, target scale, preprocessing), or None."""
         have = StoredData.of(ds)
-        for key in ("task", "features", "classes", "image", "pixel_scale", "target_scale"):
+        for key in ("task", "features", "classes", "image", "sequence", "pixel_scale",
+                    "target_scale"):
             a, b = getattr(have, key), getattr(self, key)
             if a != b:
                 return f"{key}: {a!r} where the model has {b!r}"

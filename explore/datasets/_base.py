@@ -20,6 +20,7 @@ import numpy as np
 
 from explore.datasets.errors import DataError
 from explore.datasets.quantize import quantize
+from explore.datasets.sequence_shape import SequenceShape
 from explore.registry import Registry
 
 if TYPE_CHECKING:
@@ -71,14 +72,19 @@ def plain_empty(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 class BaseDataset(ABC):
     """A data set, which :meth:`load` loads as a :class:`LoadedData`.  The attributes are
     known without loading its arrays: the scheduler and ``explore size`` compile
-    candidates from them alone.  A built-in one states them as class attributes; a
-    file's (:class:`~explore.datasets.table.TableDataset`) knows them once it has read
-    the file, as instance attributes."""
+    candidates from them alone (a CNN reshapes a row to ``image``, a sequence family
+    to ``sequence``).  A built-in one states them as class attributes; a file's
+    (:class:`~explore.datasets.table.TableDataset`) knows them once it has read the
+    file, as instance attributes."""
 
     features: int  # input values per sample (after one-hot encoding, for tables)
     classes: int  # classes of a classification; 0 for a regression
     # (channels, height, width) of the features; None for tables, which are no images
     image: tuple[int, int, int] | None = None
+    # How a row reads as a sequence (steps of channels, a presence flag per step, token
+    # ids; explore.datasets.sequence_shape); None for tables and images.  A sequence
+    # data set has features == sequence.features and image None.
+    sequence: SequenceShape | None = None
     valid: int  # samples in the validation split
     # Images of k * pixel_scale (k in 0..255) are kept as uint8 and dequantized exactly
     # by the model's first op; None keeps float32 features.

@@ -73,6 +73,8 @@ from explore.datasets.missing import (
     scan,
 )
 from explore.datasets.preprocess import Preprocess, _is_frame, _plain
+from explore.datasets.sequences import sequences_from_file
+from explore.datasets.series import series_from_file
 from explore.datasets.source import Source, Table, as_source, require_rows
 from explore.datasets.split import split_rows
 from explore.datasets.target import (
@@ -534,26 +536,54 @@ def from_python(data: Table, target: str | None = None, **options: Any) -> Table
 
 def resolve(section: DataSection) -> BaseDataset:
     """The data set a search space's ``dataset:`` section names: a registered one by
-    ``name`` (configured with the section's table options where it takes them), or a
-    file (:func:`from_file`).  Reads and checks a file (:class:`DataError`); callers
-    cache the result (:attr:`explore.space.Space.data`).
+    ``name`` (configured with the section's options where it takes them: the table
+    ones, and a named series' ``window``, ``horizon``, ``stride``), or a file by
+    ``kind``: a table (:func:`from_file`; no kind), a time series
+    (:func:`~explore.datasets.series.series_from_file`) or sequences
+    (:func:`~explore.datasets.sequences.sequences_from_file`).  Reads and checks a file
+    (:class:`DataError`); callers cache the result (:attr:`explore.space.Space.data`).
 
     >>> from types import SimpleNamespace as NS
     >>> resolve(NS(name="digits", valid=100, test=None, scale=None, seed=None)).features
     64
     """
+    # sections of the sequence keys' time, and plain namespaces, may lack them
+    def opt(key: str) -> Any:
+        return getattr(section, key, None)
+
     if section.name is not None:
         ds = get(section.name)
         options = {"valid": section.valid if isinstance(section.valid, float) else None,
-                   "test": section.test, "scale": section.scale, "seed": section.seed}
+                   "test": section.test, "scale": section.scale, "seed": section.seed,
+                   "window": opt("window"), "horizon": opt("horizon"),
+                   "stride": opt("stride")}
         given = [k for k, v in options.items() if v is not None]
         refused = [k for k in given if k not in ds.options]
-        if refused:
+        if refused and not ds.options:
             raise DataError(f"dataset {section.name!r} has fixed splits and scaling; it "
                             f"takes no {refused[0]} (only row counts: train, valid)",
                             key=refused[0])
+        if refused:
+            raise DataError(f"dataset {section.name!r} takes no {refused[0]}; its options: "
+                            f"{', '.join(sorted(ds.options))} (and row counts: train, "
+                            "valid)", key=refused[0])
         return ds.configure(**{k: options[k] for k in given})
     # an integer valid is a head count of the split (explore.space.DatasetSection.heads)
+    fraction = {"valid": section.valid if isinstance(section.valid, float) else None,
+                "test": section.test if _is_fraction(section.test) else None}
+    fractions = {k: v for k, v in fraction.items() if v is not None}
+    if opt("kind") == "series":
+        assert section.path is not None and section.target is not None
+        return series_from_file(
+            section.path, section.target, columns=opt("columns"), time=opt("time"),
+            window=opt("window"), horizon=opt("horizon") or 1, stride=opt("stride") or 1,
+            task=section.task or "regression", scale=section.scale or "standard",
+            **fractions)
+    if opt("kind") == "sequences":
+        return sequences_from_file(
+            section.path, x=section.x, y=section.y, lengths=opt("lengths"),
+            padding=opt("padding"), vocab=opt("vocab"), scale=section.scale,
+            task=section.task, seed=section.seed or 0, **fractions)
     valid = section.valid if isinstance(section.valid, float | Path) else 0.2
     return from_file(
         section.path, section.target, x=section.x, y=section.y, features=section.features,

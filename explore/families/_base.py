@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine import CalcGraph
+from explore.datasets.sequence_shape import SequenceShape
 from explore.registry import Registry
 
 
@@ -28,7 +29,10 @@ class BuildError(ValueError):
 class DataShape(Protocol):
     """What a family reads of a data set: ``features`` per row, ``classes`` (0 for a
     regression), the ``task``, the ``image`` shape (channels, height, width; None for a
-    table) and the ``pixel_scale`` of rows kept as uint8 pixels (None: float32)."""
+    table) and the ``pixel_scale`` of rows kept as uint8 pixels (None: float32).  A
+    sequence data set also has ``sequence`` (a
+    :class:`~explore.datasets.sequence_shape.SequenceShape`), read with
+    ``getattr(data, "sequence", None)``: a table or image set has none."""
 
     @property
     def features(self) -> int: ...
@@ -58,6 +62,7 @@ class Shape:
     task: str = "classification"
     image: tuple[int, int, int] | None = None
     pixel_scale: float | None = None
+    sequence: SequenceShape | None = None
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,9 @@ class DataInfo:
     table's categories one-hot encoded): the width of the input ``x``, which arrives
     flat, ``[batch, n_features]``.  ``input_shape``: how those values are laid out per
     row, ``(channels, height, width)`` for images (reshape ``x`` to it in ``forward``),
-    ``(n_features,)`` for a table.  ``n_classes``: the classes of a classification
-    (None for a regression); ``n_outputs``: what the model's last layer gives per row
+    ``(length, values per step)`` for a sequence (``sequence`` says which steps are
+    tokens or padding), ``(n_features,)`` for a table.  ``n_classes``: the classes of a
+    classification (None for a regression); ``n_outputs``: what the model's last layer gives per row
     (the classes, or 1 for a regression), which the run checks before any trial trains.
     ``feature_names`` and ``class_labels``: a table's (None for a built-in data set).
     Plain data, made in the scheduler's process from the data set's shape (or a study's
@@ -90,6 +96,7 @@ class DataInfo:
     input_shape: tuple[int, ...]
     feature_names: tuple[str, ...] | None = None
     class_labels: tuple[Any, ...] | None = None
+    sequence: SequenceShape | None = None
 
     @property
     def n_outputs(self) -> int:
@@ -108,15 +115,29 @@ class DataInfo:
         pre = getattr(data, "preprocess", None)
         names = getattr(pre, "feature_names", None)
         labels = getattr(pre, "labels", None)
+        seq = getattr(data, "sequence", None)
+        shape = tuple(int(d) for d in image) if image else \
+            (seq.length, seq.step_width) if seq is not None else (features,)
         return cls(task=task, n_features=features,
                    n_classes=None if task == "regression" else int(data.classes or 0),
-                   input_shape=tuple(int(d) for d in image) if image else (features,),
-                   feature_names=tuple(names) if names else None,
-                   class_labels=tuple(labels) if labels else None)
+                   input_shape=shape, feature_names=tuple(names) if names else None,
+                   class_labels=tuple(labels) if labels else None, sequence=seq)
+
+
+# The model keys that only some families read (a space setting one for another family
+# is refused at the key).  The common keys (depth, width, ...) are not among them.
+FAMILY_ONLY_KEYS = ("d_model", "heads", "layers", "ff_ratio", "pooling", "positional", "norm",
+                    "dilation")
 
 
 class BaseFamily(ABC):
     """A model family (``model.family`` in a search space)."""
+
+    # which of FAMILY_ONLY_KEYS the family reads: they are among its parameters
+    keys: tuple[str, ...] = ()
+    # per-layer parameters (dropout...) the family reads as one value, asked of a trial
+    # even where the dense head has no layer: ``params[name]``
+    scalar_keys: tuple[str, ...] = ()
 
     @abstractmethod
     def build(self, params: dict[str, Any], data: DataShape,

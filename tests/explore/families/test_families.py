@@ -67,5 +67,6 @@ def test_a_family_checks_its_section(linear: None) -> None:
 
 def test_unknown_families_are_listed() -> None:
     with pytest.raises(SpaceError,
-                       match=r"model\.family: Input should be 'mlp', 'cnn', 'onnx' or 'resnet'"):
+                       match=r"model\.family: Input should be 'mlp', 'cnn', 'transformer', "
+                             r"'conv1d', 'onnx' or 'resnet'"):
         parse_space({**SPACE, "model": {"family": "linear"}})

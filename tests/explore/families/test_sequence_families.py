@@ -1,0 +1,168 @@
+"""The sequence families, transformer and conv1d: built for every sequence layout
+(steps of values, token ids, padded steps), exact in memory, deaf to padding, and
+refused with a reason where the data or the parameters make no model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import VM, Adam, compile_graph
+from engine.compile.stack import StackError, stack_graphs
+from explore import families
+from explore.datasets.sequence_shape import SequenceShape
+from explore.families import BuildError, Shape
+from tests.allocations import step_allocations
+
+BASE: dict[str, Any] = {"depth": 1, "widths": [16], "activations": ["relu"],
+                        "dropouts": [0.0], "dropout": 0.0, "init": "he_uniform",
+                        "loss": "auto"}
+TRANSFORMER = {**BASE, "d_model": 16, "heads": 2, "layers": 2, "ff_ratio": 2,
+               "pooling": "mean", "positional": "learned", "norm": "pre"}
+CONV1D = {**BASE, "blocks": 2, "channels": [8, 8], "kernel": 3, "dilation": 2,
+          "pool": False, "batch_norm": False, "residual": True, "d_model": 8}
+
+LAYOUTS = {
+    "steps": SequenceShape(length=6, channels=3),
+    "masked steps": SequenceShape(length=6, channels=3, masked=True),
+    "tokens": SequenceShape(length=6, channels=1, vocab=11, pad=0),
+}
+
+
+def shape_of(seq: SequenceShape, classes: int = 4, task: str = "classification") -> Shape:
+    return Shape(features=seq.features, classes=classes, task=task, sequence=seq)
+
+
+def rows(seq: SequenceShape, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of the layout, the last steps of every other row padding."""
+    length = rng.integers(2, seq.length + 1, n)
+    length[::2] = seq.length
+    if seq.tokens:
+        ids = rng.integers(1, seq.vocab or 2, (n, seq.length)).astype(np.float32)
+        ids[np.arange(seq.length) >= length[:, None]] = float(seq.pad or 0)
+        return ids
+    x = rng.standard_normal((n, seq.length, seq.step_width)).astype(np.float32)
+    if seq.masked:
+        present = (np.arange(seq.length) < length[:, None]).astype(np.float32)
+        x[:, :, -1] = present
+        x[:, :, :-1] *= present[:, :, None]
+    return x.reshape(n, -1)
+
+
+def program(family: str, params: dict[str, Any], seq: SequenceShape, batch: int = 8,
+            **kw: Any) -> tuple[Any, VM]:
+    g = families.get(family).build(params, shape_of(seq, **kw))
+    prog = compile_graph(g, batch_size=batch, optimizer=Adam(lr=1e-2))
+    vm = VM(prog, seed=0)
+    assert vm.allocated_bytes == prog.total_bytes  # the plan is what is allocated
+    return prog, vm
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("family,params", [("transformer", TRANSFORMER), ("conv1d", CONV1D)])
+def test_each_layout_trains_exactly_in_its_plan(family: str, params: dict[str, Any],
+                                                layout: str) -> None:
+    seq = LAYOUTS[layout]
+    rng = np.random.default_rng(0)
+    _, vm = program(family, params, seq)
+    x = rows(seq, 8, rng)
+    y = rng.integers(0, 4, 8)
+    vm.set("x", x)
+    vm.set("y", y)
+    losses = []
+    for _ in range(30):
+        vm.train_step("train")
+        losses.append(float(vm.get("loss")))
+    assert np.isfinite(losses).all()
+    assert losses[-1] < 0.5 * losses[0]  # it fits eight rows
+
+    def step() -> None:
+        vm.train_step("train")
+        vm.forward("eval")
+
+    retained, _ = step_allocations(step, warmup=3, runs=5)
+    assert retained < 4096  # a step allocates nothing that it keeps
+
+
+@pytest.mark.parametrize("family,params,pooling", [
+    ("transformer", TRANSFORMER, "mean"), ("transformer", TRANSFORMER, "cls"),
+    ("conv1d", CONV1D, "mean")])
+def test_padding_steps_change_nothing(family: str, params: dict[str, Any],
+                                      pooling: str) -> None:
+    """What a padded step holds reaches neither attention nor the pooling: the logits
+    are the same whatever it holds."""
+    seq = LAYOUTS["masked steps"]
+    _, vm = program(family, {**params, "pooling": pooling}, seq)
+    rng = np.random.default_rng(1)
+    x = rows(seq, 8, rng).reshape(8, seq.length, seq.step_width)
+    vm.set("y", np.zeros(8, np.int64))
+    vm.set("x", x.reshape(8, -1))
+    vm.forward("eval")
+    want = vm.get("logits").copy()
+    noisy = x.copy()
+    pad = noisy[:, :, -1] == 0
+    assert pad.any()
+    noisy[pad, :-1] = rng.standard_normal((int(pad.sum()), seq.channels)) * 100
+    vm.set("x", noisy.reshape(8, -1))
+    vm.forward("eval")
+    np.testing.assert_allclose(vm.get("logits"), want, rtol=1e-5, atol=1e-5)
+    real = x.copy()
+    real[~pad, 0] += 1.0  # a real step does change them
+    vm.set("x", real.reshape(8, -1))
+    vm.forward("eval")
+    assert not np.allclose(vm.get("logits"), want, atol=1e-4)
+
+
+def test_transformer_attention_is_sized_by_the_sequence() -> None:
+    """The attention scores are [batch, heads, length, length] per layer: a sequence
+    twice as long needs at least the scores' growth more bytes."""
+    params = {**TRANSFORMER, "layers": 1}
+    small, _ = program("transformer", params, SequenceShape(16, 2), batch=4)
+    large, _ = program("transformer", params, SequenceShape(32, 2), batch=4)
+    scores = 4 * params["heads"] * (32 * 32 - 16 * 16) * 4
+    assert large.total_bytes - small.total_bytes >= scores
+
+
+def test_regression_gives_one_value() -> None:
+    seq = SequenceShape(length=5, channels=2)
+    for family, params in (("transformer", TRANSFORMER), ("conv1d", CONV1D)):
+        _, vm = program(family, params, seq, classes=0, task="regression")
+        vm.set("x", rows(seq, 8, np.random.default_rng(0)))
+        vm.set("y", np.zeros(8, np.float32))
+        vm.forward("eval")
+        assert vm.get("logits").reshape(8, -1).shape == (8, 1)
+
+
+@pytest.mark.parametrize("family", ["transformer", "conv1d"])
+def test_tables_and_images_are_refused_with_the_family_to_use(family: str) -> None:
+    params = TRANSFORMER if family == "transformer" else CONV1D
+    with pytest.raises(BuildError, match=r"needs sequences.*use family mlp"):
+        families.get(family).build(params, Shape(features=8, classes=3))
+    with pytest.raises(BuildError, match=r"needs sequences.*use family cnn"):
+        families.get(family).build(params, Shape(features=64, classes=3, image=(1, 8, 8)))
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"d_model": 18, "heads": 4}, "d_model 18 is not a multiple of heads 4"),
+    ({"pooling": "max"}, "pooling 'max' is not one of mean, cls"),
+    ({"layers": 0}, "layers must be at least 1"),
+])
+def test_transformer_parameters_that_make_no_model(change: dict[str, Any], message: str
+                                                   ) -> None:
+    with pytest.raises(BuildError, match=message):
+        families.get("transformer").build({**TRANSFORMER, **change},
+                                          shape_of(LAYOUTS["steps"]))
+
+
+@pytest.mark.parametrize("family,params", [("transformer", TRANSFORMER), ("conv1d", CONV1D)])
+def test_sequence_models_are_trained_one_by_one(family: str, params: dict[str, Any]) -> None:
+    """Neither sequence family stacks (their reshapes, convolutions, attention products
+    and layer norms have no stacking rule, as the cnn's convolutions have none): the
+    stacker refuses them naming the op, and the scheduler trains them one by one."""
+    seq = LAYOUTS["steps"]
+    graphs = [families.get(family).build(params, shape_of(seq)) for _ in range(2)]
+    with pytest.raises(StackError, match=r"op \w+ .* has no stacking rule: train these "
+                                         r"models one by one"):
+        stack_graphs(graphs)
