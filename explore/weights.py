@@ -52,7 +52,8 @@ def save_weights(vm: Any, path: str | Path, member: int | None = None) -> list[s
                 arr = view if isinstance(view, np.ndarray) else vm.backend.to_host(view)
                 # a heap view is contiguous (no copy) but for one member of a parameter
                 # that interleaves its models: that member alone is copied
-                arr = np.ascontiguousarray(arr)
+                # (np.require keeps a 0-d constant 0-d, which ascontiguousarray does not)
+                arr = np.require(arr, requirements="C")
                 with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array_header_2_0(
                         f, np.lib.format.header_data_from_array_1_0(arr))

@@ -47,3 +47,29 @@ def test_a_failed_save_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(OSError, match="disk full"):
         save_weights(vm, tmp_path / "w.npz")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scalar_constant_keeps_its_shape(tmp_path: Path) -> None:
+    """A model's 0-d constants (an attention's 1/sqrt(d), a GELU's coefficients) are
+    saved 0-d, so the file loads back into the model it came from."""
+    from engine import nn
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x: object) -> object:
+            return self.lin(x * 0.5)
+
+    prog = compile_graph(nn.to_graph(Scaled(), inputs={"x": (0, 3)}), batch_size=4,
+                         optimizer=SGD(lr=0.1))
+    vm = VM(prog, seed=0)
+    scalars = [b.name for b in prog.buffers if b.kind == "param" and b.shape == ()]
+    assert scalars
+    save_weights(vm, tmp_path / "w.npz")
+    got = load_weights(tmp_path / "w.npz")
+    again = VM(prog, seed=1)
+    for name, value in got.items():
+        assert value.shape == vm.get(name).shape, name
+        again.assign(name, value)
