@@ -178,6 +178,15 @@ def _input_layout(v: Any, data: Any) -> str:
             else ""
         return f"{head}: column {v.name!r}, one of {_few(list(cats), LISTED)} (another " \
                f"value counts as none of them){gaps}"
+    seq = getattr(data, "sequence", None)
+    if seq is not None and v.name == "x":
+        what = f"{seq.length} token ids each (0..{seq.vocab - 1}" + \
+            (f"; {seq.pad} pads" if seq.pad is not None else "") + ")" if seq.tokens else \
+            f"{seq.length} steps of {seq.channels} values each" + \
+            (", then its presence flag (1 real, 0 padding)" if seq.masked else "")
+        scaled = " (the model scales them: explore.scaling)" \
+            if pre is not None and not seq.tokens else ""
+        return f"{head}: sequences of {what}, as the data has them{scaled}"
     if pre is not None and v.name == "x":
         names = ", ".join(pre.numeric) if len(pre.numeric) <= LISTED else \
             f"{', '.join(pre.numeric[:LISTED])}, ... ({len(pre.numeric)} in all: " \

@@ -19,7 +19,10 @@ Inputs: ``x`` (float32 ``[N, numeric columns]``, in the order of
 ``Preprocess.numeric``; NaN where a value is missing) when the data set has numeric
 columns, and one input per categorical column, named after it (``[N, 1]``, string or
 int64; ``""`` where a text value is missing).  A data set without
-preprocessing (the built-in image sets) keeps the model's own input ``x``.
+preprocessing (the built-in image sets) keeps the model's own input ``x``.  A sequence
+model's ``x`` is the sequences as they come, raw (:func:`sequence_input`): ``[N,
+length, values per step]`` (a window of a series, its columns in order), or ``[N,
+length]`` int64 token ids.
 """
 
 from __future__ import annotations
@@ -56,6 +59,11 @@ def model_to_onnx(model: Any) -> Any:
         nodes = front + nodes
         inits = front_inits + inits
         inputs = front_inputs
+    seq = getattr(model.data, "sequence", None)
+    if seq is not None:
+        front, front_inits, inputs = sequence_input(seq, inputs, nodes)
+        nodes = front + nodes
+        inits = front_inits + inits
     back: list[Any] = []
     outputs = []
     if model.data.task == "regression":
@@ -103,6 +111,29 @@ def model_to_onnx(model: Any) -> Any:
     # another loader would refuse is never written
     onnx.checker.check_model(out, full_check=True)
     return out
+
+
+def sequence_input(seq: Any, inputs: list[Any], nodes: list[Any]
+                   ) -> tuple[list[Any], list[Any], list[Any]]:
+    """The input ``x`` of a sequence model as the sequences come: ``[N, length,
+    values per step]`` (a masked step's last value its presence flag, 1 or 0), or
+    ``[N, length]`` int64 token ids; nodes that flatten it into the rows the rest of the
+    graph reads (renamed ``x_rows``), their initializers, and the graph's inputs.
+    ``seq`` is the data set's :class:`~explore.datasets.sequence_shape.SequenceShape`."""
+    flat = next(v for v in inputs if v.name == "x")
+    elem = flat.type.tensor_type.elem_type
+    for n in nodes:
+        n.input[:] = ["x_rows" if i == "x" else i for i in n.input]
+    shape = np.array([-1, seq.features], np.int64)
+    out: list[Any] = [numpy_helper.from_array(shape, "x_row_shape")]
+    if seq.tokens:
+        given = helper.make_tensor_value_info("x", TensorProto.INT64, ["N", seq.length])
+        front = [helper.make_node("Cast", ["x"], ["x_ids"], to=elem),
+                 helper.make_node("Reshape", ["x_ids", "x_row_shape"], ["x_rows"])]
+    else:
+        given = helper.make_tensor_value_info("x", elem, ["N", seq.length, seq.step_width])
+        front = [helper.make_node("Reshape", ["x", "x_row_shape"], ["x_rows"])]
+    return front, out, [given if v.name == "x" else v for v in inputs]
 
 
 def _constant(numpy_helper: Any, arr: np.ndarray, name: str) -> Any:

@@ -135,7 +135,12 @@ class TrainedModel:
     metrics: dict[str, float] = field(default_factory=dict)  # the trial's, as recorded
 
     def features(self, rows: Any) -> np.ndarray:
-        """Raw rows -> the model's input (the search's preprocessing, if any)."""
+        """Raw rows -> the model's input (the search's preprocessing, if any).  A
+        sequence model takes its sequences flat or as they come (``[n, length, values
+        per step]``, or ``[n, length]`` token ids)."""
+        if self.data.sequence is not None:
+            x = np.asarray(rows)
+            rows = x.reshape(len(x), -1)
         pre = self.data.preprocess
         if pre is not None:
             return np.ascontiguousarray(pre.transform(rows))

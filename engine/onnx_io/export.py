@@ -67,6 +67,9 @@ def export_onnx(graph: CalcGraph, outputs: Sequence[str] | None = None, vm: Any 
     for n in nodes:
         form = _form(n.op)
         assert form is not None
+        if form.export and form.needs_shapes:  # the exporter reads its inputs' shapes
+            n = Node(n.op, n.inputs, n.outputs,
+                     {**n.attrs, "input_shapes": tuple(ir.descs[x].shape for x in n.inputs)})
         made, extra = form.export(n, helper, numpy_helper) if form.export else (
             [helper.make_node(form.name, list(n.inputs), list(n.outputs),
                               **onnx_attrs(n.attrs, form.engine_attrs))], [])

@@ -12,7 +12,8 @@ never imported here (nor by the op modules): an exporter receives onnx's ``helpe
 - ``build``: ``(ctx, path, onnx node, inputs, attrs) -> bool``, for a node that becomes
   several engine ops (a 1-D Conv); it returns False where one op of the same name does;
 - ``attr_inputs``: the ONNX inputs that are attributes here (constants at import);
-- ``needs_shapes``: the import reads static shapes (``ctx.shapes``).
+- ``needs_shapes``: the import reads static shapes (``ctx.shapes``), and the export
+  finds its inputs' shapes in the node's attribute ``input_shapes``.
 """
 
 from __future__ import annotations

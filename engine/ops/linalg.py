@@ -29,7 +29,7 @@ from engine.ops._base import (
     pick_variant,
     same_dtype,
 )
-from engine.ops._onnx import ENGINE_INTERNAL, OnnxForm
+from engine.ops._onnx import OnnxForm
 from engine.ops.elementwise import unbroadcast
 from engine.ops.strided_gemm import matmul_step
 
@@ -156,6 +156,24 @@ def _g_matmul_t(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str |
     db = (gb.op("MatMulT", g[0], a, transA=1, transB=ta) if tb
           else gb.op("MatMulT", a, g[0], transA=1 - ta))
     return [unbroadcast(gb, da, a), unbroadcast(gb, db, b)]
+
+
+def _export_matmul_t(n: Any, helper: Any, nh: Any) -> tuple[list[Any], list[Any]]:
+    """MatMulT as ONNX's MatMul, a transposed operand first transposed (its last two
+    axes, at its rank: ``input_shapes``, which the exporter adds)."""
+    if n.attrs.get("fold", 0):
+        raise GraphError("a folded MatMulT (a weight gradient) has no ONNX form")
+    names = []
+    nodes = []
+    for i, (x, flag) in enumerate(zip(n.inputs, ("transA", "transB"), strict=True)):
+        if not n.attrs.get(flag, 0):
+            names.append(x)
+            continue
+        rank = len(n.attrs["input_shapes"][i])
+        perm = [*range(rank - 2), rank - 1, rank - 2]
+        names.append(f"{n.outputs[0]}_{'ab'[i]}t")
+        nodes.append(helper.make_node("Transpose", [x], [names[-1]], perm=perm))
+    return [*nodes, helper.make_node("MatMul", names, list(n.outputs))], []
 
 
 def _gemm_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
@@ -299,7 +317,8 @@ OPS = [
     OpDef(name="MatMulT", shape=_matmul_shape, kernel=_matmul, grad=_g_matmul_t, num_inputs=(2, 2),
           flops=_matmul_flops,
           attrs={"transA": 0, "transB": 0, "fold": 0}, stacking=MADE_AFTER_STACKING,
-          onnx=ENGINE_INTERNAL,
+          onnx=OnnxForm(name="MatMul", export=_export_matmul_t, imports=False,
+                        needs_shapes=True),
           doc="internal: MatMul with transposed operands (gradients of N-D MatMul); fold=1: "
               "A^T B over every row of two operands alike but for their last axis"),
     OpDef(name="Gemm", shape=_gemm_shape, kernel=_gemm, grad=_g_gemm, workspace=_gemm_ws,
