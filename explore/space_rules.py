@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 from explore import optimizers
+from explore.families._conv1d import READOUTS
 from explore.families._transformer import NORMS, POOLINGS, POSITIONALS
 from explore.families.layers import ACTIVATIONS, INITS
 from explore.families.tasks import LOSSES
@@ -173,6 +174,7 @@ RULES: dict[str, Callable[[Any], None]] = {
     "positional": _name("positional", lambda: list(POSITIONALS)),
     "norm": _name("norm", lambda: list(NORMS)),
     "dilation": _integer(1, MAX_STRIDE),
+    "readout": _name("readout", lambda: list(READOUTS)),
     "loss": _name("loss", _losses),
     "optimizer": _name("optimizer", lambda: [n.lower() for n in optimizers.names()]),
     "lr": _number(0, None, lo_open=True),

@@ -406,11 +406,12 @@ class Model(Strict):
     positional: Param = "learned"  # transformer: learned | sinusoidal | none
     norm: Param = "pre"  # transformer: layer norm before (pre) or after (post) each sublayer
     dilation: Param = 1  # conv1d: block i is dilated by dilation ** i
+    readout: Param = "mean"  # conv1d: mean (over the steps) | last (step) | flatten
 
     @field_validator("depth", "width", "activation", "dropout", "init", "blocks", "channels",
                      "kernel", "stride", "pool", "batch_norm", "residual", "stage_blocks",
                      "d_model", "heads", "layers", "ff_ratio", "pooling", "positional",
-                     "norm", "dilation", mode="after")
+                     "norm", "dilation", "readout", mode="after")
     @classmethod
     def _rules(cls, v: Any, info: ValidationInfo) -> Any:
         return check_param(str(info.field_name), v)

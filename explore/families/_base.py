@@ -127,7 +127,7 @@ class DataInfo:
 # The model keys that only some families read (a space setting one for another family
 # is refused at the key).  The common keys (depth, width, ...) are not among them.
 FAMILY_ONLY_KEYS = ("d_model", "heads", "layers", "ff_ratio", "pooling", "positional", "norm",
-                    "dilation")
+                    "dilation", "readout")
 
 
 class BaseFamily(ABC):

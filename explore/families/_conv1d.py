@@ -2,12 +2,19 @@
 (``channels[i]`` filters of ``kernel`` steps, "same" padding, the dilation growing as
 ``dilation ** i`` so that a few blocks see far back, as a temporal convolution network
 does; optional batch norm, Relu, an optional residual add where the widths agree and
-optional max pooling by 2), the mean over the steps left, then the dense head of the
-MLP (``depth`` hidden layers).  Token sequences are embedded to ``d_model`` first.
+optional max pooling by 2), one vector per row (``readout``: the ``mean`` over the
+steps left, the ``last`` step's features, or every step's, ``flatten``ed in order), then
+the dense head of the MLP (``depth`` hidden layers).  Token sequences are embedded to
+``d_model`` first.
+
+The mean forgets where in the window a feature was, which suits a classification of a
+whole sequence; a forecast hangs on the latest steps, which ``last`` (the features that
+see back ``kernel`` x the dilations) and ``flatten`` (position by position: with
+``depth: 0`` an autoregression on learned features) keep.
 
 Padding steps (``masked`` features, or token id ``pad``) are zeros for the convolutions
-and left out of the final mean where no block pooled (pooling merges real steps with
-padding, so after it the mean is over every step).
+and left out of the mean where no block pooled (pooling merges real steps with padding,
+so after it the mean is over every step); ``last`` needs a sequence without padding.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from explore.datasets.sequence_shape import SequenceShape
 from explore.families._base import AtKey, BuildError, DataShape, register
 from explore.families.layers import Dense, ModuleFamily, channels_of
 from explore.families.sequences import SequenceInput, masked_mean, sequence_of
-from explore.ranges import bounds
+from explore.ranges import Range, bounds
+
+READOUTS = ("mean", "last", "flatten")
 
 
 class Conv1dBlock(nn.Module):
@@ -62,6 +71,12 @@ class Conv1dNet(nn.Module):
             raise BuildError(f"dilation must be at least 1, got {growth}")
         channels = channels_of(dict(params))
         norm = bool(params.get("batch_norm", False))
+        self.readout = str(params.get("readout", "mean"))
+        if self.readout not in READOUTS:
+            raise BuildError(f"readout {self.readout!r} is not one of {', '.join(READOUTS)}")
+        if self.readout == "last" and seq.padded:
+            raise BuildError("readout last reads the final step, which padding may hide; "
+                             "use mean or flatten for padded sequences")
         self.seq = seq
         self.inputs = SequenceInput(seq)
         c = seq.channels
@@ -80,7 +95,8 @@ class Conv1dNet(nn.Module):
             self.pooled = self.pooled or pooled
             c, length = width, (length // 2 if pooled else length)
         self.blocks = nn.Sequential(*blocks)
-        self.head = Dense(dict(params), c, n_out)
+        self.length = length
+        self.head = Dense(dict(params), c * length if self.readout == "flatten" else c, n_out)
 
     def forward(self, x: Any) -> Any:
         steps, present = self.inputs(x)
@@ -89,6 +105,10 @@ class Conv1dNet(nn.Module):
         if present is not None:  # padding steps are zeros for the convolutions
             steps = steps * present.unsqueeze(2)
         h = self.blocks(steps.transpose(1, 2))  # [batch, channels, length]
+        if self.readout == "last":
+            return self.head(h[:, :, -1])
+        if self.readout == "flatten":
+            return self.head(h.transpose(1, 2).flatten(1))  # step by step
         h = h.transpose(1, 2)
         return self.head(masked_mean(h, None if self.pooled else present))
 
@@ -96,7 +116,7 @@ class Conv1dNet(nn.Module):
 @register("conv1d")
 class Conv1dFamily(ModuleFamily):
     name = "conv1d"
-    keys = ("d_model", "dilation")
+    keys = ("d_model", "dilation", "readout")
 
     def network(self, params: dict[str, Any], data: DataShape, outputs: int) -> nn.Module:
         return Conv1dNet(params, sequence_of(data, "conv1d"), outputs)
@@ -105,3 +125,9 @@ class Conv1dFamily(ModuleFamily):
         lowest = bounds(model["blocks"])[0]
         if not (isinstance(lowest, int) and lowest >= 1):
             raise AtKey("blocks", "family conv1d needs blocks of at least 1")
+        readout = model["readout"]
+        options = (readout.values() or []) if isinstance(readout, Range) else [readout]
+        for v in options:
+            if v not in READOUTS:
+                raise AtKey("readout", f"{v!r} is not a readout of family conv1d; one of "
+                            f"{', '.join(READOUTS)}")

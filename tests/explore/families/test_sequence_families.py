@@ -22,7 +22,8 @@ BASE: dict[str, Any] = {"depth": 1, "widths": [16], "activations": ["relu"],
 TRANSFORMER = {**BASE, "d_model": 16, "heads": 2, "layers": 2, "ff_ratio": 2,
                "pooling": "mean", "positional": "learned", "norm": "pre"}
 CONV1D = {**BASE, "blocks": 2, "channels": [8, 8], "kernel": 3, "dilation": 2,
-          "pool": False, "batch_norm": False, "residual": True, "d_model": 8}
+          "pool": False, "batch_norm": False, "residual": True, "d_model": 8,
+          "readout": "mean"}
 
 LAYOUTS = {
     "steps": SequenceShape(length=6, channels=3),
@@ -166,3 +167,30 @@ def test_sequence_models_are_trained_one_by_one(family: str, params: dict[str, A
     with pytest.raises(StackError, match=r"op \w+ .* has no stacking rule: train these "
                                          r"models one by one"):
         stack_graphs(graphs)
+
+
+@pytest.mark.parametrize("readout", ["last", "flatten"])
+def test_conv1d_readouts_that_keep_positions(readout: str) -> None:
+    """``last`` and ``flatten`` see where in the window a value is, which the mean does
+    not: a window and its mirror image give different outputs."""
+    seq = SequenceShape(length=6, channels=1)
+    params = {**CONV1D, "readout": readout, "residual": False}
+    _, vm = program("conv1d", params, seq, classes=0, task="regression")
+    x = np.zeros((8, 6), np.float32)
+    x[:, 0] = 1.0  # a spike at the start, and its mirror at the end
+    mirror = x[:, ::-1].copy()
+    vm.set("y", np.zeros(8, np.float32))
+    outs = []
+    for rows_ in (x, mirror):
+        vm.set("x", rows_)
+        vm.forward("eval")
+        outs.append(vm.get("logits").copy())
+    assert not np.allclose(outs[0], outs[1], atol=1e-6)
+    with pytest.raises(BuildError, match="readout"):
+        families.get("conv1d").build({**CONV1D, "readout": "middle"}, shape_of(seq))
+
+
+def test_conv1d_last_readout_refuses_padding() -> None:
+    with pytest.raises(BuildError, match="readout last reads the final step"):
+        families.get("conv1d").build({**CONV1D, "readout": "last"},
+                                     shape_of(LAYOUTS["masked steps"]))
