@@ -20,7 +20,6 @@ float32 rounding) or, with ``approximate="tanh"``, PyTorch's tanh form;
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -132,15 +131,12 @@ def erf(x: Any) -> Tensor:
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
-    """``x * Phi(x)``: with ``approximate="none"`` (PyTorch's default) through :func:`erf`,
-    with ``"tanh"`` as ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
-    t = _t(x)
-    if approximate == "tanh":
-        inner = (t + t * t * t * 0.044715) * math.sqrt(2.0 / math.pi)
-        return t * (tanh(inner) + 1.0) * 0.5
-    if approximate != "none":
+    """``x * Phi(x)``: one Gelu op (its gradient reads ``x`` alone), the error function
+    as :func:`erf` computes it with ``approximate="none"`` (PyTorch's default), or
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` with ``"tanh"``."""
+    if approximate not in ("none", "tanh"):
         raise TraceError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return t * (erf(t * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+    return _unary("Gelu", x, approximate=approximate)
 
 
 def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:

@@ -38,7 +38,8 @@ the op's definition, whatever a kernel does to get there.
   (a transcendental is not weighted: ``exp`` counts as an add does); ``Sum``, ``Max``,
   ``Min`` of n inputs n - 1; ``DequantizeLinear`` 2 (``(x - zero) · scale``); the fused
   gradient ops count their formula: ``SigmoidGrad`` ``dy·y·(1-y)`` and ``TanhGrad`` 3,
-  ``EluGrad`` 2, ``ReluGrad``, ``LeakyReluGrad`` and a gradient routed by a mask 1.
+  ``EluGrad`` 2, ``GeluGrad`` ``dy·(Phi(x) + x·phi(x))`` 5, ``ReluGrad``,
+  ``LeakyReluGrad`` and a gradient routed by a mask 1.
 - Reductions: 1 per input element, plus the elementwise transform they reduce
   (``ReduceL1``, ``ReduceL2``, ``ReduceSumSquare`` 2, ``ReduceLogSumExp`` 4).
 - Softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide or subtract),

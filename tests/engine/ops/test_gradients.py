@@ -98,6 +98,8 @@ CASES = [
     Case("Ceil", [f(3, 4)]),
     Case("Reciprocal", [away_from_zero(3, 4)]),
     Case("Softplus", [f(3, 4)]),
+    Case("Gelu", [f(3, 4, low=-3.0, high=3.0)]),
+    Case("Gelu", [f(3, 4, low=-3.0, high=3.0)], {"approximate": "tanh"}),
     Case("Softsign", [away_from_zero(3, 4)]),
     Case("HardSigmoid", [f(3, 4, low=-1.2, high=1.9)], {"alpha": 0.3, "beta": 0.4}),
     Case("Max", [f(3, 4), f(4)]),
