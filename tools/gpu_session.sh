@@ -44,6 +44,10 @@
 #                                                                            (<= 120 s)
 #   fourth       peers, then paper_mlp (5 processes a side, as long as 120 s allow):
 #                a lease's look at time to a good model against the peers
+#   transformer  bench/transformer.py --device gpu: the attention layers' step against
+#                PyTorch CUDA and the largest batch in a budget: transformer.json, and
+#                the row-wise MNIST transformer space on the GPU (transformer.log)
+#                                                                            (<= 290 s)
 # Every step's output and errors go to $OUT/session.log as well.  GPU_STEP_TIMEOUT
 # (seconds) overrides every step's limit.  The device tool returns at most 8 files of
 # $OUT per call, and empties $OUT before each: results are also copied to
@@ -232,11 +236,18 @@ print(json.dumps({"gpu_flops": peak("gpu"), "cpu_flops": peak("cpu")}))'
         step peers
         PAPER_LIMIT=120 step paper_mlp
         ;;
+    transformer)
+        run transformer "${TRANSFORMER_LIMIT:-200}" transformer.json python3 \
+            bench/transformer.py --json --device gpu --repeats "${REPEATS:-5}" --log
+        STEP_LOG="$OUT/transformer.log" run transformer_run 90 - python3 -m explore.cli run \
+            search_spaces/transformer_rows.yaml --device gpu --memory 4GB --trials 4 \
+            --storage "sqlite:///$OUT/transformer.db"
+        ;;
     multi_model)
         run multi_model 290 multi_model.json python3 bench/multi_model.py --json \
             --device gpu --only 100:10 --repeats 5 ;;
     *)
-        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model peers peak first second third fourth)" ;;
+        log "unknown step $1 (steps: tests explore memory memory_all memory_onnx parallel paper_mlp cnn_step switching speed multi_model peers peak transformer first second third fourth)" ;;
     esac
 }
 
