@@ -24,6 +24,7 @@ the study's database file .../s.db was deleted while the run went on, and ...
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 from optuna.storages import BaseStorage
@@ -56,7 +57,12 @@ class StorageFile:
 
     def __init__(self, kind: str, path: Path) -> None:
         self.kind, self.path = kind, path
-        st = os.stat(path)
+        # The file is held open while watched: a deleted file's inode is then not freed,
+        # so a new file at the path (a journal's next append creates one) cannot take
+        # the same inode number and pass for the file the run opened.
+        fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, fd)
+        st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
 
     @classmethod

@@ -59,3 +59,18 @@ def test_a_deleted_databases_log_is_removed_with_it(tmp_path: Path) -> None:
     path.write_bytes(b"")  # a database at the path again: its log is its own
     Path(f"{path}-wal").write_bytes(b"\1")
     assert watch.lost() is not None and Path(f"{path}-wal").exists()
+
+
+def test_a_file_made_anew_at_the_path_is_not_the_one_watched(tmp_path: Path) -> None:
+    """A journal deleted under a run and made anew at its path by the next append: the
+    new file must not pass for the watched one, even where the file system would hand
+    it the freed inode number (the watch holds the file open, so none is freed)."""
+    path = tmp_path / "s.log"
+    for attempt in range(20):
+        path.write_text("{}\n" * 100)
+        watch = StorageFile("journal", path)
+        path.unlink()
+        path.write_text("{}\n")  # the next append, at the same path
+        lost = watch.lost()
+        assert lost is not None and "replaced by another file" in lost, attempt
+        path.unlink()
