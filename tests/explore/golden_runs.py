@@ -45,7 +45,7 @@ def shrunk(name: str) -> dict[str, Any]:
         sampler["startup_trials"] = min(sampler["startup_trials"], 2)
     space["sampler"] = sampler
     data = space["dataset"]
-    if isinstance(data, dict) and data.get("name") == "mnist":
+    if isinstance(data, dict) and data.get("name") in ("mnist", "mnist_rows"):
         data.update(MNIST)
     pruner = space.get("pruner")
     if isinstance(pruner, dict) and "warmup_rounds" in pruner:
