@@ -33,8 +33,9 @@ def test_every_shipped_space_has_a_stored_run() -> None:
     assert sorted(STORED) == SHIPPED
 
 
-# the convolutional spaces take several times the others: CI's slow step runs them
-HEAVY = {"cnn_mnist", "residual_mnist"}
+# the convolutional and attention spaces take several times the others: CI's slow step
+# runs them
+HEAVY = {"cnn_mnist", "residual_mnist", "transformer_rows"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY
