@@ -281,6 +281,9 @@ def _example(v: Any, meta: Mapping[str, Any]) -> tuple[str, str]:
                for o, s in zip(scaling["offset"], scaling["scale"], strict=True)]
         return f"np.array([[{', '.join(f'{m:.4g}' for m in mid)}]], {dtype})", \
             ", ".join(names)
+    if len(dims) == 3:  # a sequence model's input: steps of values
+        return f"np.zeros(({shape}), {dtype})", \
+            f"sequences of {dims[1]} steps of {dims[2]} values (explore.features)"
     if names:
         return f"np.zeros(({shape}), {dtype})", f"{len(names)} columns: explore.features"
     return f"np.zeros(({shape}), {dtype})", ""
