@@ -44,6 +44,7 @@ from explore.datasets.target import (
     check_classes_seen,
     check_target,
     class_codes,
+    encoded,
     infer_task,
     sorted_unique,
 )
@@ -246,13 +247,8 @@ class SequenceDataset(BaseDataset):
                           self.target_scale)
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
-        if self.task == "regression":
-            mean, std = self.target_scale or (0.0, 1.0)
-            return ((np.asarray(y, np.float64) - mean) / std).astype(np.float32)
         assert self.preprocess is not None
-        labels = self.preprocess.labels
-        return class_codes(y, np.asarray(labels, dtype=object if any(
-            isinstance(v, str) for v in labels) else None))
+        return encoded(y, self.task, self.target_scale, self.preprocess.labels)
 
 
 def _array(a: Any, key: str, where: str) -> np.ndarray:

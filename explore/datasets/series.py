@@ -47,7 +47,12 @@ from explore.datasets.errors import DataError, listing
 from explore.datasets.missing import csv_lines
 from explore.datasets.preprocess import Preprocess, _is_frame, _pd, _plain
 from explore.datasets.sequence_shape import SequenceShape
-from explore.datasets.target import check_classes_seen, check_target, class_codes, sorted_unique
+from explore.datasets.target import (
+    check_classes_seen,
+    check_target,
+    encoded,
+    sorted_unique,
+)
 
 SCALES = ("standard", "minmax", "none")
 
@@ -271,13 +276,8 @@ class SeriesDataset(BaseDataset):
                           self.target_scale)
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
-        if self.task == "regression":
-            mean, std = self.target_scale or (0.0, 1.0)
-            return ((np.asarray(y, np.float64) - mean) / std).astype(np.float32)
         assert self.preprocess is not None
-        labels = self.preprocess.labels
-        return class_codes(y, np.asarray(labels, dtype=object if any(
-            isinstance(v, str) for v in labels) else None))
+        return encoded(y, self.task, self.target_scale, self.preprocess.labels)
 
 
 def _columns_of(data: Any, where: str) -> dict[str, np.ndarray]:

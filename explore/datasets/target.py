@@ -54,6 +54,24 @@ def class_codes(y: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.searchsorted(labels, y).astype(np.int64)
 
 
+def encoded(y: np.ndarray, task: str, target_scale: tuple[float, float] | None,
+            labels: tuple[Any, ...] | None) -> np.ndarray:
+    """Targets as a run trains on them: a regression's standardized with
+    ``target_scale`` (float32), a classification's as the index of each in ``labels``.
+
+    >>> encoded(np.array([3.0, 5.0]), "regression", (4.0, 2.0), None).tolist()
+    [-0.5, 0.5]
+    >>> encoded(np.array(["b", "a"]), "classification", None, ("a", "b")).tolist()
+    [1, 0]
+    """
+    if task == "regression":
+        mean, std = target_scale or (0.0, 1.0)
+        return ((np.asarray(y, np.float64) - mean) / std).astype(np.float32)
+    names = tuple(labels or ())
+    return class_codes(y, np.asarray(names, dtype=object if any(
+        isinstance(v, str) for v in names) else None))
+
+
 def check_target(where: str, name: str, y: np.ndarray, task: str) -> None:
     """The target values ``y`` of the source ``where`` (``name``: the target, for
     messages) are of a kind the ``task`` can learn.  (Missing and infinite ones were
