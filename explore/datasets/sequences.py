@@ -6,7 +6,8 @@
 - **tokens**: integers ``[N, L]``, each step an id in ``0..vocab-1`` (``vocab``
   inferred as the largest id plus one unless given), kept exactly as float32;
 - **features**: numbers ``[N, L, F]``, each step ``F`` values, scaled per value
-  (``standard`` or ``minmax``) on the training rows' real steps alone.
+  (``standard`` or ``minmax``) on the training rows' real steps alone; real numbers
+  ``[N, L]`` are a signal, one value a step (``F`` 1).
 
 ``y`` is ``[N]``: class labels or regression targets (the task inferred as for tables
 unless given).  Rows may be padded: ``lengths`` (``[N]`` integers in ``1..L``) says
@@ -88,11 +89,9 @@ class SequenceDataset(BaseDataset):
         n, steps = xs.shape[:2]
         if xs.dtype.kind not in "biuf":
             raise DataError(f"{where}: x is {xs.dtype}, not numbers", key="x")
+        if xs.ndim == 2 and xs.dtype.kind == "f":  # one real value per step (a signal)
+            xs = xs[:, :, None]
         tokens = xs.ndim == 2
-        if tokens and xs.dtype.kind not in "iu":
-            raise DataError(f"{where}: x is [rows, steps] of {xs.dtype}: token ids are "
-                            "integers; give real-valued steps as [rows, steps, values] "
-                            "(reshape to [N, L, 1] for one value per step)", key="x")
         if ys.ndim != 1 or len(ys) != n:
             raise DataError(f"{where}: y is {list(ys.shape)}; x has {n:,} rows: y is one "
                             "target per row, [rows]", key="y")

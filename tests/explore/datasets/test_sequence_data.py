@@ -273,7 +273,6 @@ def test_features_from_an_npz_carry_a_presence_flag_and_train_only_scaling(
     (lambda x, y, l: {"x": x, "y": y, "lengths": l * 0}, "lengths", "length 0, not in"),
     (lambda x, y, l: {"x": x, "y": y[:-1]}, "y", "x has 40 rows"),
     (lambda x, y, l: {"x": x[0], "y": y}, "x", "x is [6]"),
-    (lambda x, y, l: {"x": x * 0.5, "y": y}, "x", "token ids are integers"),
     (lambda x, y, l: {"x": x, "y": y, "lengths": l, "vocab": 5}, "x", "not below vocab 5"),
     (lambda x, y, l: {"x": x - 3, "y": y, "lengths": l}, "x", "ids are 0 or more"),
     (lambda x, y, l: {"x": x, "y": y, "lengths": l, "padding": 3}, "padding",
@@ -291,6 +290,14 @@ def test_bad_sequences_name_their_key_and_row(make: object, key: str, words: str
     with pytest.raises(DataError) as e:
         SequenceDataset(args.pop("x"), args.pop("y"), **args)
     assert e.value.key == key and words in str(e.value), str(e.value)
+
+
+def test_real_values_per_step_are_one_feature_a_step() -> None:
+    """[rows, steps] of floats is a signal, one value a step (integers are token ids)."""
+    x, y, _ = tokens()
+    ds = SequenceDataset(x * 0.5, y, valid=0.25, seed=0)
+    assert ds.sequence == SequenceShape(x.shape[1], 1)
+    assert ds.load().train.x.shape[1] == x.shape[1]
 
 
 def test_ragged_npy_and_npz_with_other_arrays_are_refused(tmp_path: Path) -> None:
