@@ -154,9 +154,11 @@ class Planner:
         own_zones += [(v, zone_of[v]) for v in fixed]
         self.own = [(v, z, desc_id[v]) for v, z in own_zones]
         # The pieces each arena packs: each memory-owning temporary over the interval
-        # its memory is busy (an op that writes over its input, in place, shares that
-        # input's piece until the later of their lifetimes).  Under sharing="none" each
-        # temporary is its own piece (for the lower bound; nothing is packed).
+        # its memory is busy (an op that writes over its input, in place, or a view of
+        # it shares that input's piece until the last of their lifetimes; a view of a
+        # parameter or placeholder is no piece, it shows memory of its own).  Under
+        # sharing="none" each temporary is its own piece (for the lower bound; nothing
+        # is packed).
         self.alias = alias = lt.alias if sharing != "none" else {}
         busy = lt.end  # the last instruction at which each value's memory is busy
         if alias:
@@ -234,7 +236,7 @@ class Planner:
             temps = sum(size[d] * n for d, n in self.temps[zone].items())
             base = persistent[zone] - (temps if sharing == "none" else 0)
             stats[zone] = ZoneStats(base + temps, used[zone], base + bound)
-        alias = self.alias  # a value written in place over another shares its offset
+        alias = self.alias  # in place over another, or a view of it: its offset
         list(map(offsets.__setitem__, alias, map(offsets.__getitem__, alias.values())))
         slots = self.optimizer.state_slots if self.optimizer is not None else 0
         state_offsets = tuple(i * region for i in range(slots))

@@ -10,6 +10,9 @@ An op declares
 - ``inplace``: which inputs output 0 may overwrite (the memory planner gives output 0
   the input's memory when that input dies at this op; a test runs every such kernel
   aliased);
+- ``view``: output 0 is input 0's bytes in another shape (a reshape): the planner may
+  give it the input's memory even while the input stays live (or is a parameter), and
+  the kernel must then do nothing (it sees one address for both);
 - ``pure``: whether equal inputs give equal outputs (CSE and constant folding may merge
   or precompute it; a dropout draws and is not pure);
 - ``workspace``: the scratch bytes one execution needs, per device;
@@ -332,6 +335,7 @@ class OpDef:
     pure: bool = True
     variadic_outputs: bool = False  # as many outputs as the node names (Split)
     writes: tuple[int, ...] = ()  # inputs it may update in place (running statistics)
+    view: bool = False  # output 0 is input 0's bytes reshaped: may alias a live input
     variants: dict[str, Variant] = field(default_factory=dict)  # by name; see pick_variant
     stacking: StackRule | DoesNotStack | None = None  # None: not declared (a test fails)
     onnx: OnnxForm | EngineInternal | None = None  # None: not declared (a test fails)

@@ -1,4 +1,6 @@
-"""Shape operators: ``Reshape`` and ``Flatten``.
+"""Shape operators: the views (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``: the
+input's bytes in another shape, free when planned in the input's memory), ``Concat``,
+``Split`` and ``Transpose``.
 
 The batch dimension must stay the leading axis of every tensor (so that a smaller
 last mini-batch is a prefix of the same buffer); a reshape that would merge it with
@@ -21,6 +23,7 @@ from engine.ops._base import (
     OpDef,
     Step,
     copy_step,
+    data_ptr,
     no_flops,
     norm_axis,
 )
@@ -69,7 +72,16 @@ def _reshape_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorD
 
 
 def _copy_reshaped(k: KernelArgs) -> Step:
-    return copy_step(k.xp, k.outs[0], k.ins[0].reshape(k.outs[0].shape))
+    """A view op's kernel: nothing to do when the planner put the output in the input's
+    bytes (both are contiguous, so equal addresses mean equal values), else a copy."""
+    x, y = k.ins[0], k.outs[0]
+    if data_ptr(x) == data_ptr(y):
+        return _nothing
+    return copy_step(k.xp, y, x.reshape(y.shape))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _g_reshape(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -294,12 +306,12 @@ OPS = [
           doc="ONNX Split with sizes (or num_outputs) as attributes (not along the batch)"),
     OpDef(name="Squeeze", shape=_squeeze_shape, kernel=_copy_reshaped, grad=_g_reshape,
           flops=no_flops,
-          inplace=(0,), attrs={"axes": ()}, stacking=NOT_STACKED,
+          inplace=(0,), view=True, attrs={"axes": ()}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Squeeze", export=export_axes, import_=import_axes, attr_inputs=(1,)),
           doc="ONNX Squeeze with axes as an attribute (all size-1 axes when empty)"),
     OpDef(name="Unsqueeze", shape=_unsqueeze_shape, kernel=_copy_reshaped, grad=_g_reshape,
           flops=no_flops,
-          inplace=(0,), attrs={"axes": ()}, stacking=NOT_STACKED,
+          inplace=(0,), view=True, attrs={"axes": ()}, stacking=NOT_STACKED,
           onnx=OnnxForm(name="Unsqueeze", export=export_axes, import_=import_axes,
                         attr_inputs=(1,)),
           doc="ONNX Unsqueeze with axes as an attribute"),
@@ -309,12 +321,14 @@ OPS = [
           doc="ONNX Transpose: permute axes by perm (reversed when empty)"),
     OpDef(name="Reshape", shape=_reshape_shape, kernel=_copy_reshaped, grad=_g_reshape,
           flops=no_flops,
-          inplace=(0,), attrs={"shape": (), "allowzero": 0}, stacking=NOT_STACKED,
+          inplace=(0,), view=True, attrs={"shape": (), "allowzero": 0},
+          stacking=NOT_STACKED,
           onnx=OnnxForm(name="Reshape", export=_export_reshape, import_=_import_reshape,
                         attr_inputs=(1,)),
           doc="ONNX Reshape with the target shape as an attribute (0 copies, -1 infers)"),
     OpDef(name="Flatten", shape=_flatten_shape, kernel=_copy_reshaped, grad=_g_reshape,
           flops=no_flops,
-          inplace=(0,), attrs={"axis": 1}, stacking=NOT_STACKED, onnx=OnnxForm(name="Flatten"),
+          inplace=(0,), view=True, attrs={"axis": 1}, stacking=NOT_STACKED,
+          onnx=OnnxForm(name="Flatten"),
           doc="ONNX Flatten: 2-D [prod(shape[:axis]), prod(shape[axis:])]"),
 ]

@@ -14,7 +14,14 @@ of what the gradients need is never reused before they have read it (which is wh
 between).
 
 In place: an op whose table entry allows it writes its output over an input that
-dies at that op, if both hold the same bytes in the same zone.
+dies at that op, if both hold the same bytes in the same zone.  A *view* (an op whose
+output is its input's bytes in another shape: ``OpDef.view``) takes its input's memory
+even while the input stays live, and so does a view of a parameter or placeholder that
+no instruction writes.  Values in one memory form an *alias group* (its root owns the
+memory); since a view and its input may be live at once, an op writes in place over a
+value only when no member of its group is read after that op, never over a parameter's
+or placeholder's bytes, and only through the input it runs in place over: bytes are
+written only when nothing else live occupies them.
 
 The back end (this analysis, the planner and the emitter) works on *numbered*
 values (:class:`Values`): each name is looked up once, and what follows indexes
@@ -32,6 +39,7 @@ from engine.graph import TensorDesc
 from engine.ops import get_op
 
 PERSISTENT_KINDS = frozenset({"param", "placeholder", "grad", "seed"})
+FIXED_KINDS = frozenset({"param", "placeholder"})  # set between steps only: views show them
 
 
 @dataclass
@@ -73,7 +81,10 @@ class Lifetimes:
     start: list[int]  # per value: the instruction that writes it (-1: none does)
     end: list[int]  # the last instruction that reads it (or start)
     persistent: list[bool]  # per value
-    alias: dict[int, int] = field(default_factory=dict)  # value -> root whose memory it takes
+    # value -> the root whose memory it takes: written in place over it (the root's
+    # memory busy until the last read of any of them), or a view of it (then the root
+    # may be a parameter, its memory its own)
+    alias: dict[int, int] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -81,8 +92,9 @@ class Lifetimes:
         return len(self.values.nodes)
 
     def alias_ends(self) -> dict[int, int]:
-        """Each root that values written in place over it alias -> the last instruction
-        that reads one of them (its memory is busy until then, or its own end)."""
+        """Each root that values written in place over it (or views of it) alias -> the
+        last instruction that reads one of them (its memory is busy until then, or its
+        own end)."""
         last: dict[int, int] = {}
         end = self.end
         for member, root in self.alias.items():
@@ -129,24 +141,48 @@ def _in_place(lt: Lifetimes) -> None:
     temp = [False] * len(end)
     list(map(temp.__setitem__, lt.temps, repeat(True)))
     zone, descs = values.zone, values.desc
-    inplace = {name: get_op(name).inplace for name in {node.op for node in values.nodes}}
+    ops = {name: get_op(name) for name in {node.op for node in values.nodes}}
+    # A view may show the bytes of a parameter or placeholder no instruction writes
+    # (running statistics are written): they change only between steps, in the update
+    # or when fed.  When the VM reads a placeholder from the caller's array, the view's
+    # kernel sees two addresses and copies the array into the placeholder's own bytes.
+    mutated = {ins[k] for node, ins in zip(values.nodes, values.ins, strict=True)
+               for k in ops[node.op].writes}
+    fixed = [k in FIXED_KINDS and s < 0 for k, s in zip(values.kind, lt.start, strict=True)]
+    group_end: dict[int, int] = {}  # root -> the last read of any value in its memory
     steps = zip(values.nodes, values.ins, values.outs, strict=True)
     for t, (node, ins, outs) in enumerate(steps):
-        allowed = inplace[node.op]
-        if not allowed or node.param_sink is not None:
+        op = ops[node.op]
+        if (not op.inplace and not op.view) or node.param_sink is not None:
             continue
         out = outs[0]
         if not temp[out]:
             continue
-        for k in allowed:
+        if op.view:
+            x = ins[0]
+            if (temp[x] or fixed[x]) and zone[x] == zone[out] and x not in mutated \
+                    and out not in mutated and _same_bytes(descs[x], descs[out]):
+                root = alias.get(x, x)
+                alias[out] = root
+                group_end[root] = max(group_end.get(root, end[root]), end[out])
+                continue
+        for k in op.inplace:
             x = ins[k]
-            if temp[x] and end[x] == t and zone[x] == zone[out]:
-                a, b = descs[x], descs[out]
-                if a is b or _same_bytes(a, b):  # one object: the IR interns descriptors
-                    alias[out] = alias.get(x, x)
-                    break
+            if not temp[x] or zone[x] != zone[out] or not _same_bytes(descs[x], descs[out]):
+                continue
+            root = alias.get(x, x)
+            # Nothing else in x's memory is read later (a view of it, or x viewed), nor
+            # read here through another name: the kernel may overwrite only input k.
+            if not temp[root] or group_end.get(root, end[root]) != t or any(
+                    v != x and alias.get(v, v) == root for v in ins):
+                continue
+            alias[out] = root
+            group_end[root] = end[out]
+            break
 
 
 def _same_bytes(a: TensorDesc, b: TensorDesc) -> bool:
     """Equal sizes at every batch, and the same element type."""
+    if a is b:  # one object: the IR interns descriptors
+        return True
     return a.dtype == b.dtype and a.batched == b.batched and a.numel() == b.numel()
