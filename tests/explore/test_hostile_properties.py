@@ -121,6 +121,7 @@ def test_raw_garbage_is_refused_with_a_location(text: str) -> None:
         pytest.fail(f"{type(e).__name__}: {e}")
 
 
+@pytest.mark.slow  # twelve `explore size` processes: CI's slow step
 @settings(max_examples=12, deadline=None)
 @given(st.sampled_from(PATHS), values)
 def test_explore_size_on_a_mutated_space_exits_0_or_2_without_a_traceback(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from explore.space_change import CHANGES_ATTR
@@ -21,6 +22,7 @@ def trials(f: Path) -> list[optuna.trial.FrozenTrial]:
                              ).get_trials(deepcopy=False)
 
 
+@pytest.mark.slow  # several runs of the CLI: CI's slow step
 def test_a_changed_range_is_refused_unless_meant(tmp_path: Path) -> None:
     f = write(tmp_path, trials=2)
     first = explore_run(f)

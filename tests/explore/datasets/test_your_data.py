@@ -48,6 +48,7 @@ def onnx_inputs(df: pd.DataFrame, numeric: list[str], categorical: list[str]
     return feeds
 
 
+@pytest.mark.slow  # a whole run and its exports through the CLI: CI's slow step
 def test_a_csv_classification_from_the_cli(tmp_path: Path) -> None:
     """CSV in, text labels out: the run names where its results went and what to do
     next; evaluate reports the task's metrics on the test split; the exported model,
