@@ -62,6 +62,7 @@ class StorageFile:
         # the same inode number and pass for the file the run opened.
         fd = os.open(path, os.O_RDONLY)
         weakref.finalize(self, os.close, fd)
+        self.fd = fd
         st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
 
@@ -81,7 +82,13 @@ class StorageFile:
         """Why the run must stop: the file was deleted, moved away or replaced since it
         was opened; None while it is the same file."""
         what = WHAT[self.kind]
+        try:  # the file the run opened, unlinked: deleted, whatever now lies at the path
+            unlinked = os.fstat(self.fd).st_nlink == 0
+        except OSError:
+            unlinked = False
         try:
+            if unlinked:
+                raise FileNotFoundError(self.path)
             st = os.stat(self.path)
         except FileNotFoundError:
             how = "deleted"
