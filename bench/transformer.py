@@ -70,6 +70,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._sides import alternate, cores, emit, fastest, median, peak_rss, run_side
+from bench.cnn_step import engine_step
 
 ADAMS = ("fused", "foreach")
 MiB = 1 << 20
@@ -163,15 +164,6 @@ def engine_program(case: Case, device: str, batch: int | None = None,
 
     return compile_graph(engine_graph(case), batch_size=batch, memory=memory,
                          optimizer=Adam(lr=1e-3), device=device)
-
-
-def engine_step(vm: Any, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
-    def step() -> None:
-        vm.set("x", x, check=False)
-        vm.set("y", y, check=False)
-        vm.train_step("train")
-
-    return step
 
 
 class TorchTrainer:

@@ -162,6 +162,11 @@ def _param(v: Any) -> Any:
 Param = Annotated[IntRange | FloatRange | Choice | Scalar, BeforeValidator(_param)]
 
 
+def values_of(p: Any) -> list[Any] | None:
+    """Every value ``p`` (a range or a fixed value) can take; None for a float range."""
+    return p.values() if isinstance(p, Range) else [p]
+
+
 def bounds(p: Any) -> tuple[Any, Any]:
     """The lowest and highest value ``p`` (a range or a fixed value) can take."""
     if isinstance(p, IntRange):

@@ -26,6 +26,7 @@ from typing import Any
 from engine.nn._tensor import Tensor, _axis, _Ops, as_tensor, reshape
 from engine.nn._trace import TraceError
 from engine.nn.attention import einsum, masked_fill, matmul, scaled_dot_product_attention
+from engine.ops.gelu import ERF_A, ERF_P  # Abramowitz & Stegun 7.1.26, as Gelu computes it
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -112,9 +113,6 @@ def silu(x: Any, inplace: bool = False) -> Tensor:
     return t * sigmoid(t)
 
 
-# Abramowitz & Stegun 7.1.26: erf(z) = 1 - t (a1 + t (a2 + ...)) exp(-z^2), t = 1/(1 + p z)
-_ERF_P = 0.3275911
-_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 def erf(x: Any) -> Tensor:
@@ -122,9 +120,9 @@ def erf(x: Any) -> Tensor:
     Mul, Add): Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7."""
     z = _t(x)
     a = abs(z)
-    t = 1.0 / (a * _ERF_P + 1.0)
-    poly = t * _ERF_A[4]
-    for c in reversed(_ERF_A[:4]):
+    t = 1.0 / (a * ERF_P + 1.0)
+    poly = t * ERF_A[4]
+    for c in reversed(ERF_A[:4]):
         poly = (poly + c) * t
     tail = poly * (-(a * a)).exp()
     return z._emit("Sign", z) * (1.0 - tail)

@@ -27,7 +27,7 @@ from explore.datasets.sequence_shape import SequenceShape
 from explore.families._base import AtKey, BuildError, DataShape, register
 from explore.families.layers import Dense, ModuleFamily, channels_of
 from explore.families.sequences import SequenceInput, masked_mean, sequence_of
-from explore.ranges import Range, bounds
+from explore.ranges import bounds, values_of
 
 READOUTS = ("mean", "last", "flatten")
 
@@ -125,9 +125,7 @@ class Conv1dFamily(ModuleFamily):
         lowest = bounds(model["blocks"])[0]
         if not (isinstance(lowest, int) and lowest >= 1):
             raise AtKey("blocks", "family conv1d needs blocks of at least 1")
-        readout = model["readout"]
-        options = (readout.values() or []) if isinstance(readout, Range) else [readout]
-        for v in options:
+        for v in values_of(model["readout"]) or []:
             if v not in READOUTS:
                 raise AtKey("readout", f"{v!r} is not a readout of family conv1d; one of "
                             f"{', '.join(READOUTS)}")

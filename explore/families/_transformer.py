@@ -22,7 +22,7 @@ from explore.datasets.sequence_shape import SequenceShape
 from explore.families._base import AtKey, BuildError, DataShape, register
 from explore.families.layers import Dense, ModuleFamily
 from explore.families.sequences import SequenceInput, key_padding, masked_mean, sequence_of
-from explore.ranges import Range, bounds
+from explore.ranges import bounds, values_of
 
 POOLINGS = ("mean", "cls")
 POSITIONALS = ("learned", "sinusoidal", "none")
@@ -84,11 +84,6 @@ class Transformer(nn.Module):
         return self.head(pooled)
 
 
-def values(p: Any) -> list[Any] | None:
-    """Every value ``p`` (a range or a fixed value) can take, or None for a float range."""
-    return p.values() if isinstance(p, Range) else [p]
-
-
 @register("transformer")
 class TransformerFamily(ModuleFamily):
     name = "transformer"
@@ -104,11 +99,11 @@ class TransformerFamily(ModuleFamily):
                         "has layers")
         for key, known in (("pooling", POOLINGS), ("positional", POSITIONALS),
                            ("norm", NORMS)):
-            for v in values(model[key]) or []:
+            for v in values_of(model[key]) or []:
                 if v not in known:
                     raise AtKey(key, f"{v!r} is not a {key} of family transformer; one of "
                                 f"{', '.join(known)}")
-        widths, heads = values(model["d_model"]), values(model["heads"])
+        widths, heads = values_of(model["d_model"]), values_of(model["heads"])
         if widths is not None and heads is not None:
             bad = [(d, h) for d in widths for h in heads if d % h]
             if bad:
