@@ -217,18 +217,16 @@ class LiveStudy(Claiming):
         return max(0, self.total - done - running)
 
     def settled(self) -> bool:
-        """Whether this driver, holding no trial, may end: the study has its total, or
-        will have it from trials that live drivers run (a trial whose driver has gone
-        quiet is waited for until it ends or turns stale, so it is re-run here)."""
+        """Whether this driver, holding no trial, may end: the study has its total.
+        While other drivers' trials run, it waits for them to end rather than leave: one
+        of them may yet fail and be queued again (its driver stopped with Ctrl-C, its
+        worker killed, its driver gone quiet until the trial turns stale), and this
+        driver then runs the repeat.  Ending on "live drivers will finish them" left such
+        a repeat queued with no driver to run it when the other driver's writes were
+        late (a loaded machine, a journal's lock)."""
         self.refresh(force=True)  # an end decided on a stale view could leave trials queued
-        done, running = self.counts()
-        if done >= self.total:
-            return True
-        now = self.clock()
-        quiet = any(t.state == TrialState.RUNNING and trial_id(t) not in self.our_ids
-                    and self._silence(t, now) > 3 * self.every for t in self.view)
-        return not quiet and done + running >= self.total and \
-            not any(t.state == TrialState.WAITING for t in self.view)
+        done, _ = self.counts()
+        return done >= self.total
 
     def stored_number(self, trial: Trial) -> int:
         """``trial``'s number in the storage (the one users see)."""

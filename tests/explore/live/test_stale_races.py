@@ -38,7 +38,9 @@ GRACE = 60.0  # heartbeats every 5 s: a claim is waited for while silent for 15 
 # -- the schedules that found them -----------------------------------------------------------
 REPLAYS = [
     # a stalled owner's record (a launch noted) written between the verdict and the FAIL
-    ({"seed": 55, "slow": 0.3, "drivers": 4, "sampler": "random"}, "stale"),
+    # (seed 55 found it; since a driver with no trial waits for the others' to end
+    # rather than leave, seed 7 of the same simulation plays that schedule)
+    ({"seed": 7, "slow": 0.3, "drivers": 4, "sampler": "random"}, "stale"),
     ({"seed": 1822, "mishaps": 3.0}, "stale"),
     # a repeat claimed, its driver stopped before its record; a racing claim counted too
     ({"seed": 1093, "slow": 0.15, "mishaps": 2.0}, "total"),
@@ -46,7 +48,7 @@ REPLAYS = [
     # condemned it stopped before its FAIL: the claim stayed RUNNING, held by no one
     ({"seed": 3394, "slow": 0.15, "mishaps": 2.0}, "stale"),
 ]
-IDS = ["55", "1822", "1093", "3394"]
+IDS = ["7", "1822", "1093", "3394"]
 
 
 @pytest.mark.parametrize("args", [args for args, _ in REPLAYS], ids=IDS)
