@@ -21,7 +21,7 @@ from explore.scheduler.admission import headroom
 from explore.scheduler.processes import one_gpu
 from explore.space import Budget, SpaceError, load_space, machine_memory
 from explore.study import open_study
-from tests.explore.cli_run import IN_TEST, explore_run
+from tests.explore.cli_run import IN_TEST, explore_run, explore_run_here
 
 SPACE = """\
 name: devs
@@ -134,7 +134,7 @@ def test_explore_run_with_devices_records_them(tmp_path: Path) -> None:
 def test_bad_devices_on_the_command_line_are_refused(tmp_path: Path, value: str,
                                                      message: str) -> None:
     f = write(tmp_path, devices="null")
-    r = explore_run(f, "--devices", value)
+    r = explore_run_here(f, "--devices", value)
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
     assert not (tmp_path / "devs.db").exists()  # nothing written

@@ -13,6 +13,7 @@ import pytest
 from explore.candidate import halvings
 from explore.space import load_space, parse_size
 from explore.yamlio import MAX_BYTES, MAX_DEPTH, MAX_NODES, SpaceError, load_text
+from tests.explore.cli_run import explore_here
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """\
@@ -395,12 +396,12 @@ def test_a_when_may_name_a_parameter_asked_later(tmp_path: Path) -> None:
         assert p["dropouts"] == want and p["optimizer"] == opt
 
 
-def test_a_conditional_required_parameter_is_refused_by_the_cli(tmp_path: Path) -> None:
+def test_a_conditional_required_parameter_is_refused_by_theexplore_here(tmp_path: Path) -> None:
     text = _with("training.batch_size", "{int: [8, 16], when: {optimizer: sgd}}").replace(
         "optimizer: adam", "optimizer: {choice: [adam, sgd]}")
     f = _space(tmp_path, text)
     for cmd in ("size", "run"):
-        r = _cli(cmd, str(f), cwd=tmp_path)
+        r = explore_here(cmd, str(f), cwd=tmp_path)
         assert r.returncode == 2 and "training.batch_size.when" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
@@ -424,7 +425,7 @@ def test_an_artifacts_folder_that_cannot_be_made_is_refused_at_its_line(
 def test_the_default_artifacts_folder_is_checked_before_the_study(tmp_path: Path) -> None:
     f = _space(tmp_path, BASE + "keep_models: 1\n")
     (tmp_path / "s.artifacts").write_text("a file where the folder goes")
-    r = _cli("run", str(f), "--quiet", cwd=tmp_path)
+    r = explore_here("run", str(f), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and "s.artifacts is not a directory" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.artifacts", "s.yaml"]
@@ -448,12 +449,12 @@ def test_size_params_outside_the_space_are_refused_naming_the_range(
                "model: {depth: {int: [1, 3]}, width: {int: [8, 64], per_layer: true}}\n"
                "training: {batch_size: {choice: [16, 32]}, "
                "lr: {float: [0.001, 0.1], log: true}}\n")
-    r = _cli("size", str(f), "--params", given, "--json", cwd=tmp_path)
+    r = explore_here("size", str(f), "--params", given, "--json", cwd=tmp_path)
     said = " ".join(r.stderr.split())
     assert r.returncode == 2 and says in said and "--params" in said, said
     assert "Traceback" not in said
-    ok = _cli("size", str(f), "--params", "depth=2", "--params", "width=[8,64]", "--json",
-              cwd=tmp_path)
+    ok = explore_here("size", str(f), "--params", "depth=2", "--params", "width=[8,64]",
+                      "--json", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
 
 
@@ -464,7 +465,7 @@ def test_a_budget_seed_outside_32_bits_is_refused_by_run_and_size(tmp_path: Path
     failed after the study was written."""
     f = _space(tmp_path, _with("budget.seed", seed))
     for cmd in ("size", "run"):
-        r = _cli(cmd, str(f), cwd=tmp_path)
+        r = explore_here(cmd, str(f), cwd=tmp_path)
         assert r.returncode == 2 and "budget.seed" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

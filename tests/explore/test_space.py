@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from explore.cli import main
 from explore.space import load_space, parse_size
 from explore.yamlio import SpaceError
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_run, explore_run_here
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GOOD = """\
@@ -83,8 +83,8 @@ def test_bad_files_are_reported_with_file_line_and_key(case: str, tmp_path: Path
         assert f"{f}:{line}:" in msg, msg
     if key:
         assert f": {key}:" in msg, msg
-    result = explore_run(f)
-    assert result.exit_code == 2, result.output
+    result = explore_run_here(f)
+    assert result.exit_code == 2 and words in result.output, result.output
     assert not (tmp_path / "space.db").exists()  # nothing written
 
 

@@ -30,6 +30,7 @@ from explore.families import BuildError, get
 from explore.space import load_space, parse_space
 from explore.yamlio import SpaceError
 from tests.allocations import step_allocations
+from tests.explore.cli_run import explore_here
 from tests.planverify import assert_no_clobber
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
@@ -426,7 +427,7 @@ def test_explore_run_exits_2_before_any_study(tmp_path: Path, model: str) -> Non
     engine_cnn(tmp_path / "m.onnx")
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf\xff" * 10)
     f = write(tmp_path, model)
-    r = cli("run", f, "--quiet", cwd=tmp_path)
+    r = explore_here("run", f, "--quiet", cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{f.name}:" in r.stdout + r.stderr and "model" in r.stdout + r.stderr
     assert not (tmp_path / "s.db").exists()

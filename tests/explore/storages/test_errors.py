@@ -18,7 +18,7 @@ import sqlalchemy
 
 from explore.space import MAX_STUDY_NAME
 from explore.storages import StorageError, connect, explain
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_run, explore_run_here
 from tests.explore.drivers import small_disk
 from tests.explore.test_explore_run import write
 
@@ -146,12 +146,12 @@ def test_a_study_name_longer_than_512_characters_is_refused_on_every_storage(
                "journal": f"journal://{tmp_path / 't.log'}"}.get(kind) or \
         request.getfixturevalue("postgres_url")
     f = write(tmp_path, trials=2)
-    out = explore_run(f, "--storage", storage, "--study", LONG)
+    out = explore_run_here(f, "--storage", storage, "--study", LONG)
     assert out.exit_code == 2, out.output
     assert "study: a study name is at most 512 characters, and this one has 513" \
         in out.output and "Traceback" not in out.output, out.output
     f.write_text(f.read_text().replace("name: tiny", f"name: {LONG}"))
-    out = explore_run(f, "--storage", storage)
+    out = explore_run_here(f, "--storage", storage)
     assert out.exit_code == 2, out.output
     assert "tiny.yaml:1: name: a study name is at most 512 characters" in out.output, \
         out.output
