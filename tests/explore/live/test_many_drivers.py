@@ -56,14 +56,11 @@ def _sqlite(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'grid.db'}"
 
 
-# Each storage the faults are tried on: PostgreSQL's server starts once per session.
-STORAGES = ["sqlite", "journal", pytest.param("postgres", marks=pytest.mark.slow)]
-
-
 def _slow(*values: str) -> object:
     """A case of CI's slow step: the README's command (which deselects ``slow``) keeps
     one storage's case of each fault (SQLite's where it takes under about 8 s, else the
-    journal's); the slow step runs every storage."""
+    journal's), and one of two signals handled alike; the slow step runs every case
+    (PostgreSQL's server starts once per session)."""
     return pytest.param(*values, marks=pytest.mark.slow)
 
 
@@ -129,7 +126,7 @@ training: {{optimizer: adam, lr: {{float: [0.0001, 0.1], log: true}}, batch_size
 """
 
 
-@pytest.mark.parametrize("kind,sampler", [("sqlite", "tpe"), ("journal", "random")])
+@pytest.mark.parametrize("kind,sampler", [_slow("sqlite", "tpe"), ("journal", "random")])
 def test_drivers_and_a_resumed_run_draw_distinct_points(tmp_path: Path, kind: str,
                                                         sampler: str) -> None:
     """Three drivers started together on a new study with one sampler seed, then a run
@@ -274,7 +271,7 @@ def test_the_only_driver_stopped_then_run_again(tmp_path: Path, how: str, kind: 
 
 @pytest.mark.parametrize("how,kind", [
     ("terminate", "sqlite"), _slow("terminate", "journal"), _slow("terminate", "postgres"),
-    ("hangup", "sqlite"), _slow("hangup", "journal"), _slow("hangup", "postgres")])
+    _slow("hangup", "sqlite"), _slow("hangup", "journal"), _slow("hangup", "postgres")])
 def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path: Path, how: str, kind: str,
                                                       request: pytest.FixtureRequest) -> None:
     """A job scheduler's SIGTERM (to every process of the job) or a closed terminal's
@@ -368,7 +365,7 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_no_shared_data(tmp_path: Path,
     assert not shared_files(driver.pid)
 
 
-@pytest.mark.parametrize("kind", STORAGES)
+@pytest.mark.parametrize("kind", ["sqlite", _slow("journal"), _slow("postgres")])
 def test_a_killed_worker_is_requeued_under_the_right_number(
         tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
     """``kill -9`` of a worker: its trial fails as died and runs again under its own
