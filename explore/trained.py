@@ -47,6 +47,7 @@ from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR
 from explore.onnx_model import model_to_onnx
 from explore.optimizers import build_optimizer
 from explore.scheduler.worker import Validation
+from explore.storages import release
 from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
 from explore.weights import parameter_names
 
@@ -346,7 +347,12 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
     ...
     explore.trained.ModelError: ...no-such.db...
     """
-    return model_of(open_stored(storage, study), trial, builder, refit)
+    s = open_stored(storage, study)
+    try:
+        return model_of(s, trial, builder, refit)
+    finally:
+        if isinstance(storage, (str, Path)):  # opened here: a caller's storage stays open
+            release(s._storage)
 
 
 def model_of(s: optuna.Study, trial: int | None = None,
@@ -473,4 +479,6 @@ def open_stored(storage: str | Path | Any, study: str) -> optuna.Study:
     try:
         return optuna.load_study(study_name=study, storage=url)
     except KeyError:
+        if isinstance(storage, (str, Path)):  # a notebook goes on: no connection kept
+            release(url)
         raise ModelError(f"no study {study!r} in {storage}") from None
