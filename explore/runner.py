@@ -35,13 +35,14 @@ from explore.families.builder import spec_of
 from explore.folders import directory_problem
 from explore.keeper import ModelKeeper, default_artifacts
 from explore.live import counted
+from explore.optuna_adapter import storage_of
 from explore.refit import refit_after_run
 from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
 from explore.scheduler.shared_data import load_shared
 from explore.space import Space, check_study_name, load_space, parse_size, parse_space
 from explore.space_change import changes
-from explore.storages import StorageError, explain, sqlite_file
+from explore.storages import StorageError, explain, release, sqlite_file
 from explore.storages import check as check_storage
 from explore.study import default_storage, name_objectives, open_study
 from explore.yamlio import SourceError, SpaceError
@@ -241,47 +242,51 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                     f.unlink(missing_ok=True)
         return RunRefused(message)
 
-    check_space_change(study, prep.bound, prep.space_changed)
-    name_objectives(study, space)  # after a meant change of metric, its new name
+    try:
+        check_space_change(study, prep.bound, prep.space_changed)
+        name_objectives(study, space)  # after a meant change of metric, its new name
 
-    # The study's total is shared with any other drivers (explore.live): nothing to do
-    # once that many trials ended; trials a dead driver left running are failed and
-    # queued again by the scheduler.
-    if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
-        return study, None
-    try:
-        data = load_shared(prep.bound)
-    except DataError as e:
-        raise refuse(str(e)) from None
-    keeper = None
-    if space.keep_models > 0:
-        keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
-                             space.keep_models, space.objectives[0].dir == "minimize")
-    try:
-        sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
-                          device=budget.device, devices=budget.ordinals, progress=progress,
-                          main=main, keeper=keeper, baseline=baseline,
-                          smallest=prep.smallest,
-                          switch_dir=space.artifacts or default_artifacts(prep.storage))
-    except BaseException:
-        data.close()
+        # The study's total is shared with any other drivers (explore.live): nothing to do
+        # once that many trials ended; trials a dead driver left running are failed and
+        # queued again by the scheduler.
+        if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
+            return study, None
+        try:
+            data = load_shared(prep.bound)
+        except DataError as e:
+            raise refuse(str(e)) from None
+        keeper = None
+        if space.keep_models > 0:
+            keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
+                                 space.keep_models, space.objectives[0].dir == "minimize")
+        try:
+            sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
+                              device=budget.device, devices=budget.ordinals, progress=progress,
+                              main=main, keeper=keeper, baseline=baseline,
+                              smallest=prep.smallest,
+                              switch_dir=space.artifacts or default_artifacts(prep.storage))
+        except BaseException:
+            data.close()
+            raise
+        try:
+            study.set_user_attr(DATA_ATTR, data_record(prep.bound.data))
+            study.set_user_attr(SPACE_ATTR, space_record(prep.bound))
+            if space.model._base is not None:
+                study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
+            stats = sched.run(budget.trials)
+        except SchedulerError as e:
+            raise refuse(str(e)) from None
+        except BaseException:  # Ctrl-C before the run began: nothing of it left behind
+            sched.stop()  # (the run stops itself; again is harmless)
+            raise
+        run = record_run(study, stats, driver=sched.live.driver, timed_out=sched.timed_out)
+        if space.refit:
+            refit_after_run(study, prep.bound.data, prep.bound.builder,
+                            space.artifacts or default_artifacts(prep.storage))
+        return study, run
+    except RunRefused:  # the caller may go on (a notebook): no connection kept to a
+        release(storage_of(study))  # file it did not use (SQLite's -wal and -shm)
         raise
-    try:
-        study.set_user_attr(DATA_ATTR, data_record(prep.bound.data))
-        study.set_user_attr(SPACE_ATTR, space_record(prep.bound))
-        if space.model._base is not None:
-            study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
-        stats = sched.run(budget.trials)
-    except SchedulerError as e:
-        raise refuse(str(e)) from None
-    except BaseException:  # Ctrl-C before the run began: nothing of it left behind
-        sched.stop()  # (the run stops itself; again is harmless)
-        raise
-    run = record_run(study, stats, driver=sched.live.driver, timed_out=sched.timed_out)
-    if space.refit:
-        refit_after_run(study, prep.bound.data, prep.bound.builder,
-                        space.artifacts or default_artifacts(prep.storage))
-    return study, run
 
 
 def check_gpus(budget: Any) -> None:

@@ -46,6 +46,7 @@ from explore.families.builder import (
 from explore.keeper import ARTIFACTS_ATTR, MODELS_ATTR
 from explore.onnx_model import model_to_onnx
 from explore.optimizers import build_optimizer
+from explore.optuna_adapter import storage_of
 from explore.scheduler.worker import Validation
 from explore.storages import release
 from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
@@ -352,7 +353,7 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
         return model_of(s, trial, builder, refit)
     finally:
         if isinstance(storage, (str, Path)):  # opened here: a caller's storage stays open
-            release(s._storage)
+            release(storage_of(s))
 
 
 def model_of(s: optuna.Study, trial: int | None = None,

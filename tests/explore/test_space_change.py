@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from explore.space_change import CHANGES_ATTR
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_run, explore_run_here
 from tests.explore.test_explore_run import write
 
 
@@ -49,7 +49,9 @@ def test_changed_choices_cannot_share_the_study(tmp_path: Path) -> None:
     assert explore_run(f).exit_code == 0
     write(tmp_path, trials=4, width="{choice: [16, 64]}")
     for extra in ((), ("--space-changed",)):
-        refused = explore_run(f, *extra)
+        kept = sorted(p.name for p in tmp_path.iterdir())
+        refused = explore_run_here(f, *extra)
+        assert sorted(p.name for p in tmp_path.iterdir()) == kept  # no connection kept
         assert refused.exit_code == 2, refused.output
         assert "model.width: one of [16, 32] -> one of [16, 64]" in refused.output
         assert "another --study" in refused.output
