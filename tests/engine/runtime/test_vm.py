@@ -50,7 +50,11 @@ def test_training_steps_allocate_nothing(kernel_path: str) -> None:
         vm.train_step("train")
         vm.forward("eval")
 
-    retained, peak = step_allocations(step, warmup=10, runs=100)
+    # the better of two measurements, as the fused kernels' tests take: tracemalloc counts
+    # every thread of the process (pytest-xdist's I/O thread among them) and where the
+    # collector runs moves the count (4,870 bytes once, in a full run; 32 alone); a
+    # step that kept anything would keep it in both
+    retained, peak = min(step_allocations(step, warmup=10, runs=100) for _ in range(2))
     assert retained < 4096, f"{retained} bytes retained over 100 steps"
     assert peak < 48 * 1024, f"a step allocated {peak} bytes transiently"
 
