@@ -36,7 +36,6 @@ from explore.folders import directory_problem
 from explore.keeper import ModelKeeper, default_artifacts
 from explore.live import counted
 from explore.optuna_adapter import storage_of
-from explore.refit import refit_after_run
 from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
 from explore.scheduler.shared_data import load_shared
@@ -281,6 +280,10 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
             raise
         run = record_run(study, stats, driver=sched.live.driver, timed_out=sched.timed_out)
         if space.refit:
+            from explore.refit import (  # noqa: PLC0415 (a refusal's start-up: onnx, boto3)
+                refit_after_run,
+            )
+
             refit_after_run(study, prep.bound.data, prep.bound.builder,
                             space.artifacts or default_artifacts(prep.storage))
         return study, run
