@@ -216,7 +216,6 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     written) when the budget cannot hold the run.  ``baseline``: this process's memory
     before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
     space = prep.space
-    budget = space.budget
     db = sqlite_file(prep.storage)
     db_existed = db is not None and db.exists()
     try:
@@ -242,54 +241,64 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         return RunRefused(message)
 
     try:
-        check_space_change(study, prep.bound, prep.space_changed)
-        name_objectives(study, space)  # after a meant change of metric, its new name
-
-        # The study's total is shared with any other drivers (explore.live): nothing to do
-        # once that many trials ended; trials a dead driver left running are failed and
-        # queued again by the scheduler.
-        if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
-            return study, None
-        try:
-            data = load_shared(prep.bound)
-        except DataError as e:
-            raise refuse(str(e)) from None
-        keeper = None
-        if space.keep_models > 0:
-            keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
-                                 space.keep_models, space.objectives[0].dir == "minimize")
-        try:
-            sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
-                              device=budget.device, devices=budget.ordinals, progress=progress,
-                              main=main, keeper=keeper, baseline=baseline,
-                              smallest=prep.smallest,
-                              switch_dir=space.artifacts or default_artifacts(prep.storage))
-        except BaseException:
-            data.close()
-            raise
-        try:
-            study.set_user_attr(DATA_ATTR, data_record(prep.bound.data))
-            study.set_user_attr(SPACE_ATTR, space_record(prep.bound))
-            if space.model._base is not None:
-                study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
-            stats = sched.run(budget.trials)
-        except SchedulerError as e:
-            raise refuse(str(e)) from None
-        except BaseException:  # Ctrl-C before the run began: nothing of it left behind
-            sched.stop()  # (the run stops itself; again is harmless)
-            raise
-        run = record_run(study, stats, driver=sched.live.driver, timed_out=sched.timed_out)
-        if space.refit:
-            from explore.refit import (  # noqa: PLC0415 (a refusal's start-up: onnx, boto3)
-                refit_after_run,
-            )
-
-            refit_after_run(study, prep.bound.data, prep.bound.builder,
-                            space.artifacts or default_artifacts(prep.storage))
-        return study, run
+        return _search(prep, study, refuse, progress, main, baseline)
     except RunRefused:  # the caller may go on (a notebook): no connection kept to a
         release(storage_of(study))  # file it did not use (SQLite's -wal and -shm)
         raise
+
+
+def _search(prep: Prepared, study: optuna.Study, refuse: Callable[[str], RunRefused],
+            progress: Callable[[Any], None] | None, main: int | None, baseline: int
+            ) -> tuple[optuna.Study, dict[str, Any] | None]:
+    """:func:`execute` once the study is open: ``refuse`` makes the error that leaves
+    nothing behind."""
+    space = prep.space
+    budget = space.budget
+    check_space_change(study, prep.bound, prep.space_changed)
+    name_objectives(study, space)  # after a meant change of metric, its new name
+
+    # The study's total is shared with any other drivers (explore.live): nothing to do
+    # once that many trials ended; trials a dead driver left running are failed and
+    # queued again by the scheduler.
+    if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
+        return study, None
+    try:
+        data = load_shared(prep.bound)
+    except DataError as e:
+        raise refuse(str(e)) from None
+    keeper = None
+    if space.keep_models > 0:
+        keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
+                             space.keep_models, space.objectives[0].dir == "minimize")
+    try:
+        sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
+                          device=budget.device, devices=budget.ordinals, progress=progress,
+                          main=main, keeper=keeper, baseline=baseline,
+                          smallest=prep.smallest,
+                          switch_dir=space.artifacts or default_artifacts(prep.storage))
+    except BaseException:
+        data.close()
+        raise
+    try:
+        study.set_user_attr(DATA_ATTR, data_record(prep.bound.data))
+        study.set_user_attr(SPACE_ATTR, space_record(prep.bound))
+        if space.model._base is not None:
+            study.set_user_attr(BUILDER_DIR_ATTR, str(space.model._base))
+        stats = sched.run(budget.trials)
+    except SchedulerError as e:
+        raise refuse(str(e)) from None
+    except BaseException:  # Ctrl-C before the run began: nothing of it left behind
+        sched.stop()  # (the run stops itself; again is harmless)
+        raise
+    run = record_run(study, stats, driver=sched.live.driver, timed_out=sched.timed_out)
+    if space.refit:
+        from explore.refit import (  # noqa: PLC0415 (a refusal's start-up: onnx, boto3)
+            refit_after_run,
+        )
+
+        refit_after_run(study, prep.bound.data, prep.bound.builder,
+                        space.artifacts or default_artifacts(prep.storage))
+    return study, run
 
 
 def check_gpus(budget: Any) -> None:

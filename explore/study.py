@@ -31,7 +31,7 @@ from explore.attrs import RECORD_ATTR as RECORD_ATTR
 from explore.pruners import PrunerArgs
 from explore.samplers import SamplerArgs
 from explore.space import Space
-from explore.storages import connect
+from explore.storages import connect, release
 
 
 def default_storage(space_path: str | Path) -> str:
@@ -63,6 +63,21 @@ def storage_url(storage: str | Path | optuna.storages.BaseStorage
             raise FileNotFoundError(f"no SQLite database {text} (is the path right?)")
         text = f"sqlite:///{Path(text).resolve()}"
     return connect(text, write=False)
+
+
+def load_stored(opened: optuna.storages.BaseStorage, study_name: str, close: bool = True
+                ) -> optuna.Study:
+    """``optuna.load_study`` of ``study_name`` in ``opened`` (:func:`storage_url`'s).
+    If that fails and ``close`` (the storage was opened for this read, not given by the
+    caller), its connections are closed first (:func:`~explore.storages.release`): the
+    caller may go on (a notebook), and a SQLite connection kept there holds the file's
+    ``-wal`` and ``-shm`` and its shared-memory index of the moment."""
+    try:
+        return optuna.load_study(study_name=study_name, storage=opened)
+    except BaseException:
+        if close:
+            release(opened)
+        raise
 
 
 def make_sampler(space: Space, number: int | None = None, attempt: int = 0

@@ -49,7 +49,7 @@ from explore.optimizers import build_optimizer
 from explore.optuna_adapter import storage_of
 from explore.scheduler.worker import Validation
 from explore.storages import release
-from explore.study import PARAMS_ATTR, RECORD_ATTR, storage_url
+from explore.study import PARAMS_ATTR, RECORD_ATTR, load_stored, storage_url
 from explore.weights import parameter_names
 
 PREDICT_BATCH = 512
@@ -478,8 +478,6 @@ def open_stored(storage: str | Path | Any, study: str) -> optuna.Study:
     except FileNotFoundError as e:
         raise ModelError(str(e)) from None
     try:
-        return optuna.load_study(study_name=study, storage=url)
+        return load_stored(url, study, close=isinstance(storage, (str, Path)))
     except KeyError:
-        if isinstance(storage, (str, Path)):  # a notebook goes on: no connection kept
-            release(url)
         raise ModelError(f"no study {study!r} in {storage}") from None

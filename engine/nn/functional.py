@@ -113,8 +113,6 @@ def silu(x: Any, inplace: bool = False) -> Tensor:
     return t * sigmoid(t)
 
 
-
-
 def erf(x: Any) -> Tensor:
     """The error function, composed of differentiable ops (Abs, Sign, Reciprocal, Exp,
     Mul, Add): Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7."""

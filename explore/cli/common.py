@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
-import optuna
 from rich.markup import escape
 
 from explore.cli import console
@@ -93,8 +92,8 @@ def where(space_file: str | None, storage: str | None, study_name: str | None
 def read_study(space_file: str | None, storage: str | None, study_name: str | None) -> Any:
     """The study to show or export.  A SQLite file that does not exist is an error (exit
     status 2), not an empty database created by looking."""
-    from explore.storages import StorageError, explain, release  # noqa: PLC0415 (--help start-up: SQLAlchemy)
-    from explore.study import storage_url  # noqa: PLC0415 (--help start-up: the space, engine)
+    from explore.storages import StorageError, explain  # noqa: PLC0415 (--help start-up: SQLAlchemy)
+    from explore.study import load_stored, storage_url  # noqa: PLC0415 (--help start-up: the space, engine)
 
     storage, study_name = where(space_file, storage, study_name)
     try:
@@ -104,12 +103,8 @@ def read_study(space_file: str | None, storage: str | None, study_name: str | No
     except StorageError as e:
         fail(str(e))
     try:
-        return optuna.load_study(study_name=study_name, storage=opened)
+        return load_stored(opened, study_name)
     except KeyError:
-        # closed before the error: a caller in a process that goes on (a notebook, a
-        # test) keeps no connection to a file it did not use (SQLite's -wal and -shm)
-        release(opened)
         fail(f"no study {study_name!r} in {storage}")
     except Exception as e:  # a corrupt file, a server gone: said as such
-        release(opened)
         fail(f"cannot read study {study_name!r} in {storage}: {explain(e)}")

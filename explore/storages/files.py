@@ -23,6 +23,7 @@ the study's database file .../s.db was deleted while the run went on, and ...
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from pathlib import Path
@@ -81,28 +82,28 @@ class StorageFile:
     def lost(self) -> str | None:
         """Why the run must stop: the file was deleted, moved away or replaced since it
         was opened; None while it is the same file."""
-        what = WHAT[self.kind]
-        try:  # the file the run opened, unlinked: deleted, whatever now lies at the path
-            unlinked = os.fstat(self.fd).st_nlink == 0
-        except OSError:
-            unlinked = False
+        how = self._change()
+        if how is None:
+            return None
+        if how == "deleted" and self.kind == "sqlite":
+            self._forget_log()
+        return (f"the study's {WHAT[self.kind]} {self.path} was {how} while the run went on, "
+                f"and the run stopped rather than write where no one reads: restore the file "
+                f"from a copy to go on, or run the same command to start the study anew")
+
+    def _change(self) -> str | None:
+        """"deleted" or "replaced by another file"; None while it is the same file, or
+        while its path cannot be read (the next write says why)."""
+        with contextlib.suppress(OSError):
+            if os.fstat(self.fd).st_nlink == 0:  # deleted, whatever now lies at the path
+                return "deleted"
         try:
-            if unlinked:
-                raise FileNotFoundError(self.path)
             st = os.stat(self.path)
         except FileNotFoundError:
-            how = "deleted"
-            if self.kind == "sqlite":
-                self._forget_log()
-        except OSError:  # unreadable now: the next write says what it is
+            return "deleted"
+        except OSError:
             return None
-        else:
-            if (st.st_dev, st.st_ino) == self.identity:
-                return None
-            how = "replaced by another file"
-        return (f"the study's {what} {self.path} was {how} while the run went on, and "
-                f"the run stopped rather than write where no one reads: restore the file "
-                f"from a copy to go on, or run the same command to start the study anew")
+        return None if (st.st_dev, st.st_ino) == self.identity else "replaced by another file"
 
     def _forget_log(self) -> None:
         """Remove a deleted database's write-ahead log and shared-memory index from its
