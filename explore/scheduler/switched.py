@@ -65,20 +65,57 @@ def memory_backed(path: str | os.PathLike[str], mounts: str = "/proc/mounts") ->
     return kind in MEMORY_BACKED
 
 
+# Where states wait when the folder asked for is in memory: folders that outlive a
+# reboot, so on disk wherever the system keeps /tmp in memory (the FHS's /var/tmp).
+DISK_FALLBACKS = ("/var/tmp",)
+
+
+def _writable(path: Path) -> bool:
+    """Whether ``path`` can be made and written: its nearest existing folder is."""
+    for d in (path, *path.parents):
+        if d.exists():
+            return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
+    return False
+
+
+def on_disk(parent: Path, fallbacks: tuple[str, ...] = DISK_FALLBACKS,
+            mounts: str = "/proc/mounts") -> tuple[Path, bool]:
+    """The folder states under ``parent`` should wait in, and whether it is in memory:
+    ``parent`` itself unless it is memory-backed, else the first of ``fallbacks`` on
+    disk that can be written (``parent`` again, in memory, where none is).
+
+    >>> on_disk(Path("/srv/run"), mounts="/nonexistent")
+    (PosixPath('/srv/run'), False)
+    """
+    if not memory_backed(parent, mounts):
+        return parent, False
+    for other in map(Path, fallbacks):
+        if not memory_backed(other, mounts) and _writable(other):
+            return other, False
+    return parent, True
+
+
 class SwitchFolder:
     """This driver's folder of switched-out states under ``parent`` (default: the
     system's temporary folder).  Named now, made by the first worker that switches a
     trial out (a run that switches none leaves nothing, not even an empty artifact
-    folder), and removed by :meth:`close` with the parents that did not exist before."""
+    folder), and removed by :meth:`close` with the parents that did not exist before.
 
-    def __init__(self, parent: str | os.PathLike[str] | None = None) -> None:
-        base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-        self.shared = base.resolve() / SWITCHED
-        self.path = self.shared / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        sweep_stale_staging(self.shared)
+    Where ``parent`` is in memory (``tmpfs``: ``/tmp`` on many systems), the states wait
+    under the first of ``fallbacks`` on disk instead (:attr:`instead_of` names the
+    parent asked for); :attr:`in_memory` says that none was."""
+
+    def __init__(self, parent: str | os.PathLike[str] | None = None,
+                 fallbacks: tuple[str, ...] = DISK_FALLBACKS,
+                 mounts: str = "/proc/mounts") -> None:
+        asked = (Path(parent) if parent is not None else Path(tempfile.gettempdir())).resolve()
+        base, self.in_memory = on_disk(asked, fallbacks, mounts)
         # there, the states are memory that no process is charged: on the CPU the run
         # does not switch (explore.scheduler.loop)
-        self.in_memory = memory_backed(self.path)
+        self.instead_of: Path | None = asked if base != asked else None
+        self.shared = base / SWITCHED
+        self.path = self.shared / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        sweep_stale_staging(self.shared)
         # the parents to remove again when empty, deepest first: those not there now
         self._parents = [d for d in self.path.parents if not d.exists()] or [self.shared]
 
