@@ -1,24 +1,8 @@
-"""A deterministic simulation of one driver's run: the decision core (:mod:`.core`)
-against simulated workers, messages that cross, workers that die, processes that grow,
-and Ctrl-C, every choice drawn from one seed.
-
-A schedule is what one seed makes of a run: how many workers and what arenas, which
-candidates (alone or stacked, each with several programs to fall back on), what the
-pruner says of each report, and, step by step, which message is delivered next, which
-worker runs a round, which dies, which switched-out state cannot be written.  A
-simulated worker keeps each resident's region of its arena, and a switched-out
-trial's state in a simulated file, so what the core decides is checked against what
-the workers would hold: no region overwritten, no state read that was not written,
-no round lost or run twice across switches, nothing pruned for lack of room.
-
-After every step the invariants are checked; a failing seed raises
-:class:`Violation` naming the seed and the step, and ``simulate(seed)`` replays the
-same schedule exactly (nothing here reads a clock or the system's randomness).
-``tests/explore/scheduler/test_simulation.py`` runs thousands of seeds.
-
->>> result = simulate(7)
->>> result.ended == result.trials and result.steps > 0
-True
+"""A schedule drawn from one seed and played to its end: :class:`Simulation` draws the
+run's shape (workers, arenas, rounds, stack, pruner, the budget's knobs) and plays the
+loop's part (ask, admit, carry out the core's commands) and, step by step, which thing
+happens next in the world; its simulated workers are :mod:`.workers`', its checks
+:mod:`.invariants`'.
 """
 
 from __future__ import annotations
@@ -51,18 +35,7 @@ from explore.scheduler.commands import (
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.policy import PRUNE
-from explore.scheduler.protocol import (
-    Continue,
-    Done,
-    Pause,
-    Regroup,
-    Report,
-    Stop,
-    SwitchedOut,
-    SwitchIn,
-    SwitchOut,
-    TrialFailed,
-)
+from explore.scheduler.protocol import Continue, Done, Report, SwitchedOut
 from explore.scheduler.simulated import (
     SimCandidate,
     SimPolicy,
@@ -73,18 +46,18 @@ from explore.scheduler.simulated import (
     SimTrial,
     SimWorker,
 )
+from explore.scheduler.simulation.invariants import Violation
+from explore.scheduler.simulation.workers import SimulatedWorkers
 from explore.scheduler.stacking import Pending
 from explore.scheduler.telemetry import RunStats
 
 MAX_STEPS = 20_000  # a schedule not over by then is stuck: nothing ends what it holds
 
 
-class Violation(AssertionError):
-    """An invariant broken: the message names the seed that replays it."""
-
-
 @dataclass
 class Result:
+    """What a schedule came to: two plays of one seed give equal results."""
+
     seed: int
     trials: int  # trials asked (repeats of re-queued ones included)
     ended: int  # trials told
@@ -92,8 +65,13 @@ class Result:
     states: dict[str, int]
 
 
-class Simulation:
-    """One schedule, drawn from ``seed``; :meth:`run` plays it to the end."""
+class Simulation(SimulatedWorkers):
+    """One schedule, drawn from ``seed``; :meth:`run` plays it to the end.
+
+    ``core_type``: the decisions under test (a planted bug's subclass of :class:`Core`);
+    ``knobs`` False draws none of the budget's knobs (rotation, switching, a limit on
+    the states out, a timeout): the loop's defaults, as the drivers' simulation plays.
+    """
 
     def __init__(self, seed: int, core_type: type[Core] = Core, knobs: bool = True) -> None:
         self.seed = seed
@@ -247,27 +225,6 @@ class Simulation:
         for i in dict.fromkeys(dead):
             self._died(i)
 
-    def _turn_taken(self, worker: int, number: int) -> None:
-        """Rotation: a worker runs one trial at a time, and the turn goes to the trial
-        fewest rounds along (of those the core knows ready, and the candidates)."""
-        if self.rotation is None:
-            return
-        sw = self.workers.get(worker)
-        if sw is not None and any(r.runnable() for r in sw.residents.values()):
-            raise Violation(self._where(f"trial {number} continued on worker {worker}, "
-                                        "which runs another"))
-        p = self.core.workers[worker].residents.get(number) if worker in self.core.workers \
-            else None
-        if p is None or self.n_workers > 1 or self.stats.growth or \
-                self.core.switch_limit is not None:
-            return  # several workers: a busy one's ready trial waits, others go on; the
-            # processes grown, or the states out at their limit: a trial that cannot
-            # fit now lets those that can go on
-        behind = [q.rounds for q in self.core.ready] + [0] * len(self.core.waiting)
-        if behind and min(behind) < p.rounds:
-            raise Violation(self._where(f"trial {number} continued after round {p.rounds} "
-                                        f"while another is ready after round {min(behind)}"))
-
     def _told(self, c: Tell) -> None:
         n = c.trial.number
         if n in self.told:
@@ -299,138 +256,10 @@ class Simulation:
         self._deliver(WorkerDied(index, -9, 1000 + index))
         self._open(index)  # a new worker takes its place
 
-    # -- a simulated worker ------------------------------------------------------------
-    def _receive(self, sw: SimWorker) -> None:
-        msg = sw.inbox.popleft()
-        if isinstance(msg, SimStart):
-            self._region_free(sw, msg.offset, msg.size, f"trial {msg.number}'s start")
-            r = SimResident(msg.number, list(msg.members), self.rounds, self.gated,
-                            live=set(msg.members), region=(msg.offset, msg.size))
-            sw.residents[msg.number] = r
-            for m in msg.members:
-                sw.owner[m] = msg.number
-        elif isinstance(msg, Continue | Pause):
-            if msg.number in sw.owner:
-                sw.residents[sw.owner[msg.number]].word(msg.number, isinstance(msg, Continue))
-        elif isinstance(msg, Stop):
-            if msg.number in sw.owner:
-                r = sw.residents[sw.owner[msg.number]]
-                r.word(msg.number, None)
-                if not r.live:
-                    self._drop(sw, r.number)
-        elif isinstance(msg, Regroup):
-            old = sw.residents.get(msg.number)
-            if old is not None:
-                for part in msg.parts:
-                    size = align_up(part.program.total_bytes)
-                    self._region_free(sw, part.offset, size, f"part {part.number}")
-                    r = SimResident(part.number, list(part.members), old.rounds, old.gated,
-                                    old.round, set(part.members) & old.live,
-                                    old.waiting & set(part.members),
-                                    set(part.members) if part.paused else set(),
-                                    (part.offset, size))
-                    sw.residents[part.number] = r
-                for m in old.members:
-                    sw.owner.pop(m, None)
-                for part in msg.parts:
-                    for m in part.members:
-                        sw.owner[m] = part.number
-                sw.residents.pop(msg.number)
-            self.outbox.append((sw.index, SimRegrouped(msg.number)))
-        elif isinstance(msg, SwitchOut):
-            self._switch_out(sw, msg)
-        elif isinstance(msg, SwitchIn):
-            self._switch_in(sw, msg)
-
-    def _switch_out(self, sw: SimWorker, msg: SwitchOut) -> None:
-        """Write the trial's state to its simulated file and give its region back (or
-        fail to write it, as a full disk would)."""
-        n = msg.number
-        r = sw.residents.get(sw.owner.get(n, n))
-        if r is None or n not in r.live:
-            raise Violation(self._where(f"trial {n} switched out, but worker {sw.index} "
-                                        "does not hold it"))
-        if r.members != [n]:  # a stack's member leaves alone: masked there, as stopped
-            if n not in r.held:
-                raise Violation(self._where(f"stacked trial {n} switched out while it "
-                                            "could run"))
-            r.word(n, None)
-            sw.owner.pop(n, None)
-            if not r.live:
-                self._drop(sw, r.number)
-            r = SimResident(n, [n], r.rounds, r.gated, r.round, {n},
-                            region=(0, align_up(msg.program.total_bytes)))
-        elif r.runnable():
-            raise Violation(self._where(f"trial {n} switched out while it could run"))
-        else:
-            self._drop(sw, n)
-        if self.rng.random() < 0.03:
-            self.outbox.append((sw.index, TrialFailed(n, "could not be switched out: "
-                                                         "simulated")))
-            return
-        self.store[n] = r
-        self.outbox.append((sw.index, SwitchedOut(n, r.region[1], 0.0)))
-
-    def _switch_in(self, sw: SimWorker, msg: SwitchIn) -> None:
-        """Read the trial's state back into its new region: it waits for its word."""
-        r = self.store.pop(msg.number, None)
-        if r is None:
-            raise Violation(self._where(f"trial {msg.number} switched in, but its state "
-                                        "was never written"))
-        size = align_up(msg.program.total_bytes)
-        self._region_free(sw, msg.offset, size, f"trial {msg.number}'s switch in")
-        r.region, r.waiting, r.held = (msg.offset, size), {msg.number}, set()
-        sw.residents[msg.number] = r
-        sw.owner[msg.number] = msg.number
-
-    def _region_free(self, sw: SimWorker, offset: int, size: int, what: str) -> None:
-        held = sw.overlaps(offset, size)
-        if held is not None:
-            raise Violation(self._where(f"{what} at [{offset}, {offset + size}) of worker "
-                                        f"{sw.index} overwrites {held}, still there"))
-
-    def _drop(self, sw: SimWorker, number: int) -> None:
-        r = sw.residents.pop(number, None)
-        if r is not None:
-            for m in r.members:
-                if sw.owner.get(m) == number:
-                    del sw.owner[m]
-
-    def _run_round(self, sw: SimWorker, r: SimResident) -> None:
-        live = sorted(r.live)
-        for m in live:  # the core's view: what runs is not paused
-            p = self.core.workers[sw.index].residents.get(m)
-            if p is not None and p.paused is not None:
-                raise Violation(self._where(f"trial {m} runs while paused at rung "
-                                            f"{p.paused}"))
-        r.round += 1
-        for m in live:  # a switch (or a regroup) loses no round and repeats none
-            if self.reported.get(m, 0) + 1 != r.round:
-                raise Violation(self._where(f"trial {m} ran round {r.round} after round "
-                                            f"{self.reported.get(m, 0)}"))
-            self.reported[m] = r.round
-        if self.rng.random() < 0.03:  # a trial's loss diverges, or its code raises
-            m = self.rng.choice(live)
-            self.outbox.append((sw.index, TrialFailed(m, "diverged: simulated")))
-            r.word(m, None)
-            live.remove(m)
-        if r.round >= r.rounds or not live:
-            self._drop(sw, r.number)
-            for m in live:
-                self.outbox.append((sw.index, Done(m, {"score": self._score(m)}, r.round,
-                                                   0, 0.0, self.now, self.now)))
-            return
-        if r.gated:
-            r.waiting = set(live)
-        for m in live:
-            self.outbox.append((sw.index, Report(m, r.round, {"score": self._score(m)},
-                                                 self.now)))
-
-    def _score(self, number: int) -> float:
-        return random.Random(self.seed * 7_919 + number).random()
-
     # -- a step ------------------------------------------------------------------------
     def run(self) -> Result:
+        """Play the schedule step by step to its end (or to its Ctrl-C), checking the
+        invariants after every step: raises :class:`Violation` where one breaks."""
         interrupt_at = self.rng.randint(3, 80) if self.rng.random() < 0.1 else None
         self.interrupted = False
         while True:
@@ -529,80 +358,6 @@ class Simulation:
                 self._deliver(Finished(index, msg))
             else:
                 self._deliver(Failed(index, msg))
-
-    # -- the invariants ----------------------------------------------------------------
-    def _where(self, what: str) -> str:
-        return f"seed {self.seed}, step {self.step}: {what} (replay: simulate({self.seed}))"
-
-    def check(self, final: bool = False) -> None:
-        core = self.core
-        placed: dict[int, int] = {}
-        paused = 0
-        for w in core.workers.values():
-            regions = [(o, n) for o, n in w.free]
-            regions += [(p.offset, p.size) for p in w.residents.values() if p.size]
-            regions += [(s.offset, s.size) for s in w.stacks.values()]
-            regions.sort()
-            end = 0
-            for o, n in regions:
-                if o < end:
-                    raise Violation(self._where(f"worker {w.index}'s regions overlap at {o}"))
-                end = o + n
-            if sum(n for _, n in regions) != w.arena or end > w.arena:
-                raise Violation(self._where(f"worker {w.index}'s arena is not all "
-                                            f"accounted for: {regions} of {w.arena}"))
-            for n, p in w.residents.items():
-                if n in placed:
-                    raise Violation(self._where(f"trial {n} held by two workers"))
-                placed[n] = w.index
-                paused += p.paused is not None
-                if n in self.told:
-                    raise Violation(self._where(f"trial {n} held after it ended"))
-        if core.heaps() > self.stats.budget - self.stats.fixed:
-            raise Violation(self._where("the placed heaps exceed the budget"))
-        if core.switch_limit is not None and core.out_bytes() > core.switch_limit:
-            raise Violation(self._where(f"{core.out_bytes():,} bytes of states out, "
-                                        f"beyond the limit of {core.switch_limit:,}"))
-        for n, p in core.out.items():
-            paused += p.paused is not None
-            if n not in self.store:
-                raise Violation(self._where(f"trial {n} is out, but its state was never "
-                                            "written"))
-        for n in self.store:  # a state outlives its trial only where a worker died
-            if n in self.told and self.told[n] != TrialState.FAIL:
-                raise Violation(self._where(f"trial {n} ended {self.told[n].name}, its "
-                                            "state left behind"))
-
-        if core.counts["paused"] != paused:
-            raise Violation(self._where(f"{core.counts['paused']} counted paused, "
-                                        f"{paused} held paused"))
-        waiting = [t.number for p in core.waiting for t in p.trials]
-        told_counts = {s: 0 for s in ("complete", "pruned", "failed")}
-        for s in self.told.values():
-            told_counts[s.name.lower() if s != TrialState.FAIL else "failed"] += 1
-        for k, v in told_counts.items():
-            if core.counts[k] != v:
-                raise Violation(self._where(f"counted {core.counts[k]} {k}, told {v}"))
-        for n in range(self.asked):
-            where = (n in placed) + (n in self.told) + waiting.count(n) + (n in core.out)
-            if where != 1:
-                raise Violation(self._where(f"trial {n} is in {where} places "
-                                            "(held, ended, waiting, switched out)"))
-        if final:
-            if core.holds():
-                raise Violation(self._where("trials held at the end"))
-            if len(self.told) != self.asked:
-                raise Violation(self._where("a trial never ended"))
-            if self.core.takes_new() and (self.asked - len(self.repeats) != self.total or
-                                          len(self.repeats) != len(self.retried)):
-                raise Violation(self._where("a re-queued trial was not asked again once"))
-            # past the timeout the run ends short: what is left stays queued for the next
-            if self.asked - len(self.repeats) > self.total or \
-                    len(self.repeats) > len(self.retried):
-                raise Violation(self._where("more trials asked than the total"))
-            if self.late_asks:
-                raise Violation(self._where(f"trials {self.late_asks} asked after the "
-                                            "timeout"))
 
 
 def simulate(seed: int, core_type: type[Core] = Core) -> Result:
