@@ -58,8 +58,7 @@ more would not run more at once.
     python bench/explore_throughput.py --json
     python bench/explore_throughput.py --json --pruner median
 
-Measured on the 2-core machine (2026-11-25, ``docs/architecture.md`` keeps the table):
-with ``--stack 8``, 190 trials/min against the journal baseline's 134 (n_jobs: 106).
+The figures measured, with the machine and command: ``docs/measurements.md``.
 """
 
 from __future__ import annotations

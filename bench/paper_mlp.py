@@ -22,9 +22,7 @@ at the end of each timed round; the numpy loop stays on the CPU, for reference.
 
     python bench/paper_mlp.py --json
 
-Measured on the 2-core machine (2026-11-25, ``docs/architecture.md`` keeps the table):
-full batch 15.5 ms per round against PyTorch's 19.8 and numpy's 16.8; batch 64
-144 µs per step against 294 and 202.
+The figures measured, with the machine and command: ``docs/measurements.md``.
 """
 
 from __future__ import annotations
