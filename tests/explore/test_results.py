@@ -184,7 +184,7 @@ def test_export_parquet_reads_back_with_pandas(tmp_path: Path) -> None:
 
 
 # A trial switched out of its arena twice while paused, as the scheduler records it
-# (explore.scheduler.core._switch_record): the second time it ended while out.
+# (explore.scheduler.core.endings, _switch_record): the second time it ended while out.
 SWITCHED = {"switched_out": 2, "switch_bytes": 12_500_000,
             "out_spans": [[3.14159, 5.0], [7.25, 9.0]]}
 
