@@ -55,16 +55,28 @@ def measured_run(space: Path, memory: str, timeout: float = 600) -> dict[str, An
             "trials": study.get_trials() if study else []}
 
 
-def check(result: dict[str, Any], budget: int) -> None:
+def check(result: dict[str, Any], budget: int, tight: bool = False) -> None:
+    """The run ended well, within ``budget`` as sampled and as it recorded, and every
+    trial ended by the pruner or completed; where the budget is ``tight`` (an arena of a
+    few MB, so the space's widest candidates need more than an empty arena), those fail
+    saying they do not fit, as candidates too big for the arena do, and the rest
+    complete."""
     assert result["rc"] == 0, result["output"]
     run = result["run"]
     assert result["peak"] <= budget, (f"the process tree peaked at {result['peak']:,} bytes "
                                       f"over a budget of {budget:,}: {run}")
     assert 0 < run["measured_peak"] <= budget
     assert run["peak"] <= budget  # the plan
-    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in result["trials"]), [
+
+    def too_big(t: optuna.trial.FrozenTrial) -> bool:
+        reason = t.user_attrs.get("explore", {}).get("fail_reason") or ""
+        return tight and t.state.name == "FAIL" and reason.startswith("does not fit")
+
+    assert all(t.state.name in ("COMPLETE", "PRUNED") or too_big(t)
+               for t in result["trials"]), [
         (t.number, t.state.name, t.user_attrs.get("explore", {}).get("fail_reason"))
         for t in result["trials"] if t.state.name not in ("COMPLETE", "PRUNED")]
+    assert any(t.state.name == "COMPLETE" for t in result["trials"])
     waited = any(w > 0 for _, _, _, w in run["timeline"])
     if waited:  # trials enough to fill it: the memory was used, not wasted
         assert run["peak"] >= 0.8 * budget, run
@@ -79,10 +91,12 @@ def copy_space(tmp_path: Path, name: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.alone
 # 180 MB: a little over the least a quiet machine admits (164 MB named, its fixed costs
-# 153 MB), where nothing else shares the libraries' pages and so lowers their PSS
+# 153 MB), where nothing else shares the libraries' pages and so lowers their PSS; its
+# arenas hold the narrower MLPs only
 @pytest.mark.parametrize("memory", ["180MB", "200MB", "400MB"])
 def test_the_quick_space_stays_within_its_budget(tmp_path: Path, memory: str) -> None:
-    check(measured_run(copy_space(tmp_path, "quick.yaml"), memory), int(memory[:-2]) * 10**6)
+    check(measured_run(copy_space(tmp_path, "quick.yaml"), memory), int(memory[:-2]) * 10**6,
+          tight=memory == "180MB")
 
 
 @pytest.mark.slow
