@@ -5,10 +5,12 @@ quarter of them, where paused trials wait in files, and none is pruned for room.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 
 from engine.alignment import align_up
 from explore.binding import bind
@@ -20,6 +22,7 @@ from explore.scheduler.switched import SWITCHED
 from explore.space import load_space
 from explore.study import RECORD_ATTR, open_study
 from tests.explore.cli_run import IN_TEST
+from tests.explore.drivers import small_disk
 
 SPACE = """\
 name: sw
@@ -73,8 +76,19 @@ def search(folder: Path, arena: int | None = None,
     return trials, stats
 
 
-def test_paused_trials_wait_switched_out_and_the_search_is_the_same(tmp_path: Path,
-                                                                   on_disk: Path) -> None:
+@pytest.mark.parametrize("asked", ["on disk", "in memory"])
+def test_paused_trials_wait_switched_out_and_the_search_is_the_same(
+        tmp_path: Path, on_disk: Path, asked: str) -> None:
+    """``asked``: where the run is told to put its states; "in memory" is a tmpfs
+    mounted for the test, which the states pass over for /var/tmp on disk (a folder in
+    memory would hold them uncounted by the budget)."""
+    with contextlib.ExitStack() as stack:
+        states = on_disk if asked == "on disk" else stack.enter_context(
+            small_disk(tmp_path, "64m"))
+        search_both(tmp_path, states, asked)
+
+
+def search_both(tmp_path: Path, on_disk: Path, asked: str) -> None:
     roomy, roomy_stats = search(tmp_path / "roomy")
     heaps = [align_up(t["record"]["total_bytes"]) for t in roomy]
     assert roomy_stats.counts.get("switched_out", 0) == 0  # all fit: nothing moved
@@ -100,4 +114,10 @@ def test_paused_trials_wait_switched_out_and_the_search_is_the_same(tmp_path: Pa
     assert moved and all(t["record"]["switch_bytes"] > 0 for t in moved)
     assert any(t["state"] == "COMPLETE" for t in moved)  # out, back in, and finished
     assert not (on_disk / "artifacts" / SWITCHED).exists()  # nothing left
+    folder = Path(stats.switch_folder)
+    if asked == "in memory":
+        assert folder.parent == Path("/var/tmp") / SWITCHED, folder
+    else:
+        assert folder.parent == (on_disk / "artifacts").resolve() / SWITCHED, folder
+    assert not folder.exists()
     assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
