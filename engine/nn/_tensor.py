@@ -307,6 +307,44 @@ class Tensor(_Ops):
             axes = (a,) if x.desc.shape[a] == 1 else ()
         return x._emit("Squeeze", x, axes=axes) if axes else x
 
+    def split(self, split_size_or_sections: int | Sequence[int], dim: int = 0
+              ) -> tuple[Tensor, ...]:
+        """Pieces along ``dim`` (never the batch axis), as ``torch.Tensor.split``: each
+        ``split_size_or_sections`` long (the last shorter where it does not divide), or
+        of the sizes listed.  Each piece is a slice of this tensor (``x[..., a:b]``),
+        whose gradient flows back into its place."""
+        x = self._t()
+        a, n = _unbatched_axis(x, dim, "split")
+        if isinstance(split_size_or_sections, int):
+            if split_size_or_sections < 1:
+                raise TraceError(f"split size {split_size_or_sections}: it must be at least 1")
+            step = split_size_or_sections
+            sizes = [min(step, n - start) for start in range(0, n, step)]
+        else:
+            sizes = [int(k) for k in split_size_or_sections]
+            if sum(sizes) != n or min(sizes, default=0) < 1:
+                raise TraceError(f"split sizes {sizes}: each at least 1, summing to the "
+                                 f"size of dimension {a}, {n}")
+        pieces, start = [], 0
+        for size in sizes:
+            pieces.append(x if size == n else
+                          index(x, (slice(None),) * a + (slice(start, start + size),)))
+            start += size
+        return tuple(pieces)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """``chunks`` pieces along ``dim`` as ``torch.Tensor.chunk``: each
+        ceil(size / chunks) long, the last shorter (so fewer where that leaves none)."""
+        _, n = _unbatched_axis(self._t(), dim, "chunk")
+        if chunks < 1:
+            raise TraceError(f"chunk into {chunks} pieces: at least 1")
+        return self.split(max(1, -(-n // chunks)), dim)
+
+    def contiguous(self) -> Tensor:
+        """This tensor: a graph's values are laid out by the planner, never strided
+        views, so PyTorch's ``.contiguous().view(...)`` is ``.view(...)`` here."""
+        return self._t()
+
     def sum(self, dim: Any = None, keepdim: bool = False) -> Tensor:
         """The sum over ``dim`` (an int or a tuple; all axes when None)."""
         return reduce("ReduceSum", self._t(), dim, keepdim)
@@ -419,6 +457,15 @@ def _axis(dim: Any, ndim: int) -> int:
     if not -max(ndim, 1) <= int(dim) < max(ndim, 1):
         raise TraceError(f"axis {dim} is out of range for a {ndim}-D tensor")
     return int(dim) % max(ndim, 1)
+
+
+def _unbatched_axis(x: Tensor, dim: int, what: str) -> tuple[int, int]:
+    """Axis ``dim`` of ``x`` and its size, refused where it is the symbolic batch."""
+    a = _axis(dim, x.ndim)
+    if x.desc.batched and a == 0:
+        raise TraceError(f"{what} along the batch axis: the batch size is symbolic while "
+                         "tracing")
+    return a, int(x.desc.shape[a])
 
 
 def _dims(shape: Sequence[Any]) -> list[Any]:

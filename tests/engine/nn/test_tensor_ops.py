@@ -109,3 +109,105 @@ def test_inputs_by_name_and_position() -> None:
         w = vm.get("emb.weight")
         np.testing.assert_allclose(vm.get("logits"),
                                    [w[1:5].sum(0), 2 * (3 * w[0] + w[9])], rtol=1e-5)
+
+
+def pieces(x: Any, w: Any) -> Any:
+    """[b, 4, 6] -> [b, 4, 6]: chunk, split by size and by sections, contiguous."""
+    h = x @ w
+    a, b, c = h.chunk(3, dim=-1)  # [b, 4, 2] each
+    first, rest = h.split([1, 3], dim=1)  # [b, 1, 6], [b, 3, 6]
+    wide, narrow = h.split(4, dim=2)  # [b, 4, 4], [b, 4, 2] (the last shorter)
+    odd = h.chunk(4, dim=2)  # ceil(6 / 4) = 2 long: 3 pieces, as PyTorch gives
+    assert len(odd) == 3
+    mixed = a * b + c + narrow + odd[1]
+    t = h.transpose(1, 2).contiguous().view(-1, 4, 6)
+    return cat([mixed, wide[..., :2] * rest.mean(1, keepdim=True)[..., 2:4] + first[..., :2]],
+               2) + t[..., :4] * 0.5
+
+
+class Pieces(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(np.zeros((6, 6), np.float32))
+
+    def forward(self, x: Any) -> Any:
+        return pieces(x, self.w)
+
+
+class TorchPieces(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 6) * 0.3)
+
+    def forward(self, x: Any) -> Any:
+        return pieces(x, self.w)
+
+
+def cat(xs: list[Any], dim: int) -> Any:
+    return nn.cat(xs, dim) if isinstance(xs[0], nn.Tensor) else torch.cat(xs, dim)
+
+
+def test_split_chunk_and_contiguous_match_pytorch() -> None:
+    torch.manual_seed(0)
+    x = np.random.default_rng(1).normal(size=(3, 4, 6)).astype(np.float32)
+    compare(torch, TorchPieces(), Pieces(), x)
+
+
+def causal_layers(self: Any, lib: Any, d: int = 8, heads: int = 2, length: int = 5) -> None:
+    """nanoGPT's attention's layers, from ``lib`` (engine.nn or torch.nn)."""
+    self.heads = heads
+    self.c_attn = lib.Linear(d, 3 * d)
+    self.c_proj = lib.Linear(d, d)
+    self.mask = np.triu(np.ones((length, length), bool), 1)  # True: not attended
+
+
+def causal_attention(self: Any, x: Any) -> Any:
+    """nanoGPT's attention as its users write it: one projection split into q, k, v,
+    heads by view and transpose, a causal mask filled with -inf, contiguous().view."""
+    b, t, d = x.shape
+    q, k, v = self.c_attn(x).split(d, dim=2)
+    q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / np.sqrt(d // self.heads))
+    mask = self.mask[:t, :t]
+    att = att.masked_fill(torch.from_numpy(mask) if isinstance(att, torch.Tensor) else mask,
+                          float("-inf")).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
+    return self.c_proj(y)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        causal_layers(self, nn)
+
+    forward = causal_attention
+
+
+class TorchCausal(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        causal_layers(self, torch.nn)
+
+    forward = causal_attention
+
+
+def test_a_nanogpt_attention_block_matches_pytorch() -> None:
+    torch.manual_seed(0)
+    x = np.random.default_rng(2).normal(size=(3, 5, 8)).astype(np.float32)
+    compare(torch, TorchCausal(), CausalSelfAttention(), x)
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda x: x.split(2, dim=0), "split along the batch axis"),
+    (lambda x: x.chunk(2, dim=0), "chunk along the batch axis"),
+    (lambda x: x.split([2, 2], dim=2), r"split sizes \[2, 2\]: each at least 1, summing to"),
+    (lambda x: x.split(0, dim=1), "split size 0"),
+    (lambda x: x.chunk(0, dim=1), "chunk into 0 pieces"),
+])
+def test_bad_splits_say_what_is_wrong(make: Any, words: str) -> None:
+    class M(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return make(x)[0]
+
+    with pytest.raises(nn.TraceError, match=words):
+        nn.to_graph(M(), inputs={"x": (0, 4, 6)}, loss="mse", target_shape=(0, 4, 6))
