@@ -22,13 +22,24 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import GraphError
+from engine.errors import GraphError, InputError
 from engine.graph import CalcGraph, Kind, Node
 from engine.ops import get_op
 from engine.ops._onnx import ONNX_DTYPES, OnnxForm, onnx_attrs
 from engine.runtime.initializers import initial_values
 
 OPSET = 17
+
+
+def _trained(vm: Any, name: str, init: Any) -> Any:
+    """Parameter ``name``'s value in ``vm``; None for a constant that the compiler
+    simplified away (the 0 of ``x - 0``), whose value its init holds."""
+    try:
+        return vm.get(name)
+    except InputError:
+        if init.method != "values":
+            raise
+        return None
 
 
 def export_onnx(graph: CalcGraph, outputs: Sequence[str] | None = None, vm: Any = None,
@@ -57,8 +68,9 @@ def export_onnx(graph: CalcGraph, outputs: Sequence[str] | None = None, vm: Any 
         desc = ir.descs[vname]
         if var.kind is Kind.PARAMETER:
             assert var.init is not None
-            value = vm.get(vname) if vm is not None else initial_values(
-                var.init, desc.shape, np.dtype(desc.dtype.value), rng)
+            value = _trained(vm, vname, var.init) if vm is not None else None
+            if value is None:
+                value = initial_values(var.init, desc.shape, np.dtype(desc.dtype.value), rng)
             inits.append(numpy_helper.from_array(np.asarray(value), vname))
         elif var.kind is Kind.PLACEHOLDER:
             dims = ["N" if i == 0 and desc.batched else d for i, d in enumerate(desc.shape)]

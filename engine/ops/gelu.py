@@ -186,7 +186,8 @@ def _export_gelu(n: Node, helper: Any, nh: Any) -> Exported:
                  mk("Add", [f"{y}_erf", f"{y}_one"], [f"{y}_s"])]
     nodes += [mk("Mul", [x, f"{y}_s"], [f"{y}_xs"]),
               mk("Mul", [f"{y}_xs", f"{y}_half"], [y])]
-    return nodes, list(c.values())
+    used = {i for node in nodes for i in node.input}
+    return nodes, [t for t in c.values() if t.name in used]  # onnxruntime warns of others
 
 
 OPS = [

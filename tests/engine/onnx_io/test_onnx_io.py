@@ -48,6 +48,32 @@ def test_a_trained_mlp_exports_and_runs_in_onnxruntime() -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_constant_the_compiler_simplified_away_exports_with_its_value() -> None:
+    """``x - 0`` (a padding id of 0 subtracted, say) compiles to ``x``: the 0 is in no
+    program, and the trained model still exports, the constant's value from its init."""
+    from engine import nn
+
+    class Shifted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+
+        def forward(self, x: object) -> object:
+            return self.lin((x - 0.0) * 2.0)
+
+    g = nn.to_graph(Shifted(), inputs={"x": (0, 4)}, loss="mse", target_shape=(0, 3))
+    vm = VM(compile_graph(g, batch_size=4, optimizer=Adam(lr=0.05)))
+    assert [v for v, var in g.variables.items() if var.init is not None
+            and var.init.values == (0.0,)]  # the 0 is a frozen constant of the graph
+    x = R.random((4, 4), dtype=np.float32)
+    vm.set("x", x)
+    vm.set("y", R.random((4, 3), dtype=np.float32))
+    vm.train_step("train")
+    (got,) = ort_run(export_onnx(g, outputs=["logits"], vm=vm), {"x": x})
+    vm.forward("eval")
+    np.testing.assert_allclose(got, vm.get("logits"), rtol=1e-5, atol=1e-6)
+
+
 def cnn() -> CalcGraph:
     g = CalcGraph(name="cnn")
     x = g.placeholder("x", (0, 2, 9, 9))
@@ -155,3 +181,30 @@ def test_the_new_operators_export_and_match_onnxruntime() -> None:
     ours = engine_run(g, feeds, ["red", "gathered", "deq"])
     for o, t in zip(ours, got, strict=True):
         np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_every_initializer_of_an_export_is_read(approximate: str) -> None:
+    """No initializer that no node reads (onnxruntime warns of each): a GELU's export
+    carries the constants of its own form only."""
+    from engine import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+            self.act = nn.GELU(approximate=approximate)
+
+        def forward(self, x: object) -> object:
+            return self.act(self.lin(x))
+
+    g = nn.to_graph(Net(), inputs={"x": (0, 4)}, loss="mse", target_shape=(0, 3))
+    vm = VM(compile_graph(g, batch_size=2))
+    model = export_onnx(g, outputs=["logits"], vm=vm)
+    read = {i for n in model.graph.node for i in n.input}
+    assert [t.name for t in model.graph.initializer if t.name not in read] == []
+    x = R.random((2, 4), dtype=np.float32)
+    (got,) = ort_run(model, {"x": x})
+    vm.set("x", x)
+    vm.forward("eval")
+    np.testing.assert_allclose(got, vm.get("logits"), rtol=1e-5, atol=1e-6)
