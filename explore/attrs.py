@@ -84,6 +84,8 @@ class TrialRecord(TypedDict, total=False):
     flops: int  # model FLOPs of its rounds (explore.utilisation.round_flops)
     metrics: dict[str, float]
     # how it ended, when not on its own
+    pruned: str  # why (explore.scheduler.core.endings): by the pruner, paused and not
+    # promoted, or for room
     fail_reason: str
     started: bool  # whether a worker had begun it
     retried: bool  # failed by a death or Ctrl-C: queued again, not counted

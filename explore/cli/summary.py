@@ -12,7 +12,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from explore.attrs import RUNS_ATTR
+from explore.attrs import RECORD_ATTR, RUNS_ATTR
 from explore.cli import console
 from explore.utilisation import describe, of_run
 
@@ -63,6 +63,9 @@ def print_summary(study: Any, run: dict[str, Any] | None) -> None:
                   "best value": [best_v], "best trial": [best_n]},
                  ("best trial", "pruned"), title=f"study {study.study_name!r}",
                  header_style="bold")
+    why = pruned(trials)
+    if why:
+        out.print(why, highlight=False)
     print_failures(trials)
     if run is None:
         return
@@ -150,6 +153,24 @@ def print_failures(trials: list[Any]) -> None:
         n = sum(len(g.numbers) for g in left)
         out.print(f"  ... and {n} more trial{'s' * (n != 1)} failed for {len(left)} other "
                   f"reason{'s' * (len(left) != 1)}", highlight=False)
+
+
+def pruned(trials: list[Any]) -> str | None:
+    """Why ``trials`` were pruned, in a line (their records' ``pruned``; None if none
+    says): by the pruner, paused at a rung and never promoted, or for room.
+
+    >>> from types import SimpleNamespace as T
+    >>> print(pruned([T(user_attrs={"explore": {"pruned": w}}) for w in
+    ...              ["by the pruner", "paused, not promoted", "by the pruner"]]))
+    pruned: 2 by the pruner, 1 paused, not promoted
+    >>> pruned([T(user_attrs={})]) is None
+    True
+    """
+    why = Counter(t.user_attrs.get(RECORD_ATTR, {}).get("pruned") for t in trials)
+    why.pop(None, None)
+    if not why:
+        return None
+    return "pruned: " + ", ".join(f"{n} {w}" for w, n in why.most_common())
 
 
 def switching(run: dict[str, Any]) -> str | None:

@@ -15,6 +15,14 @@ from explore.scheduler.placement import Placement, Worker
 from explore.scheduler.protocol import Stop
 from explore.scheduler.stacking import Pending
 
+# Why a trial was pruned, as its record says (``pruned``): the pruner's word on a
+# report; paused at a rung and never promoted before the run ended (or its timeout);
+# the memory it held was needed and it could not wait out of the arena
+# (``budget.switching: false``, ``budget.switch_limit`` reached, no folder on disk).
+BY_PRUNER = "by the pruner"
+NOT_PROMOTED = "paused, not promoted"
+FOR_ROOM = "for room"
+
 
 class Endings(Regions):
     """Ends trials as failed or pruned, with the notes and tells that say so, and keeps
@@ -45,8 +53,10 @@ class Endings(Regions):
                 f"beyond their measured constants, and the budget left holds less than "
                 f"its {size:,}")
 
-    def _prune(self, w: Worker | None, p: Placement, regroup: bool = True) -> None:
-        """Stop ``p`` (held by ``w``; None: switched out, its file dropped) as pruned."""
+    def _prune(self, w: Worker | None, p: Placement, why: str,
+               regroup: bool = True) -> None:
+        """Stop ``p`` (held by ``w``; None: switched out, its file dropped) as pruned,
+        ``why`` in its record (:data:`BY_PRUNER`, :data:`NOT_PROMOTED`, :data:`FOR_ROOM`)."""
         if w is None:
             del self.out[p.trial.number]
             self._emit(DropState(p.trial.number))
@@ -54,7 +64,7 @@ class Endings(Regions):
             self._emit(Send(w.index, Stop(p.trial.number)))
             self._release(w, p, regroup=regroup)
         rounds = self.policy.last_step(p.trial)
-        self._emit(Note(p.trial, {"rounds": rounds,
+        self._emit(Note(p.trial, {"rounds": rounds, "pruned": why,
                                   "pauses": p.pauses, "start": p.started, "end": self.now,
                                   **p.seconds, **self._work(p, p.rounds, p.validated),
                                   **self._switch_record(p)},

@@ -25,6 +25,7 @@ from explore.scheduler.commands import (
     Tick,
     WorkerDied,
 )
+from explore.scheduler.core.endings import BY_PRUNER, FOR_ROOM, NOT_PROMOTED
 from explore.scheduler.core.placing import Placing
 from explore.scheduler.placement import Placement, Worker
 from explore.scheduler.policy import PRUNE
@@ -95,7 +96,7 @@ class Core(Placing):
         verdict = self.policy.report(p.trial, msg.round, msg.metrics,
                                      p.candidate.heap_bytes) if msg.validated else None
         if verdict == PRUNE:
-            self._prune(w, p)
+            self._prune(w, p, BY_PRUNER)
             # its value at the rung counts there too (Optuna records it before pruning):
             # it may promote a trial paused there, which would otherwise wait for the
             # next report, or be pruned at the end if none came
@@ -179,13 +180,13 @@ class Core(Placing):
         if not self.switching:  # the memory of the one paused longest, passed over by
             # every result since, is needed
             for w, p in paused[:1] if self.waiting else paused:
-                self._prune(w, p)
+                self._prune(w, p, FOR_ROOM if self.waiting else NOT_PROMOTED)
             return
         if self.waiting or self.ready or any(p.paused is None for p in self.out.values()):
             self._make_way()
             return
         for w, p in paused:
-            self._prune(w, p)
+            self._prune(w, p, NOT_PROMOTED)
 
     def _interrupted(self) -> None:
         held = [p.trial for w in self.workers.values() for p in w.residents.values()]

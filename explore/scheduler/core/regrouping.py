@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from engine.alignment import align_up
 from explore.scheduler.commands import Moved, Send
+from explore.scheduler.core.endings import FOR_ROOM
 from explore.scheduler.core.switching import Switching
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.protocol import Part, Regroup
@@ -99,7 +100,7 @@ class Regrouping(Switching):
                         if self.switching and self._may_leave([p]):
                             self._switch_out(w, p)
                         else:
-                            self._prune(w, p, regroup=False)
+                            self._prune(w, p, FOR_ROOM, regroup=False)
                     if not self._regroup(w, st) and st.regroup_due:
                         st.regroup_due = False  # masked until memory is given back
                         self._masked.append((w, st))

@@ -13,7 +13,7 @@ from typing import Any
 from engine.alignment import align_up
 from engine.free_list import FreeList
 from explore.scheduler.commands import Measure, Send
-from explore.scheduler.core.endings import Endings
+from explore.scheduler.core.endings import FOR_ROOM, Endings
 from explore.scheduler.placement import Placement, Resuming, Spot, Worker, state_size
 from explore.scheduler.protocol import Continue, SwitchedOut, SwitchIn, SwitchOut
 
@@ -134,7 +134,7 @@ class Switching(Endings):
         if self.switch_limit is not None:  # none may leave: the one paused longest ends
             for held, p in self.paused():
                 if held is not None:
-                    self._prune(held, p)
+                    self._prune(held, p, FOR_ROOM)
                     return
 
     def _switch_out(self, w: Worker, p: Placement) -> None:

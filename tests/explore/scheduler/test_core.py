@@ -146,6 +146,13 @@ def test_a_pruned_trial_is_stopped_and_its_memory_given_back() -> None:
     out = core.handle(Reported(0, report(0, 1)))
     assert sent(out) == [Stop(0)] and ended(out) == {0: (TrialState.PRUNED, False)}
     assert core.heaps() == 0 and list(core.workers[0].free) == [(0, ARENA)]
+    assert why_pruned(out) == {0: "by the pruner"}
+
+
+def why_pruned(commands: list[Any]) -> dict[int, str]:
+    """Each pruned trial's reason, as its record's note says."""
+    return {c.trial.number: c.values["pruned"] for c in commands
+            if isinstance(c, Note) and "pruned" in c.values}
 
 
 def test_a_gated_trial_pauses_at_its_rung_and_resumes_when_promoted() -> None:
@@ -209,7 +216,7 @@ def test_the_switch_limit_lets_out_only_the_states_it_holds() -> None:
     assert not sent(admit(core, 3, size=5_000))  # trial 0 would pass the limit: it stays
     core.handle(Finished(0, Done(2, {"score": 0.5}, 1, 0, 0.0, 0.0, 0.0)))
     out = core.handle(Idle())
-    assert ended(out) == {0: (TrialState.PRUNED, False)}
+    assert ended(out) == {0: (TrialState.PRUNED, False)} and why_pruned(out) == {0: "for room"}
     assert core.counts["out"] == 0 or 1 in core.out  # trial 1 waits out, unpruned
 
 
@@ -269,6 +276,7 @@ def test_paused_trials_are_pruned_at_the_end_switched_out_ones_without_a_worker(
     assert core.idle()
     out = core.handle(Idle())  # nothing waits: no result can promote them any more
     assert ended(out) == {0: (TrialState.PRUNED, False), 1: (TrialState.PRUNED, False)}
+    assert why_pruned(out) == {0: "paused, not promoted", 1: "paused, not promoted"}
     assert sent(out) == [Stop(1)] and DropState(0) in out
     note = next(c for c in out if isinstance(c, Note) and c.trial.number == 0)
     assert note.values["switched_out"] == 1 and note.values["switch_bytes"] == 4_000

@@ -109,7 +109,7 @@ class PrunesForRoom(Core):
     def _make_way(self) -> None:
         for w, p in self.paused():
             if w is not None:
-                self._prune(w, p)
+                self._prune(w, p, "for room")
                 return
 
 

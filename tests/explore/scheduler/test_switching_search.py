@@ -113,6 +113,8 @@ def search_both(tmp_path: Path, on_disk: Path, asked: str) -> None:
     moved = [t for t in tight if t["record"].get("switched_out")]
     assert moved and all(t["record"]["switch_bytes"] > 0 for t in moved)
     assert any(t["state"] == "COMPLETE" for t in moved)  # out, back in, and finished
+    assert {t["record"]["pruned"] for t in tight if t["state"] == "PRUNED"} <= {
+        "by the pruner", "paused, not promoted"}  # what each pruned trial's record says
     assert not (on_disk / "artifacts" / SWITCHED).exists()  # nothing left
     folder = Path(stats.switch_folder)
     if asked == "in memory":
