@@ -31,10 +31,13 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
 
     ``space`` is a search-space file or a dict of the YAML's structure.  ``data``
     replaces the space's data set with your own: a DataFrame (``target`` names the
-    label column) or a tuple ``(X, y)`` of arrays; the space's ``dataset:`` options
-    (valid, test, scale, categorical, task) apply to it.  ``storage`` is an Optuna
-    storage URL (default: a SQLite file next to the space file, or ``<name>.db`` in the
-    working directory for a dict), ``study`` the study's name (default: the space's);
+    label column) or a tuple ``(X, y)`` of arrays, to which the space's ``dataset:``
+    options (valid, test, scale, categorical, task) apply; or a data set made with its
+    own options (:class:`explore.datasets.SequenceDataset`,
+    :class:`~explore.datasets.SeriesDataset`, any
+    :class:`~explore.datasets.BaseDataset`).  ``storage`` is an Optuna storage URL
+    (default: a SQLite file next to the space file, or ``<name>.db`` in the working
+    directory for a dict), ``study`` the study's name (default: the space's);
     ``trials``, ``workers``, ``memory``, ``device``, ``devices`` and ``timeout``
     override the space's budget (with several devices, each gets ``workers`` and
     ``memory``).  ``timeout``: seconds from the run's start after which no new trial

@@ -29,7 +29,7 @@ from engine.runtime import backends
 from explore import metrics
 from explore.attrs import BUILDER_DIR_ATTR, CHANGES_ATTR, DATA_ATTR, RUNS_ATTR, SPACE_ATTR
 from explore.binding import BoundSpace, bind
-from explore.datasets import DataError
+from explore.datasets import BaseDataset, DataError
 from explore.datasets.table import from_python
 from explore.families.builder import spec_of
 from explore.folders import directory_problem
@@ -135,7 +135,11 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         except ValueError as e:
             raise RunRefused(f"study: {e}") from None
     try:
-        given = from_python(data, target=target, **options) if data is not None else None
+        given = data if isinstance(data, BaseDataset) or data is None else \
+            from_python(data, target=target, **options)
+        if isinstance(data, BaseDataset) and target is not None:
+            raise DataError(f"target={target!r} names a column of a DataFrame; a data "
+                            f"set ({type(data).__name__}) knows its own target")
         bound = bind(sp, given, builder)
     except SpaceError as e:
         raise RunRefused(f"{len(e.errors)} error(s) in the search space", e.errors) from None

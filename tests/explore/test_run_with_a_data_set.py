@@ -1,0 +1,65 @@
+"""``explore.run(space, data=...)`` takes a data set made in Python as well as a
+DataFrame or ``(X, y)``: sequences or a series built with their own options run as the
+space's own data set would, and ``target`` (a DataFrame's column) is refused beside one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import explore
+from explore.datasets import SequenceDataset, SeriesDataset
+from explore.runner import RunRefused
+
+SPACE = {"name": "given", "budget": {"trials": 2, "rounds": 2, "memory": "400MB",
+                                     "workers": 1},
+         "pruner": "none", "keep_models": 1,
+         "training": {"lr": 0.003, "batch_size": 16}}
+
+
+def tokens(n: int = 96, steps: int = 8, seed: int = 0) -> SequenceDataset:
+    """Token rows padded with 0 past their lengths; the label: more high tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, steps + 1, n)
+    x = rng.integers(1, 9, (n, steps))
+    for i, k in enumerate(lengths):
+        x[i, k:] = 0
+    y = np.array([int((row[:k] > 4).sum() * 2 > k) for row, k in zip(x, lengths, strict=True)])
+    return SequenceDataset(x, y, lengths=lengths, padding=0, test=0.2)
+
+
+def test_a_sequence_data_set_made_in_python_is_searched_and_its_model_kept(
+        tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'g.db'}"
+    study = explore.run({**SPACE, "model": {"family": "transformer", "d_model": 8,
+                                            "heads": 2, "layers": 1}},
+                        data=tokens(), storage=storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    model = explore.load_model(storage, "given")
+    (x,) = model.to_onnx().graph.input
+    assert x.name == "x" and x.type.tensor_type.elem_type == 7  # int64 token ids
+
+
+def test_a_series_made_in_python_is_searched(tmp_path: Path) -> None:
+    t = np.arange(200, dtype=np.float64)
+    frame = pd.DataFrame({"load": np.sin(t / 6) + 0.01 * t})
+    study = explore.run({**SPACE, "objectives": [{"metric": "mae", "direction": "minimize"}],
+                         "model": {"family": "conv1d", "blocks": 1, "channels": 4,
+                                   "kernel": 3, "readout": "last"}},
+                        data=SeriesDataset(frame, "load", window=12),
+                        storage=f"sqlite:///{tmp_path / 's.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    assert all(np.isfinite(t.value) for t in study.trials)
+
+
+def test_a_target_beside_a_data_set_is_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    with pytest.raises(RunRefused, match="target='y' names a column of a DataFrame; a "
+                                         "data set \\(SequenceDataset\\) knows its own"):
+        explore.run({**SPACE, "model": {"family": "conv1d", "blocks": 1, "channels": 4,
+                                        "kernel": 3}},
+                    data=tokens(), target="y", storage=f"sqlite:///{tmp_path / 'r.db'}")
+    assert list(tmp_path.iterdir()) == []
