@@ -28,6 +28,21 @@ from explore.scheduler.signals import StopFlag, catch_stop_signals
 from explore.scheduler.stacking import stacks_for
 from explore.scheduler.switched import SwitchFolder
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats
+from explore.space import Space
+
+
+def unstacked_because(space: Space, lockstep: bool, rotation: int | None) -> str | None:
+    """Why a run of ``space`` stacks no trials whatever ``budget.stack`` says (None: it
+    may stack): lockstep, rotation, or objectives with no per-model form."""
+    if lockstep:
+        return ("a seeded run on one worker trains one trial at a time (lockstep), so "
+                "that it repeats its search exactly")
+    if rotation is not None:
+        return "trials in rotation (budget.in_flight) take their turns one at a time"
+    if not stacks_for(space):
+        return ("an objective reads sums or rows (macro F1, R², ROC AUC), which a "
+                "stack's members cannot score apart")
+    return None
 
 
 class Scheduler(Relay):
@@ -115,10 +130,12 @@ class Scheduler(Relay):
         self.timed_out = False  # the run ended at its timeout, short of its trials
         # Trials asked at once and stacked where they can be (explore.scheduler.stacking);
         # not in lockstep, whose point is one trial at a time.
+        unstacked = unstacked_because(space, self.lockstep, self.rotation)
+        if unstacked and space.budget.stack > 1:
+            self.stats.notes.append(f"budget.stack: {space.budget.stack} is not used: "
+                                    f"{unstacked}")
         self.intake = Intake(bound, self.live, self.stats, self.notes, self._fail_new,
-                             space.budget.stack if not self.lockstep and
-                             self.rotation is None and stacks_for(space)
-                             else 1,
+                             1 if unstacked else space.budget.stack,
                              # a seeded run on one worker: each trial validates in the
                              # chunks it was compiled for, whatever room is left
                              fallbacks=space.sampler.seed is None or

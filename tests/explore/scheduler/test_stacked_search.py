@@ -175,3 +175,36 @@ def test_a_model_without_a_stacked_form_runs_its_trials_alone(tmp_path: Path) ->
     assert stats.counts["complete"] == 4 and sched.stack == 1
     assert any("not stacked" in n and "Conv" in n for n in stats.notes), stats.notes
     assert not any("stack" in t.user_attrs["explore"] for t in study.trials)
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"sampler": {"name": "random", "seed": 3}}, "a seeded run on one worker trains one "
+                                                 "trial at a time"),
+    ({"budget": {"in_flight": 8}}, "trials in rotation"),
+    ({"objectives": [{"metric": "f1", "direction": "maximize"}]}, "an objective reads sums"),
+])
+def test_a_stack_the_run_cannot_use_is_said_with_why(tmp_path: Path, change: dict,
+                                                     why: str) -> None:
+    raw = {"name": "st", "dataset": "digits", "pruner": "none",
+           "budget": {"trials": 4, "rounds": 1, "memory": "400MB", "workers": 1,
+                      "stack": 4, **change.get("budget", {})},
+           **{k: v for k, v in change.items() if k != "budget"}}
+    space = parse_space(raw)
+    study = open_study(space, f"sqlite:///{tmp_path / 'st.db'}")
+    sched = Scheduler(bind(space), study, load_digits(), workers=1,
+                      memory=space.budget.memory, device="cpu", main=IN_TEST)
+    assert sched.stack == 1
+    (note,) = [n for n in sched.stats.notes if "budget.stack" in n]
+    assert note.startswith("budget.stack: 4 is not used: ") and why in note, note
+    sched.arrays.close()
+
+
+def test_a_stack_the_run_can_use_says_nothing(tmp_path: Path) -> None:
+    space = parse_space({"name": "st", "dataset": "digits", "pruner": "none",
+                         "budget": {"trials": 4, "rounds": 1, "memory": "400MB",
+                                    "workers": 1, "stack": 4}})
+    study = open_study(space, f"sqlite:///{tmp_path / 'st.db'}")
+    sched = Scheduler(bind(space), study, load_digits(), workers=1,
+                      memory=space.budget.memory, device="cpu", main=IN_TEST)
+    assert sched.stack == 4 and not sched.stats.notes
+    sched.arrays.close()
