@@ -135,11 +135,13 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         except ValueError as e:
             raise RunRefused(f"study: {e}") from None
     try:
-        given = data if isinstance(data, BaseDataset) or data is None else \
-            from_python(data, target=target, **options)
-        if isinstance(data, BaseDataset) and target is not None:
-            raise DataError(f"target={target!r} names a column of a DataFrame; a data "
-                            f"set ({type(data).__name__}) knows its own target")
+        if isinstance(data, BaseDataset):
+            if target is not None:
+                raise DataError(f"target={target!r} names a column of a DataFrame; a "
+                                f"data set ({type(data).__name__}) knows its own target")
+            given: BaseDataset | None = data
+        else:
+            given = from_python(data, target=target, **options) if data is not None else None
         bound = bind(sp, given, builder)
     except SpaceError as e:
         raise RunRefused(f"{len(e.errors)} error(s) in the search space", e.errors) from None

@@ -32,6 +32,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from explore.folders import directory_problem
 from explore.keeper import sweep_stale_staging
 from explore.scheduler.protocol import state_file
 
@@ -70,14 +71,6 @@ def memory_backed(path: str | os.PathLike[str], mounts: str = "/proc/mounts") ->
 DISK_FALLBACKS = ("/var/tmp",)
 
 
-def _writable(path: Path) -> bool:
-    """Whether ``path`` can be made and written: its nearest existing folder is."""
-    for d in (path, *path.parents):
-        if d.exists():
-            return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
-    return False
-
-
 def on_disk(parent: Path, fallbacks: tuple[str, ...] = DISK_FALLBACKS,
             mounts: str = "/proc/mounts") -> tuple[Path, bool]:
     """The folder states under ``parent`` should wait in, and whether it is in memory:
@@ -90,7 +83,7 @@ def on_disk(parent: Path, fallbacks: tuple[str, ...] = DISK_FALLBACKS,
     if not memory_backed(parent, mounts):
         return parent, False
     for other in map(Path, fallbacks):
-        if not memory_backed(other, mounts) and _writable(other):
+        if not memory_backed(other, mounts) and directory_problem(other) is None:
             return other, False
     return parent, True
 

@@ -88,7 +88,9 @@ def test_paused_trials_wait_switched_out_and_the_search_is_the_same(
         search_both(tmp_path, states, asked)
 
 
-def search_both(tmp_path: Path, on_disk: Path, asked: str) -> None:
+def search_both(tmp_path: Path, states: Path, asked: str) -> None:
+    """The search with room for all, then in a quarter of that with its states asked
+    under ``states`` (``asked``: on disk or in memory)."""
     roomy, roomy_stats = search(tmp_path / "roomy")
     heaps = [align_up(t["record"]["total_bytes"]) for t in roomy]
     assert roomy_stats.counts.get("switched_out", 0) == 0  # all fit: nothing moved
@@ -96,7 +98,7 @@ def search_both(tmp_path: Path, on_disk: Path, asked: str) -> None:
     assert roomy_stats.counts["resumed"] > 0  # paused trials were promoted
 
     tight, stats = search(tmp_path / "tight", arena=max(max(heaps), sum(heaps) // 4),
-                          states=on_disk)
+                          states=states)
     # the same search, to the bit: what each trial was drawn, how it ended, every
     # value it reported (a switch that lost a bit of any weight, moment or generator
     # would move them)
@@ -115,11 +117,11 @@ def search_both(tmp_path: Path, on_disk: Path, asked: str) -> None:
     assert any(t["state"] == "COMPLETE" for t in moved)  # out, back in, and finished
     assert {t["record"]["pruned"] for t in tight if t["state"] == "PRUNED"} <= {
         "by the pruner", "paused, not promoted"}  # what each pruned trial's record says
-    assert not (on_disk / "artifacts" / SWITCHED).exists()  # nothing left
+    assert not (states / "artifacts" / SWITCHED).exists()  # nothing left
     folder = Path(stats.switch_folder)
     if asked == "in memory":
         assert folder.parent == Path("/var/tmp") / SWITCHED, folder
     else:
-        assert folder.parent == (on_disk / "artifacts").resolve() / SWITCHED, folder
+        assert folder.parent == (states / "artifacts").resolve() / SWITCHED, folder
     assert not folder.exists()
     assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
