@@ -18,11 +18,18 @@ refit; :mod:`.serve`: dashboard), sharing :mod:`.console` (output, exit statuses
 and :mod:`.summary`.
 The commands import pandas, onnx, the engine and the rest of explore when they run, not
 at the top: ``explore --help`` starts without them (each would add 0.3 to 1 s to it).
+
+The ``explore`` executable runs :func:`entry`: an exception no command expected (a bug,
+not bad input) ends it with a short message and exit status 1, not a traceback;
+``EXPLORE_TRACEBACK=1`` shows the traceback.  :func:`main`, the click group, lets such
+an exception through, so that tests that call it see it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 import warnings
 
 import click
@@ -36,7 +43,7 @@ from explore.cli.serve import dashboard
 from explore.cli.sizing import size
 from explore.cli.studies import export, show
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,3 +70,37 @@ _python_format = warnings.formatwarning
 
 for _command in (run, size, show, export, export_model, evaluate, refit_command, dashboard):
     main.add_command(_command)
+
+
+TRACEBACK_ENV = "EXPLORE_TRACEBACK"  # "1": an unexpected error shows its traceback
+
+
+def entry() -> None:
+    """The ``explore`` executable: :func:`main`, with any exception that no command
+    expected said in a few lines (what, where, how to see more) and exit status 1."""
+    try:
+        main()
+    except Exception as e:  # the last resort: what each command catches is said by it
+        if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+            raise
+        from explore.cli import console  # noqa: PLC0415 (rich, loaded by now anyway)
+
+        console.err.print(unexpected(e), markup=False, highlight=False)
+        sys.exit(console.EXIT_FAILED)
+
+
+def unexpected(e: BaseException) -> str:
+    """What :func:`entry` says of an exception no command expected: its type and
+    message, the command line, and explore's innermost frame it passed through."""
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if f.filename.startswith(_EXPLORE + os.sep)] or frames
+    where = ""
+    if ours:
+        f = ours[-1]
+        where = f" (at {os.path.relpath(f.filename, os.path.dirname(_EXPLORE))}:{f.lineno}, " \
+            f"in {f.name})"
+    command = " ".join(["explore", *sys.argv[1:]])
+    return (f"error: unexpected {type(e).__name__}: {e}{where}\n"
+            f"  while running: {command}\n"
+            f"  This is a fault in explore, not in your input. Run it again with "
+            f"{TRACEBACK_ENV}=1 to see the traceback, and report it with that.")

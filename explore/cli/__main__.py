@@ -1,6 +1,6 @@
 """``python -m explore.cli``: the ``explore`` command."""
 
-from explore.cli import main
+from explore.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()
