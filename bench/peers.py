@@ -7,7 +7,10 @@ shrink them alike for every side):
   optimizer, learning rate and init searched, 60 trials of 10 rounds;
 - ``mnist_cnn``: ``search_spaces/cnn_mnist.yaml``, 1 to 3 convolution blocks with
   searched widths, kernels, batch norm and residuals, 30 trials of 3 rounds, median
-  pruning.
+  pruning;
+- any other space file (``--searches my_space.yaml``, named by its file's stem) that a
+  PyTorch twin can train: the built-in ``mlp`` or ``cnn`` family, one objective,
+  accuracy maximised.  Anything else is refused before a side runs, saying why.
 
 Sides, each in its own fresh process tree, alternating (``bench/_sides.py``); every one
 asks its Optuna trial the questions explore asks (:func:`explore.sampling.suggest`)
@@ -22,8 +25,10 @@ the same rows, ``--workers`` trials at a time:
   a function trainable reporting each round, W trials at a time (one CPU each; on a GPU
   a 1/W share of it), the data passed once through ``tune.with_parameters``; usage
   reporting, the dashboard and Tune's result loggers off.
-Where the space prunes (median), both Optuna sides prune with Optuna's MedianPruner as
-explore does; Ray Tune always stops trials with ASHA, its recommended scheduler.
+Where the space prunes, both Optuna sides prune as explore does (the median pruner as
+Optuna's MedianPruner; successive halving and Hyperband as the space builds them) and
+draw with the space's sampler (TPE as above); Ray Tune always stops trials with ASHA, its
+recommended scheduler.
 ``optuna_torch`` in the answer is the better Optuna side (sooner to the target, then
 sooner done).
 
@@ -69,11 +74,54 @@ MB = 1_000_000
 
 
 # ---------------------------------------------------------------- the searches' sizes
+def space_file(search: str) -> str:
+    """The space file of a search: a shipped one's (:data:`SEARCHES`), else the path
+    given."""
+    if search in SEARCHES:
+        return os.path.join(ROOT, "search_spaces", SEARCHES[search])
+    return os.path.abspath(search)
+
+
+def search_name(search: str) -> str:
+    """What the answer calls a search: its name, or its space file's stem."""
+    return search if search in SEARCHES else os.path.splitext(os.path.basename(search))[0]
+
+
+TWINS = ("mlp", "cnn")  # the families bench/_torch_models.py builds in PyTorch
+
+
+def refusal(search: str) -> str | None:
+    """Why the peers cannot run ``search`` (None: they can): an unknown name, a space
+    that does not load, or one no PyTorch twin trains (another family or a builder of
+    its own, several objectives, or an objective other than accuracy maximised)."""
+    from explore.space import load_space
+
+    path = space_file(search)
+    if search not in SEARCHES and not os.path.isfile(path):
+        return (f"{search!r} is neither a search ({', '.join(SEARCHES)}) nor a space "
+                f"file")
+    try:
+        space = load_space(path)
+    except Exception as e:  # the space's own error names file, line and key
+        return f"{search}: {e}"
+    why = None
+    if space.model.builder is not None:
+        why = f"its model is a builder of its own ({space.model.builder})"
+    elif space.model.family not in TWINS:
+        why = f"model.family {space.model.family!r} has no PyTorch twin ({', '.join(TWINS)} do)"
+    elif len(space.objectives) != 1 or space.objectives[0].metric != "accuracy" or \
+            space.objectives[0].direction != "maximize":
+        why = "the peers measure one objective, accuracy maximised"
+    elif space.dataset is None:
+        why = "it has no dataset section"
+    return None if why is None else f"{search}: the peers cannot run it: {why}"
+
+
 def space_of(args: argparse.Namespace) -> Any:
     """The search's space with this run's sizes, seed and device: what every side runs."""
     from explore.space import load_space
 
-    space = load_space(os.path.join(ROOT, "search_spaces", SEARCHES[args.search]))
+    space = load_space(space_file(args.search))
     assert space.dataset is not None
     budget = space.budget.model_copy(update={
         "trials": args.trials or space.budget.trials, "rounds": args.rounds or
@@ -87,7 +135,7 @@ def space_of(args: argparse.Namespace) -> Any:
 
 
 def prunes(space: Any) -> bool:
-    return space.pruner.name == "median"
+    return bool(space.pruner.name != "none")
 
 
 def validation_interval(space: Any) -> int:
@@ -281,12 +329,22 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sampler_pruner(space: Any, seed: int) -> tuple[Any, Any]:
+    """The Optuna sides' sampler and pruner: TPE, or the space's own sampler (seeded with
+    ``seed``); the median pruner as Optuna's, any other as the space builds it."""
     import optuna
 
-    sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=2,
-                                          n_warmup_steps=space.pruner.warmup_rounds)
-              if prunes(space) else optuna.pruners.NopPruner())
+    from explore.study import make_pruner, make_sampler
+
+    if space.sampler.name == "tpe":
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    else:
+        sampler = make_sampler(space.model_copy(update={
+            "sampler": space.sampler.model_copy(update={"seed": seed})}))
+    if space.pruner.name == "median":
+        pruner: Any = optuna.pruners.MedianPruner(n_startup_trials=2,
+                                                  n_warmup_steps=space.pruner.warmup_rounds)
+    else:
+        pruner = make_pruner(space) if prunes(space) else optuna.pruners.NopPruner()
     return sampler, pruner
 
 
@@ -683,7 +741,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--searches", default=",".join(SEARCHES),
-                    help=f"comma-separated, of {', '.join(SEARCHES)}")
+                    help=f"comma-separated: {', '.join(SEARCHES)}, or space files (an mlp "
+                         "or cnn family, accuracy maximised)")
     ap.add_argument("--sides", default=",".join(SIDES),
                     help=f"comma-separated, of {', '.join(SIDES)}")
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
@@ -721,17 +780,24 @@ def main() -> None:
         return
     searches = [s for s in args.searches.split(",") if s]
     sides = [s for s in args.sides.split(",") if s]
-    for name in searches + sides:
-        if name not in (*SEARCHES, *SIDES):
-            ap.error(f"unknown search or side {name!r}")
+    for name in sides:
+        if name not in SIDES:
+            ap.error(f"unknown side {name!r} (sides: {', '.join(SIDES)})")
+    for search in searches:
+        if (why := refusal(search)) is not None:
+            ap.error(why)
+    searches = [s if s in SEARCHES else os.path.abspath(s) for s in searches]  # Ray's
+    names = [search_name(s) for s in searches]  # workers run in folders of their own
+    if len(set(names)) != len(names):
+        ap.error(f"two searches share a name: {', '.join(names)}")
     if "explore" in sides:  # measured here, outside the sides' trees: explore's run reads it
         from explore.scheduler.peak import gemm_peak
 
         gemm_peak(args.device)
-    result: dict[str, Any] = {"searches": {}, "utilisation": {s: None for s in searches},
+    result: dict[str, Any] = {"searches": {}, "utilisation": {n: None for n in names},
                               "errors": []}
     curves: dict[str, dict[str, list[dict[str, Any]]]] = {
-        search: {side: [] for side in sides} for search in searches}
+        search_name(search): {side: [] for side in sides} for search in searches}
     try:
         # repeat-major: a run cut short still has every search, with fewer repeats
         for i in range(args.repeats):
@@ -744,11 +810,12 @@ def main() -> None:
                                         side, args.seed + i, args.timeout)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         # one side's failure is reported; the others still run
-                        result["errors"].append(f"{search} {side} repeat {i + 1}: "
+                        result["errors"].append(f"{search_name(search)} {side} repeat "
+                                                f"{i + 1}: "
                                                 f"{str(e)[-1500:]}")
                         print(f"  {result['errors'][-1]}", file=sys.stderr, flush=True)
                         continue
-                    curves[search][side].append(got)
+                    curves[search_name(search)][side].append(got)
                     if args.log:
                         brief = {k: v for k, v in got.items() if k != "curve"}
                         print(f"  {search} repeat {i + 1}/{args.repeats} {side}: {brief}",

@@ -130,3 +130,85 @@ def test_ray_tune_smoke_on_the_cpu() -> None:
     r = smoke("ray_tune")
     check(r, ("ray_tune",))
     assert r["searches"]["paper_mlp"]["sides"]["ray_tune"]["startup_s"] > 0
+
+
+HELD_OUT = """\
+name: held_out
+dataset: {name: digits}
+objectives:
+  - {metric: accuracy, direction: maximize}
+budget: {trials: 4, rounds: 2, memory: 400MB, workers: 2}
+sampler: {name: random, seed: 0}
+pruner: {name: successive_halving}
+model:
+  family: mlp
+  depth: {int: [1, 2]}
+  width: {choice: [16, 32]}
+training:
+  optimizer: adam
+  lr: {float: [1.0e-3, 1.0e-1], log: true}
+  batch_size: 32
+"""
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"model": "model: {family: transformer}\n"}, "model.family 'transformer' has no PyTorch"),
+    ({"model": "model: {builder: 'mymodels:build'}\n"}, "a builder of its own"),
+    ({"objectives": "objectives:\n  - {metric: loss, direction: minimize}\n"},
+     "one objective, accuracy maximised"),
+])
+def test_a_space_no_pytorch_twin_trains_is_refused_with_why(tmp_path: Path, change: dict,
+                                                             why: str) -> None:
+    sections = HELD_OUT.split("\n")
+    text = HELD_OUT
+    for key, replacement in change.items():  # the section KEY replaced whole
+        start = next(i for i, line in enumerate(sections) if line.startswith(f"{key}:"))
+        end = next((i for i in range(start + 1, len(sections))
+                    if sections[i] and not sections[i].startswith(" ")), len(sections))
+        text = "\n".join(sections[:start]) + "\n" + replacement + "\n".join(sections[end:])
+    (tmp_path / "space.yaml").write_text(text)
+    said = peers.refusal(str(tmp_path / "space.yaml"))
+    assert said is not None and why in said and "space.yaml" in said
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "peers.py"), "--searches",
+                        str(tmp_path / "space.yaml"), "--json"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and why in r.stderr and not r.stdout
+
+
+def test_an_unknown_search_is_refused() -> None:
+    said = peers.refusal("no_such_search")
+    assert said is not None and "paper_mlp" in said
+
+
+def test_a_held_out_space_is_run_with_its_own_sampler_and_pruner(tmp_path: Path) -> None:
+    path = tmp_path / "held_out.yaml"
+    path.write_text(HELD_OUT)
+    assert peers.refusal(str(path)) is None and peers.search_name(str(path)) == "held_out"
+    assert peers.space_file("paper_mlp").endswith("search_spaces/paper_mnist.yaml")
+    space = load_space(path)
+    sampler, pruner = peers.sampler_pruner(space, 5)
+    assert isinstance(sampler, optuna.samplers.RandomSampler)
+    assert isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner)
+    assert peers.prunes(space) and peers.validation_interval(space) == 1
+    # the shipped searches keep theirs: TPE, and the median pruner as Optuna's
+    cnn = load_space(ROOT / "search_spaces" / "cnn_mnist.yaml")
+    sampler, pruner = peers.sampler_pruner(cnn, 5)
+    assert isinstance(sampler, optuna.samplers.TPESampler)
+    assert isinstance(pruner, optuna.pruners.MedianPruner)
+
+
+@pytest.mark.slow  # a benchmark run end to end: CI's slow step
+def test_a_held_out_space_runs_on_every_optuna_side_and_explore(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "held_out.yaml"
+    path.write_text(HELD_OUT)
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "peers.py"), "--searches",
+                        str(path), "--sides", "explore,optuna_njobs,optuna_journal",
+                        "--repeats", "1", "--json"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert not got["errors"] and set(got["searches"]) == {"held_out"}
+    sides = got["searches"]["held_out"]["sides"]
+    assert {"explore", "optuna_njobs", "optuna_journal", "optuna_torch"} <= set(sides)
+    assert all(s["trials"] == 4 for s in sides.values())
