@@ -2,7 +2,9 @@
 type and shape; its operators and methods append ops to the path being traced.
 
 Python numbers and numpy arrays mixed into arithmetic become frozen parameters (one
-per scalar value).  Whatever would need a *value* (``bool()``, ``float()``,
+per scalar value).  Comparisons (``==``, ``<``, ...) are elementwise, as in PyTorch: a
+``bool`` tensor, the mask ``masked_fill`` and ``where`` take.  Whatever would need a
+*value* (``bool()``, ``float()``,
 ``.item()``, a numpy function, iterating over the batch) is a :class:`TraceError`: the
 graph is traced once and then runs on any data, so a Python ``if`` on a value cannot be
 recorded.
@@ -119,12 +121,39 @@ class _Ops:
     def numpy(self) -> Any:
         return self._no_value(".numpy()")
 
-    def _compare(self, other: Any) -> Any:
-        raise TraceError("comparing traced tensors (==, !=, <, <=, >, >=) is not supported: "
-                         "engine.nn has no boolean tensors, and Python branches cannot "
-                         "depend on values")
+    # -- comparisons: bool tensors (masks for masked_fill / where) ------------------------
+    def _compared(self, op: str, other: Any) -> Any:
+        """``op`` (Equal, Less, ...) of this and ``other``, a ``bool`` tensor; what is no
+        number, array or traced value is left to Python (``NotImplemented``)."""
+        if other is None or isinstance(other, bool) or \
+                not isinstance(other, _Ops | int | float | np.ndarray | np.generic):
+            return NotImplemented
+        return binary(op, self, other)
 
-    __lt__ = __le__ = __gt__ = __ge__ = _compare
+    def __lt__(self, other: Any) -> Any:
+        return self._compared("Less", other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._compared("LessOrEqual", other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._compared("Greater", other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._compared("GreaterOrEqual", other)
+
+    def _equal(self, other: Any, negate: bool) -> Any:
+        eq = self._compared("Equal", other)
+        if eq is NotImplemented or not negate:
+            return eq
+        return eq._emit("Not", eq)
+
+    def __invert__(self) -> Tensor:
+        x = self._t()
+        if x.desc.dtype != DType.BOOL:
+            raise TraceError(f"~ of a {x.desc.dtype.value} tensor: engine.nn has logical "
+                             "not of bool tensors (masks) only, no bitwise not")
+        return x._emit("Not", x)
 
     # numpy: any numpy function on a traced tensor is an error, except plain arithmetic
     # with a numpy scalar or array on the left (np.float32(2) * x)
@@ -216,11 +245,12 @@ class Tensor(_Ops):
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.desc})"
 
-    def __eq__(self, other: object) -> bool:
-        return bool(self._compare(other))
+    def __eq__(self, other: object) -> Any:
+        """Elementwise, as PyTorch's: a ``bool`` tensor (a mask), not a Python bool."""
+        return self._equal(other, negate=False)
 
-    def __ne__(self, other: object) -> bool:
-        return bool(self._compare(other))
+    def __ne__(self, other: object) -> Any:
+        return self._equal(other, negate=True)
 
     __hash__ = object.__hash__
 

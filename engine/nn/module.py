@@ -104,6 +104,25 @@ class Parameter(_Ops):
                              "them) as attributes in __init__, not inside forward")
         return tracer.tensor(name)
 
+    def __eq__(self, other: object) -> Any:
+        """With a number, an array or a traced tensor: elementwise (a ``bool`` tensor, while
+        traced: ``self.mask == 0``); with anything else, a parameter included: identity,
+        so that parameters stay items of lists and sets."""
+        if isinstance(other, Parameter) or other is None or isinstance(other, bool) or \
+                not isinstance(other, _Ops | int | float | np.ndarray | np.generic):
+            return self is other
+        return self._equal(other, negate=False)
+
+    def __ne__(self, other: object) -> Any:
+        eq = self.__eq__(other)
+        return (not eq) if isinstance(eq, bool) else eq._emit("Not", eq)
+
+    __hash__ = object.__hash__
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """While traced, a slice of the parameter (``self.bias[:, :, :T, :T]``)."""
+        return self._t()[index]
+
     def __getattr__(self, name: str) -> Any:
         # While traced, a parameter has the tensor methods (w.T, w.reshape(...), ...).
         if not name.startswith("_") and hasattr(Tensor, name) and tracing():

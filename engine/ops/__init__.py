@@ -13,6 +13,7 @@ from engine.errors import GraphError
 from engine.ops import (
     activations,
     cast,
+    compare,
     constant,
     conv,
     conv_transpose,
@@ -48,9 +49,9 @@ from engine.ops._base import (
 )
 
 OP_TABLE: dict[str, OpDef] = {}
-for _module in (elementwise, activations, gelu, cast, constant, linalg, fused, dequantize_gemm,
-                conv, conv_transpose, pool, power, reduce, reduce_family, select, shape, slicing,
-                loss, metric_stats, nll, norm, stacked):
+for _module in (elementwise, activations, gelu, cast, compare, constant, linalg, fused,
+                dequantize_gemm, conv, conv_transpose, pool, power, reduce, reduce_family,
+                select, shape, slicing, loss, metric_stats, nll, norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

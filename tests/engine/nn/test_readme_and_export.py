@@ -40,3 +40,32 @@ def test_eval_path_exports_to_onnx() -> None:
     model = export_onnx(g, ["logits"], vm=vm)
     got = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, vm.get("logits"), rtol=1e-5, atol=1e-6)
+
+
+def test_a_computed_mask_exports_as_onnx_comparisons() -> None:
+    """Comparisons a forward makes (``x > 0``, ``~``, ``==`` of a slice of a buffer)
+    export as ONNX's Greater, Not and Equal, and onnxruntime agrees with the engine."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is a dev extra")
+    from engine.onnx_io import export_onnx
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: object) -> object:
+            h = self.fc(x)
+            keep = ~(x > 0.25)
+            return h.masked_fill(keep, -1.0).masked_fill(x == 0.5, 9.0)
+
+    g = nn.to_graph(Masked(), inputs={"x": (0, 4)}, loss="mse", target_shape=(0, 4))
+    vm = VM(compile_graph(g, batch_size=6), seed=3)
+    x = np.random.default_rng(5).random((6, 4)).astype(np.float32)
+    x[:, 2] = 0.5  # exactly
+    vm.set("x", x)
+    vm.forward("eval")
+    model = export_onnx(g, ["logits"], vm=vm)
+    assert {"Greater", "Not", "Equal"} <= {n.op_type for n in model.graph.node}
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, vm.get("logits"))
+    assert (got == 9.0).sum() == 6 and (got == -1.0).any()

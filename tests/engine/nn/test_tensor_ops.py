@@ -197,6 +197,135 @@ def test_a_nanogpt_attention_block_matches_pytorch() -> None:
     compare(torch, TorchCausal(), CausalSelfAttention(), x)
 
 
+def buffered_causal_layers(self: Any, lib: Any, d: int = 8, heads: int = 2,
+                           length: int = 6) -> None:
+    """nanoGPT's own form: the causal mask a registered buffer of ones below the diagonal
+    (``torch.tril``), ``[1, 1, L, L]``, longer than the sequences it masks."""
+    self.heads = heads
+    self.c_attn = lib.Linear(d, 3 * d)
+    self.c_proj = lib.Linear(d, d)
+    tril = np.tril(np.ones((length, length), np.float32)).reshape(1, 1, length, length)
+    self.register_buffer("bias", torch.from_numpy(tril) if lib is torch.nn else tril)
+
+
+def buffered_causal_attention(self: Any, x: Any) -> Any:
+    """nanoGPT's forward line for line: ``masked_fill(self.bias[:, :, :T, :T] == 0, ...)``."""
+    b, t, d = x.size()
+    q, k, v = self.c_attn(x).split(d, dim=2)
+    k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+    q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+    v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / np.sqrt(k.size(-1)))
+    att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+    att = att.softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
+    return self.c_proj(y)
+
+
+class BufferedCausal(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        buffered_causal_layers(self, nn)
+
+    forward = buffered_causal_attention
+
+
+class TorchBufferedCausal(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        buffered_causal_layers(self, torch.nn)
+
+    forward = buffered_causal_attention
+
+
+def test_nanogpts_mask_from_a_buffer_compared_with_zero_matches_pytorch() -> None:
+    """A comparison is a bool tensor (Equal), the mask masked_fill takes."""
+    torch.manual_seed(0)
+    x = np.random.default_rng(3).normal(size=(3, 5, 8)).astype(np.float32)
+    compare(torch, TorchBufferedCausal(), BufferedCausal(), x)
+
+
+@pytest.mark.parametrize("mask,want", [
+    (lambda x: x > 0.5, lambda a: a > 0.5),
+    (lambda x: x >= 0.5, lambda a: a >= 0.5),
+    (lambda x: x < 0.5, lambda a: a < 0.5),
+    (lambda x: x <= 0.5, lambda a: a <= 0.5),
+    (lambda x: x == 0.5, lambda a: a == 0.5),
+    (lambda x: x != 0.5, lambda a: a != 0.5),
+    (lambda x: 0.5 < x, lambda a: 0.5 < a),  # noqa: SIM300 (the reflected form)
+    (lambda x: ~(x > 0.5), lambda a: ~(a > 0.5)),
+    (lambda x: x > x.mean(dim=1, keepdim=True), lambda a: a > a.mean(1, keepdims=True)),
+])
+def test_comparisons_are_elementwise_masks(mask: Any, want: Any) -> None:
+    """Each comparison as PyTorch's: a mask filled where it holds (the gradient flows to
+    the values masked_fill keeps, none through the mask)."""
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            h = self.fc(x)
+            return h.masked_fill(mask(x), 0.0)
+
+    from engine import VM, compile_graph
+
+    g = nn.to_graph(M(), inputs={"x": (0, 4)}, loss="mse", target_shape=(0, 4))
+    vm = VM(compile_graph(g, batch_size=6))
+    a = np.round(np.random.default_rng(4).random((6, 4)), 1).astype(np.float32)
+    a[0, :2] = 0.5  # equal to the constant, exactly
+    vm.set("x", a)
+    vm.forward("eval")
+    h = a @ vm.get("fc.weight").T + vm.get("fc.bias")
+    np.testing.assert_allclose(vm.get("logits"), np.where(want(a), 0.0, h), rtol=1e-6,
+                               atol=1e-6)
+
+
+class HandRelu(nn.Module):
+    """A ReLU as a mask multiplied in: the gradient flows through the product, none
+    through the comparison (as in PyTorch)."""
+
+    def __init__(self, lib: Any = nn) -> None:
+        super().__init__()
+        self.fc = lib.Linear(4, 6)
+        self.out = lib.Linear(6, 3)
+
+    def forward(self, x: Any) -> Any:
+        h = self.fc(x)
+        return self.out(h * (h > 0).to(np.float32 if isinstance(h, nn.Tensor) else torch.float32))
+
+
+class TorchHandRelu(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 6)
+        self.out = torch.nn.Linear(6, 3)
+
+    forward = HandRelu.forward
+
+
+def test_a_mask_multiplied_in_trains_as_in_pytorch() -> None:
+    torch.manual_seed(1)
+    x = np.random.default_rng(6).normal(size=(5, 4)).astype(np.float32)
+    compare(torch, TorchHandRelu(), HandRelu(), x)
+
+
+def test_a_comparison_outside_the_numbers_and_tensors_is_pythons() -> None:
+    """``==`` with None or a module is Python's (False; identity for parameters), so
+    parameters stay items of lists and sets; ~ of a float tensor says what it is."""
+    p = nn.Parameter(np.zeros(3, np.float32))
+    assert p == p and p != nn.Parameter(np.zeros(3, np.float32)) and p != None  # noqa: E711
+    assert p in [nn.Parameter(np.ones(3, np.float32)), p] and len({p, p}) == 1
+
+    class M(nn.Module):
+        def forward(self, x: Any) -> Any:
+            assert (x == None) is False and (x != "a") is True  # noqa: E711
+            return ~x
+
+    with pytest.raises(nn.TraceError, match="~ of a float32 tensor"):
+        nn.to_graph(M(), inputs={"x": (0, 4)}, loss=None)
+
+
 @pytest.mark.parametrize("make,words", [
     (lambda x: x.split(2, dim=0), "split along the batch axis"),
     (lambda x: x.chunk(2, dim=0), "chunk along the batch axis"),

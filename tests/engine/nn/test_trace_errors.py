@@ -58,7 +58,7 @@ def test_if_on_a_traced_value() -> None:
             h = -h
         return h
 
-    expect(forward, "MARK-if", "comparing traced tensors")
+    expect(forward, "MARK-if", "bool() of a traced tensor", "control flow")
 
 
 def test_equality_of_traced_values() -> None:
@@ -66,7 +66,7 @@ def test_equality_of_traced_values() -> None:
         h = self.fc(x)
         return h if h == 0 else -h  # MARK-eq
 
-    expect(forward, "MARK-eq", "comparing traced tensors")
+    expect(forward, "MARK-eq", "bool() of a traced tensor", "control flow")
 
 
 def test_bool_of_a_traced_value() -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from engine.ops import OP_TABLE, NonDifferentiable
 from engine.ops._base import INTEGER_INPUT, NO_INPUTS, SHAPE_ONLY
+from engine.ops.compare import no_gradient
 from tests.gradcheck import Case, check, ops_in
 
 R = np.random.default_rng(42)
@@ -218,13 +219,16 @@ METRICS = {name for name, op in OP_TABLE.items()
            if isinstance(op.grad, NonDifferentiable) and "metric" in op.grad.reason}
 INTEGER_INPUTS = {name for name, op in OP_TABLE.items() if op.grad in (INTEGER_INPUT, NO_INPUTS,
                                                                       SHAPE_ONLY)}
+# comparisons: a bool output, no gradient by definition (values: test_compare.py)
+BOOLEAN = {name for name, op in OP_TABLE.items() if op.grad is no_gradient}
 
 
 def test_every_op_is_gradient_checked() -> None:
     """Each op of the table runs in at least one checked program, forward or backward;
-    metrics (no gradient by definition) are checked for values in test_ops_forward."""
+    metrics and comparisons (no gradient by definition) are checked for values in
+    test_ops_forward and test_compare."""
     covered: set[str] = set()
     for case in CASES:
         covered |= ops_in(case)
-    missing = set(OP_TABLE) - covered - METRICS - INTEGER_INPUTS
+    missing = set(OP_TABLE) - covered - METRICS - INTEGER_INPUTS - BOOLEAN
     assert not missing, f"ops without a gradient check: {sorted(missing)}"

@@ -126,6 +126,13 @@ HAND: list[tuple[str, list[TensorDesc], dict[str, Any], int]] = [
     ("ClipGrad", [t(2, 3), t(2, 3)], {"min": 0.0}, 6),
     ("Where", [t(2, 1, dtype=DType.BOOL), t(1, 3), t(3)], {}, 6),
     ("WhereGrad", [t(2, 1, dtype=DType.BOOL), t(2, 3)], {"pick": 1}, 6),
+    # a comparison: one per output element, broadcast or not; Not one per element
+    ("Equal", [t(2, 1), t(1, 3)], {}, 6),
+    ("Less", [t(4, 3), t(3)], {}, 12),
+    ("LessOrEqual", [t(2, 3), t(2, 3)], {}, 6),
+    ("Greater", [t(5), t()], {}, 5),
+    ("GreaterOrEqual", [t(1, 1, 4, 4), t(2, 3, 1, 1)], {}, 96),
+    ("Not", [t(3, 2, dtype=DType.BOOL)], {}, 6),
     ("DequantizeLinear", [u8(2, 3)], {"scale": 0.5}, 12),  # (x - zero) * scale
     ("Dropout", [t(4, 3)], {"ratio": 0.5, "training": 1}, 12),
     ("Dropout", [t(4, 3)], {"ratio": 0.5, "training": 0}, 0),
