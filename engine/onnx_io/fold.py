@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GraphError
+from engine.onnx_io.batch_reshape import batch_reshapes
 from engine.onnx_io.control import fold_control, outer_names
+from engine.onnx_io.reference import (
+    CONTROL,
+    RANDOM,
+    evaluate_node,
+    inferred_model,
+)
 from engine.onnx_io.safety import (
     MAX_FOLD_BYTES,
     MAX_FOLD_ELEMENTS,
@@ -54,7 +61,6 @@ from engine.ops import OP_TABLE
 from engine.ops._onnx import OnnxForm
 
 MAX_TRIPS = 1 << 16  # a folded Loop's iterations (10^12 would never return)
-CONTROL = {"Loop", "Scan", "If", "SequenceMap"}
 FOLDED_CONTROL = {"Loop", "If"}  # run node by node, bounded (engine.onnx_io.control)
 # Operators whose output may be much larger than their inputs: folded only when sized
 AMPLIFY = {"Range", "Expand", "Tile", "ConstantOfShape", "Resize", "Upsample", "Pad",
@@ -67,9 +73,6 @@ AMPLIFY = {"Range", "Expand", "Tile", "ConstantOfShape", "Resize", "Upsample", "
 # Operators whose import reads static shapes (a 1-D Conv, a softmax before opset 13)
 NEEDS_SHAPES = {op.onnx.name for op in OP_TABLE.values()
                 if isinstance(op.onnx, OnnxForm) and op.onnx.needs_shapes}
-# ONNX's operators that draw (most of which this engine lacks): never folded
-RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-          "Bernoulli", "Multinomial", "Dropout"}
 
 
 def fold_model(model: Any, consts: dict[str, np.ndarray], batch: bool, weights: set[str],
@@ -77,8 +80,10 @@ def fold_model(model: Any, consts: dict[str, np.ndarray], batch: bool, weights: 
                ) -> tuple[dict[str, np.ndarray], list[Any], set[str], dict[str, tuple[int, ...]]]:
     """:func:`fold` over the model's nodes, repeated while it makes progress: a Shape of
     a value whose shape depended on a folded constant (a Pad's pads) is known once the
-    constant is, so shapes are inferred again on what is left.  Also returns the last
-    shapes."""
+    constant is, so shapes are inferred again on what is left.  With ``batch``, a
+    Reshape whose target is made of the batch size (``x.view(x.size(0), -1)`` exported
+    with a dynamic batch) keeps the batch instead (:mod:`engine.onnx_io.batch_reshape`).
+    Also returns the last shapes."""
     nodes = list(model.graph.node)
     generated: set[str] = set()
     shapes: dict[str, tuple[int, ...]] = {}
@@ -86,6 +91,9 @@ def fold_model(model: Any, consts: dict[str, np.ndarray], batch: bool, weights: 
         if any(n.op_type in NEEDS_SHAPES for n in nodes):
             shapes = static_shapes(model, nodes, consts, batch)
         consts, kept, more = fold(nodes, consts, shapes, weights, train_generated, opset)
+        if batch:  # shapes computed from a batched value's, which fold keeps
+            trained = weights | (generated | more if train_generated else set())
+            kept, consts = batch_reshapes(model, kept, consts, opset, trained)
         generated |= more
         done = len(kept) == len(nodes) or not any(n.op_type == "Shape" for n in kept)
         nodes = kept
@@ -99,29 +107,7 @@ def static_shapes(model: Any, nodes: list[Any], consts: dict[str, np.ndarray], b
     initializers (its data propagation follows shape computations), 0 for an unknown
     dimension.  With ``batch`` the data inputs' first dimension is made symbolic first,
     so that nothing that depends on the batch size passes for a constant."""
-    from onnx import helper, numpy_helper, shape_inference
-
-    read = {i for n in nodes for i in n.input if i}
-    g = model.graph
-    small = {k for k in read if k in consts and consts[k].size <= 1 << 16}
-    # Shape-sized constants as initializers (their values propagate); weights only as
-    # typed inputs: their shapes are all the inference needs.
-    big = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(consts[k].dtype),
-                                         consts[k].shape)
-           for k in sorted(read - small) if k in consts]
-    data = [vi for vi in g.input if vi.name not in consts]
-    graph = helper.make_graph(
-        nodes, g.name, data + big, list(g.output),
-        [numpy_helper.from_array(np.ascontiguousarray(consts[k]), k) for k in sorted(small)],
-        value_info=list(g.value_info))
-    m = helper.make_model(graph, opset_imports=list(model.opset_import))
-    m.ir_version = max(model.ir_version, 4)
-    if batch:
-        for vi in m.graph.input[:len(data)]:
-            dims = vi.type.tensor_type.shape.dim
-            if len(dims):
-                dims[0].dim_param = "batch"
-    inferred = shape_inference.infer_shapes(m, data_prop=True)
+    inferred = inferred_model(model, nodes, consts, batch)
     out = {k: tuple(v.shape) for k, v in consts.items()}
     for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         t = vi.type.tensor_type
@@ -176,7 +162,7 @@ def fold(nodes: list[Any], consts: dict[str, np.ndarray], shapes: dict[str, tupl
               and not any(i in weights or (train_generated and i in generated)
                           for i in ins)):
             check_bounded(node, consts, opset)
-            for name, value in zip(node.output, _evaluate(node, consts, opset), strict=False):
+            for name, value in zip(node.output, evaluate_node(node, consts, opset), strict=False):
                 arr = np.asarray(value)
                 _refuse_size(node, int(arr.size), int(arr.nbytes))  # sized wrong: still out
                 consts[name] = arr
@@ -230,26 +216,6 @@ def _shape_known(node: Any, shape: tuple[int, ...] | None) -> bool:
 def _shape_of(node: Any, shape: tuple[int, ...]) -> np.ndarray:
     s, e = _range(len(shape), node)
     return np.asarray(shape[s:e], dtype=np.int64)
-
-
-def _evaluate(node: Any, consts: dict[str, np.ndarray], opset: int) -> list[Any]:
-    """Run one node with ONNX's reference implementation at the model's opset (a bare
-    node would run at the newest one, whose attributes may differ)."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    ins = [i for i in node.input if i]
-    graph = helper.make_graph(
-        [node], "fold",
-        [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(consts[i].dtype),
-                                       consts[i].shape) for i in ins],
-        [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    try:
-        return list(ReferenceEvaluator(model).run(None, {i: consts[i] for i in ins}))
-    except Exception as e:  # the reference raises whatever its kernels raise
-        raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}): its "
-                         f"constant inputs do not evaluate: {type(e).__name__}: {e}") from None
 
 
 def _name(node: Any) -> str:
