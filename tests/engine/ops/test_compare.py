@@ -12,17 +12,18 @@ import pytest
 
 from engine import SGD, VM, CalcGraph, Mode, compile_graph
 from engine.errors import EngineError
+from engine.runtime.backends import gpu_available
 
 OPS = {"Equal": operator.eq, "Less": operator.lt, "LessOrEqual": operator.le,
        "Greater": operator.gt, "GreaterOrEqual": operator.ge}
 
 
-def run(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def run(op: str, a: np.ndarray, b: np.ndarray, device: str = "cpu") -> np.ndarray:
     g = CalcGraph()
     x = g.placeholder("a", (0, *a.shape[1:]), dtype=a.dtype.name)
     y = g.constant(b.ravel().tolist(), shape=b.shape, name="b", dtype=b.dtype.name)
     out = getattr(g.path("infer", Mode.FORWARD_ONLY), op)(x, y)
-    vm = VM(compile_graph(g, batch_size=len(a), keep=[out.name]))
+    vm = VM(compile_graph(g, batch_size=len(a), keep=[out.name], device=device))
     vm.set("a", a)
     vm.forward("infer")
     return vm.get(out.name)
@@ -82,3 +83,13 @@ def test_a_mask_of_a_parameter_sends_it_no_gradient_through_the_comparison() -> 
     vm.apply_loss("train")
     vm.backward("train")
     np.testing.assert_array_equal(vm.grad("w"), [0.0, 1.0, 0.0, 1.0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs cupy and a CUDA device")
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_each_comparison_gives_the_same_mask_on_the_gpu(op: str) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 4, size=(6, 3, 4)).astype(np.float32)
+    b = rng.integers(0, 4, size=(3, 1)).astype(np.float32)
+    np.testing.assert_array_equal(run(op, a, b, "gpu"), run(op, a, b))
