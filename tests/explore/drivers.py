@@ -299,14 +299,22 @@ def stop_between_writes(p: subprocess.Popen, files: list[Path], timeout: float =
 
 
 def stopped_by(space: Path, storage: str, fault: Callable[[], object], least: int = 2,
-               timeout: float = 180) -> tuple[subprocess.Popen, str]:
+               timeout: float = 180, frozen: bool = False) -> tuple[subprocess.Popen, str]:
     """One driver on ``space``, and ``fault()`` once ``least`` of its trials run: it
     must stop by itself, exit 1, without a traceback, no worker of it left.  Returns
-    the driver and what it printed."""
+    the driver and what it printed.  ``frozen``: the driver and its workers are stopped
+    (SIGSTOP) while the fault happens, so that it lands mid-run however fast the trials
+    run (a server's own faults: the server ends the connections itself)."""
     driver = start(space, storage)
     running_trials(storage, least, driver=driver)
     family = descendants(driver.pid)
-    fault()
+    if frozen:
+        os.killpg(driver.pid, signal.SIGSTOP)
+    try:
+        fault()
+    finally:
+        if frozen:
+            os.killpg(driver.pid, signal.SIGCONT)
     (code, out), = finish([driver], timeout=timeout)
     assert code == 1, out
     assert "Traceback" not in out, out

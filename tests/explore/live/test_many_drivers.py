@@ -452,7 +452,8 @@ def test_the_database_dropped_mid_run(tmp_path: Path, postgres: Any, postgres_ur
     process left; a run while the database is missing is told it does not exist and to
     create it; once created again, a run completes the study anew."""
     space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
-    _, out = stopped_by(space, postgres_url, lambda: postgres.drop_database(postgres_url))
+    _, out = stopped_by(space, postgres_url, lambda: postgres.drop_database(postgres_url),
+                        frozen=True)
     assert "does not exist" in out or "went away" in out, out
     (code, missing), = finish([start(space, postgres_url)], timeout=120)
     assert code in (1, 2) and "Traceback" not in missing, missing
@@ -551,7 +552,8 @@ def test_the_database_server_stopped_mid_run_then_started_again(tmp_path: Path) 
     try:
         storage = server.new_database("gone")
         space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
-        _, out = stopped_by(space, storage, server.pause)
+        # frozen: a short study could otherwise end before the server has stopped
+        _, out = stopped_by(space, storage, server.pause, frozen=True)
         assert "the database server went away" in out, out
         server.resume()
         runs_again(space, storage, 12)
