@@ -158,6 +158,7 @@ def run_once(pg: Any, given: str | None, drivers: int, workers: int, trials: int
     cores = os.cpu_count() or 1
     threads = str(max(1, cores // (drivers * workers)))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict.fromkeys(THREAD_VARS, threads),
+           "EXPLORE_TRACEBACK": "1",  # a driver's failure logged with its traceback
            "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH"))
                                          if p)}
     cmd = [sys.executable, "-m", "explore.cli", "run", SPACE, "--storage", url, "--study",

@@ -72,6 +72,7 @@ def measure(space_file: Path, memory: str) -> dict[str, Any]:
 
     db = space_file.with_suffix(".db")
     db.unlink(missing_ok=True)
+    os.environ["EXPLORE_TRACEBACK"] = "1"  # a failed run's output with its traceback
     rc, output, peak = run_measured([sys.executable, "-m", "explore.cli", "run",
                                      str(space_file), "--memory", memory, "--quiet"],
                                     timeout=900)

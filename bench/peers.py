@@ -25,10 +25,9 @@ the same rows, ``--workers`` trials at a time:
   a function trainable reporting each round, W trials at a time (one CPU each; on a GPU
   a 1/W share of it), the data passed once through ``tune.with_parameters``; usage
   reporting, the dashboard and Tune's result loggers off.
-Where the space prunes, both Optuna sides prune as explore does (the median pruner as
-Optuna's MedianPruner; successive halving and Hyperband as the space builds them) and
-draw with the space's sampler (TPE as above); Ray Tune always stops trials with ASHA, its
-recommended scheduler.
+Both Optuna sides draw with the sampler and prune with the pruner explore builds for the
+space (``explore.study``: TPE with its startup trials, the median pruner, successive
+halving, Hyperband); Ray Tune always stops trials with ASHA, its recommended scheduler.
 ``optuna_torch`` in the answer is the better Optuna side (sooner to the target, then
 sooner done).
 
@@ -114,7 +113,14 @@ def refusal(search: str) -> str | None:
         why = "the peers measure one objective, accuracy maximised"
     elif space.dataset is None:
         why = "it has no dataset section"
+    elif "auto" in _choices(space.training.batch_size):
+        why = "training.batch_size: auto is explore's to choose; give the peers a size"
     return None if why is None else f"{search}: the peers cannot run it: {why}"
+
+
+def _choices(param: Any) -> list[Any]:
+    """A parameter's values: a choice's options, else the value itself."""
+    return list(getattr(param, "options", [param]))
 
 
 def space_of(args: argparse.Namespace) -> Any:
@@ -329,23 +335,14 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sampler_pruner(space: Any, seed: int) -> tuple[Any, Any]:
-    """The Optuna sides' sampler and pruner: TPE, or the space's own sampler (seeded with
-    ``seed``); the median pruner as Optuna's, any other as the space builds it."""
-    import optuna
-
+    """The Optuna sides' sampler and pruner: the ones explore builds for the space
+    (TPE with its startup trials, the median pruner, ...), the sampler seeded with
+    ``seed``."""
     from explore.study import make_pruner, make_sampler
 
-    if space.sampler.name == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
-    else:
-        sampler = make_sampler(space.model_copy(update={
-            "sampler": space.sampler.model_copy(update={"seed": seed})}))
-    if space.pruner.name == "median":
-        pruner: Any = optuna.pruners.MedianPruner(n_startup_trials=2,
-                                                  n_warmup_steps=space.pruner.warmup_rounds)
-    else:
-        pruner = make_pruner(space) if prunes(space) else optuna.pruners.NopPruner()
-    return sampler, pruner
+    seeded = space.model_copy(update={"sampler": space.sampler.model_copy(
+        update={"seed": seed})})
+    return make_sampler(seeded), make_pruner(space)
 
 
 def objective_of(space: Any, trainer: TorchTrainer, seed: int) -> Callable[[Any], float]:

@@ -2,12 +2,11 @@
 type and shape; its operators and methods append ops to the path being traced.
 
 Python numbers and numpy arrays mixed into arithmetic become frozen parameters (one
-per scalar value).  Comparisons (``==``, ``<``, ...) are elementwise, as in PyTorch: a
-``bool`` tensor, the mask ``masked_fill`` and ``where`` take.  Whatever would need a
-*value* (``bool()``, ``float()``,
-``.item()``, a numpy function, iterating over the batch) is a :class:`TraceError`: the
-graph is traced once and then runs on any data, so a Python ``if`` on a value cannot be
-recorded.
+per scalar value).  Comparisons (``==``, ``<``, ...) are elementwise, as in PyTorch:
+a ``bool`` tensor, the mask ``masked_fill`` and ``where`` take.  Whatever would need a
+*value* (``bool()``, ``float()``, ``.item()``, a numpy function, iterating over the
+batch) is a :class:`TraceError`: the graph is traced once and then runs on any data, so
+a Python ``if`` on a value cannot be recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +21,9 @@ from engine.nn._trace import TraceError, Tracer, batch, current, generic_shape
 
 _NUMPY_ARITH = {np.add: "Add", np.subtract: "Sub", np.multiply: "Mul", np.true_divide: "Div",
                 np.power: "Pow"}
+_NUMPY_COMPARE = {np.equal: "Equal", np.not_equal: "Equal", np.less: "Less",
+                  np.less_equal: "LessOrEqual", np.greater: "Greater",
+                  np.greater_equal: "GreaterOrEqual"}
 
 
 class _Ops:
@@ -123,12 +125,13 @@ class _Ops:
 
     # -- comparisons: bool tensors (masks for masked_fill / where) ------------------------
     def _compared(self, op: str, other: Any) -> Any:
-        """``op`` (Equal, Less, ...) of this and ``other``, a ``bool`` tensor; what is no
-        number, array or traced value is left to Python (``NotImplemented``)."""
-        if other is None or isinstance(other, bool) or \
-                not isinstance(other, _Ops | int | float | np.ndarray | np.generic):
+        """``op`` (Equal, Less, ...) of this and ``other``, a ``bool`` tensor
+        (:func:`compare`); what is no number, array or traced value is left to Python
+        (``NotImplemented``: ``x == None`` is False)."""
+        if other is None or \
+                not isinstance(other, _Ops | bool | int | float | np.ndarray | np.generic):
             return NotImplemented
-        return binary(op, self, other)
+        return compare(op, self, other)
 
     def __lt__(self, other: Any) -> Any:
         return self._compared("Less", other)
@@ -166,6 +169,10 @@ class _Ops:
         op = _NUMPY_ARITH.get(ufunc)
         if op is not None and method == "__call__" and not kwargs and len(inputs) == 2:
             return binary(op, inputs[0], inputs[1])
+        op = _NUMPY_COMPARE.get(ufunc)
+        if op is not None and method == "__call__" and not kwargs and len(inputs) == 2:
+            got = compare(op, inputs[0], inputs[1])  # an array on the left: arr < x
+            return got._emit("Not", got) if ufunc is np.not_equal else got
         raise TraceError(f"numpy's {ufunc.__name__} was called on a traced tensor: numpy "
                          "cannot compute on traced values; use engine.nn.functional or "
                          "tensor methods (x.exp(), x.sum(1), nn.functional.relu(x), ...)")
@@ -470,6 +477,53 @@ def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
     return tracer.tensor(state.scalar(float(value), dtype))
 
 
+def compare(op: str, a: Any, b: Any) -> Tensor:
+    """``op`` (Equal, Less, LessOrEqual, Greater, GreaterOrEqual) of two operands, at
+    least one traced: a ``bool`` tensor.  A number or array beside an integer or bool
+    tensor must be one of its values (``i < 2.5`` of an int64 ``i``, ``x > -1`` of uint8
+    pixels, ``mask == 2`` are TraceErrors that say to cast first: converted, they would
+    compare something else); ``True``/``False`` are 1 and 0, as in PyTorch."""
+    ta = a._t() if isinstance(a, _Ops) else None
+    tb = b._t() if isinstance(b, _Ops) else None
+    if ta is None and tb is None:
+        raise TraceError(f"{op} of two untraced values")
+    t = ta if ta is not None else tb
+    assert t is not None
+    plain = [v for v in (a, b) if not isinstance(v, _Ops)]
+    if plain:
+        _check_comparable(t, plain[0], op)
+    if t.desc.dtype == DType.BOOL and op != "Equal":
+        raise TraceError(f"{op} of a bool tensor: masks compare with == and != only")
+    a, b = (int(v) if isinstance(v, bool | np.bool_) else v for v in (a, b))
+    return binary(op, a, b)
+
+
+def _check_comparable(t: Tensor, value: Any, op: str) -> None:
+    """Refuses a number or array that ``t``'s (integer or bool) type cannot hold."""
+    dtype = t.desc.dtype
+    if dtype.value.startswith("float"):
+        return
+    arr = np.asarray(value)
+    if arr.dtype == np.bool_:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iuf":
+        raise TraceError(f"{op} of a {dtype.value} tensor with {value!r}: compare with "
+                         "numbers")
+    ok = np.isfinite(arr).all() if arr.dtype.kind == "f" else True
+    if ok:
+        if dtype == DType.BOOL:
+            ok = bool(np.isin(arr, (0, 1)).all())
+        else:
+            info = np.iinfo(np.dtype(dtype.value))
+            ok = bool((arr == np.round(arr)).all() and (arr >= info.min).all() and
+                      (arr <= info.max).all())
+    if not ok:
+        shown = value if arr.size <= 4 else f"an array of {arr.dtype} {arr.shape}"
+        raise TraceError(f"{op} of a {dtype.value} tensor with {shown!r}: not a value a "
+                         f"{dtype.value} holds, so converted it would compare something "
+                         f"else; cast the tensor first (x.to('float32'))")
+
+
 def binary(op: str, a: Any, b: Any) -> Tensor:
     """``op`` of two operands, at least one traced; the other may be a number or array."""
     ta = a._t() if isinstance(a, _Ops) else None
@@ -610,7 +664,8 @@ def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
     """PyTorch's ``x.masked_fill(mask, value)``: ``value`` where ``mask`` is True, ``x``
     elsewhere, one ``Where`` (its gradient flows to ``x`` where the mask is False).
     ``mask`` is a numpy bool array (a frozen constant) or a traced ``bool`` tensor (a
-    graph input declared ``(shape, "bool")``), broadcasting to ``x``'s shape.
+    comparison, ``x > 0``, or a graph input declared ``(shape, "bool")``), broadcasting
+    to ``x``'s shape.
 
     >>> import numpy as np
     >>> from engine import nn
@@ -634,8 +689,8 @@ def masked_fill(x: Any, mask: Any, value: float) -> Tensor:
     elif isinstance(mask, _Ops):
         m = mask._t()
         if m.dtype != "bool":
-            raise TraceError(f"masked_fill: the mask must be bool, got {m.dtype} (engine.nn "
-                             "has no comparisons: declare the mask input as (shape, 'bool'))")
+            raise TraceError(f"masked_fill: the mask must be bool, got {m.dtype} (a "
+                             "comparison such as m == 0, or an input declared (shape, 'bool'))")
     else:
         raise TraceError(f"masked_fill: the mask must be a numpy bool array or a traced bool "
                          f"tensor, got {type(mask).__name__}")

@@ -8,9 +8,9 @@ Everything is composed of differentiable ops of the table (``MatMulT``, ``Mul``,
 other: the scores ``[batch, heads, L, S]`` are ordinary buffers, which ``max_batch``
 and the packer see.
 
-Masks.  engine.nn has no comparisons, so a mask is one of: a numpy array (bool or
-float: a frozen constant, e.g. a causal mask), a traced tensor of dtype ``bool`` (a
-graph input declared ``((0, S), "bool")``; selected with ``Where``) or of a float
+Masks.  A mask is one of: a numpy array (bool or float: a frozen constant, e.g. a
+causal mask), a traced tensor of dtype ``bool`` (a comparison, or a graph input
+declared ``((0, S), "bool")``; selected with ``Where``) or of a float
 dtype (added to the scores), or ``is_causal=True``.  As in PyTorch, a bool mask of
 ``scaled_dot_product_attention`` is True where a position *takes part*, a float mask
 is added, and a row with every position masked is NaN (a softmax of ``-inf`` only).

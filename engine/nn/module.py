@@ -105,11 +105,11 @@ class Parameter(_Ops):
         return tracer.tensor(name)
 
     def __eq__(self, other: object) -> Any:
-        """With a number, an array or a traced tensor: elementwise (a ``bool`` tensor, while
-        traced: ``self.mask == 0``); with anything else, a parameter included: identity,
-        so that parameters stay items of lists and sets."""
-        if isinstance(other, Parameter) or other is None or isinstance(other, bool) or \
-                not isinstance(other, _Ops | int | float | np.ndarray | np.generic):
+        """While traced, with a number, an array or a traced tensor: elementwise (a
+        ``bool`` tensor: ``self.mask == 0``); otherwise identity, so that parameters stay
+        items of lists and sets."""
+        if isinstance(other, Parameter) or not tracing() or other is None or \
+                not isinstance(other, _Ops | bool | int | float | np.ndarray | np.generic):
             return self is other
         return self._equal(other, negate=False)
 
@@ -122,6 +122,10 @@ class Parameter(_Ops):
     def __getitem__(self, index: Any) -> Tensor:
         """While traced, a slice of the parameter (``self.bias[:, :, :T, :T]``)."""
         return self._t()[index]
+
+    def __iter__(self) -> Any:
+        raise TraceError("iterating over a parameter is not supported: index it "
+                         "(w[i]) or use tensor methods")
 
     def __getattr__(self, name: str) -> Any:
         # While traced, a parameter has the tensor methods (w.T, w.reshape(...), ...).

@@ -11,9 +11,10 @@ or axes), so it comes out exactly where the batch size is; any other operator (`
 of a dimension by the heads) runs only on values the marker is not in.  An input
 without the marker is the constant it is.  A Reshape's target with the batch size as
 its first dimension, of a tensor whose first dimension is the batch, is that target
-with ``0`` there (ONNX: copy that dimension).  Any other use of the batch size
-(arithmetic on it, the batch elsewhere in a target) is left as it was, and the import
-says that the input must be a constant.  Nodes that nothing reads any more go.
+with ``0`` there (ONNX: copy that dimension; not with ``allowzero``).  Any other use of
+the batch size (arithmetic on it, the batch elsewhere in a target) is left as it was,
+and the import says that the input must be a constant.  The nodes that only those
+inputs read go; the caller's model is not changed.
 
 >>> from onnx import TensorProto, helper
 >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GraphError
+from engine.onnx_io.control import outer_names
 from engine.onnx_io.reference import BATCH_SYMBOL, CONTROL, RANDOM, evaluate_node, inferred_model
 
 MARK = np.int64(-(2**62) - 7)  # the batch size, in a shape: never a real dimension
@@ -62,9 +64,9 @@ def batch_reshapes(model: Any, nodes: list[Any], consts: dict[str, np.ndarray], 
         return nodes, consts
     dims = _batched_dims(model, nodes, consts)
     walk = _Walk(producer, consts, dims, weights, opset)
-    consts = dict(consts)
-    changed = False
-    for node in nodes:
+    consts, out = dict(consts), list(nodes)
+    read_before = _read(model, nodes)
+    for k, node in enumerate(nodes):
         for i, src in enumerate(node.input):
             if not src or src in consts or src not in producer:
                 continue
@@ -72,16 +74,31 @@ def batch_reshapes(model: Any, nodes: list[Any], consts: dict[str, np.ndarray], 
             if value is None:
                 continue
             if (value == MARK).any():
-                if not (node.op_type == "Reshape" and i == 1 and value.ndim == 1 and
-                        value[0] == MARK and not (value[1:] == MARK).any() and
-                        node.input[0] in dims):
+                if not _batch_first(node, i, value, dims):
                     continue  # the batch size elsewhere: left to the import's refusal
                 value = np.concatenate([[0], value[1:]]).astype(np.int64)
             name = f"{src}:{'batch_reshape' if node.op_type == 'Reshape' else 'static'}"
             consts[name] = value
-            node.input[i] = name
-            changed = True
-    return (_live(model, nodes) if changed else nodes), consts
+            if out[k] is node:  # the caller's model is never changed: a copy is
+                out[k] = type(node)()
+                out[k].CopyFrom(node)
+            out[k].input[i] = name
+    if all(a is b for a, b in zip(out, nodes, strict=True)):
+        return nodes, consts
+    return _without_dead(model, out, read_before), consts
+
+
+def _batch_first(node: Any, i: int, value: np.ndarray, dims: dict[str, tuple[int, ...]]
+                 ) -> bool:
+    """Whether ``value`` is a Reshape's target with the batch size first and nowhere
+    else, reshaping a batched tensor (``allowzero`` unset: its 0 then copies)."""
+    from onnx import helper
+
+    if node.op_type != "Reshape" or i != 1 or value.ndim != 1 or node.input[0] not in dims:
+        return False
+    if any(a.name == "allowzero" and helper.get_attribute_value(a) for a in node.attribute):
+        return False
+    return bool(value[0] == MARK and not (value[1:] == MARK).any())
 
 
 class _Walk:
@@ -156,13 +173,25 @@ def _shape_with_mark(node: Any, dims: dict[str, tuple[int, ...]]) -> np.ndarray 
     return full[int(attrs.get("start", 0)):int(attrs.get("end", len(full)))]
 
 
-def _live(model: Any, nodes: list[Any]) -> list[Any]:
-    """``nodes`` without those whose outputs nothing reads (the graph's outputs are
-    read), repeated until none is left to remove."""
-    wanted = {o.name for o in model.graph.output}
+def _read(model: Any, nodes: list[Any]) -> set[str]:
+    """The values something reads: the graph's outputs, the nodes' inputs and what
+    control flow's bodies read from around them."""
+    read = {o.name for o in model.graph.output}
+    for n in nodes:
+        read |= {i for i in n.input if i}
+        if n.op_type in CONTROL:
+            read |= outer_names(n)
+    return read
+
+
+def _without_dead(model: Any, nodes: list[Any], read_before: set[str]) -> list[Any]:
+    """``nodes`` without those that nothing reads any more and something read before
+    (what the rewritten inputs read), repeated while any goes; a node nothing read
+    before (a loss that is no graph output, say) stays."""
     while True:
-        read = wanted | {i for n in nodes for i in n.input if i}
-        kept = [n for n in nodes if any(o in read for o in n.output if o)]
+        read = _read(model, nodes)
+        kept = [n for n in nodes if any(o in read or o not in read_before
+                                        for o in n.output if o)]
         if len(kept) == len(nodes):
             return kept
         nodes = kept

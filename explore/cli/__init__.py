@@ -80,6 +80,9 @@ def entry() -> None:
     expected said in a few lines (what, where, how to see more) and exit status 1."""
     try:
         main()
+    except BrokenPipeError:  # its reader went away (explore show | head): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except Exception as e:  # the last resort: what each command catches is said by it
         if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
             raise
@@ -100,7 +103,8 @@ def unexpected(e: BaseException) -> str:
         where = f" (at {os.path.relpath(f.filename, os.path.dirname(_EXPLORE))}:{f.lineno}, " \
             f"in {f.name})"
     command = " ".join(["explore", *sys.argv[1:]])
-    return (f"error: unexpected {type(e).__name__}: {e}{where}\n"
-            f"  while running: {command}\n"
-            f"  This is a fault in explore, not in your input. Run it again with "
-            f"{TRACEBACK_ENV}=1 to see the traceback, and report it with that.")
+    said = f"error: unexpected {type(e).__name__}: {e}{where}\n  while running: {command}\n"
+    if isinstance(e, OSError | MemoryError):  # the machine's, not a fault of explore's
+        return said + "  The operating system refused what the command asked of it."
+    return said + (f"  This is a fault in explore, not in your input. Run it again with "
+                   f"{TRACEBACK_ENV}=1 to see the traceback, and report it with that.")

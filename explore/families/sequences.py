@@ -6,7 +6,7 @@ A row arrives flat (``x`` is ``[batch, features]``); its
 :class:`~explore.datasets.sequence_shape.SequenceShape` says how it reads: steps of
 real values (``[batch, length, channels]``), token ids (``[batch, length]``, embedded by
 the family), and whether some steps are padding.  Padding is known from the values
-alone, with arithmetic the graph can differentiate around (a graph has no comparisons):
+alone, with arithmetic:
 a token step is padding where its id equals ``pad`` (ids are whole numbers, so
 ``min(|id - pad|, 1)`` is 1 for a real step and 0 for padding), a feature step where its
 presence flag is 0.

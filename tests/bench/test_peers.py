@@ -156,6 +156,8 @@ training:
     ({"model": "model: {builder: 'mymodels:build'}\n"}, "a builder of its own"),
     ({"objectives": "objectives:\n  - {metric: loss, direction: minimize}\n"},
      "one objective, accuracy maximised"),
+    ({"training": "training:\n  optimizer: adam\n  batch_size: {choice: [auto, 32]}\n"},
+     "batch_size: auto is explore's to choose"),
 ])
 def test_a_space_no_pytorch_twin_trains_is_refused_with_why(tmp_path: Path, change: dict,
                                                              why: str) -> None:
@@ -190,11 +192,14 @@ def test_a_held_out_space_is_run_with_its_own_sampler_and_pruner(tmp_path: Path)
     assert isinstance(sampler, optuna.samplers.RandomSampler)
     assert isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner)
     assert peers.prunes(space) and peers.validation_interval(space) == 1
-    # the shipped searches keep theirs: TPE, and the median pruner as Optuna's
+    # the shipped searches: explore's TPE (with the space's startup trials) and median
     cnn = load_space(ROOT / "search_spaces" / "cnn_mnist.yaml")
     sampler, pruner = peers.sampler_pruner(cnn, 5)
     assert isinstance(sampler, optuna.samplers.TPESampler)
     assert isinstance(pruner, optuna.pruners.MedianPruner)
+    onnx_space = load_space(ROOT / "search_spaces" / "onnx_mnist.yaml")
+    assert peers.sampler_pruner(onnx_space, 5)[0]._n_startup_trials == \
+        onnx_space.sampler.startup_trials
 
 
 @pytest.mark.slow  # a benchmark run end to end: CI's slow step

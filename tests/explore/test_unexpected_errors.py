@@ -53,3 +53,21 @@ def test_bad_input_keeps_its_own_message_and_status(tmp_path) -> None:
                        timeout=120)
     assert r.returncode == 2, r.stderr
     assert "unexpected" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_operating_system_error_is_not_called_a_fault_of_explore(tmp_path) -> None:
+    code = PLANTED.replace('raise RuntimeError("planted fault")',
+                           'raise OSError(28, "No space left on device")')
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, "EXPLORE_TRACEBACK": ""}, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "No space left on device" in r.stderr and "operating system" in r.stderr
+    assert "fault in explore" not in r.stderr
+
+
+def test_a_reader_gone_away_ends_it_quietly(tmp_path) -> None:
+    """``explore ... | head``: the pipe closed under its output is no error to show."""
+    code = PLANTED.replace('raise RuntimeError("planted fault")', 'raise BrokenPipeError(32, "x")')
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, "EXPLORE_TRACEBACK": ""}, timeout=120)
+    assert r.returncode == 1 and r.stderr == ""

@@ -340,3 +340,66 @@ def test_bad_splits_say_what_is_wrong(make: Any, words: str) -> None:
 
     with pytest.raises(nn.TraceError, match=words):
         nn.to_graph(M(), inputs={"x": (0, 4, 6)}, loss="mse", target_shape=(0, 4, 6))
+
+
+def _mask_of(make: Any, a: np.ndarray, dtype: str) -> np.ndarray:
+    """``make(x)``'s mask for an input ``a`` of ``dtype``, as 1.0 where it holds."""
+    from engine import VM, compile_graph
+
+    class M(nn.Module):
+        def forward(self, x: Any) -> Any:
+            return make(x).to("float32")
+
+    g = nn.to_graph(M(), inputs={"x": ((0, *a.shape[1:]), dtype)}, loss=None)
+    vm = VM(compile_graph(g, batch_size=len(a)))
+    vm.set("x", a)
+    vm.forward(g.paths[0].name)
+    return vm.get(g.outputs[0])
+
+
+@pytest.mark.parametrize("dtype,make,words", [
+    ("int64", lambda x: x < 2.5, "not a value a int64 holds"),
+    ("uint8", lambda x: x > -1, "not a value a uint8 holds"),
+    ("uint8", lambda x: x < 300, "not a value a uint8 holds"),
+    ("uint8", lambda x: x >= 0.5, "cast the tensor first"),
+    ("int32", lambda x: x == np.array([0.5, 1.0]), "not a value a int32 holds"),
+    ("float32", lambda x: (x > 0) == 2, "not a value a bool holds"),
+    ("float32", lambda x: (x > 0) < 1, "masks compare with == and != only"),
+])
+def test_a_number_an_integer_or_bool_tensor_cannot_hold_is_refused(
+        dtype: str, make: Any, words: str) -> None:
+    """Converted to the tensor's type it would compare something else (2.5 -> 2)."""
+    with pytest.raises(nn.TraceError, match=words):
+        _mask_of(make, np.zeros((2, 2), dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype,make,want", [
+    ("int64", lambda x: x <= 2, lambda a: a <= 2),
+    ("uint8", lambda x: x == 255, lambda a: a == 255),
+    ("float32", lambda x: (x > 1) == True, lambda a: a > 1),  # noqa: E712 (PyTorch's form)
+    ("float32", lambda x: (x > 1) != False, lambda a: a > 1),  # noqa: E712
+    ("float32", lambda x: x == True, lambda a: a == 1),  # noqa: E712
+    ("float32", lambda x: np.float32(1.5) < x, lambda a: a > 1.5),
+    ("float32", lambda x: np.array([0, 1, 2, 3], np.float32) == x, lambda a: a == [0, 1, 2, 3]),
+    ("float32", lambda x: np.ones(4, np.float32) != x, lambda a: a != 1),
+])
+def test_comparisons_with_values_the_type_holds_and_numpy_on_the_left(
+        dtype: str, make: Any, want: Any) -> None:
+    a = np.array([[0, 1, 2, 3], [3, 2, 255 if dtype == "uint8" else 1, 0]], dtype)
+    np.testing.assert_array_equal(_mask_of(make, a, dtype), want(a).astype(np.float32))
+
+
+def test_iterating_over_a_parameter_says_so() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(np.ones((2, 4), np.float32))
+
+        def forward(self, x: Any) -> Any:
+            a, b = self.w
+            return x * a + b
+
+    with pytest.raises(nn.TraceError, match="iterating over a parameter"):
+        nn.to_graph(M(), inputs={"x": (0, 4)}, loss=None)
+    p = nn.Parameter(np.zeros(3, np.float32))
+    assert (p == 0) is False and (p != 0) is True  # outside a trace: identity, as before

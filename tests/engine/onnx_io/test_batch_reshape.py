@@ -136,3 +136,51 @@ def test_a_small_weight_is_never_read_as_a_constant() -> None:
     g = import_onnx(helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]),
                                       opset_imports=[helper.make_opsetid("", 17)]))
     assert g.variables["w"].trainable
+
+
+def test_the_callers_model_is_not_changed() -> None:
+    """Imported twice, the model is still valid and the same bytes."""
+    import onnx
+
+    model = _reshape_model([helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0)])
+    before = model.SerializeToString()
+    import_onnx(model)
+    import_onnx(model)
+    onnx.checker.check_model(model)
+    assert model.SerializeToString() == before
+
+
+def test_a_loss_that_is_no_graph_output_stays() -> None:
+    """A value the model computes but does not output, named as the loss, is kept
+    while the shape chain beside it goes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+             helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["xw", "target"], ["y"]),
+             helper.make_node("Mul", ["x", "w"], ["xw"]),
+             helper.make_node("ReduceMean", ["xw"], ["objective"], keepdims=0)]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+             numpy_helper.from_array(np.full((2, 3), 2.0, np.float32), "w")]
+    nodes = nodes[5:6] + nodes[:5] + nodes[6:]  # producers first
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model, loss="objective")
+    vm = VM(compile_graph(g, batch_size=3))
+    vm.set("x", np.ones((3, 2, 3), np.float32))
+    vm.forward("train")
+    assert float(vm.get("objective")) == pytest.approx(2.0)
+
+
+def test_a_reshape_with_allowzero_is_not_rewritten() -> None:
+    """With ``allowzero`` a 0 in the target is a zero-size dimension, not a copy."""
+    model = _reshape_model([helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0)])
+    for node in model.graph.node:
+        if node.op_type == "Reshape":
+            node.attribute.append(helper.make_attribute("allowzero", 1))
+    with pytest.raises(GraphError, match="must be a constant"):
+        import_onnx(model)
