@@ -39,6 +39,7 @@ from engine.ops._base import (
     same_dtype,
 )
 from engine.ops._onnx import OnnxForm
+from engine.ops.elementwise import binary_kernel
 
 
 def no_gradient(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -57,22 +58,13 @@ def _not_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]
     return [ins[0]]
 
 
-def _compare_kernel(ufunc: str) -> Any:
-    def factory(k: KernelArgs) -> Step:
-        f = getattr(k.xp, ufunc)
-        a, b, y = k.ins[0], k.ins[1], k.outs[0]
-        return lambda: f(a, b, out=y)
-
-    return factory
-
-
 def _not(k: KernelArgs) -> Step:
     xp, x, y = k.xp, k.ins[0], k.outs[0]
     return lambda: xp.logical_not(x, out=y)
 
 
 def _comparison(name: str, ufunc: str, says: str) -> OpDef:
-    return OpDef(name=name, shape=_compare_shape, kernel=_compare_kernel(ufunc),
+    return OpDef(name=name, shape=_compare_shape, kernel=binary_kernel(ufunc),
                  grad=no_gradient, flops=per_output(1), num_inputs=(2, 2),
                  stacking=NOT_STACKED, onnx=OnnxForm(name=name),
                  doc=f"ONNX {name}: a {says} b, broadcasting (bool)")

@@ -412,7 +412,7 @@ def _g_expand(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | N
     return [unbroadcast(gb, g[0], n.inputs[0]), None] if g[0] else [None, None]
 
 
-def _binary_kernel(name: str) -> Any:
+def binary_kernel(name: str) -> Any:
     def factory(k: KernelArgs) -> Step:
         f = getattr(k.xp, name)
         a, b, y = k.ins[0], k.ins[1], k.outs[0]
@@ -474,15 +474,15 @@ OPS = [
           flops=per_output(1),
           attrs={"alpha": 1.0}, stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Elu"),
           doc="x if x > 0 else alpha * (exp(x) - 1)"),
-    OpDef(name="Add", shape=binary_shape, kernel=_binary_kernel("add"), grad=_g_add,
+    OpDef(name="Add", shape=binary_shape, kernel=binary_kernel("add"), grad=_g_add,
           flops=per_output(1),
           inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
           onnx=OnnxForm(name="Add"), doc="a + b, broadcasting"),
-    OpDef(name="Sub", shape=binary_shape, kernel=_binary_kernel("subtract"), grad=_g_sub,
+    OpDef(name="Sub", shape=binary_shape, kernel=binary_kernel("subtract"), grad=_g_sub,
           flops=per_output(1),
           inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
           onnx=OnnxForm(name="Sub"), doc="a - b, broadcasting"),
-    OpDef(name="Mul", shape=binary_shape, kernel=_binary_kernel("multiply"), grad=_g_mul,
+    OpDef(name="Mul", shape=binary_shape, kernel=binary_kernel("multiply"), grad=_g_mul,
           flops=per_output(1),
           inplace=(0, 1), num_inputs=(2, 2), stacking=StackRule.BROADCAST,
           onnx=OnnxForm(name="Mul"), doc="a * b, broadcasting"),
