@@ -121,7 +121,9 @@ class Intake:
             pending = compile_stack(self.bound, group, self.stats.arena)
         except StackError as e:  # an op of the model has no stacked form: none will
             self.stack = 1
-            self.stats.notes.append(f"trials are not stacked: {e}")
+            note = f"trials are not stacked: {e}"
+            if note not in self.stats.notes:  # said once, though the groups of one ask
+                self.stats.notes.append(note)  # each find it
             return None
         except (BudgetError, BuildError, EngineError):
             return None  # too big as a stack, say: its trials run alone
