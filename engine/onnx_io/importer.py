@@ -48,8 +48,30 @@ class _Import:
     declared_batch: int | None = None
     stats: set[str] = field(default_factory=set)  # running statistics: state, not weights
 
+    producers: dict[str, Any] = field(default_factory=dict)  # the kept nodes, by output
+
     def const(self, name: str, node: Any) -> np.ndarray:
+        if name not in self.consts and self._from_shape(name):
+            raise GraphError(
+                f"node {node.name or node.op_type!r}: input {name!r} must be a constant, "
+                "and it is computed at run time from a Shape: of a dimension not known at "
+                "import (dynamic, other than the leading batch), or by arithmetic on the "
+                "batch size (x.view(batch * heads, ...)); export the model with those sizes "
+                "fixed, or keep the batch first and reshape with 0 or -1 for it")
         return _const(self.consts, name, node)
+
+    def _from_shape(self, name: str, most: int = 64) -> bool:
+        """Whether a Shape node is among the first ``most`` producers of ``name``."""
+        todo, seen = [name], set()
+        while todo and len(seen) < most:
+            node = self.producers.get(todo.pop())
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op_type == "Shape":
+                return True
+            todo.extend(i for i in node.input if i)
+        return False
 
     def is_const(self, name: str) -> bool:
         return name in self.consts
@@ -100,7 +122,8 @@ def import_onnx(model: Any, freeze: bool = False, name: str | None = None,
         raise GraphError(f"unsupported ONNX operator(s): {', '.join(unsupported)}; "
                          f"supported: {', '.join(sorted(IMPORTED))}")
     g = CalcGraph(name=name or gr.name or "onnx")
-    ctx = _Import(consts, batch, bool(loss), opset, shapes)
+    ctx = _Import(consts, batch, bool(loss), opset, shapes,
+                  producers={o: n for n in kept for o in n.output if o})
     for vi in gr.input:
         if vi.name in consts:
             continue

@@ -121,7 +121,9 @@ def test_the_batch_size_first_in_a_target_is_kept() -> None:
     [helper.make_node("Concat", ["rest", "b1"], ["target"], axis=0)],
 ])
 def test_what_computes_with_the_batch_size_is_still_refused(rest: list[Any]) -> None:
-    with pytest.raises(GraphError, match="must be a constant"):
+    """...saying why: the input comes from a Shape, and what to export instead."""
+    with pytest.raises(GraphError, match="must be a constant, and it is computed at run "
+                                         "time from a Shape.*arithmetic on the batch size"):
         import_onnx(_reshape_model(rest))
 
 
