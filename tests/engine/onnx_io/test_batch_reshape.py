@@ -122,8 +122,8 @@ def test_the_batch_size_first_in_a_target_is_kept() -> None:
 ])
 def test_what_computes_with_the_batch_size_is_still_refused(rest: list[Any]) -> None:
     """...saying why: the input comes from a Shape, and what to export instead."""
-    with pytest.raises(GraphError, match="must be a constant, and it is computed at run "
-                                         "time from a Shape.*arithmetic on the batch size"):
+    with pytest.raises(GraphError, match=r"must be a constant, and it is computed at run "
+                                         r"time from a Shape.*arithmetic on the batch size"):
         import_onnx(_reshape_model(rest))
 
 
