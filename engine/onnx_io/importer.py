@@ -62,7 +62,8 @@ class _Import:
 
     def _from_shape(self, name: str, most: int = 64) -> bool:
         """Whether a Shape node is among the first ``most`` producers of ``name``."""
-        todo, seen = [name], set()
+        todo: list[str] = [name]
+        seen: set[int] = set()
         while todo and len(seen) < most:
             node = self.producers.get(todo.pop())
             if node is None or id(node) in seen:
