@@ -34,6 +34,7 @@ from engine.ops._base import (
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     copy_step,
     no_flops,
@@ -176,7 +177,7 @@ def _export_dequantize(n: Node, helper: Any, nh: Any) -> Exported:
 OPS = [
     OpDef(name="Cast", shape=_cast_shape, kernel=_cast, grad=_g_cast,
           flops=no_flops,
-          attrs={"to": None, "saturate": 1}, stacking=NOT_STACKED,
+          attrs={"to": None, "saturate": 1}, stacking=StackRule.ELEMENTWISE,
           onnx=OnnxForm(name="Cast", export=_export_cast),
           doc="ONNX Cast: convert to the element type `to` (a name or an ONNX type number)"),
     OpDef(name="DequantizeLinear", shape=_dequantize_shape, kernel=_dequantize, grad=INTEGER_INPUT,

@@ -28,11 +28,11 @@ from typing import Any
 from engine.errors import ShapeError
 from engine.graph import DType, TensorDesc
 from engine.ops._base import (
-    NOT_STACKED,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     broadcast_shapes,
     per_output,
@@ -66,7 +66,7 @@ def _not(k: KernelArgs) -> Step:
 def _comparison(name: str, ufunc: str, says: str) -> OpDef:
     return OpDef(name=name, shape=_compare_shape, kernel=binary_kernel(ufunc),
                  grad=no_gradient, flops=per_output(1), num_inputs=(2, 2),
-                 stacking=NOT_STACKED, onnx=OnnxForm(name=name),
+                 stacking=StackRule.BROADCAST, onnx=OnnxForm(name=name),
                  doc=f"ONNX {name}: a {says} b, broadcasting (bool)")
 
 
@@ -77,6 +77,6 @@ OPS = [
     _comparison("Greater", "greater", ">"),
     _comparison("GreaterOrEqual", "greater_equal", ">="),
     OpDef(name="Not", shape=_not_shape, kernel=_not, grad=no_gradient,
-          flops=per_output(1), stacking=NOT_STACKED, onnx=OnnxForm(name="Not"),
+          flops=per_output(1), stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Not"),
           doc="ONNX Not: logical not of a bool tensor"),
 ]

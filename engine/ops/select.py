@@ -20,6 +20,7 @@ from engine.ops._base import (
     KernelArgs,
     NodeView,
     OpDef,
+    StackRule,
     Step,
     broadcast_shapes,
     per_input,
@@ -272,7 +273,7 @@ def _argmax(k: KernelArgs) -> Step:
 OPS += [
     OpDef(name="Where", shape=_where_shape, kernel=_where, grad=_g_where, num_inputs=(3, 3),
           flops=per_output(1),
-          stacking=NOT_STACKED, onnx=OnnxForm(name="Where"),
+          stacking=StackRule.BROADCAST, onnx=OnnxForm(name="Where"),
           doc="ONNX Where: x where the condition holds, else y (broadcasting)"),
     OpDef(name="WhereGrad", shape=_where_grad_shape, kernel=_where_grad, grad=FIRST_ORDER_ONLY,
           flops=per_output(1),

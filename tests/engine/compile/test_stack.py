@@ -64,6 +64,42 @@ def test_a_stack_trains_each_model_as_if_alone(opts: list) -> None:
     np.testing.assert_allclose(acc, [evaluate(vm, X, Y) for vm in singles], atol=1e-6)
 
 
+def masked_mlp(init: Init) -> CalcGraph:
+    """A ReLU written with a mask (``h * (h > 0)``) and a masked fill of the exact zeros
+    (``where(h == 0, 0, h)``, ``not``): comparisons, Not, Cast and Where in a stack."""
+    g = CalcGraph(name="masked")
+    x = g.placeholder("x", (0, 12))
+    y = g.placeholder("y", (0,), dtype="int64")
+    w0 = g.parameter("w0", (12, 16), init=init)
+    b0 = g.parameter("b0", (16,), init=Init.zeros())
+    w1 = g.parameter("w1", (16, 4), init=init)
+    b1 = g.parameter("b1", (4,), init=Init.zeros())
+    zero = g.constant([0.0], shape=(), name="zero")
+    p = g.path("train", Mode.BACKWARD_ENABLED)
+    h = p.Gemm(x, w0, b0)
+    h = p.Mul(h, p.Cast(p.Greater(h, zero), to="float32"))
+    h = p.Where(p.Not(p.Not(p.Equal(h, zero))), zero, h)
+    loss, _ = p.SoftmaxCrossEntropyLoss(p.Gemm(h, w1, b1), y, outputs=["loss", "log_prob"])
+    p.set_loss(loss)
+    return g
+
+
+def test_a_stack_with_masks_trains_each_model_as_if_alone() -> None:
+    graphs = [masked_mlp(i) for i in INITS]
+    opts = [Adam(lr=1e-3), Adam(lr=1e-2), Adam(lr=3e-2)]
+    stacked = VM(compile_graph(stack_graphs(graphs), batch_size=32,
+                               optimizer=stack_optimizers(opts)))
+    singles = _single_vms(graphs, opts, stacked)
+    for epoch in range(3):
+        losses = train_epoch(stacked, X, Y, np.random.default_rng(epoch), loss="loss")
+        alone = [train_epoch(vm, X, Y, np.random.default_rng(epoch)) for vm in singles]
+        np.testing.assert_allclose(losses, alone, rtol=2e-5, atol=1e-6)
+    for k, vm in enumerate(singles):
+        for name, value in member_params(stacked, k).items():
+            np.testing.assert_allclose(value, vm.get(name), rtol=1e-4, atol=2e-6,
+                                       err_msg=f"model {k}, {name}")
+
+
 def test_a_stack_of_matmul_add_layers_with_dropout_trains() -> None:
     graphs = [deep_mlp(depth=3, width=16, n_in=12, n_out=4) for _ in range(4)]
     prog = compile_graph(stack_graphs(graphs), batch_size=32,
