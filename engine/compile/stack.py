@@ -19,9 +19,10 @@ switched in and out of an arena like any model, and reads back per model
 Each op's :class:`~engine.ops.StackRule` (``OpDef.stacking``) names its rule here.
 Rules cover the dense-network family (what :func:`engine.models.paper_mlp`,
 :func:`engine.models.deep_mlp` and the search spaces' MLPs are built from):
-``Gemm``/``MatMul`` by a weight parameter, elementwise activations and dropout,
-elementwise arithmetic whose broadcasting keeps the model axis aligned,
-``SoftmaxCrossEntropyLoss`` and ``Accuracy``.  Any other op raises
+``Gemm``/``MatMul`` by a weight parameter, elementwise activations, casts and dropout,
+elementwise arithmetic, comparisons and ``Where`` whose broadcasting keeps the model
+axis aligned (a mask, ``h * (h > 0)``), ``SoftmaxCrossEntropyLoss`` and ``Accuracy``.
+Any other op raises
 :class:`StackError` naming it, and the caller trains those models one by one.
 
 >>> import numpy as np
