@@ -40,7 +40,13 @@ import numpy as np
 
 from engine.errors import GraphError
 from engine.onnx_io.control import outer_names
-from engine.onnx_io.reference import BATCH_SYMBOL, CONTROL, RANDOM, evaluate_node, inferred_model
+from engine.onnx_io.reference import (
+    CONTROL,
+    RANDOM,
+    evaluate_node,
+    inferred_model,
+    inferred_shapes,
+)
 
 MARK = np.int64(-(2**62) - 7)  # the batch size, in a shape: never a real dimension
 SMALL = 64  # elements of a value in a shape's computation: shape vectors, not tensors
@@ -59,9 +65,9 @@ def batch_reshapes(model: Any, nodes: list[Any], consts: dict[str, np.ndarray], 
     it is: where the batch size is not in it (``T`` of ``x.size(1)``), its value; a
     Reshape's target with the batch size first, ``0`` there; and the nodes only those
     inputs read removed.  ``weights`` (trained) are never read as constants."""
-    producer = {o: n for n in nodes for o in n.output if o}
     if not any(n.op_type == "Shape" for n in nodes):
         return nodes, consts
+    producer = {o: n for n in nodes for o in n.output if o}
     dims = _batched_dims(model, nodes, consts)
     walk = _Walk(producer, consts, dims, weights, opset)
     consts, out = dict(consts), list(nodes)
@@ -149,15 +155,8 @@ def _batched_dims(model: Any, nodes: list[Any], consts: dict[str, np.ndarray]
                   ) -> dict[str, tuple[int, ...]]:
     """The values whose first dimension is the batch (as ONNX's shape inference carries
     the data inputs' symbolic first dimension), with their dimensions (0: unknown)."""
-    inferred = inferred_model(model, nodes, consts, batch=True)
-    out = {}
-    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape") and len(t.shape.dim) and \
-                t.shape.dim[0].dim_param == BATCH_SYMBOL:
-            out[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else 0
-                                 for d in t.shape.dim)
-    return out
+    return {name: dims for name, dims, batched in
+            inferred_shapes(inferred_model(model, nodes, consts, batch=True)) if batched}
 
 
 def _shape_with_mark(node: Any, dims: dict[str, tuple[int, ...]]) -> np.ndarray | None:

@@ -50,6 +50,7 @@ from engine.onnx_io.reference import (
     RANDOM,
     evaluate_node,
     inferred_model,
+    inferred_shapes,
 )
 from engine.onnx_io.safety import (
     MAX_FOLD_BYTES,
@@ -107,13 +108,9 @@ def static_shapes(model: Any, nodes: list[Any], consts: dict[str, np.ndarray], b
     initializers (its data propagation follows shape computations), 0 for an unknown
     dimension.  With ``batch`` the data inputs' first dimension is made symbolic first,
     so that nothing that depends on the batch size passes for a constant."""
-    inferred = inferred_model(model, nodes, consts, batch)
     out = {k: tuple(v.shape) for k, v in consts.items()}
-    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            out[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else 0
-                                 for d in t.shape.dim)
+    for name, dims, _ in inferred_shapes(inferred_model(model, nodes, consts, batch)):
+        out[name] = dims
     return out
 
 

@@ -10,6 +10,7 @@ implementation, and a model's shapes inferred (the data inputs' first dimension 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,14 @@ def evaluate_node(node: Any, consts: dict[str, np.ndarray], opset: int) -> list[
     except Exception as e:  # the reference raises whatever its kernels raise
         raise GraphError(f"node {node.name or node.output[0]!r} ({node.op_type}): its "
                          f"constant inputs do not evaluate: {type(e).__name__}: {e}") from None
+
+
+def inferred_shapes(inferred: Any) -> Iterator[tuple[str, tuple[int, ...], bool]]:
+    """Each value of an :func:`inferred_model` with a shape: its name, its dimensions (0
+    for an unknown one) and whether its first is the batch (:data:`BATCH_SYMBOL`)."""
+    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            dims = t.shape.dim
+            yield (vi.name, tuple(d.dim_value if d.HasField("dim_value") else 0 for d in dims),
+                   bool(len(dims)) and dims[0].dim_param == BATCH_SYMBOL)
