@@ -153,6 +153,7 @@ class Init:
     values: tuple[float, ...] | None = None  # explicit contents (constants, imports)
     members: tuple[Init, ...] | None = None  # a stack's parameter: one init per model
     model_axis: int = 0  # stacked: the axis of the stored parameter that indexes the models
+    member_transposed: bool = False  # stacked: each model's 2-D slice is stored transposed
     # ``from_array``: the values as an array (a real model's weights: no Python floats),
     # compared by ``digest``, their SHA-1, so that equal inits mean equal values
     digest: str | None = None
@@ -226,12 +227,15 @@ class Init:
         return Init("values", digest=hashlib.sha1(arr.tobytes()).hexdigest(), array=arr)
 
     @staticmethod
-    def stacked(members: Sequence[Init], model_axis: int = 0) -> Init:
+    def stacked(members: Sequence[Init], model_axis: int = 0, transposed: bool = False
+                ) -> Init:
         """A parameter of a stack of K models (:mod:`engine.compile.stack`), the models
         along axis ``model_axis`` of the stored array (``[K, *shape]`` by default; a
-        dense layer fed by shared data keeps ``[in, K, out]``): model ``k``'s slice
+        dense layer fed by shared data keeps ``[in, K, out]``, and with ``transposed``
+        a model's ``[out, in]`` weight is stored so too): model ``k``'s slice
         (:meth:`member`) is drawn by ``members[k]`` with the fans of its own shape."""
-        return Init("stacked", members=tuple(members), model_axis=int(model_axis))
+        return Init("stacked", members=tuple(members), model_axis=int(model_axis),
+                    member_transposed=bool(transposed))
 
     def member(self, stored: Any, k: int) -> Any:
         """Model ``k``'s slice of a stacked parameter's array ``stored``: a view in the
@@ -241,8 +245,11 @@ class Init:
         >>> w = np.arange(24).reshape(2, 3, 4)
         >>> Init.stacked([Init.zeros()] * 3, model_axis=1).member(w, 2).shape
         (2, 4)
+        >>> Init.stacked([Init.zeros()] * 3, 1, transposed=True).member(w, 2).shape
+        (4, 2)
         """
-        return stored[(slice(None),) * self.model_axis + (k,)]
+        view = stored[(slice(None),) * self.model_axis + (k,)]
+        return view.T if self.member_transposed else view
 
 
 @dataclass(frozen=True)

@@ -126,29 +126,39 @@ class _Stacker:
         self.descs = infer_shapes(validate(first)).descs
         self.layout: dict[str, _Layout] = {}
         self.params: set[str] = set()
+        self.transposed: set[str] = set()  # interleaved weights stored transposed
         self.interleaved = self._data_fed_weights()
+        self.transposed &= self.interleaved
 
     def _data_fed_weights(self) -> set[str]:
-        """Weights ``[in, out]`` of dense layers fed by shared data: stored
-        ``[in, K, out]``, the layer is one GEMM for all the models (``x @ W`` seen as
-        ``[in, K*out]``) and so is its weight gradient, instead of K smaller ones; and
-        each input feature's weights of every model are one contiguous row, what a
-        product that skips the data's zeros reads (``algorithm="sparse"``)."""
+        """Weights of dense layers fed by shared data: stored ``[in, K, out]``, the
+        layer is one GEMM for all the models (``x @ W`` seen as ``[in, K*out]``, an
+        untransposed product, the faster one) and so is its weight gradient, instead of
+        K smaller ones; and each input feature's weights of every model are one
+        contiguous row, what a product that skips the data's zeros reads
+        (``algorithm="sparse"``).  A model's ``[out, in]`` weight (``transB``, PyTorch's
+        ``Linear``) is stored so too, each model's slice transposed
+        (:meth:`Init.member` gives it back as ``[out, in]``)."""
         derived = {n for n, v in self.first.variables.items()
                    if v.kind == Kind.PARAMETER and v.trainable}
         shared_use: set[str] = set()
         other_use: set[str] = set()
+        plain: set[str] = set()
         for path in self.first.paths:
             for node in path.nodes:
                 if get_op(node.op).stacking is StackRule.DENSE and len(node.inputs) >= 2 and \
-                        not node.attrs.get("transB", 0) and node.inputs[0] not in derived:
-                    shared_use.add(node.inputs[1])
+                        node.inputs[0] not in derived:
+                    w = node.inputs[1]
+                    (self.transposed if node.attrs.get("transB", 0) else plain).add(w)
+                    shared_use.add(w)
                     other_use.update(node.inputs[2:])
                 else:
                     other_use.update(node.inputs)
                 if any(i in derived for i in node.inputs):
                     derived.update(node.outputs)
-        return {w for w in shared_use - other_use
+        both_ways = self.transposed & plain  # kept as the model has it
+        self.transposed -= both_ways
+        return {w for w in shared_use - other_use - both_ways
                 if len(self.first.variables[w].desc.shape) == 2}  # type: ignore[union-attr]
 
     def run(self, name: str) -> CalcGraph:
@@ -186,11 +196,12 @@ class _Stacker:
             out.parameter(vname, v.desc.shape, inits[0], v.regularization, v.desc.dtype,
                           trainable=False)
             return
-        shape = v.desc.shape
+        flip = vname in self.transposed
+        shape = v.desc.shape[::-1] if flip else v.desc.shape
         axis = 1 if vname in self.interleaved else 0
         out.parameter(vname, (*shape[:axis], self.k, *shape[axis:]),
-                      Init.stacked(inits, model_axis=axis), v.regularization, v.desc.dtype,
-                      v.trainable)
+                      Init.stacked(inits, model_axis=axis, transposed=flip),
+                      v.regularization, v.desc.dtype, v.trainable)
         self.layout[vname] = _Layout(len(shape) + 1 - axis, batched=False)
         self.params.add(vname)
 
@@ -243,7 +254,8 @@ class _Stacker:
             raise StackError(f"{where}: transA, alpha and beta do not stack")
         tb = int(attrs.get("transB", 0))
         n_out = self.descs[w].shape[0 if tb else 1]
-        form = {"transB": tb, "model_axis": int(w in self.interleaved)}
+        form = {"transB": int(tb and w not in self.transposed),
+                "model_axis": int(w in self.interleaved)}
         c = node.inputs[2] if len(node.inputs) == 3 else None
         outs = list(node.outputs)
         if c is None:

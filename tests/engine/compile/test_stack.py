@@ -96,6 +96,54 @@ def test_a_stack_with_masks_trains_each_model_as_if_alone() -> None:
                    [Adam(lr=1e-3), Adam(lr=1e-2), Adam(lr=3e-2)])
 
 
+def linear_mlp(init: Init, shared_weight: bool = False) -> CalcGraph:
+    """PyTorch's layout: ``Linear`` weights ``[out, in]``, read by ``Gemm(transB=1)``.
+    With ``shared_weight`` the first layer's weight is read the other way too (a
+    tied layer, back to the input's width)."""
+    g = CalcGraph(name="linear")
+    x = g.placeholder("x", (0, 12))
+    y = g.placeholder("y", (0,), dtype="int64")
+    w0 = g.parameter("w0", (16, 12), init=init)
+    b0 = g.parameter("b0", (16,), init=Init.zeros())
+    w1 = g.parameter("w1", (4, 12 if shared_weight else 16), init=init)
+    p = g.path("train", Mode.BACKWARD_ENABLED)
+    h = p.Tanh(p.Gemm(x, w0, b0, transB=1))
+    if shared_weight:
+        h = p.Gemm(h, w0)  # [b, 16] back through w0 to [b, 12]
+    loss, _ = p.SoftmaxCrossEntropyLoss(p.Gemm(h, w1, transB=1), y,
+                                        outputs=["loss", "log_prob"])
+    p.set_loss(loss)
+    return g
+
+
+@pytest.mark.parametrize("opts", OPTIMIZERS[:3:2], ids=lambda o: type(o[0]).__name__)
+def test_a_data_fed_out_by_in_weight_is_stored_in_by_models_by_out(opts: list) -> None:
+    """A ``[out, in]`` weight fed by the data is stored ``[in, K, out]``, each model's
+    slice transposed: the K products are one untransposed GEMM (the faster one, and
+    the layout the sparse form reads); each model still reads and trains as alone."""
+    stacked, _ = _trained_alike([linear_mlp(i) for i in INITS], opts)
+    prog = stacked.program
+    shapes = {prog.buffers[ps.buffer].name: (prog.buffers[ps.buffer].desc.shape, ps.init)
+              for ps in prog.params}
+    assert shapes["w0"][0] == (12, 3, 16) and shapes["w0"][1].member_transposed
+    assert shapes["w1"][0] == (3, 4, 16) and not shapes["w1"][1].member_transposed  # fed by h
+    first = next(i for i in prog.instrs if i.op == "StackedGemm")
+    assert (first.attrs["transB"], first.attrs["model_axis"]) == (0, 1)
+    assert member_params(stacked, 2)["w0"].shape == (16, 12)
+    np.testing.assert_array_equal(member_params(stacked, 1)["w0"],
+                                  stacked.get("w0")[:, 1, :].T)
+    assert Program.from_json(prog.to_json()) == prog
+
+
+def test_a_weight_read_both_ways_keeps_the_models_layout() -> None:
+    stacked, _ = _trained_alike([linear_mlp(i, shared_weight=True) for i in INITS],
+                                OPTIMIZERS[2])
+    w0 = next(ps for ps in stacked.program.params
+              if stacked.program.buffers[ps.buffer].name == "w0")
+    assert stacked.program.buffers[w0.buffer].desc.shape == (3, 16, 12)
+    assert not w0.init.member_transposed
+
+
 def test_a_stack_of_matmul_add_layers_with_dropout_trains() -> None:
     graphs = [deep_mlp(depth=3, width=16, n_in=12, n_out=4) for _ in range(4)]
     prog = compile_graph(stack_graphs(graphs), batch_size=32,
