@@ -39,13 +39,14 @@ class Measured:
     tracker: int
 
 
-def machine_key(device: str) -> str:
+def machine_key(device: str, jit: str | None = None) -> str:
     """What the constants depend on: the machine, Python and the libraries a worker
-    loads (numba's LLVM, about 130 MB, only with the fused kernels on), and the device."""
+    loads (numba's LLVM, about 100 MB, only with the fused kernels on: ``jit``, the
+    workers' ``CALCGRAPH_JIT``, by default this process's), and the device."""
+    jit = jit if jit is not None else os.environ.get("CALCGRAPH_JIT", JIT_DEFAULT)
     return "|".join((platform.node(), platform.machine(), sys.version.split()[0],
                      f"numpy {numpy.__version__}", f"explore {explore_version}", device,
-                     f"cores {os.cpu_count()}",
-                     f"jit {os.environ.get('CALCGRAPH_JIT', JIT_DEFAULT)}"))
+                     f"cores {os.cpu_count()}", f"jit {jit}"))
 
 
 def cache_file() -> Path:

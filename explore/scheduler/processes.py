@@ -18,6 +18,7 @@ from multiprocessing.context import SpawnContext
 
 from engine.free_list import FreeList
 from explore.scheduler.errors import SchedulerError
+from explore.scheduler.kernels import spawned_with
 from explore.scheduler.placement import Worker
 from explore.scheduler.protocol import ArenaOpened, Exit, FromWorker, OpenArena, Ready
 from explore.scheduler.shared_arrays import ArraySpec
@@ -110,14 +111,17 @@ def one_gpu(device: str, ordinal: int) -> Iterator[None]:
 
 
 def spawn(ctx: SpawnContext, index: int, data: dict[str, ArraySpec], device: str,
-          workers: int, ordinal: int = 0) -> Worker:
+          workers: int, ordinal: int = 0, jit: str | None = None) -> Worker:
     """Start worker ``index`` of ``workers`` on device ``ordinal`` (it reports its
-    overhead later: see :func:`await_ready`)."""
+    overhead later: see :func:`await_ready`), its kernels numpy's or compiled as
+    ``jit`` says (:mod:`explore.scheduler.kernels`; None: as this process's
+    environment says)."""
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=worker_main, args=(child, data, device),
                        name=f"explore-worker-{index}", daemon=True)
     with thread_share(workers), main_left_behind(), forked_not_vforked(), \
-            one_gpu(device, ordinal):
+            one_gpu(device, ordinal), \
+            spawned_with(jit) if jit is not None else contextlib.nullcontext():
         proc.start()
     child.close()
     return Worker(index, proc, parent, device=ordinal)

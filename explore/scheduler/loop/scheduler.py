@@ -19,6 +19,7 @@ from explore.scheduler.commands import Idle, Interrupted, Tick
 from explore.scheduler.core import Core
 from explore.scheduler.errors import Stopped
 from explore.scheduler.intake import Intake
+from explore.scheduler.kernels import for_workers
 from explore.scheduler.loop.relay import Relay
 from explore.scheduler.peak import gemm_peak
 from explore.scheduler.policy import OptunaPolicy
@@ -84,6 +85,8 @@ class Scheduler(Relay):
                               grace=space.budget.grace)
         self.study = self.live.work
         self.n_workers = workers  # asked for
+        # numpy's kernels or numba's in the workers (explore.scheduler.kernels)
+        self.jit = for_workers(space.budget.kernels, memory, workers)
         self.n_running = workers * len(self.devices)  # started: fewer when the budget
         # holds fewer
         self.main = main

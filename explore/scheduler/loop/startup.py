@@ -28,7 +28,7 @@ class Startup(RunState):
         # when the budget holds fewer), once that is known.  Workers take the devices
         # in turn, so each has as many as the others (a replacement keeps its index).
         return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running,
-                     self.devices[index % len(self.devices)])
+                     self.devices[index % len(self.devices)], jit=self.jit)
 
     def start(self) -> None:
         """Measure what the run costs before any trial, start as many workers as the
@@ -50,7 +50,7 @@ class Startup(RunState):
             gc.collect()
             release_heap_memory()  # what loading the data freed goes back to the system
             s.main = max(0, pss() - s.data - self.baseline)  # it wrote every data page
-        key = machine_key(self.device)
+        key = machine_key(self.device, self.jit)
         known = load_constants(key)
         if known is None:  # the first run here: start one worker to measure one (even
             # for a budget about to be refused: the minimum it names must be right)

@@ -39,6 +39,7 @@ class RunState:
     live: LiveStudy
     n_workers: int
     n_running: int
+    jit: str  # the workers' CALCGRAPH_JIT (explore.scheduler.kernels)
     main: int | None
     baseline: int
     stats: RunStats

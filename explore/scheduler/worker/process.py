@@ -15,11 +15,12 @@ from explore.scheduler.shared_arrays import ArraySpec
 from explore.scheduler.worker.serve import main
 
 JIT_DEFAULT = "0"
-"""A worker runs the engine's numpy kernels unless ``CALCGRAPH_JIT=1`` is set: the
+"""A worker started without ``CALCGRAPH_JIT`` runs the engine's numpy kernels: the
 fused kernels (numba, :mod:`engine.ops.jit`) are 1.1-13x faster per op but numba's
-LLVM adds about 130 MB to the worker's measured overhead, several times the worker's
+LLVM adds about 100 MB to the worker's measured overhead, several times the worker's
 own (``docs/measurements.md``), memory that a budget of a few hundred MB per worker
-needs for trials."""
+needs for trials.  The scheduler sets it for its workers as the space's
+``budget.kernels`` says (:mod:`explore.scheduler.kernels`)."""
 
 
 def process_main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:

@@ -1,0 +1,71 @@
+"""The workers' kernels (``budget.kernels``): numba's compiled ones where the space asks
+for them, or where each worker's share of the budget makes their memory small (auto);
+numpy's otherwise; a user's ``CALCGRAPH_JIT`` kept; the choice keyed into the
+constants remembered per machine, since a worker's overhead depends on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explore.binding import bind
+from explore.datasets import load_digits
+from explore.scheduler import Scheduler
+from explore.scheduler.constants import machine_key
+from explore.scheduler.kernels import COMPILED_FROM, for_workers
+from explore.space import SpaceError, parse_space
+from explore.study import open_study
+from tests.explore.cli_run import IN_TEST
+
+MB = 1 << 20
+
+
+def test_auto_compiles_where_a_workers_share_is_a_gigabyte_or_more() -> None:
+    assert for_workers("auto", 2 * COMPILED_FROM, 2, {}) == "1"
+    assert for_workers("auto", 2 * COMPILED_FROM - 1, 2, {}) == "0"
+    assert for_workers("auto", 8 * COMPILED_FROM, 16, {}) == "0"  # many small workers
+    assert for_workers("compiled", 64 * MB, 4, {}) == "1"
+    assert for_workers("numpy", 64 * COMPILED_FROM, 1, {}) == "0"
+
+
+def test_auto_keeps_a_users_calcgraph_jit_and_an_explicit_choice_overrides_it() -> None:
+    assert for_workers("auto", 64 * MB, 1, {"CALCGRAPH_JIT": "1"}) == "1"
+    assert for_workers("auto", 64 * COMPILED_FROM, 1, {"CALCGRAPH_JIT": "0"}) == "0"
+    assert for_workers("numpy", 64 * MB, 1, {"CALCGRAPH_JIT": "1"}) == "0"
+    with pytest.raises(ValueError, match="kernels must be one of auto, numpy, compiled"):
+        for_workers("fast", 64 * MB, 1, {})
+
+
+def test_an_unknown_kernels_setting_is_refused_naming_the_key() -> None:
+    with pytest.raises(SpaceError, match=r"budget\.kernels"):
+        parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+                                                     "memory": "64MB", "kernels": "fast"}})
+
+
+def test_the_constants_of_a_machine_are_kept_per_choice() -> None:
+    assert machine_key("cpu", "1") != machine_key("cpu", "0")
+    assert machine_key("cpu", "1").endswith("jit 1")
+
+
+@pytest.mark.parametrize("kernels", ["compiled", "numpy"])
+def test_the_workers_run_the_kernels_the_space_chose(tmp_path: Path, kernels: str,
+                                                     monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    monkeypatch.delenv("CALCGRAPH_JIT", raising=False)
+    space = parse_space({
+        "name": "k", "dataset": "digits",
+        "budget": {"trials": 1, "rounds": 1, "memory": "400MB", "workers": 1,
+                   "kernels": kernels},
+        "model": {"depth": 1, "width": 8}, "training": {"batch_size": 32}})
+    study = open_study(space, f"sqlite:///{tmp_path / 'k.db'}")
+    sched = Scheduler(bind(space), study, load_digits(), workers=1,
+                      memory=space.budget.memory, device="cpu", main=IN_TEST)
+    sched.start()
+    try:
+        (worker,) = sched.workers.values()
+        maps = Path(f"/proc/{worker.pid}/maps").read_text()
+    finally:
+        sched.stop()
+    # numba's LLVM is loaded by the warm-up's first compiled kernel, and only then
+    assert ("llvmlite" in maps) == (kernels == "compiled")
