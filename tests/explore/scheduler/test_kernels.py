@@ -21,7 +21,7 @@ from tests.explore.cli_run import IN_TEST
 MB = 1 << 20
 
 
-def test_auto_compiles_where_a_workers_share_is_a_gigabyte_or_more() -> None:
+def test_auto_compiles_where_a_workers_share_is_half_a_gigabyte_or_more() -> None:
     assert for_workers("auto", 2 * COMPILED_FROM, 2, {}) == "1"
     assert for_workers("auto", 2 * COMPILED_FROM - 1, 2, {}) == "0"
     assert for_workers("auto", 8 * COMPILED_FROM, 16, {}) == "0"  # many small workers

@@ -1,0 +1,194 @@
+"""A paper-space trial's training step alone, as an explore worker runs it: one model
+or a stack of K, numpy's kernels or numba's compiled ones, on one BLAS thread (a
+worker's share of a 2-core machine with two workers).
+
+The program is the one explore compiles for ``search_spaces/paper_mnist.yaml``
+(``explore.candidate.compile_candidate`` / ``explore.scheduler.stacking.compile_stack``:
+a 784-64-64-10 sigmoid MLP, uint8 pixels dequantized in the program, compiled for the
+validation chunk and trained at batch 64), trained on the space's 10,000 MNIST rows in
+shuffled mini-batches (``engine.runtime.train.train_epoch``).  Each configuration runs
+in a fresh process (``bench/_sides.py``), configurations alternating; one epoch warms
+up, the next ``--epochs`` are timed, and each run reports its median epoch.  Reported
+per configuration (medians over ``--repeats`` runs): microseconds per model and
+mini-batch, and that step's model FLOP rate (:mod:`engine.runtime.flops`) as a share
+of one core's GEMM peak (the machine's, :mod:`explore.scheduler.peak`, over its cores).
+``--ops`` adds, per configuration, the instructions that took longest (one run).
+
+    python bench/stack_step.py --json
+    python bench/stack_step.py --json --stacks 1,8 --kernels compiled --ops
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._sides import emit, median, run_side
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPACE = os.path.join(ROOT, "search_spaces", "paper_mnist.yaml")
+BATCH = 64
+
+
+def program(stack: int, optimizer: str) -> Any:
+    """The program explore compiles for ``stack`` paper-space trials of ``optimizer``."""
+    from explore.binding import bind
+    from explore.candidate import compile_candidate
+    from explore.sampling import fixed
+    from explore.scheduler.stacking import Drawn, compile_stack, graph_of
+    from explore.space import load_space
+
+    bound = bind(load_space(SPACE))
+    params = {**fixed(bound.space), "optimizer": optimizer, "lr": 1e-3,
+              "init": "xavier_uniform"}
+    share = 400_000_000
+    if stack == 1:
+        return bound, compile_candidate(bound, params, share).program
+    drawn = [Drawn(None, params, graph_of(bound, params), False) for _ in range(stack)]
+    return bound, compile_stack(bound, drawn, share).candidate.program
+
+
+def per_op(vm: Any, x: Any, y: Any, rng: Any, steps: int = 300) -> list[list[Any]]:
+    """Each instruction of a training step timed alone (a step's forward, backward and
+    update run one by one), the slowest first: ``[[what, microseconds], ...]``."""
+    prog = vm.program
+    pc = prog.paths[0]
+    spent: dict[tuple[str, int], float] = defaultdict(float)
+    order = rng.permutation(len(y))
+    vm.gather("x", x, order[:BATCH], check=False)
+    vm.gather("y", y, order[:BATCH], check=False)
+    vm.train_step("train")  # binds every step of the path
+    # the backward steps as bound once the last update consumed the gradients
+    backward = vm._binding.backward.get((0, 0)) or vm._bind_backward(0, 0)
+    for i in range(steps):
+        rows = order[(i * BATCH) % (len(y) - BATCH):][:BATCH]
+        vm.gather("x", x, rows, check=False)
+        vm.gather("y", y, rows, check=False)
+        for j, f in enumerate(vm._binding.forward[0]):
+            t = time.perf_counter()
+            f()
+            spent[("F", j)] += time.perf_counter() - t
+        vm._fed.clear()
+        vm._forwarded = 0
+        vm.apply_loss(0)
+        for j, f in enumerate(backward):
+            t = time.perf_counter()
+            f()
+            spent[("B", j)] += time.perf_counter() - t
+        vm._dirty |= vm._path_mask[0]
+        vm._t[0] += 1
+        t = time.perf_counter()
+        for f in vm._flat_update:
+            f()
+        spent[("U", 0)] += time.perf_counter() - t
+        vm._dirty = 0
+
+    def what(part: str, j: int) -> str:
+        if part == "U":
+            return f"update ({prog.optimizer.name if prog.optimizer else '-'})"
+        ins = prog.instrs[(pc.forward if part == "F" else pc.backward)[j]]
+        shapes = [tuple(prog.buffers[b].desc.shape) for b in ins.ins]
+        return f"{ins.op} {shapes}"
+
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:8]
+    return [[what(*k), round(v / steps * 1e6, 1)] for k, v in top]
+
+
+def child(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from engine import VM
+    from explore.scheduler.peak import gemm_peak
+    from explore.scheduler.shared_data import load_shared
+
+    bound, prog = program(args.stack, args.optimizer)
+    data = load_shared(bound)
+    try:
+        x, y = data.arrays["x_train"], data.arrays["y_train"]
+        from engine.runtime.train import train_epoch
+
+        vm = VM(prog)
+        rng = np.random.default_rng(0)
+        train_epoch(vm, x, y, rng, batch=BATCH)  # warm: first touches, BLAS buffers
+        times = []
+        for _ in range(args.epochs):
+            t = time.perf_counter()
+            train_epoch(vm, x, y, rng, batch=BATCH)
+            times.append(time.perf_counter() - t)
+        epoch = statistics.median(times)
+        steps = -(-len(y) // BATCH)
+        per_model_step = epoch / steps / args.stack
+        flops = (prog.flops.forward["train"] + prog.flops.backward["train"]) / \
+            prog.batch_size * BATCH + prog.flops.update
+        core_peak = gemm_peak("cpu") / (os.cpu_count() or 1)
+        out: dict[str, Any] = {
+            "us_per_model_step": per_model_step * 1e6,
+            "share_of_core_peak": flops / args.stack / per_model_step / core_peak}
+        if args.ops:
+            out["ops"] = per_op(vm, x, y, rng)
+        emit(out)
+    finally:
+        data.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stacks", default="1,2,4,8", help="models per program")
+    ap.add_argument("--kernels", default="numpy,compiled")
+    ap.add_argument("--optimizer", default="adam", choices=["sgd", "adam", "rmsprop",
+                                                            "adagrad"])
+    ap.add_argument("--epochs", type=int, default=3, help="timed epochs per run")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ops", action="store_true", help="the slowest instructions too")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--stack", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    # a worker's share of a 2-core machine: one BLAS thread, one numba thread
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+              "NUMBA_NUM_THREADS"):
+        os.environ[k] = "1"
+    from explore.scheduler.peak import gemm_peak
+
+    gemm_peak("cpu")  # measured once, here, outside the timed children
+    kernels = args.kernels.split(",")
+    for kern in kernels:
+        if kern not in ("numpy", "compiled"):
+            ap.error(f"kernels are numpy or compiled, not {kern!r}")
+    configs = {f"{kern} x{k}": (kern, ["--child", "--stack", str(k), "--optimizer",
+                                       args.optimizer, "--epochs", str(args.epochs),
+                                       *(["--ops"] if args.ops else [])])
+               for k in map(int, args.stacks.split(",")) for kern in kernels}
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in configs}
+    names = list(configs)
+    for i in range(args.repeats):  # each run a fresh process, the order rotated
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            kern, child_args = configs[name]
+            os.environ["CALCGRAPH_JIT"] = "1" if kern == "compiled" else "0"
+            runs[name].append(run_side(__file__, child_args, timeout=600))
+            print(f"  repeat {i + 1}/{args.repeats} {name}: "
+                  f"{runs[name][-1]['us_per_model_step']:.0f} us", file=sys.stderr, flush=True)
+    result = {"optimizer": args.optimizer, "repeats": args.repeats, "batch": BATCH,
+              "threads": 1, "configs": {}}
+    for name, rs in runs.items():
+        result["configs"][name] = {
+            "us_per_model_step": round(median(rs, "us_per_model_step"), 1),
+            "share_of_core_peak": round(median(rs, "share_of_core_peak"), 3),
+            **({"ops": rs[0]["ops"]} if args.ops and rs else {})}
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
