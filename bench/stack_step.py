@@ -53,7 +53,8 @@ def program(stack: int, optimizer: str) -> Any:
     if stack == 1:
         return bound, compile_candidate(bound, params, share).program
     drawn = [Drawn(None, params, graph_of(bound, params), False) for _ in range(stack)]
-    return bound, compile_stack(bound, drawn, share).candidate.program
+    stacked: Any = compile_stack(bound, drawn, share).candidate
+    return bound, stacked.program
 
 
 def per_op(vm: Any, x: Any, y: Any, rng: Any, steps: int = 300) -> list[list[Any]]:
@@ -128,7 +129,7 @@ def child(args: argparse.Namespace) -> None:
         per_model_step = epoch / steps / args.stack
         flops = (prog.flops.forward["train"] + prog.flops.backward["train"]) / \
             prog.batch_size * BATCH + prog.flops.update
-        core_peak = gemm_peak("cpu") / (os.cpu_count() or 1)
+        core_peak = (gemm_peak("cpu") or float("nan")) / (os.cpu_count() or 1)
         out: dict[str, Any] = {
             "us_per_model_step": per_model_step * 1e6,
             "share_of_core_peak": flops / args.stack / per_model_step / core_peak}
@@ -156,9 +157,9 @@ def main() -> None:
         child(args)
         return
     # a worker's share of a 2-core machine: one BLAS thread, one numba thread
-    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-              "NUMBA_NUM_THREADS"):
-        os.environ[k] = "1"
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        os.environ[var] = "1"
     from explore.scheduler.peak import gemm_peak
 
     gemm_peak("cpu")  # measured once, here, outside the timed children

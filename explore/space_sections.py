@@ -286,7 +286,7 @@ class Budget(Strict):
     stack: int = Field(1, ge=1, le=MAX_STACK, strict=True)
     # The workers' kernels: numpy's, or the engine's fused ones compiled by numba
     # (faster, about 100 MB more per worker).  auto: compiled where each worker's share
-    # of ``memory`` is 512 MiB or more (explore.scheduler.kernels).
+    # of ``memory`` is 500 MB or more (explore.scheduler.kernels).
     kernels: Literal["auto", "numpy", "compiled"] = "auto"
     # Trials advanced together, round by round, the one fewest rounds along first:
     # more than the arenas hold are switched out of them and back in, in turn

@@ -9,7 +9,7 @@ start.  ``auto`` therefore compiles only where that memory is small beside a wor
 share of the budget (at least :data:`COMPILED_FROM` bytes each); an explicit
 ``CALCGRAPH_JIT`` in the environment is kept, as for any engine program.
 
->>> for_workers("auto", 1 << 30, 2, {}), for_workers("auto", 512 << 20, 2, {})
+>>> for_workers("auto", 1_000_000_000, 2, {}), for_workers("auto", 512_000_000, 2, {})
 ('1', '0')
 >>> for_workers("compiled", 64 << 20, 2, {}), for_workers("numpy", 4 << 30, 2, {})
 ('1', '0')
@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 
 from engine.ops.jit import ENV
 
-COMPILED_FROM = 512 << 20
+COMPILED_FROM = 500_000_000
 """A worker's share of the budget from which ``kernels: auto`` compiles: numba's LLVM
 (about 100 MB a worker) is then a fifth of it at most.  The shipped paper and CNN
 spaces (1 GB for two workers) ran 10-15% faster compiled, within their budgets

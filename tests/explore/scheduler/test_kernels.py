@@ -14,7 +14,7 @@ from explore.datasets import load_digits
 from explore.scheduler import Scheduler
 from explore.scheduler.constants import machine_key
 from explore.scheduler.kernels import COMPILED_FROM, for_workers
-from explore.space import SpaceError, parse_space
+from explore.space import SpaceError, load_space, parse_space
 from explore.study import open_study
 from tests.explore.cli_run import IN_TEST
 
@@ -27,6 +27,15 @@ def test_auto_compiles_where_a_workers_share_is_half_a_gigabyte_or_more() -> Non
     assert for_workers("auto", 8 * COMPILED_FROM, 16, {}) == "0"  # many small workers
     assert for_workers("compiled", 64 * MB, 4, {}) == "1"
     assert for_workers("numpy", 64 * COMPILED_FROM, 1, {}) == "0"
+
+
+@pytest.mark.parametrize(("name", "compiled"), [("paper_mnist", True), ("cnn_mnist", True),
+                                                ("quick", False)])
+def test_the_shipped_spaces_kernels(name: str, compiled: bool) -> None:
+    # the 1 GB spaces of two workers were measured faster compiled, within budget
+    space = load_space(Path(__file__).parents[3] / "search_spaces" / f"{name}.yaml")
+    b = space.budget
+    assert for_workers(b.kernels, b.memory, b.workers, {}) == ("1" if compiled else "0")
 
 
 def test_auto_keeps_a_users_calcgraph_jit_and_an_explicit_choice_overrides_it() -> None:
