@@ -60,6 +60,7 @@ class TrialRecord(TypedDict, total=False):
     total_bytes: int
     batch_size: int
     compiled_batch: int
+    kernels: str  # the worker's: "numpy" or "compiled" (explore.scheduler.kernels)
     worker: int
     device_index: int
     arena_offset: int

@@ -82,6 +82,7 @@ class Recipe:
     rounds: int
     batch: int  # the training mini-batch
     compiled_batch: int  # the program's batch (validation chunks; >= batch)
+    kernels: str = ""  # the worker's, numpy or compiled ("": a record from before)
 
     @classmethod
     def of(cls, study: optuna.Study, t: FrozenTrial) -> Recipe:
@@ -97,9 +98,10 @@ class Recipe:
                              "record the rounds and mini-batch it trained with: it was "
                              "not run by explore, or its record was lost")
         compiled = record.get("compiled_batch")
+        kernels = record.get("kernels")
         return cls(t.number, params, int(budget.get("seed") or 0) + t.number, rounds,
                    batch, compiled if isinstance(compiled, int) and compiled >= batch
-                   else batch)
+                   else batch, kernels if kernels in ("numpy", "compiled") else "")
 
 
 def choose_trial(study: optuna.Study, number: int | None) -> FrozenTrial:
@@ -185,12 +187,16 @@ def searched_rows(study: optuna.Study, data: BaseDataset | None = None
 
 
 @contextlib.contextmanager
-def worker_kernels() -> Iterator[None]:
-    """The kernels a search's worker binds (``CALCGRAPH_JIT``, else the worker's
+def worker_kernels(kernels: str = "") -> Iterator[None]:
+    """The kernels the trial's worker bound (``kernels``, its record's: numpy or
+    compiled; for a record that does not say, ``CALCGRAPH_JIT``, else the worker's
     default) while the block runs: the numpy and the fused kernels agree only to float32
     rounding, and a refit is to differ from the searched model by its rows alone."""
     before = os.environ.get(jit.ENV)
-    os.environ[jit.ENV] = before if before is not None else JIT_DEFAULT
+    if kernels:
+        os.environ[jit.ENV] = "1" if kernels == "compiled" else "0"
+    else:
+        os.environ[jit.ENV] = before if before is not None else JIT_DEFAULT
     try:
         yield
     finally:
@@ -207,7 +213,7 @@ def train(graph: Any, recipe: Recipe, x: np.ndarray, y: np.ndarray) -> tuple[Any
     Raises :class:`RefitFailed` when the loss stops being finite."""
     prog = compile_graph(graph, batch_size=recipe.compiled_batch,
                          optimizer=build_optimizer(recipe.params), keep=["logits"])
-    with worker_kernels():
+    with worker_kernels(recipe.kernels):
         vm = VM(prog, seed=recipe.seed)
         rng = np.random.default_rng(recipe.seed)
         loss: Any = None
@@ -239,14 +245,15 @@ def refit_study(study: optuna.Study, trial: int | None = None, builder: Builder 
     y = np.concatenate([train_rows.y, valid_rows.y])
     vm, loss = train(graph, recipe, x, y)
     model = TrainedModel(vm, graph, stored, recipe.params, t.number, name)
-    with worker_kernels():
+    with worker_kernels(recipe.kernels):  # both models evaluated as the search's workers do
         metrics = evaluate_split(model, test.x, test.y) if len(test) else {}
+        searched = searched_metrics(study, t.number, builder, test)
     entry = {"trial": t.number, "rounds": recipe.rounds,
              "rows": {"train": len(train_rows), "valid": len(valid_rows)},
              "seed": recipe.seed, "batch_size": recipe.batch,
              "heap_bytes": vm.program.total_bytes, "train_loss": loss,
              "test_rows": len(test), "metrics": metrics,
-             "searched_metrics": searched_metrics(study, t.number, builder, test),
+             "searched_metrics": searched,
              "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     folder = study.user_attrs.get(ARTIFACTS_ATTR) or space.get("artifacts") or \
         artifacts or default_artifacts("")

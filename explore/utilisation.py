@@ -76,6 +76,7 @@ class Utilisation:
     asking_s: float = 0.0  # the driver's seconds sampling and compiling candidates
     device: str = "cpu"
     shares: dict[str, float] = field(default_factory=dict)  # of the workers' time
+    kernels: str = ""  # the workers' kernels, numpy or compiled ("": not recorded)
 
     @property
     def total_flops(self) -> float:
@@ -121,7 +122,8 @@ def of_run(run: Mapping[str, Any]) -> Utilisation | None:
     return Utilisation(float(work["wall_s"]), int(work["workers"]), work.get("peak_flops"),
                        {k: float(v) for k, v in (work.get("flops") or {}).items()}, spent,
                        float(work.get("asking_s", 0.0)), work.get("device", "cpu"),
-                       {k: round(v / capacity, 4) for k, v in spent.items()})
+                       {k: round(v / capacity, 4) for k, v in spent.items()},
+                       str(work.get("kernels") or ""))
 
 
 def trial_rate(record: Mapping[str, Any]) -> float | None:
@@ -178,7 +180,8 @@ def describe(u: Utilisation) -> list[str]:
             f" (at {rate:.0%} of their peak)"
         said_peak = said_peak or rate is not None
         parts.append(f"{WORDS[k]} {share:.0%}{tail}")
-    lines.append(f"the workers' {u.workers * u.wall_s:.1f} s: " + ", ".join(parts))
+    kernels = f", {u.kernels} kernels" if u.kernels else ""
+    lines.append(f"the workers' {u.workers * u.wall_s:.1f} s{kernels}: " + ", ".join(parts))
     if u.asking_s >= 0.05:
         lines.append(f"the driver: {u.asking_s:.1f} s claiming, sampling and compiling "
                      f"candidates ({u.asking_s / u.wall_s:.0%} of the run)")

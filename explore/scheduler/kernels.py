@@ -35,12 +35,15 @@ KERNELS = ("auto", "numpy", "compiled")
 
 
 def for_workers(kernels: str, memory: int, workers: int,
-                environ: Mapping[str, str] | None = None) -> str:
+                environ: Mapping[str, str] | None = None, device: str = "cpu") -> str:
     """The worker processes' ``CALCGRAPH_JIT`` ("1": compiled, "0": numpy) for a run
     whose ``budget.kernels`` is ``kernels`` and whose ``workers`` share ``memory``
-    bytes (on each device)."""
+    bytes (on each device).  On a GPU the fused kernels never run (they are the host's),
+    so numba is not loaded there."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
+    if device != "cpu":
+        return "0"
     if kernels != "auto":
         return "1" if kernels == "compiled" else "0"
     env = os.environ if environ is None else environ

@@ -54,6 +54,7 @@ class RunStats:
     notes: list[str] = field(default_factory=list)  # what the run decided and why
     devices: list[int] = field(default_factory=lambda: [0])  # budget.devices
     device: str = "cpu"  # where trials ran: "gpu" measures device memory, not PSS
+    kernels: str = ""  # the workers' kernels: "numpy" or "compiled" ("": not said)
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
@@ -137,7 +138,8 @@ class RunStats:
         return {"wall_s": round(self.wall_s, 3), "workers": len(self.overheads),
                 "spent": {k: round(v, 3) for k, v in total.items()},
                 "flops": dict(self.flops), "asking_s": round(self.asking_s, 3),
-                "peak_flops": self.peak_flops, "device": self.device}
+                "peak_flops": self.peak_flops, "device": self.device,
+                "kernels": self.kernels}
 
     def record_dict(self) -> dict[str, Any]:
         """What a study keeps of the run (``study.user_attrs["runs"]``): the budget, the

@@ -53,6 +53,17 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return space, f"sqlite:///{folder / 'iris.db'}"
 
 
+@pytest.fixture(scope="module")
+def searched_compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The search of :func:`searched`, its workers on the compiled kernels."""
+    folder = tmp_path_factory.mktemp("refit-compiled")
+    space = folder / "iris.yaml"
+    space.write_text(yaml.safe_dump({**SPACE, "budget": {**SPACE["budget"],
+                                                         "kernels": "compiled"}}))
+    explore.run(space)
+    return space, f"sqlite:///{folder / 'iris.db'}"
+
+
 def _rows() -> Any:
     """iris as the space splits it."""
     return get("iris").configure(test=0.2).load()
@@ -97,14 +108,18 @@ def test_a_refit_is_reproducible_and_is_not_the_searched_model(
     assert first.refit["artifact"] not in {p.name for p in folder.iterdir()}  # type: ignore[index]
 
 
+@pytest.mark.parametrize(("search", "kernels"), [("searched", "numpy"),
+                                                ("searched_compiled", "compiled")])
 def test_the_recipe_on_the_training_rows_alone_gives_the_searched_model(
-        searched: tuple[Path, str]) -> None:
+        search: str, kernels: str, request: pytest.FixtureRequest) -> None:
     """A refit differs from the searched model by its rows alone: trained as it on the
-    training rows, it is the kept model bit for bit."""
-    _, storage = searched
+    training rows, with the kernels its worker ran (the trial's record says which), it
+    is the kept model bit for bit."""
+    _, storage = request.getfixturevalue(search)
     study = open_stored(storage, NAME)
     trial = choose_trial(study, None)
     recipe = Recipe.of(study, trial)
+    assert recipe.kernels == kernels
     graph = rebuild(study.user_attrs[SPACE_ATTR], recipe.params,
                     StoredData.from_record(study.user_attrs["data"]))
     rows, _, _ = searched_rows(study)

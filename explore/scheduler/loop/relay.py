@@ -99,7 +99,8 @@ class Relay(Startup):
                            "trials": list(stack.members)}}
             self._note(trial, planned_bytes=prog.zone_bytes, total_bytes=prog.total_bytes,
                        batch_size=cand.train_batch, compiled_batch=prog.batch_size,
-                       worker=w.index, device_index=w.device, arena_offset=c.offset,
+                       kernels=self.stats.kernels, worker=w.index, device_index=w.device,
+                       arena_offset=c.offset,
                        placed_at=time.time() - self.t0, write=True, **extra)
         first = pend.trials[0]
         seed = self.space.budget.seed + self.live.stored_number(first)

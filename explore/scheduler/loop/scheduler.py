@@ -86,7 +86,7 @@ class Scheduler(Relay):
         self.study = self.live.work
         self.n_workers = workers  # asked for
         # numpy's kernels or numba's in the workers (explore.scheduler.kernels)
-        self.jit = for_workers(space.budget.kernels, memory, workers)
+        self.jit = for_workers(space.budget.kernels, memory, workers, device=device)
         self.n_running = workers * len(self.devices)  # started: fewer when the budget
         # holds fewer
         self.main = main
@@ -100,6 +100,7 @@ class Scheduler(Relay):
                                      else space.budget.trials_per_worker)
         self.stats = RunStats(memory * len(self.devices), devices=self.devices,
                               device=device, storage=self.live.storage_time)
+        self.stats.kernels = "compiled" if self.jit == "1" else "numpy"
         self.progress = progress or (lambda s: None)
         # The run's data: loaded into shared memory by the caller (load_shared), or given
         # as arrays and copied there.  The scheduler owns it from here and frees it in stop().

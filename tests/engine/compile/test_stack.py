@@ -96,21 +96,22 @@ def test_a_stack_with_masks_trains_each_model_as_if_alone() -> None:
                    [Adam(lr=1e-3), Adam(lr=1e-2), Adam(lr=3e-2)])
 
 
-def linear_mlp(init: Init, shared_weight: bool = False) -> CalcGraph:
+def linear_mlp(init: Init, both_ways: bool = False) -> CalcGraph:
     """PyTorch's layout: ``Linear`` weights ``[out, in]``, read by ``Gemm(transB=1)``.
-    With ``shared_weight`` the first layer's weight is read the other way too (a
-    tied layer, back to the input's width)."""
+    With ``both_ways`` the first layer's (square) weight also multiplies the data
+    untransposed: a weight read both ways from the data."""
     g = CalcGraph(name="linear")
     x = g.placeholder("x", (0, 12))
     y = g.placeholder("y", (0,), dtype="int64")
-    w0 = g.parameter("w0", (16, 12), init=init)
-    b0 = g.parameter("b0", (16,), init=Init.zeros())
-    w1 = g.parameter("w1", (4, 12 if shared_weight else 16), init=init)
+    width = 12 if both_ways else 16
+    w0 = g.parameter("w0", (width, 12), init=init)
+    b0 = g.parameter("b0", (width,), init=Init.zeros())
+    w1 = g.parameter("w1", (4, width), init=init)
     p = g.path("train", Mode.BACKWARD_ENABLED)
-    h = p.Tanh(p.Gemm(x, w0, b0, transB=1))
-    if shared_weight:
-        h = p.Gemm(h, w0)  # [b, 16] back through w0 to [b, 12]
-    loss, _ = p.SoftmaxCrossEntropyLoss(p.Gemm(h, w1, transB=1), y,
+    h = p.Gemm(x, w0, b0, transB=1)
+    if both_ways:
+        h = p.Add(h, p.Gemm(x, w0))
+    loss, _ = p.SoftmaxCrossEntropyLoss(p.Gemm(p.Tanh(h), w1, transB=1), y,
                                         outputs=["loss", "log_prob"])
     p.set_loss(loss)
     return g
@@ -136,12 +137,12 @@ def test_a_data_fed_out_by_in_weight_is_stored_in_by_models_by_out(opts: list) -
 
 
 def test_a_weight_read_both_ways_keeps_the_models_layout() -> None:
-    stacked, _ = _trained_alike([linear_mlp(i, shared_weight=True) for i in INITS],
+    stacked, _ = _trained_alike([linear_mlp(i, both_ways=True) for i in INITS],
                                 OPTIMIZERS[2])
     w0 = next(ps for ps in stacked.program.params
               if stacked.program.buffers[ps.buffer].name == "w0")
-    assert stacked.program.buffers[w0.buffer].desc.shape == (3, 16, 12)
-    assert not w0.init.member_transposed
+    assert stacked.program.buffers[w0.buffer].desc.shape == (3, 12, 12)
+    assert not w0.init.member_transposed and w0.init.model_axis == 0
 
 
 def test_a_stack_of_matmul_add_layers_with_dropout_trains() -> None:

@@ -3,12 +3,14 @@ the stack: parameters, optimizer state, step count and generator all carried."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from engine import SGD, VM, Adam, EngineError, compile_graph
 from engine.compile.stack import member_params, stack_graphs, stack_optimizers
-from engine.graph import Init
+from engine.graph import CalcGraph, Init, Mode
 from engine.models import paper_mlp
 from engine.runtime.members import models, move_member
 from engine.runtime.optim import Optimizer
@@ -19,8 +21,31 @@ LRS = [1e-3, 3e-3, 1e-2]
 BATCH = 16
 
 
-def stack_of(members: list[int], make: type[Optimizer] = Adam) -> VM:
-    graphs = [paper_mlp((6, 10, 7, 3), init=INITS[m]) for m in members]
+def linear_mlp(sizes: tuple[int, ...], init: Init) -> CalcGraph:
+    """``paper_mlp`` with PyTorch's ``[out, in]`` weights (``Gemm(transB=1)``): in a
+    stack the first, fed by the data, is stored ``[in, K, out]``, each model's slice
+    transposed."""
+    g = CalcGraph(name="linear")
+    h = g.placeholder("x", (0, sizes[0]))
+    y = g.placeholder("y", (0,), dtype="int64")
+    p = g.path("train", Mode.BACKWARD_ENABLED)
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        w = g.parameter(f"w{i}", (b, a), init=init)
+        c = g.parameter(f"b{i}", (b,), init=Init.zeros())
+        h = p.Gemm(h, w, c, transB=1)
+        if i < len(sizes) - 2:
+            h = p.Sigmoid(h)
+    loss, _ = p.SoftmaxCrossEntropyLoss(h, y, outputs=["loss", "log_prob"])
+    p.set_loss(loss)
+    return g
+
+
+LAYOUTS = {"in_out": paper_mlp, "out_in": linear_mlp}
+
+
+def stack_of(members: list[int], make: type[Optimizer] = Adam, layout: str = "in_out"
+             ) -> VM:
+    graphs = [LAYOUTS[layout]((6, 10, 7, 3), init=INITS[m]) for m in members]
     opts = [make(lr=LRS[m]) for m in members]  # type: ignore[call-arg]
     if len(members) == 1:
         return VM(compile_graph(graphs[0], batch_size=BATCH, optimizer=opts[0]))
@@ -42,11 +67,15 @@ def params_of(vm: VM, k: int | None) -> dict[str, np.ndarray]:
     return member_params(vm, k)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("make", [Adam, SGD])
-def test_a_split_stack_trains_on_as_the_whole_stack_would(make: type[Optimizer]) -> None:
-    whole = stack_of([0, 1, 2], make)
+def test_a_split_stack_trains_on_as_the_whole_stack_would(make: type[Optimizer],
+                                                          layout: str) -> None:
+    whole = stack_of([0, 1, 2], make, layout)
+    if layout == "out_in":
+        assert whole.program.buffers[whole.program.params[0].buffer].desc.shape == (6, 3, 10)
     train(whole, 4)
-    pair, alone = stack_of([0, 2], make), stack_of([1], make)
+    pair, alone = stack_of([0, 2], make, layout), stack_of([1], make, layout)
     move_member(whole, 0, pair, 0)
     move_member(whole, 2, pair, 1)
     move_member(whole, 1, alone, None)
@@ -61,17 +90,19 @@ def test_a_split_stack_trains_on_as_the_whole_stack_would(make: type[Optimizer])
                                        err_msg=f"member {k}: {name}")
 
 
-def test_a_lone_model_joins_a_stack() -> None:
-    alone = stack_of([1])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_lone_model_joins_a_stack(layout: str) -> None:
+    alone = stack_of([1], layout=layout)
     train(alone, 3)
-    pair = stack_of([0, 1])
+    pair = stack_of([0, 1], layout=layout)
     move_member(alone, None, pair, 1)
     np.testing.assert_array_equal(member_params(pair, 1)["w0"], alone.get("w0"))
     assert pair.round == alone.round
 
 
-def test_moving_allocates_nothing() -> None:
-    whole, pair = stack_of([0, 1, 2]), stack_of([0, 2])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_moving_allocates_nothing(layout: str) -> None:
+    whole, pair = stack_of([0, 1, 2], layout=layout), stack_of([0, 2], layout=layout)
     train(whole, 1)
     retained, peak = step_allocations(lambda: move_member(whole, 2, pair, 1), warmup=2,
                                       runs=5)

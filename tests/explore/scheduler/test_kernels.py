@@ -27,6 +27,9 @@ def test_auto_compiles_where_a_workers_share_is_half_a_gigabyte_or_more() -> Non
     assert for_workers("auto", 8 * COMPILED_FROM, 16, {}) == "0"  # many small workers
     assert for_workers("compiled", 64 * MB, 4, {}) == "1"
     assert for_workers("numpy", 64 * COMPILED_FROM, 1, {}) == "0"
+    # on a GPU the fused kernels never run: numba is not loaded for nothing
+    assert for_workers("auto", 64 * COMPILED_FROM, 1, {}, device="gpu") == "0"
+    assert for_workers("compiled", 64 * COMPILED_FROM, 1, {}, device="gpu") == "0"
 
 
 @pytest.mark.parametrize(("name", "compiled"), [("paper_mnist", True), ("cnn_mnist", True),
@@ -70,6 +73,7 @@ def test_the_workers_run_the_kernels_the_space_chose(tmp_path: Path, kernels: st
     study = open_study(space, f"sqlite:///{tmp_path / 'k.db'}")
     sched = Scheduler(bind(space), study, load_digits(), workers=1,
                       memory=space.budget.memory, device="cpu", main=IN_TEST)
+    assert sched.stats.work()["kernels"] == kernels
     sched.start()
     try:
         (worker,) = sched.workers.values()
@@ -78,3 +82,13 @@ def test_the_workers_run_the_kernels_the_space_chose(tmp_path: Path, kernels: st
         sched.stop()
     # numba's LLVM is loaded by the warm-up's first compiled kernel, and only then
     assert ("llvmlite" in maps) == (kernels == "compiled")
+
+
+def test_the_summary_says_which_kernels_the_workers_ran() -> None:
+    from explore.utilisation import describe, of_run
+
+    work = {"wall_s": 10.0, "workers": 2, "peak_flops": 1e11, "kernels": "compiled",
+            "flops": {"train": 4e11}, "spent": {"train": 10.0}}
+    assert ", compiled kernels: training 50%" in describe(of_run({"work": work}))[1]
+    del work["kernels"]  # a run recorded before the choice existed
+    assert describe(of_run({"work": work}))[1].startswith("the workers' 20.0 s: ")
