@@ -73,7 +73,10 @@ def space(dataset: str, trials: int, rounds: int, train: int, valid: int, memory
         "dataset": data,
         "objectives": [{"metric": "accuracy", "direction": "maximize"}],
         "budget": {"trials": trials, "rounds": rounds, "device": "cpu", "memory": memory,
-                   "workers": 1, "switching": switching, "seed": seed},
+                   "workers": 1, "switching": switching, "seed": seed,
+                   # one choice for the calibration's big budget and the runs' small
+                   # one: under "auto" they would differ, and so would the fixed bytes
+                   "kernels": "numpy"},
         "sampler": {"name": "random", "seed": seed},
         "pruner": {"name": "successive_halving", "warmup_rounds": 1, "pause": True},
         "model": {"family": "mlp", "depth": 2, "width": {"choice": WIDTHS},
