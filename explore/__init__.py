@@ -26,7 +26,7 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
         study: str | None = None, trials: int | None = None, workers: int | None = None,
         memory: int | str | None = None, builder: Any = None, device: str | None = None,
         devices: list[int] | None = None, timeout: float | None = None,
-        space_changed: bool = False) -> optuna.Study:
+        kernels: str | None = None, space_changed: bool = False) -> optuna.Study:
     """Run a search, as ``explore run`` does, and return its Optuna study.
 
     ``space`` is a search-space file or a dict of the YAML's structure.  ``data``
@@ -38,11 +38,12 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     :class:`~explore.datasets.BaseDataset`).  ``storage`` is an Optuna storage URL
     (default: a SQLite file next to the space file, or ``<name>.db`` in the working
     directory for a dict), ``study`` the study's name (default: the space's);
-    ``trials``, ``workers``, ``memory``, ``device``, ``devices`` and ``timeout``
-    override the space's budget (with several devices, each gets ``workers`` and
-    ``memory``).  ``timeout``: seconds from the run's start after which no new trial
-    starts, as Optuna's ``optimize(timeout=)``; the trials in hand finish, and a
-    later call goes on with the study.
+    ``trials``, ``workers``, ``memory``, ``device``, ``devices``, ``timeout`` and
+    ``kernels`` override the space's budget (with several devices, each gets
+    ``workers`` and ``memory``).  ``timeout``: seconds from the run's start after which
+    no new trial starts, as Optuna's ``optimize(timeout=)``; the trials in hand finish,
+    and a later call goes on with the study.  ``kernels``: the workers' ``numpy``,
+    ``compiled`` (numba's) or ``auto`` (:mod:`explore.scheduler.kernels`).
     A study remembers its space: running it with another is refused unless
     ``space_changed`` says the change is meant (:mod:`explore.space_change`).  ``builder``,
     a function ``build(trial) -> engine.nn.Module | CalcGraph`` that asks the trial
@@ -74,7 +75,7 @@ def run(space: Any, data: Any = None, target: str | None = None, storage: str | 
     before = pss()
     prep = prepare(space, data=data, target=target, storage=storage, study=study,
                    trials=trials, workers=workers, memory=memory, builder=builder,
-                   device=device, devices=devices, timeout=timeout,
+                   device=device, devices=devices, timeout=timeout, kernels=kernels,
                    space_changed=space_changed)
     result, record = execute(prep, baseline=before)
     if record is not None:

@@ -78,10 +78,11 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
             study: str | None = None, trials: int | None = None, workers: int | None = None,
             memory: int | str | None = None, device: str | None = None,
             devices: list[int] | None = None, timeout: float | None = None,
-            builder: Any = None, space_changed: bool = False) -> Prepared:
+            kernels: str | None = None, builder: Any = None,
+            space_changed: bool = False) -> Prepared:
     """Read and check everything a run needs; raises :class:`RunRefused`.
-    ``trials``, ``workers``, ``memory``, ``device``, ``devices`` and ``timeout``
-    override the space's budget.  ``space_changed``: a space that differs from the one
+    ``trials``, ``workers``, ``memory``, ``device``, ``devices``, ``timeout`` and
+    ``kernels`` override the space's budget.  ``space_changed``: a space that differs from the one
     the study was searched with is meant (:mod:`explore.space_change`)."""
 
     source: Path | None = None
@@ -115,7 +116,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
         raise RunRefused(f"memory: {e}") from None
     overrides = {k: v for k, v in {"trials": trials, "workers": workers, "memory": size,
                                    "device": device, "devices": devices,
-                                   "timeout": timeout}.items()
+                                   "timeout": timeout, "kernels": kernels}.items()
                  if v is not None}
     try:  # validated as the file's own values are (caps, the machine's memory)
         budget = type(sp.budget).model_validate({**sp.budget.model_dump(), **overrides})

@@ -52,13 +52,18 @@ def _ordinals(value: str | None) -> list[int] | None:
               metavar="SECONDS",
               help="start no trial after this many seconds from the run's start; the "
                    "trials in hand finish, and running again goes on (budget.timeout)")
+@click.option("--kernels", type=click.Choice(["auto", "numpy", "compiled"]),
+              help="the workers' kernels: numpy's, or numba's compiled ones (faster, about "
+                   "100 MB more a worker); auto compiles from 500 MB a worker "
+                   "(budget.kernels)")
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @click.option("--space-changed", is_flag=True,
               help="the space differs from the one the study was searched with, and that "
                    "is meant (the change is recorded in the study)")
 def run(space_file: str, storage: str | None, study_name: str | None, trials: int | None,
         workers: int | None, memory: str | None, device: str | None, devices: str | None,
-        timeout: float | None, quiet: bool, space_changed: bool) -> None:
+        timeout: float | None, kernels: str | None, quiet: bool,
+        space_changed: bool) -> None:
     """Search SPACE_FILE: sample, size, pack and train trials; resume if run again.
 
     \b
@@ -82,7 +87,7 @@ def run(space_file: str, storage: str | None, study_name: str | None, trials: in
     try:
         prep = prepare(space_file, storage=storage, study=study_name, trials=trials,
                        workers=workers, memory=byte_size(memory, "--memory"), device=device,
-                       devices=_ordinals(devices), timeout=timeout,
+                       devices=_ordinals(devices), timeout=timeout, kernels=kernels,
                        space_changed=space_changed)
         report = getattr(prep.bound.data, "missing_report", None)
         if report is not None and (report.dropped or report.imputed):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pytest
+import yaml
 
 from explore.binding import bind
 from explore.datasets import load_digits
@@ -16,7 +18,7 @@ from explore.scheduler.constants import machine_key
 from explore.scheduler.kernels import COMPILED_FROM, for_workers
 from explore.space import SpaceError, load_space, parse_space
 from explore.study import open_study
-from tests.explore.cli_run import IN_TEST
+from tests.explore.cli_run import IN_TEST, explore_here, explore_run
 
 MB = 1 << 20
 
@@ -92,3 +94,19 @@ def test_the_summary_says_which_kernels_the_workers_ran() -> None:
     assert ", compiled kernels: training 50%" in describe(of_run({"work": work}))[1]
     del work["kernels"]  # a run recorded before the choice existed
     assert describe(of_run({"work": work}))[1].startswith("the workers' 20.0 s: ")
+
+
+def test_explore_run_kernels_overrides_the_space_and_each_trial_records_it(
+        tmp_path: Path) -> None:
+    space = {"name": "k", "dataset": "digits", "keep_models": 0,
+             "budget": {"trials": 1, "rounds": 1, "memory": "300MB", "workers": 1},
+             "model": {"depth": 1, "width": 8}, "training": {"batch_size": 32}}
+    f = tmp_path / "k.yaml"
+    f.write_text(yaml.safe_dump(space))
+    r = explore_run(f, "--kernels", "compiled")
+    assert r.exit_code == 0, r.output
+    (trial,) = optuna.load_study(study_name="k", storage=f"sqlite:///{tmp_path / 'k.db'}"
+                                 ).trials
+    assert trial.user_attrs["explore"]["kernels"] == "compiled"  # auto: numpy at 300 MB
+    bad = explore_here("run", f, "--kernels", "fast", "--quiet")
+    assert bad.returncode == 2 and "'fast' is not one of 'auto', 'numpy'" in bad.stderr + bad.stdout
