@@ -109,14 +109,19 @@ def test_the_full_mnist_space_stays_within_its_budget(tmp_path: Path, memory: st
 
 @pytest.mark.slow
 @pytest.mark.alone
-@pytest.mark.parametrize("memory", ["250MB", "400MB"])
-def test_trials_that_fill_the_budget_pack_it_and_stay_within(tmp_path: Path,
-                                                             memory: str) -> None:
+# compiled kernels: numba's LLVM in each worker (about 100 MB), and each kernel a trial
+# loads after the warm-up, held to the budget as well
+@pytest.mark.parametrize(("memory", "kernels"), [("250MB", "numpy"), ("400MB", "numpy"),
+                                                 ("600MB", "compiled")])
+def test_trials_that_fill_the_budget_pack_it_and_stay_within(tmp_path: Path, memory: str,
+                                                             kernels: str) -> None:
     f = tmp_path / "filling.yaml"
-    f.write_text(FILLING.replace("MEMORY", memory))
+    f.write_text(FILLING.replace("MEMORY", memory).replace(
+        "workers: 2,", f"workers: 2, kernels: {kernels},"))
     result = measured_run(f, memory)
     check(result, int(memory[:-2]) * 10**6)
     assert any(w > 0 for _, _, _, w in result["run"]["timeline"])  # it did fill
+    assert {t.user_attrs[RECORD_ATTR]["kernels"] for t in result["trials"]} == {kernels}
 
 
 def test_a_small_run_stays_within_its_budget(tmp_path: Path) -> None:
