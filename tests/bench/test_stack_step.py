@@ -1,0 +1,34 @@
+"""bench/stack_step.py: one run of two configurations in its smoke size gives the step's
+time per model and its share of a core's peak for each, with the slowest instructions
+named; a kernel setting it does not know is refused before any child runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCRIPT = ROOT / "bench" / "stack_step.py"
+
+
+def test_a_smoke_run_reports_each_configuration() -> None:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--json", "--stacks", "1,2",
+                          "--kernels", "numpy", "--repeats", "1", "--epochs", "1", "--ops"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(got["configs"]) == {"numpy x1", "numpy x2"}
+    for name, c in got["configs"].items():
+        assert c["us_per_model_step"] > 0 and 0 < c["share_of_core_peak"] < 1.5, (name, c)
+        ops = [what for what, _ in c["ops"]]
+        # a stack's first layer is a stacked product; a lone model's a fused dequantize
+        assert any(("Stacked" in w) == (name.endswith("x2")) for w in ops), ops
+        assert any(w.startswith("update") for w in ops), ops
+
+
+def test_an_unknown_kernel_setting_is_refused() -> None:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--kernels", "fast"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "kernels are numpy or compiled, not 'fast'" in out.stderr
