@@ -26,8 +26,9 @@ import os
 import statistics
 import sys
 import time
-from collections import defaultdict
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,58 +58,38 @@ def program(stack: int, optimizer: str) -> Any:
     return bound, stacked.program
 
 
-def per_op(vm: Any, x: Any, y: Any, rng: Any, steps: int = 300) -> list[list[Any]]:
-    """Each instruction of a training step timed alone (a step's forward, backward and
-    update run one by one), the slowest first: ``[[what, microseconds], ...]``."""
-    prog = vm.program
-    pc = prog.paths[0]
-    spent: dict[tuple[str, int], float] = defaultdict(float)
-    order = rng.permutation(len(y))
-    vm.gather("x", x, order[:BATCH], check=False)
-    vm.gather("y", y, order[:BATCH], check=False)
-    vm.train_step("train")  # binds every step of the path
-    # the backward steps as bound once the last update consumed the gradients
-    backward = vm._binding.backward.get((0, 0)) or vm._bind_backward(0, 0)
-    for i in range(steps):
-        rows = order[(i * BATCH) % (len(y) - BATCH):][:BATCH]
-        vm.gather("x", x, rows, check=False)
-        vm.gather("y", y, rows, check=False)
-        for j, f in enumerate(vm._binding.forward[0]):
-            t = time.perf_counter()
-            f()
-            spent[("F", j)] += time.perf_counter() - t
-        vm._fed.clear()
-        vm._forwarded = 0
-        vm.apply_loss(0)
-        for j, f in enumerate(backward):
-            t = time.perf_counter()
-            f()
-            spent[("B", j)] += time.perf_counter() - t
-        vm._dirty |= vm._path_mask[0]
-        vm._t[0] += 1
-        t = time.perf_counter()
-        for f in vm._flat_update:
-            f()
-        spent[("U", 0)] += time.perf_counter() - t
-        vm._dirty = 0
+def per_op(vm: Any, x: Any, y: Any, repeats: int = 200) -> list[list[Any]]:
+    """Each instruction of a step at batch 64, and the optimizer's update, timed alone:
+    its bound step repeated, as ``bench/cnn_step.py``'s ``op_breakdown`` times each
+    kind of instruction, here each instruction with its operands' shapes (a stack's
+    first layer apart from its others).  The slowest first: ``[[what, µs], ...]``."""
+    from bench.cnn_step import timed
 
-    def what(part: str, j: int) -> str:
-        if part == "U":
-            return f"update ({prog.optimizer.name if prog.optimizer else '-'})"
-        ins = prog.instrs[(pc.forward if part == "F" else pc.backward)[j]]
-        shapes = [tuple(prog.buffers[b].desc.shape) for b in ins.ins]
-        return f"{ins.op} {shapes}"
-
-    top = sorted(spent.items(), key=lambda kv: -kv[1])[:8]
-    return [[what(*k), round(v / steps * 1e6, 1)] for k, v in top]
+    rows = np.arange(BATCH)
+    vm.gather("x", x, rows, check=False)
+    vm.gather("y", y, rows, check=False)
+    vm.train_step("train")  # bound at batch 64 (an epoch ends on a smaller batch)
+    prog, b = vm.program, vm._binding
+    path = prog.path_index("train")
+    pc = prog.paths[path]
+    steps = [*b.forward[path], *next(iter(b.backward.values()))]
+    spent = []
+    for k, f in zip((*pc.forward, *pc.backward), steps, strict=True):
+        ins = prog.instrs[k]
+        shapes = [tuple(prog.buffers[i].desc.shape) for i in ins.ins]
+        spent.append([f"{ins.op} {shapes}", timed(f, repeats)])
+    name = prog.optimizer.name if prog.optimizer else "-"
+    spent.append([f"update ({name})",
+                  sum(timed(f, repeats) for f in vm._flat_update)])
+    top = sorted(spent, key=lambda e: -e[1])[:8]
+    return [[what, round(ms * 1e3, 1)] for what, ms in top]
 
 
 def child(args: argparse.Namespace) -> None:
-    import numpy as np
-
     from engine import VM
     from explore.scheduler.peak import gemm_peak
     from explore.scheduler.shared_data import load_shared
+    from explore.utilisation import round_flops
 
     bound, prog = program(args.stack, args.optimizer)
     data = load_shared(bound)
@@ -127,14 +108,14 @@ def child(args: argparse.Namespace) -> None:
         epoch = statistics.median(times)
         steps = -(-len(y) // BATCH)
         per_model_step = epoch / steps / args.stack
-        flops = (prog.flops.forward["train"] + prog.flops.backward["train"]) / \
-            prog.batch_size * BATCH + prog.flops.update
+        # a model's FLOPs in one mini-batch, as the run's counters count them
+        flops, _ = round_flops(prog, BATCH, (BATCH, 0), args.stack)
         core_peak = (gemm_peak("cpu") or float("nan")) / (os.cpu_count() or 1)
         out: dict[str, Any] = {
             "us_per_model_step": per_model_step * 1e6,
-            "share_of_core_peak": flops / args.stack / per_model_step / core_peak}
+            "share_of_core_peak": flops / per_model_step / core_peak}
         if args.ops:
-            out["ops"] = per_op(vm, x, y, rng)
+            out["ops"] = per_op(vm, x, y)
         emit(out)
     finally:
         data.close()

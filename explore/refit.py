@@ -34,7 +34,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from explore.attrs import BUILDER_DIR_ATTR, DATA_ATTR, PARAMS_ATTR, RECORD_ATTR,
 from explore.datasets import BaseDataset, DataError, Split, compact, resolve
 from explore.keeper import ARTIFACTS_ATTR, default_artifacts, keep_refit
 from explore.optimizers import build_optimizer
+from explore.scheduler.kernels import jit_of, jit_set
 from explore.scheduler.worker import JIT_DEFAULT, diverged
 from explore.space_sections import DatasetSection
 from explore.trained import (
@@ -186,24 +187,12 @@ def searched_rows(study: optuna.Study, data: BaseDataset | None = None
     return rows.train, rows.valid, loaded.test
 
 
-@contextlib.contextmanager
-def worker_kernels(kernels: str = "") -> Iterator[None]:
+def worker_kernels(kernels: str = "") -> contextlib.AbstractContextManager[None]:
     """The kernels the trial's worker bound (``kernels``, its record's: numpy or
     compiled; for a record that does not say, ``CALCGRAPH_JIT``, else the worker's
     default) while the block runs: the numpy and the fused kernels agree only to float32
     rounding, and a refit is to differ from the searched model by its rows alone."""
-    before = os.environ.get(jit.ENV)
-    if kernels:
-        os.environ[jit.ENV] = "1" if kernels == "compiled" else "0"
-    else:
-        os.environ[jit.ENV] = before if before is not None else JIT_DEFAULT
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(jit.ENV, None)
-        else:
-            os.environ[jit.ENV] = before
+    return jit_set(jit_of(kernels) if kernels else os.environ.get(jit.ENV, JIT_DEFAULT))
 
 
 def train(graph: Any, recipe: Recipe, x: np.ndarray, y: np.ndarray) -> tuple[Any, float]:

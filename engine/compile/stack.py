@@ -126,11 +126,10 @@ class _Stacker:
         self.descs = infer_shapes(validate(first)).descs
         self.layout: dict[str, _Layout] = {}
         self.params: set[str] = set()
-        self.transposed: set[str] = set()  # interleaved weights stored transposed
-        self.interleaved = self._data_fed_weights()
-        self.transposed &= self.interleaved
+        # weights stored [in, K, out], and those of them each model holds [out, in]
+        self.interleaved, self.transposed = self._data_fed_weights()
 
-    def _data_fed_weights(self) -> set[str]:
+    def _data_fed_weights(self) -> tuple[set[str], set[str]]:
         """Weights of dense layers fed by shared data: stored ``[in, K, out]``, the
         layer is one GEMM for all the models (``x @ W`` seen as ``[in, K*out]``, an
         untransposed product, the faster one) and so is its weight gradient, instead of
@@ -138,28 +137,26 @@ class _Stacker:
         contiguous row, what a product that skips the data's zeros reads
         (``algorithm="sparse"``).  A model's ``[out, in]`` weight (``transB``, PyTorch's
         ``Linear``) is stored so too, each model's slice transposed
-        (:meth:`Init.member` gives it back as ``[out, in]``)."""
+        (:meth:`Init.member` gives it back as ``[out, in]``): the second set.  A weight
+        read both ways keeps the model's layout."""
         derived = {n for n, v in self.first.variables.items()
                    if v.kind == Kind.PARAMETER and v.trainable}
-        shared_use: set[str] = set()
-        other_use: set[str] = set()
+        flipped: set[str] = set()  # read by a product with transB
         plain: set[str] = set()
+        other_use: set[str] = set()
         for path in self.first.paths:
             for node in path.nodes:
                 if get_op(node.op).stacking is StackRule.DENSE and len(node.inputs) >= 2 and \
                         node.inputs[0] not in derived:
-                    w = node.inputs[1]
-                    (self.transposed if node.attrs.get("transB", 0) else plain).add(w)
-                    shared_use.add(w)
+                    (flipped if node.attrs.get("transB", 0) else plain).add(node.inputs[1])
                     other_use.update(node.inputs[2:])
                 else:
                     other_use.update(node.inputs)
                 if any(i in derived for i in node.inputs):
                     derived.update(node.outputs)
-        both_ways = self.transposed & plain  # kept as the model has it
-        self.transposed -= both_ways
-        return {w for w in shared_use - other_use - both_ways
-                if len(self.first.variables[w].desc.shape) == 2}  # type: ignore[union-attr]
+        interleaved = {w for w in (flipped ^ plain) - other_use
+                       if len(self.first.variables[w].desc.shape) == 2}  # type: ignore[union-attr]
+        return interleaved, flipped & interleaved
 
     def run(self, name: str) -> CalcGraph:
         out = CalcGraph(device=self.first.device, name=name)

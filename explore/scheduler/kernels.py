@@ -2,7 +2,7 @@
 numba (:mod:`engine.ops.jit`), as the space's ``budget.kernels`` says.
 
 The fused kernels are 1.1-13x faster per op (an optimizer's update over a stack of
-models three times faster), but numba's LLVM is about 100 MB of each worker's
+models about four times faster), but numba's LLVM is about 100 MB of each worker's
 measured overhead (``docs/measurements.md``), memory the budget then holds for no
 trial, and importing it and loading the cached kernels adds about 0.7 s to a worker's
 start.  ``auto`` therefore compiles only where that memory is small beside a worker's
@@ -45,17 +45,28 @@ def for_workers(kernels: str, memory: int, workers: int,
     if device != "cpu":
         return "0"
     if kernels != "auto":
-        return "1" if kernels == "compiled" else "0"
+        return jit_of(kernels)
     env = os.environ if environ is None else environ
     if env.get(ENV) is not None:
         return "0" if env[ENV] == "0" else "1"
     return "1" if memory // max(workers, 1) >= COMPILED_FROM else "0"
 
 
+def jit_of(kernels: str) -> str:
+    """The ``CALCGRAPH_JIT`` of a record's ``kernels`` (numpy or compiled)."""
+    return "1" if kernels == "compiled" else "0"
+
+
+def kernels_of(jit: str) -> str:
+    """What a ``CALCGRAPH_JIT`` value runs, as records say it: numpy or compiled."""
+    return "numpy" if jit == "0" else "compiled"
+
+
 @contextlib.contextmanager
-def spawned_with(jit: str) -> Iterator[None]:
-    """``CALCGRAPH_JIT`` set to ``jit`` while worker processes are spawned (they take
-    this process's environment as it is when they start)."""
+def jit_set(jit: str) -> Iterator[None]:
+    """``CALCGRAPH_JIT`` set to ``jit`` while the block runs: the kernels a VM binds
+    in it, and those of worker processes spawned in it (they take this process's
+    environment as it is when they start)."""
     saved = os.environ.get(ENV)
     os.environ[ENV] = jit
     try:

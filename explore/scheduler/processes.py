@@ -18,7 +18,7 @@ from multiprocessing.context import SpawnContext
 
 from engine.free_list import FreeList
 from explore.scheduler.errors import SchedulerError
-from explore.scheduler.kernels import spawned_with
+from explore.scheduler.kernels import jit_set
 from explore.scheduler.placement import Worker
 from explore.scheduler.protocol import ArenaOpened, Exit, FromWorker, OpenArena, Ready
 from explore.scheduler.shared_arrays import ArraySpec
@@ -121,7 +121,7 @@ def spawn(ctx: SpawnContext, index: int, data: dict[str, ArraySpec], device: str
                        name=f"explore-worker-{index}", daemon=True)
     with thread_share(workers), main_left_behind(), forked_not_vforked(), \
             one_gpu(device, ordinal), \
-            spawned_with(jit) if jit is not None else contextlib.nullcontext():
+            jit_set(jit) if jit is not None else contextlib.nullcontext():
         proc.start()
     child.close()
     return Worker(index, proc, parent, device=ordinal)

@@ -19,7 +19,7 @@ from explore.scheduler.commands import Idle, Interrupted, Tick
 from explore.scheduler.core import Core
 from explore.scheduler.errors import Stopped
 from explore.scheduler.intake import Intake
-from explore.scheduler.kernels import for_workers
+from explore.scheduler.kernels import for_workers, kernels_of
 from explore.scheduler.loop.relay import Relay
 from explore.scheduler.peak import gemm_peak
 from explore.scheduler.policy import OptunaPolicy
@@ -100,7 +100,7 @@ class Scheduler(Relay):
                                      else space.budget.trials_per_worker)
         self.stats = RunStats(memory * len(self.devices), devices=self.devices,
                               device=device, storage=self.live.storage_time)
-        self.stats.kernels = "compiled" if self.jit == "1" else "numpy"
+        self.stats.kernels = kernels_of(self.jit)
         self.progress = progress or (lambda s: None)
         # The run's data: loaded into shared memory by the caller (load_shared), or given
         # as arrays and copied there.  The scheduler owns it from here and frees it in stop().
