@@ -10,8 +10,9 @@ shuffled mini-batches (``engine.runtime.train.train_epoch``).  Each configuratio
 in a fresh process (``bench/_sides.py``), configurations alternating; one epoch warms
 up, the next ``--epochs`` are timed, and each run reports its median epoch.  Reported
 per configuration (medians over ``--repeats`` runs): microseconds per model and
-mini-batch, and that step's model FLOP rate (:mod:`engine.runtime.flops`) as a share
-of one core's GEMM peak (the machine's, :mod:`explore.scheduler.peak`, over its cores).
+mini-batch, a model's FLOPs in it, and that step's model FLOP rate
+(:mod:`engine.runtime.flops`) as a share of one core's GEMM peak (the machine's,
+:mod:`explore.scheduler.peak`, over its cores).
 ``--ops`` adds, per configuration, the instructions that took longest (one run).
 
     python bench/stack_step.py --json
@@ -112,7 +113,7 @@ def child(args: argparse.Namespace) -> None:
         flops, _ = round_flops(prog, BATCH, (BATCH, 0), args.stack)
         core_peak = (gemm_peak("cpu") or float("nan")) / (os.cpu_count() or 1)
         out: dict[str, Any] = {
-            "us_per_model_step": per_model_step * 1e6,
+            "us_per_model_step": per_model_step * 1e6, "flops_per_model_step": flops,
             "share_of_core_peak": flops / per_model_step / core_peak}
         if args.ops:
             out["ops"] = per_op(vm, x, y)
@@ -167,6 +168,7 @@ def main() -> None:
     for name, rs in runs.items():
         result["configs"][name] = {
             "us_per_model_step": round(median(rs, "us_per_model_step"), 1),
+            "flops_per_model_step": rs[0]["flops_per_model_step"],
             "share_of_core_peak": round(median(rs, "share_of_core_peak"), 3),
             **({"ops": rs[0]["ops"]} if args.ops and rs else {})}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
