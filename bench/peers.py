@@ -33,13 +33,16 @@ sooner done).
 
 Each side's clock starts once its data is loaded and its libraries imported: explore's
 includes starting its workers, Ray's starting Ray (``ray.init``, also given alone as
-``startup_s``).  A finished trial (complete or pruned) is a point of the anytime curve
-at its end, with the best validation accuracy it reported.  The target of a search is
-98% of the best accuracy any side reached in any repeat; a run's time to target is its
-first finished trial at or over it (medians over repeats; a side whose median run never
-got there reports null).  Memory is sampled from outside every 50 ms over the side's
-whole process tree: PSS (``peak_pss_mb``) and, on a GPU, the device memory NVML lists
-for those processes (``peak_gpu_mb``).
+``startup_s``), the journal's does not include starting its processes.  So each side is
+also timed on a user's stopwatch, from its launch (``launch_s`` before its clock: the
+interpreter's start, imports, data, and the journal's processes):
+``time_to_target_from_launch_s``.  A finished trial (complete or pruned) is a point of
+the anytime curve at its end, with the best validation accuracy it reported.  The target
+of a search is 98% of the best accuracy any side reached in any repeat; a run's time to
+target is its first finished trial at or over it (medians over repeats; a side whose
+median run never got there reports null).  Memory is sampled from outside every 50 ms
+over the side's whole process tree: PSS (``peak_pss_mb``) and, on a GPU, the device
+memory NVML lists for those processes (``peak_gpu_mb``).
 
     python bench/peers.py --json                          # CPU, both searches
     python bench/peers.py --json --quick                  # a smoke run, under 2 minutes
@@ -329,7 +332,7 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
                  if isinstance(r := t.user_attrs.get(RECORD_ATTR), dict)
                  and r.get("start") is not None and r.get("end") is not None]
     return {"seconds": wall, "curve": curve, "trials": len(curve), "budget_bytes": memory,
-            "in_flight": in_flight(spans),
+            "t0": t0, "in_flight": in_flight(spans),
             "accounted_peak_bytes": stats.peak, "own_measured_peak_bytes": stats.measured_peak,
             "work": stats.work()}
 
@@ -378,7 +381,7 @@ def run_njobs(args: argparse.Namespace) -> dict[str, Any]:
                    n_jobs=args.workers)
     wall = time.time() - t0
     curve = curve_of_study(study, t0)
-    return {"seconds": wall, "curve": curve, "trials": len(curve),
+    return {"seconds": wall, "curve": curve, "trials": len(curve), "t0": t0,
             "in_flight": in_flight(spans_of_study(study))}
 
 
@@ -431,7 +434,7 @@ def run_journal(args: argparse.Namespace) -> dict[str, Any]:
         wall = max(ends) - t0  # its last trial's end, not its processes' exit
         study = optuna.load_study(study_name="peers", storage=journal(path))
         curve, spans = curve_of_study(study, t0), spans_of_study(study)
-    return {"seconds": wall, "curve": curve, "trials": len(curve),
+    return {"seconds": wall, "curve": curve, "trials": len(curve), "t0": t0,
             "in_flight": in_flight(spans)}
 
 
@@ -560,7 +563,7 @@ def run_ray(args: argparse.Namespace) -> dict[str, Any]:
     if errors:
         raise RuntimeError(f"{errors} Ray trials failed")
     spans = [[starts[k], seen[k][0]] for k in seen if k in starts]
-    return {"seconds": wall, "curve": sorted(curve), "trials": len(curve),
+    return {"seconds": wall, "curve": sorted(curve), "trials": len(curve), "t0": t0,
             "startup_s": startup, "in_flight": in_flight(spans)}
 
 
@@ -612,6 +615,7 @@ def run_child(args: argparse.Namespace, side: str, seed: int, timeout: float
               ) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__),
            *child_args(argparse.Namespace(**{**vars(args), "seed": seed})), "--child", side]
+    launched = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     sampler = TreeSampler(proc.pid, args.device == "gpu")
@@ -626,7 +630,8 @@ def run_child(args: argparse.Namespace, side: str, seed: int, timeout: float
     if proc.returncode != 0 or not out.strip():
         raise RuntimeError(f"{side} exited {proc.returncode}:\n{err[-3000:]}")
     got = dict(json.loads(out.strip().splitlines()[-1]))
-    got.update(peak_pss_bytes=sampler.peak_pss, peak_gpu_bytes=sampler.peak_gpu or None)
+    got.update(peak_pss_bytes=sampler.peak_pss, peak_gpu_bytes=sampler.peak_gpu or None,
+               launch_s=got.pop("t0") - launched)
     return got
 
 
@@ -641,8 +646,17 @@ def summarise(runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
         if not rs:
             continue
         times = [time_to(r["curve"], target) for r in rs]
+        launches = [r.get("launch_s") for r in rs]
+        # the same runs on a user's stopwatch: from the side's launch, its interpreter's
+        # start, imports, data and processes included
+        launched = [None if t is None or go is None else t + go
+                    for t, go in zip(times, launches, strict=True)]
         sides[side] = {
             "time_to_target_s": _round(median_time(times)),
+            "time_to_target_from_launch_s": (_round(median_time(launched))
+                                             if None not in launches else None),
+            "launch_s": (_round(statistics.median(float(go) for go in launches if go is not None))
+                         if None not in launches else None),
             "best_accuracy": _round(statistics.median(
                 max((a for _, a in r["curve"]), default=0.0) for r in rs), 4),
             "trials": statistics.median(r["trials"] for r in rs),
@@ -652,6 +666,7 @@ def summarise(runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "peak_gpu_mb": (_round(max(r["peak_gpu_bytes"] or 0 for r in rs) / MB, 1)
                             if any(r.get("peak_gpu_bytes") for r in rs) else None),
             "time_to_target_all": [_round(t) for t in times],
+            "time_to_target_from_launch_all": [_round(t) for t in launched],
             "runs": len(rs)}
         if side == "explore":
             budget = rs[0]["budget_bytes"]
