@@ -3,10 +3,11 @@
 any time; it imports nothing of explore, so any layer may use it.
 
 >>> import os
+>>> saved = {k: v for k, v in os.environ.items() if k == "EXPLORE_CACHE_DIR"}
 >>> os.environ["EXPLORE_CACHE_DIR"] = "/tmp/explore-cache"
 >>> str(cache_root())
 '/tmp/explore-cache'
->>> del os.environ["EXPLORE_CACHE_DIR"]
+>>> _ = os.environ.pop("EXPLORE_CACHE_DIR"); os.environ.update(saved)
 """
 
 from __future__ import annotations

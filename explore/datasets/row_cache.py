@@ -14,7 +14,9 @@ passed over and the source decoded as before.  Deleting the folder is always saf
 
 >>> import os, tempfile
 >>> import numpy as np
->>> os.environ["EXPLORE_CACHE_DIR"] = tempfile.mkdtemp()
+>>> saved = {k: v for k, v in os.environ.items() if k == "EXPLORE_CACHE_DIR"}
+>>> tmp = tempfile.TemporaryDirectory()
+>>> os.environ["EXPLORE_CACHE_DIR"] = tmp.name
 >>> cache = RowCache("toy", "ab" * 32, scale=1 / 256, full=(4, 2), features=3)
 >>> x = np.arange(12, dtype=np.uint8).reshape(4, 3)
 >>> cache.write({"x_train": x, "y_train": np.arange(4), "x_valid": x[:2],
@@ -24,7 +26,7 @@ passed over and the source decoded as before.  Deleting the folder is always saf
 ([[0, 1, 2], [3, 4, 5]], [0, 1])
 >>> cache.read(None, None)["x_train"].shape  # all: the four rows the split has
 (4, 3)
->>> del os.environ["EXPLORE_CACHE_DIR"]
+>>> _ = os.environ.pop("EXPLORE_CACHE_DIR"); os.environ.update(saved); tmp.cleanup()
 """
 
 from __future__ import annotations
