@@ -127,6 +127,7 @@ class Mnist(BaseDataset):
         """Only the rows asked for, as uint8: from the rows cached by an earlier run
         (:mod:`explore.datasets.row_cache`), else streamed from the pickle (no float32
         copy of MNIST) and cached for the next."""
+        path = mnist_path()  # the package is needed whether or not its rows are cached
         cache = RowCache("mnist", MNIST_SHA256, self.pixel_scale, FULL, self.features)
         got = cache.read(train, valid, empty)
         if got is not None:
@@ -134,7 +135,7 @@ class Mnist(BaseDataset):
                          empty("y_test", (0,), np.int64))
             return LoadedData("mnist", Split(got["x_train"], got["y_train"]),
                               Split(got["x_valid"], got["y_valid"]), test, self.classes)
-        data = read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=self.pixel_scale,
+        data = read_mnist_pickle(path, rows=(train, valid, 0), scale=self.pixel_scale,
                                  empty=empty)
         cache.write({"x_train": data.train.x, "y_train": data.train.y,
                      "x_valid": data.valid.x, "y_valid": data.valid.y})

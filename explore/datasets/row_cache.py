@@ -5,12 +5,14 @@ pixels: every run inflated 170 MB of it to keep 8 MB of uint8 rows).
 An entry is the first rows of the train and valid splits, exactly as
 ``load_compact`` made them (uint8 pixels, int64 labels), in ``.npy`` files under
 :func:`~explore.cache_dir.cache_root` ``/datasets/``, in a folder named by the data
-set, the SHA-256 of the file they came from and the pixel scale, and within it by the
-row counts.  A request is served by any entry that holds at least its rows: the first
-rows of a split are the same whatever the count asked.  An entry is written whole to
-a hidden folder and renamed into place, so a reader sees it complete or not at all; a
-cache that cannot be written (a read-only or full disk) or read (a damaged entry) is
-passed over and the source decoded as before.  Deleting the folder is always safe.
+set, the SHA-256 its source file is checked against, the pixel scale and the entries'
+:data:`FORMAT`, and within it by the row counts.  A request is served by any entry that
+holds at least its rows: the first rows of a split are the same whatever the count
+asked, so a larger entry replaces the smaller ones.  An entry is written whole to a
+hidden folder, synced and renamed into place, so a reader sees it complete or not at
+all; a cache that cannot be written (a read-only or full disk) is passed over, a
+damaged entry is removed, and the source is decoded as before.  Deleting the folder is
+always safe.
 
 >>> import os, tempfile
 >>> import numpy as np
@@ -47,6 +49,9 @@ from explore.datasets._base import Empty, plain_empty
 from explore.datasets.errors import DataError
 
 NAMES = ("x_train", "y_train", "x_valid", "y_valid")
+FORMAT = 1
+"""The entries' form (in their folder's name): a change to what ``load_compact`` makes
+(the quantization, the labels' dtype) raises it, and old entries are not read."""
 DTYPES = {"x": np.dtype(np.uint8), "y": np.dtype(np.int64)}
 HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
            (2, 0): np.lib.format.read_array_header_2_0}
@@ -64,13 +69,16 @@ class RowCache:
 
     def __init__(self, kind: str, content: str, scale: float, full: tuple[int, int],
                  features: int) -> None:
-        self.folder = cache_root() / "datasets" / f"{kind}-{content[:16]}-u8x{1 / scale:g}"
+        self.folder = cache_root() / "datasets" / \
+            f"{kind}-{content[:16]}-u8x{1 / scale:g}-v{FORMAT}"
         self.full = full
         self.features = features
 
     def wanted(self, train: int | None, valid: int | None) -> tuple[int, int]:
         """The rows a request gets: its counts, capped at the splits' (None: all)."""
-        return tuple(f if n is None else min(max(n, 0), f)  # type: ignore[return-value]
+        if any(n is not None and n < 0 for n in (train, valid)):
+            raise ValueError(f"rows to load must be 0 or more, not {train} and {valid}")
+        return tuple(f if n is None else min(n, f)  # type: ignore[return-value]
                      for n, f in zip((train, valid), self.full, strict=True))
 
     def read(self, train: int | None, valid: int | None, empty: Empty = plain_empty
@@ -88,16 +96,20 @@ class RowCache:
                     opened = {name: self._open(files, folder / f"{name}.npy", name,
                                                entry[name.endswith("valid")])
                               for name in NAMES}
-                except (OSError, ValueError):
-                    continue  # damaged, or removed meanwhile: another entry, or the source
+                except (ValueError, FileNotFoundError):  # damaged, or a file of it gone:
+                    self._discard(folder)  # removed, so that a whole one is written
+                    continue
+                except OSError:
+                    continue  # unreadable: another entry, or the source
                 return {name: self._fill(f, name, need[name.endswith("valid")], empty)
                         for name, f in opened.items()}
         return None
 
     def write(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Keep ``arrays`` (the four of :data:`NAMES`, as ``load_compact`` made them) as
-        an entry; where one with as many rows exists already, or the disk refuses, this
-        does nothing."""
+        an entry, and remove the entries it makes redundant (no more rows in either
+        split); where an entry of the same rows exists already, or the disk refuses,
+        this does nothing."""
         rows = (len(arrays["y_train"]), len(arrays["y_valid"]))
         final = self.folder / f"{rows[0]}-{rows[1]}"
         if final.is_dir():
@@ -111,8 +123,16 @@ class RowCache:
                 a = np.ascontiguousarray(arrays[name])
                 if a.dtype != DTYPES[name[0]]:
                     return  # not the compact form this cache holds
-                np.save(hidden / f"{name}.npy", a, allow_pickle=False)
+                with open(hidden / f"{name}.npy", "wb") as f:
+                    np.save(f, a, allow_pickle=False)
+                    f.flush()
+                    os.fsync(f.fileno())  # on disk before it is named: a power cut
+                    # leaves no entry of empty files
             os.rename(hidden, final)  # whole or not at all; a racing writer's stays
+            self._sync_folder()
+            for entry in self._entries():
+                if entry != rows and entry[0] <= rows[0] and entry[1] <= rows[1]:
+                    self._discard(self.folder / f"{entry[0]}-{entry[1]}")
         except OSError:
             pass  # a read-only or full disk: the source is decoded again next time
         finally:
@@ -127,7 +147,7 @@ class RowCache:
         out = []
         for name in names:
             parts = name.split("-")
-            if len(parts) == 2 and all(p.isdigit() for p in parts):
+            if len(parts) == 2 and all(p.isascii() and p.isdigit() for p in parts):
                 out.append((int(parts[0]), int(parts[1])))
         return sorted(out)
 
@@ -153,6 +173,21 @@ class RowCache:
         if out.nbytes and f.readinto(out.data.cast("B")) != out.nbytes:
             raise DataError(f"{f.name}: cut short while it was read; delete {self.folder}")
         return out
+
+    def _discard(self, entry: Path) -> None:
+        """Remove ``entry``: renamed out of sight first, so no reader opens half of it."""
+        hidden = self.folder / f".{uuid.uuid4().hex}"
+        with contextlib.suppress(OSError):
+            os.rename(entry, hidden)
+        shutil.rmtree(hidden, ignore_errors=True)
+
+    def _sync_folder(self) -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(self.folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _sweep(self) -> None:
         """Remove the hidden folders of writers that died mid-entry."""

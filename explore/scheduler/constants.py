@@ -51,7 +51,7 @@ def machine_key(device: str, jit: str | None = None) -> str:
 
 
 def cache_file() -> Path:
-    """``$EXPLORE_CACHE_DIR`` or ``$XDG_CACHE_HOME/explore`` (``~/.cache/explore``)."""
+    """``constants.json`` in explore's cache folder (:func:`explore.cache_dir.cache_root`)."""
     return cache_root() / "constants.json"
 
 

@@ -113,6 +113,7 @@ def check(r: dict[str, Any], sides: tuple[str, ...]) -> None:
         assert t is None or 0 < t <= got["seconds"]
         assert (t is not None) == (got["best_accuracy"] >= search["target"])
         assert got["launch_s"] > 0  # at least the interpreter's start and the imports
+        # one run (the smoke runs one repeat): its time from launch is the sum
         launched = got["time_to_target_from_launch_s"]
         assert launched == (None if t is None else pytest.approx(t + got["launch_s"], abs=0.02))
 

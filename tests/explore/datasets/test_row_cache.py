@@ -63,8 +63,11 @@ def test_an_entry_serves_every_request_it_covers(cache_dir: Path, train: int | N
 
 def test_a_request_no_entry_covers_is_streamed_and_kept(cache_dir: Path) -> None:
     get("mnist").load_compact(100, 50)
-    same(arrays(get("mnist").load_compact(400, 50)), streamed(400, 50))
-    assert entries(cache_dir) == ["100-50", "400-50"]
+    get("mnist").load_compact(50, 80)  # more validation rows: both entries are needed
+    assert entries(cache_dir) == ["100-50", "50-80"]
+    same(arrays(get("mnist").load_compact(400, 80)), streamed(400, 80))
+    assert entries(cache_dir) == ["400-80"]  # it covers both: they are removed
+    same(arrays(get("mnist").load_compact(100, 50)), streamed(100, 50))
 
 
 def test_the_shared_file_gets_the_same_arrays_either_way() -> None:
@@ -79,7 +82,8 @@ def test_the_shared_file_gets_the_same_arrays_either_way() -> None:
 
     cold_spec, cold = shared_load()
     warm_spec, warm = shared_load()
-    assert warm_spec == cold_spec  # the same names, shapes and dtypes, in the same bytes
+    assert warm_spec == cold_spec  # the same names, shapes and dtypes (their order in
+    # the file may differ: the workers find each array by its spec)
     for k in cold:
         np.testing.assert_array_equal(warm[k], cold[k])
 
@@ -98,6 +102,17 @@ def test_a_damaged_entry_is_passed_over(cache_dir: Path, damage: str) -> None:
     else:
         victim.write_bytes(b"not a numpy file at all")
     same(arrays(get("mnist").load_compact(200, 100)), streamed(200, 100))
+    # the damaged entry was removed and a whole one written in its place
+    assert entries(cache_dir) == ["200-100"]
+    got = RowCache("mnist", MNIST_SHA256, 1 / 256, FULL, 784).read(200, 100)
+    assert got is not None
+    same(got, streamed(200, 100))
+    assert not list(folder.parent.glob(".*"))
+
+
+def test_negative_rows_are_refused() -> None:
+    with pytest.raises(ValueError, match="0 or more"):
+        RowCache("mnist", MNIST_SHA256, 1 / 256, FULL, 784).read(-1, None)
 
 
 def test_an_unwritable_cache_leaves_the_load_as_it_was(cache_dir: Path) -> None:
