@@ -190,6 +190,7 @@ class Scheduler(Relay):
                 self._tell_core(Tick(time.time() - self.t0))
                 while time.time() >= next_claim and self._asks():
                     asked = time.perf_counter()
+                    self.intake.share = -(-self.live.unclaimed() // max(1, len(self.workers)))
                     more, pendings = self.intake.ask()
                     self.stats.asking_s += time.perf_counter() - asked
                     for pend in pendings:

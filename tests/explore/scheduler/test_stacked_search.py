@@ -119,6 +119,32 @@ def test_a_pruned_member_stops_costing_updates(tmp_path: Path) -> None:
         assert all(len(survivors) <= m["models"] < 4 for m in moves)
 
 
+def test_the_last_trials_are_stacked_for_every_worker(tmp_path: Path) -> None:
+    # Eight trials of one architecture and optimizer, stacks of up to four, two workers:
+    # the first ask takes half of them (four), and the four left are split among the
+    # workers (two, then one and one) rather than asked as one stack that one worker
+    # trains alone while the other waits.
+    f = tmp_path / "st.yaml"
+    f.write_text(SPACE.format(trials=8, pruner="none").replace("workers: 1", "workers: 2"))
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'st.db'}"
+    study = open_study(space, storage)
+    for lr in np.geomspace(1e-3, 2e-2, 8):
+        study.enqueue_trial({"lr": float(lr)})
+    sched = Scheduler(bind(space), study, load_digits(), workers=2, memory=space.budget.memory,
+                      device="cpu", main=IN_TEST)
+    stats = sched.run(8)
+    assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
+    rec = records(storage)
+    stacks = sorted({tuple(r["stack"]["trials"]) for r in rec.values() if "stack" in r},
+                    key=len, reverse=True)
+    assert [len(s) for s in stacks] == [4, 2], stacks
+    assert stacks[0] == (0, 1, 2, 3)  # the first ask, in the queue's order
+    assert sum("stack" not in r for r in rec.values()) == 2  # the last two alone
+    df = load(storage, "st")
+    assert (df["state"] == "complete").all() and (df["rounds"] == 3).all()
+
+
 def space_of(**training: object) -> Space:
     return parse_space({"dataset": "digits", "budget": {"trials": 4, "rounds": 1,
                         "memory": "64MB", "stack": 4},
