@@ -160,16 +160,18 @@ class RowCache:
         if header is None:
             raise ValueError(f"{path}: a .npy version this cache does not write")
         shape, fortran, dtype = header(f)
-        want = (rows, self.features) if name[0] == "x" else (rows,)
+        want = self._shape(name, rows)
         if tuple(shape) != want or fortran or dtype != DTYPES[name[0]]:
             raise ValueError(f"{path}: {shape} {dtype}, expected {want} {DTYPES[name[0]]}")
         if os.fstat(f.fileno()).st_size - f.tell() != int(np.prod(want)) * dtype.itemsize:
             raise ValueError(f"{path}: truncated")
         return f
 
+    def _shape(self, name: str, rows: int) -> tuple[int, ...]:
+        return (rows, self.features) if name[0] == "x" else (rows,)
+
     def _fill(self, f: io.BufferedReader, name: str, rows: int, empty: Empty) -> np.ndarray:
-        shape = (rows, self.features) if name[0] == "x" else (rows,)
-        out = empty(name, shape, DTYPES[name[0]])
+        out = empty(name, self._shape(name, rows), DTYPES[name[0]])
         if out.nbytes and f.readinto(out.data.cast("B")) != out.nbytes:
             raise DataError(f"{f.name}: cut short while it was read; delete {self.folder}")
         return out
@@ -196,4 +198,3 @@ class RowCache:
             with contextlib.suppress(OSError):
                 if now - p.stat().st_mtime > STALE_S:
                     shutil.rmtree(p, ignore_errors=True)
-

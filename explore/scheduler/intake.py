@@ -42,18 +42,16 @@ class Intake:
         self.fail, self.stack = fail, stack
         self.fallbacks = fallbacks  # compile_candidate's: smaller programs where room is short
         self.errors = user_errors(bound)
-        # The most trials one ask draws besides ``stack``: the scheduler sets it to the
-        # study's unclaimed trials over its workers, so that the last stacks are split
-        # among the workers instead of one worker training the last big one alone.
-        self.share = stack
 
-    def ask(self) -> tuple[bool, list[Pending]]:
+    def ask(self, most: int | None = None) -> tuple[bool, list[Pending]]:
         """Claim trials of the study (queued ones first), sample, build and compile them:
-        one, or up to ``stack`` at once.  The first is False once the study's total is
-        claimed (and nothing was drawn)."""
+        one, or up to ``stack`` at once, and at most ``most`` (the scheduler's share of
+        the unclaimed trials per worker, so that the last stacks are split among the
+        workers instead of one worker training the last big one alone).  The first is
+        False once the study's total is claimed (and nothing was drawn)."""
         drawn: list[Drawn] = []
         claimed_all = False
-        for _ in range(max(1, min(self.stack, self.share))):
+        for _ in range(self.stack if most is None else max(1, min(self.stack, most))):
             d = self._draw()
             if d is None:
                 claimed_all = True

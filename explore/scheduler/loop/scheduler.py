@@ -190,8 +190,8 @@ class Scheduler(Relay):
                 self._tell_core(Tick(time.time() - self.t0))
                 while time.time() >= next_claim and self._asks():
                     asked = time.perf_counter()
-                    self.intake.share = -(-self.live.unclaimed() // max(1, len(self.workers)))
-                    more, pendings = self.intake.ask()
+                    more, pendings = self.intake.ask(
+                        most=-(-self.live.unclaimed() // max(1, len(self.workers))))
                     self.stats.asking_s += time.perf_counter() - asked
                     for pend in pendings:
                         self.core.waiting.append(pend)
