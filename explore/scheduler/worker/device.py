@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import sys
 from typing import Any
 
 import numpy as np
 
 from engine import Adam, compile_graph
 from engine.models import paper_mlp
+from engine.ops import jit
 from engine.runtime.train import evaluate_metrics, train_epoch
 from engine.runtime.vm import VM
 from explore.procmem import gpu_bytes, pss
@@ -30,6 +32,29 @@ def release_heap_memory() -> None:
     a trial's set-up allocated and freed would otherwise stay counted in the worker."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL(None).malloc_trim(0)
+
+
+NUMBA_BLAS = "scipy.linalg.cython_blas"
+"""What numba imports when it is imported, to see whether ``np.dot`` can be compiled."""
+
+
+def numba_without_blas() -> None:
+    """Import numba (where the fused kernels are on) without its BLAS check.  On import
+    numba loads scipy's BLAS bindings (``scipy.linalg`` and what that imports: about
+    0.1 s and 16 MB of a worker's measured overhead) in case compiled code calls
+    ``np.dot``; the engine's kernels call no BLAS from compiled code, and a worker runs
+    nothing else compiled.  The bindings' import is made to fail while numba checks
+    (``sys.modules[name] = None``, Python's way to refuse a module), then allowed again.
+    Numba then compiles no ``np.dot`` in this process, so this is for workers only."""
+    if not jit.enabled() or "numba" in sys.modules or NUMBA_BLAS in sys.modules:
+        return
+    sys.modules[NUMBA_BLAS] = None  # type: ignore[assignment]
+    try:
+        import numba.np.arraymath  # noqa: F401, PLC0415 (the module that checks)
+    except Exception:  # no numba, or a broken one: the numpy kernels do the work
+        pass
+    finally:
+        del sys.modules[NUMBA_BLAS]
 
 
 def warm_up(device: str = "cpu") -> None:

@@ -25,7 +25,12 @@ from explore.scheduler.protocol import (
     TrialFailed,
 )
 from explore.scheduler.shared_arrays import ArraySpec, attach
-from explore.scheduler.worker.device import cupy_module, device_overhead, warm_up
+from explore.scheduler.worker.device import (
+    cupy_module,
+    device_overhead,
+    numba_without_blas,
+    warm_up,
+)
 from explore.scheduler.worker.residents import ArenaHost
 from explore.scheduler.worker.rounds import run_round
 from explore.scheduler.worker.switching import switch_in, switch_out
@@ -41,6 +46,7 @@ def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
     arrays = attach(data)
     if device == "gpu":
         cupy_module().cuda.runtime.getDeviceCount()
+    numba_without_blas()  # before the warm-up binds the first kernel
     warm_up(device)
     conn.send(Ready(device_overhead(device), os.getpid()))
     msg = conn.recv()

@@ -377,3 +377,28 @@ def test_a_big_trials_set_up_stays_inside_its_heap_and_gives_it_back() -> None:
     assert done.overhead - ready.overhead < 8 * mb, (done.overhead, ready.overhead)
     assert peak - base < heap + 8 * mb, (peak - base, heap)
     assert after - base < 8 * mb, (after - base, heap)  # the heap's pages went back
+
+
+def test_a_compiled_worker_loads_numba_without_scipy() -> None:
+    """numba's BLAS check would load scipy's BLAS bindings (scipy.linalg and what it
+    imports) into every compiled worker, memory charged to the budget for nothing: the
+    engine's kernels call no BLAS from compiled code.  The worker maps numba's LLVM and
+    none of scipy.linalg's libraries, and its compiled kernels run (its warm-up trained
+    with them)."""
+    pytest.importorskip("numba")
+    import multiprocessing as mp
+
+    import numpy as np
+
+    from explore.scheduler.processes import await_ready, spawn
+
+    with SharedArrays({"x": np.zeros((4, 4), np.float32)}) as arrays:
+        w = spawn(mp.get_context("spawn"), 0, arrays.spec, "cpu", 1, jit="1")
+        try:
+            await_ready(w)
+            maps = Path(f"/proc/{w.pid}/maps").read_text()
+        finally:
+            w.conn.send(Exit())
+            w.process.join(timeout=30)
+    assert "llvmlite" in maps  # the fused kernels are on
+    assert "/scipy/linalg/" not in maps  # (numba imports scipy itself, for its version)
