@@ -32,11 +32,10 @@ halving, Hyperband); Ray Tune always stops trials with ASHA, its recommended sch
 sooner done).
 
 Each side's clock starts once its data is loaded and its libraries imported: explore's
-includes the rest of its workers' start (they start while its study opens, as in
-``explore run``: :mod:`explore.scheduler.early`), Ray's starting Ray (``ray.init``, also
-given alone as ``startup_s``), the journal's does not include starting its processes.
-So each side is also timed on a user's stopwatch, from its launch (``launch_s`` before
-its clock: the interpreter's start, imports, data, and the journal's processes):
+includes starting its workers, Ray's starting Ray (``ray.init``, also given alone as
+``startup_s``), the journal's does not include starting its processes.  So each side is
+also timed on a user's stopwatch, from its launch (``launch_s`` before its clock: the
+interpreter's start, imports, data, and the journal's processes):
 ``time_to_target_from_launch_s``.  A finished trial (complete or pruned) is a point of
 the anytime curve at its end, with the best validation accuracy it reported.  The target
 of a search is 98% of the best accuracy any side reached in any repeat; a run's time to
@@ -309,8 +308,7 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
     import optuna
 
     from explore.binding import bind
-    from explore.scheduler import Scheduler, admission
-    from explore.scheduler.early import EarlyWorkers
+    from explore.scheduler import Scheduler
     from explore.scheduler.shared_data import load_shared
     from explore.space import parse_size
     from explore.study import RECORD_ATTR, open_study
@@ -322,16 +320,11 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
         update={"memory": memory})})
     bound = bind(space)
     data = load_shared(bound)
-    smallest = admission.smallest_heap(bound)
-    # as `explore run` does (explore.runner.execute): its workers start while the study opens
-    early = EarlyWorkers.start(bound, data, workers=args.workers, memory=memory,
-                               device=args.device, smallest=smallest)
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/peers.db")
         t0 = time.time()
         stats = Scheduler(bound, study, data, workers=args.workers, memory=memory,
-                          device=args.device, smallest=smallest,
-                          early=early).run(space.budget.trials)
+                          device=args.device).run(space.budget.trials)
         wall = time.time() - t0
         curve = curve_of_study(study, t0)
         # when each trial trained (the scheduler's record), not when it was asked

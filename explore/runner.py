@@ -38,8 +38,6 @@ from explore.live import counted
 from explore.optuna_adapter import storage_of
 from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
-from explore.scheduler.early import EarlyWorkers
-from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import load_shared
 from explore.space import Space, check_study_name, load_space, parse_size, parse_space
 from explore.space_change import changes
@@ -225,30 +223,6 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     written) when the budget cannot hold the run.  ``baseline``: this process's memory
     before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
     space = prep.space
-    with contextlib.ExitStack() as owned:  # what no scheduler has taken yet, freed
-        try:
-            data = load_shared(prep.bound)
-        except DataError as e:
-            raise RunRefused(str(e)) from None
-        owned.callback(data.close)
-        early = EarlyWorkers.none()
-        if main is None:  # its workers start while the study opens (explore.scheduler.early)
-            budget = space.budget
-            early = EarlyWorkers.start(prep.bound, data, workers=budget.workers,
-                                       memory=budget.memory, device=budget.device,
-                                       devices=budget.ordinals, smallest=prep.smallest,
-                                       baseline=baseline)
-            owned.callback(early.close)
-        return _open_and_search(prep, progress, main, baseline, data, early, owned)
-
-
-def _open_and_search(prep: Prepared, progress: Callable[[Any], None] | None,
-                     main: int | None, baseline: int, data: SharedArrays,
-                     early: EarlyWorkers, owned: contextlib.ExitStack
-                     ) -> tuple[optuna.Study, dict[str, Any] | None]:
-    """:func:`execute` once the data is loaded: ``owned`` frees it and ``early`` unless
-    a scheduler takes them."""
-    space = prep.space
     db = sqlite_file(prep.storage)
     db_existed = db is not None and db.exists()
     try:
@@ -274,18 +248,17 @@ def _open_and_search(prep: Prepared, progress: Callable[[Any], None] | None,
         return RunRefused(message)
 
     try:
-        return _search(prep, study, refuse, progress, main, baseline, data, early, owned)
+        return _search(prep, study, refuse, progress, main, baseline)
     except RunRefused:  # the caller may go on (a notebook): no connection kept to a
         release(storage_of(study))  # file it did not use (SQLite's -wal and -shm)
         raise
 
 
 def _search(prep: Prepared, study: optuna.Study, refuse: Callable[[str], RunRefused],
-            progress: Callable[[Any], None] | None, main: int | None, baseline: int,
-            data: SharedArrays, early: EarlyWorkers, owned: contextlib.ExitStack
+            progress: Callable[[Any], None] | None, main: int | None, baseline: int
             ) -> tuple[optuna.Study, dict[str, Any] | None]:
     """:func:`execute` once the study is open: ``refuse`` makes the error that leaves
-    nothing behind; the scheduler takes ``data`` and ``early`` off ``owned``."""
+    nothing behind."""
     space = prep.space
     budget = space.budget
     check_space_change(study, prep.bound, prep.space_changed)
@@ -296,16 +269,23 @@ def _search(prep: Prepared, study: optuna.Study, refuse: Callable[[str], RunRefu
     # queued again by the scheduler.
     if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
         return study, None
+    try:
+        data = load_shared(prep.bound)
+    except DataError as e:
+        raise refuse(str(e)) from None
     keeper = None
     if space.keep_models > 0:
         keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
                              space.keep_models, space.objectives[0].dir == "minimize")
-    sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
-                      device=budget.device, devices=budget.ordinals, progress=progress,
-                      main=main, keeper=keeper, baseline=baseline, smallest=prep.smallest,
-                      switch_dir=space.artifacts or default_artifacts(prep.storage),
-                      early=early)
-    owned.pop_all()  # the scheduler's from here: its stop() frees them
+    try:
+        sched = Scheduler(prep.bound, study, data, workers=budget.workers, memory=budget.memory,
+                          device=budget.device, devices=budget.ordinals, progress=progress,
+                          main=main, keeper=keeper, baseline=baseline,
+                          smallest=prep.smallest,
+                          switch_dir=space.artifacts or default_artifacts(prep.storage))
+    except BaseException:
+        data.close()
+        raise
     try:
         study.set_user_attr(DATA_ATTR, data_record(prep.bound.data))
         study.set_user_attr(SPACE_ATTR, space_record(prep.bound))

@@ -25,7 +25,7 @@ from explore import sampling
 from explore.binding import BoundSpace
 from explore.candidate import compile_candidate, graph_of, user_errors
 from explore.families import OutputMismatch
-from explore.scheduler.constants import Measured, workers_that_fit
+from explore.scheduler.constants import Measured
 from explore.space import Space
 
 # A process's PSS gives it a share of each page it maps with others, and other programs
@@ -66,23 +66,6 @@ def admitted_heap(smallest: int, device: str) -> int:
 def headroom(budget: int) -> int:
     """What of ``budget`` is held back for shared pages' PSS to move in."""
     return max(HEADROOM_MIN, int(budget * HEADROOM))
-
-
-def workers_held(per_device: int, asked: int, host_share: int, worker: int, smallest: int,
-                 device: str) -> int:
-    """How many of the ``asked`` workers each device's budget of ``per_device`` bytes
-    holds, each costing ``worker`` bytes with an arena of at least the ``smallest``
-    candidate's heap, beside the device's ``host_share`` of the scheduler, the resource
-    tracker and the data, and the headroom.
-
-    >>> workers_held(1_000_000_000, 2, 150_000_000, 230_000_000, 600_000, "cpu")
-    2
-    >>> workers_held(500_000_000, 4, 150_000_000, 230_000_000, 600_000, "cpu")
-    1
-    """
-    room = per_device - headroom(per_device)
-    return min(asked, workers_that_fit(room, host_share, worker,
-                                       admitted_heap(smallest, device)))
 
 
 class Refused(ValueError):

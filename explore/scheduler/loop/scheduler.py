@@ -17,7 +17,6 @@ from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
 from explore.scheduler.commands import Idle, Interrupted, Tick
 from explore.scheduler.core import Core
-from explore.scheduler.early import EarlyWorkers
 from explore.scheduler.errors import Stopped
 from explore.scheduler.intake import Intake
 from explore.scheduler.kernels import for_workers, kernels_of
@@ -59,10 +58,7 @@ class Scheduler(Relay):
     the start (``explore run``'s process is the run's); a caller inside a bigger process
     (a test, a notebook holding other data) may say what of it the run accounts for.
     ``switch_dir``: the folder under which trials switched out of the arenas wait
-    (:mod:`explore.scheduler.switched`; default: the system's temporary folder).
-    ``early``: workers started on ``data`` while the caller readied the run
-    (:meth:`~explore.scheduler.early.EarlyWorkers.start`); the scheduler owns them, and
-    the data, from here."""
+    (:mod:`explore.scheduler.switched`; default: the system's temporary folder)."""
 
     def __init__(self, bound: BoundSpace, study: optuna.Study,
                  data: LoadedData | SharedArrays, *,
@@ -71,8 +67,7 @@ class Scheduler(Relay):
                  trials_per_worker: int | None = None, main: int | None = None,
                  keeper: ModelKeeper | None = None, baseline: int = 0,
                  smallest: int | None = None,
-                 switch_dir: str | os.PathLike[str] | None = None,
-                 early: EarlyWorkers | None = None) -> None:
+                 switch_dir: str | os.PathLike[str] | None = None) -> None:
         space = bound.space
         self.bound, self.space, self.device = bound, space, device
         self.devices = list(devices) if devices else [0]
@@ -112,9 +107,6 @@ class Scheduler(Relay):
         self.arrays = data if isinstance(data, SharedArrays) else share_dataset(bound, data)
         self.stats.data = self.arrays.nbytes if device == "cpu" else 0
         self.ctx = mp.get_context("spawn")
-        # Workers the caller started while it readied the run (EarlyWorkers.start): the
-        # scheduler owns them from here, takes those it would have spawned and ends the rest.
-        self.early = early if early is not None else EarlyWorkers.none()
         self.notes: dict[int, dict[str, Any]] = {}
         # Reproducible runs: with a sampler seed and one worker, the sampler and the
         # pruner must see the same history at the same points whatever the timing.  So

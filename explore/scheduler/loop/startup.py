@@ -9,7 +9,7 @@ import gc
 
 from explore.procmem import children, pss
 from explore.scheduler import admission
-from explore.scheduler.constants import Measured, machine_key
+from explore.scheduler.constants import Measured, machine_key, workers_that_fit
 from explore.scheduler.constants import load as load_constants
 from explore.scheduler.constants import save as save_constants
 from explore.scheduler.errors import SchedulerError
@@ -27,10 +27,8 @@ class Startup(RunState):
         # Each worker's share of the cores: of the workers that run (fewer than asked
         # when the budget holds fewer), once that is known.  Workers take the devices
         # in turn, so each has as many as the others (a replacement keeps its index).
-        ordinal = self.devices[index % len(self.devices)]
-        return self.early.take(index, ordinal, self.jit, self.n_running) or \
-            spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running, ordinal,
-                  jit=self.jit)
+        return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running,
+                     self.devices[index % len(self.devices)], jit=self.jit)
 
     def start(self) -> None:
         """Measure what the run costs before any trial, start as many workers as the
@@ -51,9 +49,7 @@ class Startup(RunState):
         elif self.device == "cpu":  # on a GPU the host processes hold none of the budget
             gc.collect()
             release_heap_memory()  # what loading the data freed goes back to the system
-            # it wrote every data page; with workers started early, as if alone
-            alone = self.early.driver_alone() if self.early.started else pss()
-            s.main = max(0, alone - s.data - self.baseline)
+            s.main = max(0, pss() - s.data - self.baseline)  # it wrote every data page
         key = machine_key(self.device, self.jit)
         known = load_constants(key)
         if known is None:  # the first run here: start one worker to measure one (even
@@ -62,14 +58,14 @@ class Startup(RunState):
             known = self._measured(key)
         per, ndev = self.per_device, len(self.devices)
         s.headroom = admission.headroom(per) * ndev
-        n = admission.workers_held(per, self.n_workers, self._host_share(known.tracker),
-                                   known.worker, smallest, self.device)
+        n = min(self.n_workers, workers_that_fit(per - admission.headroom(per),
+                                                 self._host_share(known.tracker),
+                                                 known.worker,
+                                                 admission.admitted_heap(smallest, self.device)))
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
         self.n_running = n * ndev
         self._start_workers(n * ndev - len(self.workers))
-        self.early.close()  # those started early that the budget did not take: before
-        # the measuring, which counts every other child as the resource tracker
         known = self._measured(key)
         ws = list(self.workers.values())
         if n < self.n_workers:
@@ -154,7 +150,6 @@ class Startup(RunState):
 
     def stop(self) -> None:
         """End the workers, free the shared data set and remove the switched-out states."""
-        self.early.close()
         stop_all(self.workers.values())
         self.arrays.close()
         if self.switched is not None:

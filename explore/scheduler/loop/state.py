@@ -13,7 +13,6 @@ from explore.binding import BoundSpace
 from explore.keeper import ModelKeeper
 from explore.live import LiveStudy
 from explore.scheduler.core import Core
-from explore.scheduler.early import EarlyWorkers
 from explore.scheduler.placement import Worker
 from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.stacking import Pending
@@ -47,7 +46,6 @@ class RunState:
     progress: Progress
     arrays: SharedArrays
     ctx: SpawnContext
-    early: EarlyWorkers  # workers started before the run (taken as it starts)
     notes: dict[int, dict[str, Any]]
     rotation: int | None
     lockstep: bool
