@@ -40,10 +40,10 @@ NUMBA_BLAS = "scipy.linalg.cython_blas"
 
 def numba_without_blas() -> None:
     """Import numba (where the fused kernels are on) without its BLAS check.  On import
-    numba loads scipy's BLAS bindings (``scipy.linalg`` and what that imports: about
-    0.1 s and 16 MB of a worker's measured overhead) in case compiled code calls
-    ``np.dot``; the engine's kernels call no BLAS from compiled code, and a worker runs
-    nothing else compiled.  The bindings' import is made to fail while numba checks
+    numba loads scipy's BLAS bindings (``scipy.linalg`` and what that imports, time and
+    memory every worker would be charged: ``docs/measurements.md``) in case compiled
+    code calls ``np.dot``; the engine's kernels call no BLAS from compiled code, and a
+    worker runs nothing else compiled.  The bindings' import is made to fail while numba checks
     (``sys.modules[name] = None``, Python's way to refuse a module), then allowed again.
     Numba then compiles no ``np.dot`` in this process, so this is for workers only."""
     if not jit.enabled() or "numba" in sys.modules or NUMBA_BLAS in sys.modules:

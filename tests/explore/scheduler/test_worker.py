@@ -402,3 +402,25 @@ def test_a_compiled_worker_loads_numba_without_scipy() -> None:
             w.process.join(timeout=30)
     assert "llvmlite" in maps  # the fused kernels are on
     assert "/scipy/linalg/" not in maps  # (numba imports scipy itself, for its version)
+
+
+def test_numba_without_its_blas_check_still_runs_the_fused_kernels() -> None:
+    """In a fresh process, as in a worker: after numba_without_blas the fused kernels
+    load and run (the warm-up trains with them), no scipy.linalg module is loaded, and
+    scipy.linalg can still be imported afterwards."""
+    pytest.importorskip("numba")
+    pytest.importorskip("scipy")
+    code = (
+        "import sys\n"
+        "from explore.scheduler.worker.device import numba_without_blas, warm_up\n"
+        "numba_without_blas()\n"
+        "warm_up()\n"
+        "from engine.ops import jit\n"
+        "assert jit.kernels() is not None, 'the fused kernels did not load'\n"
+        "assert not [m for m in sys.modules if m.startswith('scipy.linalg')]\n"
+        "import scipy.linalg\n"
+        "print('ok')\n")
+    env = {**os.environ, "CALCGRAPH_JIT": "1", "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
