@@ -4,7 +4,7 @@ numba (:mod:`engine.ops.jit`), as the space's ``budget.kernels`` says.
 The fused kernels are 1.1-13x faster per op (an optimizer's update over a stack of
 models about four times faster), but numba's LLVM is about 100 MB of each worker's
 measured overhead (``docs/measurements.md``), memory the budget then holds for no
-trial, and importing it and loading the cached kernels adds about 0.3 s to a worker's
+trial, and importing it and loading the cached kernels adds about 0.35 s to a worker's
 start.  ``auto`` therefore compiles only where that memory is small beside a worker's
 share of the budget (at least :data:`COMPILED_FROM` bytes each); an explicit
 ``CALCGRAPH_JIT`` in the environment is kept, as for any engine program.
