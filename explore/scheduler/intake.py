@@ -30,6 +30,30 @@ from explore.study import PARAMS_ATTR
 Fail = Callable[[optuna.trial.Trial, str], None]
 
 
+def draws(stack: int, unclaimed: int, workers: int, asked: int) -> int:
+    """How many trials the scheduler's next ask draws at most, having asked ``asked``
+    times before: up to ``stack``, and no more than the study's ``unclaimed`` trials over
+    the ``workers``; but one in each of the run's first ``workers`` asks where the
+    unclaimed trials are more than those asks' stacks would hold.
+
+    Those first single trials make each worker's first result come after one trial's
+    rounds, not a stack's: that result is when a user first sees an accuracy, the
+    sampler first learns and a pruner first has a value to compare, and a trial alone
+    costs about as much per model as a small stack (``docs/measurements.md``).  A study
+    the first stacks hold is one wave, which ends soonest all stacked.  The last asks are
+    split so that near the end two workers each train a smaller stack, instead of one
+    training the last big one while the other waits.
+
+    >>> [draws(8, 60, 2, asked) for asked in range(4)]
+    [1, 1, 8, 8]
+    >>> draws(8, 16, 2, 0), draws(8, 5, 2, 10), draws(8, 0, 2, 10), draws(1, 60, 2, 0)
+    (8, 3, 1, 1)
+    """
+    if asked < workers and unclaimed > stack * workers:
+        return 1
+    return max(1, min(stack, -(-unclaimed // max(1, workers))))
+
+
 class Intake:
     """Asks ``live`` for trials of ``bound``'s space and compiles them to fit ``stats.arena``,
     ``stack`` at a time (1: never stacked); ``notes`` gets each trial's parameters."""
@@ -45,10 +69,9 @@ class Intake:
 
     def ask(self, most: int | None = None) -> tuple[bool, list[Pending]]:
         """Claim trials of the study (queued ones first), sample, build and compile them:
-        one, or up to ``stack`` at once, and at most ``most`` (the scheduler's share of
-        the unclaimed trials per worker, so that the last stacks are split among the
-        workers instead of one worker training the last big one alone).  The first is
-        False once the study's total is claimed (and nothing was drawn)."""
+        one, or up to ``stack`` at once, and at most ``most`` (the scheduler's
+        :func:`draws`).  The first is False once the study's total is claimed (and
+        nothing was drawn)."""
         drawn: list[Drawn] = []
         claimed_all = False
         for _ in range(self.stack if most is None else max(1, min(self.stack, most))):

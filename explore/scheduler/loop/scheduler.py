@@ -18,7 +18,7 @@ from explore.live import REFRESH_EVERY, LiveStudy
 from explore.scheduler.commands import Idle, Interrupted, Tick
 from explore.scheduler.core import Core
 from explore.scheduler.errors import Stopped
-from explore.scheduler.intake import Intake
+from explore.scheduler.intake import Intake, draws
 from explore.scheduler.kernels import for_workers, kernels_of
 from explore.scheduler.loop.relay import Relay
 from explore.scheduler.peak import gemm_peak
@@ -147,6 +147,7 @@ class Scheduler(Relay):
                              rows=(self.arrays.spec["y_train"].shape[0],
                                    self.arrays.spec["y_valid"].shape[0]))
         self.remaining = 0
+        self.asks = 0  # asks of the intake so far (intake.draws)
         self.memory = MemorySampler(self.stats, this_process=main is None,
                                     baseline=baseline, device=device)
         self.t0 = time.time()
@@ -190,8 +191,9 @@ class Scheduler(Relay):
                 self._tell_core(Tick(time.time() - self.t0))
                 while time.time() >= next_claim and self._asks():
                     asked = time.perf_counter()
-                    more, pendings = self.intake.ask(
-                        most=-(-self.live.unclaimed() // max(1, len(self.workers))))
+                    more, pendings = self.intake.ask(most=draws(
+                        self.stack, self.live.unclaimed(), len(self.workers), self.asks))
+                    self.asks += 1
                     self.stats.asking_s += time.perf_counter() - asked
                     for pend in pendings:
                         self.core.waiting.append(pend)

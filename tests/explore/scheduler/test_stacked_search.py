@@ -82,11 +82,12 @@ def test_each_member_of_a_stack_is_a_trial_of_its_own(tmp_path: Path) -> None:
 
 
 def test_a_paused_member_waits_apart_and_resumes(tmp_path: Path) -> None:
-    # Successive halving (eta 4, first rung after round 1), as for trials alone: trial 0
-    # goes on and trials 1-3 are paused at the rung, each moved to a heap of its own so
-    # that trial 0 trains on; once 8 trials reached the rung, the top 2 go on and trial
-    # 1 resumes from where it paused.  The second stack is paused whole.
-    lrs = [0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6]
+    # Successive halving (eta 4, first rung after round 1), as for trials alone.  Trial 0
+    # is the run's first ask, alone (intake.draws), and goes on; of the stack of trials
+    # 1-4, trial 1 is second best at the rung and is paused with the others, the stack
+    # regrouped; once 9 trials reached the rung, the top 2 go on and trial 1 resumes from
+    # where it paused.  The second stack is paused whole.
+    lrs = [0.03, 0.003, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6]
     sched, storage = run(tmp_path, lrs, "{name: successive_halving, warmup_rounds: 1}")
     df = load(storage, "st").set_index("number")
     assert df.loc[0, "state"] == "complete" and df.loc[0, "pauses"] == 0
@@ -95,18 +96,18 @@ def test_a_paused_member_waits_apart_and_resumes(tmp_path: Path) -> None:
     assert (df.loc[1:, "pauses"] == 1).all()
     assert sched.stats.counts["resumed"] == 1 and sched.stats.counts["regrouped"] >= 1
     rec = records(storage)
-    assert rec[0]["stack"]["trials"] == [0, 1, 2, 3]
+    assert "stack" not in rec[0] and rec[1]["stack"]["trials"] == [1, 2, 3, 4]
 
 
 def test_a_pruned_member_stops_costing_updates(tmp_path: Path) -> None:
     # A median pruner prunes the members that learn nothing; the survivors are stacked
-    # again without them and finish
-    lrs = [0.02, 0.01, 0.015, 0.012, 0.03, 1e-7, 2e-7, 0.025]
+    # again without them and finish.  (Trial 0, the run's first ask, runs alone.)
+    lrs = [0.02, 0.003, 0.005, 0.004, 0.006, 0.03, 1e-7, 2e-7, 0.025]
     sched, storage = run(tmp_path, lrs, "{name: median, warmup_rounds: 1}")
     df = load(storage, "st").set_index("number")
-    assert set(df.loc[[5, 6], "state"]) == {"pruned"}
+    assert set(df.loc[[6, 7], "state"]) == {"pruned"}
     assert (df.loc[df["state"] == "complete", "rounds"] == 3).all()
-    survivors = [n for n in (4, 7) if df.loc[n, "state"] == "complete"]
+    survivors = [n for n in (5, 8) if df.loc[n, "state"] == "complete"]
     assert survivors
     # Whether the regroup reaches the worker before the stack's last round ends depends
     # on timing (an ungated stack runs on while the pruner decides): the decision itself
