@@ -67,16 +67,21 @@ def draw(n: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def step_flops(params: dict[str, Any]) -> int:
-    """FLOPs of one training step of ``params``'s network at batch 64 (explore's count)."""
+def program(params: dict[str, Any], rows: int | None = None) -> Any:
+    """``params``'s network compiled as a worker compiles a trial: at batch 64, with the
+    trial's optimizer."""
     from engine import compile_graph
     from explore.binding import bind
     from explore.candidate import graph_of
     from explore.optimizers import build_optimizer
 
-    prog = compile_graph(graph_of(bind(space()), params), batch_size=BATCH,
+    return compile_graph(graph_of(bind(space(rows)), params), batch_size=BATCH,
                          optimizer=build_optimizer(params))
-    return int(prog.flops.train_step("train"))
+
+
+def step_flops(params: dict[str, Any]) -> int:
+    """FLOPs of one training step of ``params``'s network at batch 64 (explore's count)."""
+    return int(program(params).flops.train_step("train"))
 
 
 def arrays(rows: int) -> dict[str, Any]:
@@ -88,19 +93,14 @@ def arrays(rows: int) -> dict[str, Any]:
 def child_explore(params: dict[str, Any], steps: int, rows: int, ops: bool) -> None:
     import numpy as np
 
-    from engine import VM, compile_graph
+    from engine import VM
     from engine.runtime.train import train_epoch
-    from explore.binding import bind
-    from explore.candidate import graph_of
-    from explore.optimizers import build_optimizer
     from explore.scheduler.worker.device import numba_without_blas, warm_up
 
     numba_without_blas()
     warm_up()  # as a worker does before its first trial
     a = arrays(rows)
-    prog = compile_graph(graph_of(bind(space(rows)), params), batch_size=BATCH,
-                         optimizer=build_optimizer(params))
-    vm = VM(prog, seed=0)
+    vm = VM(program(params, rows), seed=0)
     rng = np.random.default_rng(0)
     x, y = a["x_train"], a["y_train"]
     train_epoch(vm, x[:WARM * BATCH], y[:WARM * BATCH], rng, batch=BATCH)

@@ -35,6 +35,6 @@ def test_each_workers_first_ask_is_one_trial_where_the_study_is_more_than_a_wave
 def test_the_paper_space_s_first_asks() -> None:
     # 60 trials, stacks of 8, two workers: one trial each, then stacks of 8, and the
     # last trials split between the workers
-    assert [draws(8, 60 - 1 * a, 2, a) for a in range(2)] == [1, 1]
+    assert [draws(8, 60 - a, 2, a) for a in range(2)] == [1, 1]
     assert draws(8, 58, 2, 2) == 8
     assert draws(8, 9, 2, 9) == 5 and draws(8, 3, 2, 10) == 2
