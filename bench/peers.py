@@ -32,10 +32,12 @@ halving, Hyperband); Ray Tune always stops trials with ASHA, its recommended sch
 sooner done).
 
 Each side's clock starts once its data is loaded and its libraries imported: explore's
-includes starting its workers, Ray's starting Ray (``ray.init``, also given alone as
-``startup_s``), the journal's does not include starting its processes.  So each side is
-also timed on a user's stopwatch, from its launch (``launch_s`` before its clock: the
-interpreter's start, imports, data, and the journal's processes):
+workers start while its data loads and its study opens, as ``explore run``'s do (only
+what remains of their start is on its clock), Ray's clock includes starting Ray
+(``ray.init``, also given alone as ``startup_s``), the journal's does not include
+starting its processes.  So each side is also timed on a user's stopwatch, from its
+launch (``launch_s`` before its clock: the interpreter's start, imports, data, and the
+workers' or the journal's processes):
 ``time_to_target_from_launch_s``.  A finished trial (complete or pruned) is a point of
 the anytime curve at its end, with the best validation accuracy it reported.  The target
 of a search is 98% of the best accuracy any side reached in any repeat; a run's time to
@@ -309,6 +311,8 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
 
     from explore.binding import bind
     from explore.scheduler import Scheduler
+    from explore.scheduler.admission import admit
+    from explore.scheduler.prestart import prestart
     from explore.scheduler.shared_data import load_shared
     from explore.space import parse_size
     from explore.study import RECORD_ATTR, open_study
@@ -320,11 +324,19 @@ def run_explore(args: argparse.Namespace) -> dict[str, Any]:
         update={"memory": memory})})
     bound = bind(space)
     data = load_shared(bound)
+    # as `explore run` does (explore.runner.execute): the workers the budget holds
+    # start while the study opens
+    smallest = admit(bound)
+    started = prestart(space.budget.model_copy(update={"workers": args.workers,
+                                                       "device": args.device}),
+                       smallest, data.nbytes)
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, f"sqlite:///{tmp}/peers.db")
         t0 = time.time()
         stats = Scheduler(bound, study, data, workers=args.workers, memory=memory,
-                          device=args.device).run(space.budget.trials)
+                          device=args.device, smallest=smallest,
+                          prestarted=started).run(space.budget.trials)
+        started.close()
         wall = time.time() - t0
         curve = curve_of_study(study, t0)
         # when each trial trained (the scheduler's record), not when it was asked

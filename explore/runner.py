@@ -38,6 +38,8 @@ from explore.live import counted
 from explore.optuna_adapter import storage_of
 from explore.scheduler import Scheduler, SchedulerError
 from explore.scheduler.admission import Refused, admit
+from explore.scheduler.prestart import Prestarted, prestart
+from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import load_shared
 from explore.space import Space, check_study_name, load_space, parse_size, parse_space
 from explore.space_change import changes
@@ -222,6 +224,26 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     when the study already had its trials).  Raises :class:`RunRefused` (nothing
     written) when the budget cannot hold the run.  ``baseline``: this process's memory
     before the run began, not charged to it (a notebook calling :func:`explore.run`)."""
+    try:
+        data = load_shared(prep.bound)
+    except DataError as e:
+        raise RunRefused(str(e)) from None
+    started = None
+    try:
+        # The workers the budget surely holds start while the study opens (a worker's
+        # start overlaps the driver's); those the run does not take are told to exit.
+        started = prestart(prep.space.budget, prep.smallest or 0, data.nbytes)
+        return _open_and_search(prep, data, started, progress, main, baseline)
+    finally:
+        if started is not None:
+            started.close()
+        data.close()  # (the run's scheduler has freed it already, if one ran)
+
+
+def _open_and_search(prep: Prepared, data: SharedArrays, started: Prestarted,
+                     progress: Callable[[Any], None] | None, main: int | None,
+                     baseline: int) -> tuple[optuna.Study, dict[str, Any] | None]:
+    """:func:`execute` once its data set is loaded and its workers are starting."""
     space = prep.space
     db = sqlite_file(prep.storage)
     db_existed = db is not None and db.exists()
@@ -248,14 +270,16 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         return RunRefused(message)
 
     try:
-        return _search(prep, study, refuse, progress, main, baseline)
+        return _search(prep, study, data, refuse, progress, main, baseline, started)
     except RunRefused:  # the caller may go on (a notebook): no connection kept to a
         release(storage_of(study))  # file it did not use (SQLite's -wal and -shm)
         raise
 
 
-def _search(prep: Prepared, study: optuna.Study, refuse: Callable[[str], RunRefused],
-            progress: Callable[[Any], None] | None, main: int | None, baseline: int
+def _search(prep: Prepared, study: optuna.Study, data: SharedArrays,
+            refuse: Callable[[str], RunRefused],
+            progress: Callable[[Any], None] | None, main: int | None, baseline: int,
+            started: Prestarted | None = None
             ) -> tuple[optuna.Study, dict[str, Any] | None]:
     """:func:`execute` once the study is open: ``refuse`` makes the error that leaves
     nothing behind."""
@@ -269,10 +293,6 @@ def _search(prep: Prepared, study: optuna.Study, refuse: Callable[[str], RunRefu
     # queued again by the scheduler.
     if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
         return study, None
-    try:
-        data = load_shared(prep.bound)
-    except DataError as e:
-        raise refuse(str(e)) from None
     keeper = None
     if space.keep_models > 0:
         keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),
@@ -282,7 +302,8 @@ def _search(prep: Prepared, study: optuna.Study, refuse: Callable[[str], RunRefu
                           device=budget.device, devices=budget.ordinals, progress=progress,
                           main=main, keeper=keeper, baseline=baseline,
                           smallest=prep.smallest,
-                          switch_dir=space.artifacts or default_artifacts(prep.storage))
+                          switch_dir=space.artifacts or default_artifacts(prep.storage),
+                          prestarted=started)
     except BaseException:
         data.close()
         raise

@@ -34,7 +34,8 @@ One job per module:
 - :mod:`~explore.scheduler.switched`: the folder where switched-out trials wait;
 - :mod:`~explore.scheduler.worker`: the worker process; :mod:`~.processes` spawns,
   greets and ends workers (their share of the cores, without the parent's
-  ``__main__``); :mod:`~.signals`: Ctrl-C, SIGTERM, SIGHUP;
+  ``__main__``); :mod:`~.prestart` starts those the budget surely holds ahead of the
+  run; :mod:`~.signals`: Ctrl-C, SIGTERM, SIGHUP;
 - :mod:`~explore.scheduler.shared_arrays`, :mod:`~.shared_data`: the data set, once,
   in a shared file;
 - :mod:`~explore.scheduler.constants`: what the processes cost, remembered per machine;

@@ -20,7 +20,7 @@ from engine.free_list import FreeList
 from explore.scheduler.errors import SchedulerError
 from explore.scheduler.kernels import jit_set
 from explore.scheduler.placement import Worker
-from explore.scheduler.protocol import ArenaOpened, Exit, FromWorker, OpenArena, Ready
+from explore.scheduler.protocol import ArenaOpened, Attach, Exit, FromWorker, OpenArena, Ready
 from explore.scheduler.shared_arrays import ArraySpec
 from explore.scheduler.worker import process_main as worker_main
 
@@ -110,12 +110,13 @@ def one_gpu(device: str, ordinal: int) -> Iterator[None]:
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
-def spawn(ctx: SpawnContext, index: int, data: dict[str, ArraySpec], device: str,
+def spawn(ctx: SpawnContext, index: int, data: dict[str, ArraySpec] | None, device: str,
           workers: int, ordinal: int = 0, jit: str | None = None) -> Worker:
     """Start worker ``index`` of ``workers`` on device ``ordinal`` (it reports its
     overhead later: see :func:`await_ready`), its kernels numpy's or compiled as
     ``jit`` says (:mod:`explore.scheduler.kernels`; None: as this process's
-    environment says)."""
+    environment says).  Without ``data`` it warms up and waits for :func:`attach_data`
+    (:mod:`explore.scheduler.prestart`)."""
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=worker_main, args=(child, data, device),
                        name=f"explore-worker-{index}", daemon=True)
@@ -125,6 +126,17 @@ def spawn(ctx: SpawnContext, index: int, data: dict[str, ArraySpec], device: str
         proc.start()
     child.close()
     return Worker(index, proc, parent, device=ordinal)
+
+
+def attach_data(w: Worker, data: dict[str, ArraySpec]) -> None:
+    """Give a worker spawned without data the run's data set (it answers Ready once it
+    has mapped it: :func:`await_ready`)."""
+    try:
+        w.conn.send(Attach(data))
+    except (BrokenPipeError, OSError):
+        w.process.join(timeout=5)
+        raise SchedulerError(f"worker {w.index} exited while starting (exit code "
+                             f"{w.process.exitcode})") from None
 
 
 def receive(w: Worker, timeout: float) -> FromWorker:

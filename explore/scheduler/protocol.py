@@ -17,14 +17,14 @@ What crosses the process boundary, and how:
 - **Never**: trial heaps, VMs, arenas and random generators live in the worker only;
   Optuna's trials and studies in the scheduler only.
 
-Scheduler -> worker (:data:`ToWorker`): :class:`OpenArena` once, then
-:class:`Start`, :class:`Regroup` (stacks), :class:`Continue`, :class:`Pause`,
-:class:`Stop`, :class:`SwitchOut` and :class:`SwitchIn` for trials, and
-:class:`Exit`.  Worker -> scheduler (:data:`FromWorker`): :class:`Ready` after
-start-up, :class:`ArenaOpened`, then :class:`Report`, :class:`Done`,
-:class:`SwitchedOut` and :class:`TrialFailed` for trials (a stack's members each by
-their own number), and :class:`Regrouped` for stacks.  Trials are named by their
-Optuna number.
+Scheduler -> worker (:data:`ToWorker`): :class:`Attach` once to a worker started before
+its run's data was loaded (:mod:`explore.scheduler.prestart`), :class:`OpenArena` once,
+then :class:`Start`, :class:`Regroup` (stacks), :class:`Continue`, :class:`Pause`,
+:class:`Stop`, :class:`SwitchOut` and :class:`SwitchIn` for trials, and :class:`Exit`.
+Worker -> scheduler (:data:`FromWorker`): :class:`Ready` after start-up,
+:class:`ArenaOpened`, then :class:`Report`, :class:`Done`, :class:`SwitchedOut` and
+:class:`TrialFailed` for trials (a stack's members each by their own number), and
+:class:`Regrouped` for stacks. Trials are named by their Optuna number.
 
 - **Through files**, a switched-out trial's state: written by the worker that held it
   to :func:`state_file` of the folder OpenArena names, read back by whichever worker
@@ -42,6 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # -- scheduler -> worker --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Map the run's data set, ``data`` (its arrays' specs in the shared block), then
+    answer Ready: sent once to a worker started before the data was loaded, which
+    warms up meanwhile."""
+
+    data: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +167,8 @@ class Exit:
     """End the worker (even in the middle of a round)."""
 
 
-ToWorker = OpenArena | Start | Regroup | Continue | Pause | Stop | SwitchOut | SwitchIn | Exit
+ToWorker = (Attach | OpenArena | Start | Regroup | Continue | Pause | Stop | SwitchOut
+            | SwitchIn | Exit)
 
 # -- worker -> scheduler --------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from explore.scheduler.kernels import for_workers, kernels_of
 from explore.scheduler.loop.relay import Relay
 from explore.scheduler.peak import gemm_peak
 from explore.scheduler.policy import OptunaPolicy
+from explore.scheduler.prestart import Prestarted
 from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import share_dataset
 from explore.scheduler.signals import StopFlag, catch_stop_signals
@@ -58,7 +59,9 @@ class Scheduler(Relay):
     the start (``explore run``'s process is the run's); a caller inside a bigger process
     (a test, a notebook holding other data) may say what of it the run accounts for.
     ``switch_dir``: the folder under which trials switched out of the arenas wait
-    (:mod:`explore.scheduler.switched`; default: the system's temporary folder)."""
+    (:mod:`explore.scheduler.switched`; default: the system's temporary folder).
+    ``prestarted``: workers started ahead of the run (:mod:`explore.scheduler.prestart`),
+    taken where they were started as the run needs them; the rest are told to exit."""
 
     def __init__(self, bound: BoundSpace, study: optuna.Study,
                  data: LoadedData | SharedArrays, *,
@@ -67,7 +70,8 @@ class Scheduler(Relay):
                  trials_per_worker: int | None = None, main: int | None = None,
                  keeper: ModelKeeper | None = None, baseline: int = 0,
                  smallest: int | None = None,
-                 switch_dir: str | os.PathLike[str] | None = None) -> None:
+                 switch_dir: str | os.PathLike[str] | None = None,
+                 prestarted: Prestarted | None = None) -> None:
         space = bound.space
         self.bound, self.space, self.device = bound, space, device
         self.devices = list(devices) if devices else [0]
@@ -75,6 +79,7 @@ class Scheduler(Relay):
         self.keeper = keeper  # keeps the best trials' weights, if any
         self.switch_dir = switch_dir
         self.switched: SwitchFolder | None = None  # made as the workers start
+        self.prestarted = prestarted
         self.smallest = smallest  # admission.admit's, when the runner admitted the run
         scale = getattr(bound.data, "target_scale", None)
         self.target_std = float(scale[1]) if scale else 1.0  # a regression's metrics' unit

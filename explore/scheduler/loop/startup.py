@@ -15,7 +15,7 @@ from explore.scheduler.constants import save as save_constants
 from explore.scheduler.errors import SchedulerError
 from explore.scheduler.loop.state import RunState
 from explore.scheduler.placement import Worker
-from explore.scheduler.processes import await_ready, open_arena, spawn, stop_all
+from explore.scheduler.processes import attach_data, await_ready, open_arena, spawn, stop_all
 from explore.scheduler.switched import SwitchFolder
 from explore.scheduler.worker import release_heap_memory
 
@@ -27,8 +27,14 @@ class Startup(RunState):
         # Each worker's share of the cores: of the workers that run (fewer than asked
         # when the budget holds fewer), once that is known.  Workers take the devices
         # in turn, so each has as many as the others (a replacement keeps its index).
+        ordinal = self.devices[index % len(self.devices)]
+        if self.prestarted is not None:  # one started ahead of the run, if it fits
+            w = self.prestarted.take(index, self.device, self.n_running, ordinal, self.jit)
+            if w is not None:
+                attach_data(w, self.arrays.spec)
+                return w
         return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running,
-                     self.devices[index % len(self.devices)], jit=self.jit)
+                     ordinal, jit=self.jit)
 
     def start(self) -> None:
         """Measure what the run costs before any trial, start as many workers as the
@@ -98,6 +104,8 @@ class Startup(RunState):
                 f"paused trials are pruned for room instead of switched out: "
                 f"{self.switched.path.parent} is in memory (tmpfs), which the budget "
                 f"would not hold; set the space's artifacts to a folder on disk")
+        if self.prestarted is not None:  # those the run did not take
+            self.prestarted.close()
         for w in ws:
             open_arena(w, arenas[w.device], str(self.switched.path))
         s.arena = min(arenas.values())  # what a candidate is compiled to fit
@@ -140,6 +148,8 @@ class Startup(RunState):
         """multiprocessing's resource tracker (a child of this process, started with the
         first worker): every descendant that is not a worker."""
         workers = {w.pid for w in self.workers.values()}
+        if self.prestarted is not None:  # started ahead of the run, not yet taken
+            workers |= {w.process.pid for w in self.prestarted.workers.values()}
         return sum(pss(c) for c in children() if c not in workers)
 
     def _too_small(self, smallest: int, known: Measured) -> str:
@@ -151,6 +161,8 @@ class Startup(RunState):
     def stop(self) -> None:
         """End the workers, free the shared data set and remove the switched-out states."""
         stop_all(self.workers.values())
+        if self.prestarted is not None:  # stopped before it took them all
+            self.prestarted.close()
         self.arrays.close()
         if self.switched is not None:
             self.switched.close()

@@ -14,6 +14,7 @@ from explore.keeper import ModelKeeper
 from explore.live import LiveStudy
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Worker
+from explore.scheduler.prestart import Prestarted
 from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.stacking import Pending
 from explore.scheduler.switched import SwitchFolder
@@ -34,6 +35,7 @@ class RunState:
     keeper: ModelKeeper | None
     switch_dir: str | os.PathLike[str] | None
     switched: SwitchFolder | None
+    prestarted: Prestarted | None
     smallest: int | None
     target_std: float
     live: LiveStudy

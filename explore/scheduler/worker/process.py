@@ -23,7 +23,7 @@ needs for trials.  The scheduler sets it for its workers as the space's
 ``budget.kernels`` says (:mod:`explore.scheduler.kernels`)."""
 
 
-def process_main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
+def process_main(conn: Any, data: dict[str, ArraySpec] | None, device: str) -> None:
     """Entry point of a worker process: :func:`~.serve.main`, tied to its driver's life."""
     stay_with_the_driver()
     os.environ.setdefault("CALCGRAPH_JIT", JIT_DEFAULT)  # before any kernel is bound

@@ -11,6 +11,7 @@ from typing import Any
 from engine.runtime.arena import Arena
 from explore.scheduler.protocol import (
     ArenaOpened,
+    Attach,
     Continue,
     Exit,
     OpenArena,
@@ -41,14 +42,24 @@ class _Exit(BaseException):
     """The scheduler said exit (a BaseException: it passes the trial's error handler)."""
 
 
-def main(conn: Any, data: dict[str, ArraySpec], device: str) -> None:
-    """Entry point of a worker process (see :mod:`explore.scheduler.worker`)."""
-    arrays = attach(data)
+def main(conn: Any, data: dict[str, ArraySpec] | None, device: str) -> None:
+    """Entry point of a worker process (see :mod:`explore.scheduler.worker`).  Without
+    ``data`` (started ahead of its run: :mod:`explore.scheduler.prestart`) it warms up,
+    then waits for :class:`Attach` to map the data set."""
+    arrays = attach(data) if data is not None else None
     if device == "gpu":
         cupy_module().cuda.runtime.getDeviceCount()
     numba_without_blas()  # before the warm-up binds the first kernel
     warm_up(device)
-    conn.send(Ready(device_overhead(device), os.getpid()))
+    if arrays is None:
+        try:
+            msg = conn.recv()
+        except (EOFError, ConnectionResetError):
+            return  # the driver is gone, or never ran the run
+        if not isinstance(msg, Attach):
+            return  # Exit: the run did not need this worker
+        arrays = attach(msg.data)
+    conn.send(Ready(device_overhead(device), os.getpid()))  # measured with the data mapped
     msg = conn.recv()
     if not isinstance(msg, OpenArena):
         return  # Exit before any arena

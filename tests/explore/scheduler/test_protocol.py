@@ -14,9 +14,11 @@ from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.sampling import fixed
 from explore.scheduler import protocol
+from explore.scheduler.shared_arrays import ArraySpec
 from explore.space import parse_space
 
 EXAMPLES: list[Any] = [
+    protocol.Attach({"x_train": ArraySpec("/dev/shm/explore-data-1-x", 0, (64, 8), "float32")}),
     protocol.OpenArena(1 << 20, "/tmp/switched"), protocol.Continue(3), protocol.Pause(3),
     protocol.Stop(3), protocol.SwitchOut(3), protocol.SwitchedOut(3, 4_096, 0.01, 25_000),
     protocol.Exit(), protocol.Ready(25_000_000, 1234), protocol.ArenaOpened(),
