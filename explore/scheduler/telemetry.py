@@ -55,6 +55,7 @@ class RunStats:
     devices: list[int] = field(default_factory=lambda: [0])  # budget.devices
     device: str = "cpu"  # where trials ran: "gpu" measures device memory, not PSS
     kernels: str = ""  # the workers' kernels: "numpy" or "compiled" ("": not said)
+    started_ahead: int = 0  # workers the run took from those started ahead of it
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("complete", "pruned", "failed", "running", "waiting", "paused", "resumed"), 0))
     best: float | None = None
@@ -149,7 +150,8 @@ class RunStats:
         return {"budget": self.budget, "arena": self.arena, "data": self.data,
                 "main": self.main, "tracker": self.tracker, "overheads": self.overheads,
                 "growth": self.growth, "headroom": self.headroom,
-                "workers": len(self.overheads), "devices": self.devices,
+                "workers": len(self.overheads), "started_ahead": self.started_ahead,
+                "devices": self.devices,
                 "device": self.device,
                 "peak": self.peak, "measured_peak": self.measured_peak,
                 "packing_efficiency": self.packing_efficiency(), "notes": self.notes,

@@ -17,6 +17,9 @@ import pytest
 
 from engine.alignment import align_up
 from explore.procmem import run_measured
+from explore.scheduler.admission import headroom
+from explore.scheduler.constants import load as load_constants
+from explore.scheduler.constants import machine_key
 from explore.scheduler.switched import SWITCHED
 from explore.study import RECORD_ATTR
 
@@ -132,6 +135,33 @@ def test_a_small_run_stays_within_its_budget(tmp_path: Path) -> None:
                  "model: {depth: 1, width: {int: [16, 64]}}\n"
                  "training: {optimizer: adam, lr: 0.01, batch_size: 32}\n")
     check(measured_run(f, "150MB"), 150 * 10**6)
+
+
+def test_a_run_whose_workers_start_ahead_stays_within_its_budget(tmp_path: Path) -> None:
+    """Workers started while the study opens (explore.scheduler.prestart) are in the
+    tree before the run has measured anything: at about the least budget that lets
+    both start ahead (twice the driver, the tracker, the data and two workers by this
+    machine's constants), the tree stays within it, as sampled from outside."""
+    space = ("name: NAME\ndataset: digits\nbudget: {trials: 6, rounds: 2, memory: 400MB, "
+             "workers: 2}\nsampler: {name: random, seed: 0}\n"
+             "model: {depth: 1, width: {int: [16, 64]}}\n"
+             "training: {optimizer: adam, lr: 0.01, batch_size: 32}\n")
+    first = tmp_path / "first.yaml"
+    first.write_text(space.replace("NAME", "first"))
+    result = measured_run(first, "400MB")  # the constants, and the driver's size
+    check(result, 400 * 10**6)
+    run = result["run"]
+    known = load_constants(machine_key("cpu", "0"))
+    assert known is not None
+    need = 2 * run["main"] + known.tracker + run["data"] + 2 * (known.worker + 10**6)
+    budget = need
+    while budget - headroom(budget) < need:
+        budget += 10**6
+    again = tmp_path / "again.yaml"
+    again.write_text(space.replace("NAME", "again"))
+    result = measured_run(again, str(budget))
+    assert result["run"] is not None and result["run"]["started_ahead"] == 2, result
+    check(result, budget)
 
 
 # Successive halving that pauses its trials at the rung: more trials pause there than

@@ -32,6 +32,7 @@ class Startup(RunState):
             w = self.prestarted.take(index, self.device, self.n_running, ordinal, self.jit)
             if w is not None:
                 attach_data(w, self.arrays.spec)
+                self.stats.started_ahead += 1
                 return w
         return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running,
                      ordinal, jit=self.jit)
