@@ -94,11 +94,18 @@ cat "$W/killed.txt"
 say "kill: exit $rc"
 ex killed_show show --storage "$DB" --study killed 2>&1
 python3 - "$W/gpu.db" <<'PY'
-import sqlite3, sys
+import json, sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 for name, state, n in db.execute(
         "select s.study_name, t.state, count(*) from trials t join studies s "
         "using(study_id) group by 1, 2 order by 1, 2"):
     print(f"{name:10} {state:10} {n}")
+# each run's budget against its measured peak, and its workers started ahead of it
+for name, value in db.execute(
+        "select s.study_name, a.value_json from study_user_attributes a join studies s "
+        "using(study_id) where a.key = 'runs' order by 1"):
+    for r in json.loads(value):
+        print(f"{name:10} budget {r.get('budget')} measured peak {r.get('measured_peak')} "
+              f"workers {r.get('workers')} started ahead {r.get('started_ahead')}")
 PY
 say "done"
