@@ -55,6 +55,20 @@ def pss(pid: int | str = "self") -> int:
     return rss(pid)
 
 
+def uss(pid: int | str = "self") -> int:
+    """A process's unique set size: its private resident pages, which no other process
+    shares, so no other's start or end moves it (0 where ``/proc`` has none)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return total
+
+
 def gpu_bytes(pid: int | None = None) -> int | None:
     """The device memory a process (this one by default) holds on the current CUDA
     device, as the driver's management library (NVML) lists it: its context, its

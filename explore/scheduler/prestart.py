@@ -28,18 +28,20 @@ run measures one worker first.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnContext
 from typing import Any
 
-from explore.procmem import pss
+from explore.procmem import pss, uss
 from explore.scheduler.admission import admitted_heap, headroom
 from explore.scheduler.constants import Measured, machine_key, workers_that_fit
 from explore.scheduler.constants import load as load_constants
 from explore.scheduler.kernels import for_workers
 from explore.scheduler.placement import Worker
 from explore.scheduler.processes import spawn, stop_all
+from explore.scheduler.worker import release_heap_memory
 
 
 @dataclass
@@ -52,6 +54,19 @@ class Prestarted:
     n_running: int
     jit: str
     workers: dict[int, Worker] = field(default_factory=dict)
+    # The driver before they started: its PSS (its libraries' pages its own, as a
+    # driver that starts its workers later is measured) and its private bytes, from
+    # which what it grows by afterwards is read (:meth:`driver_alone`).
+    driver_pss: int = 0
+    driver_private: int = 0
+
+    def driver_alone(self) -> int:
+        """The driver's PSS as if it shared no page with these workers: its PSS before
+        they started, plus the private bytes it has grown by since.  Beside them it
+        measures less (the libraries' pages they share are split among them), a figure
+        that rises again as soon as they end: the run charges the driver this instead,
+        the margin that a driver measured before its workers start has always had."""
+        return self.driver_pss + max(0, uss() - self.driver_private)
 
     def take(self, index: int, device: str, n_running: int, ordinal: int, jit: str
              ) -> Worker | None:
@@ -107,7 +122,10 @@ def prestart(budget: Any, smallest: int = 0, data: int = 0, *, each: int | None 
         each = how_many(budget, smallest, data)
     n = each * len(ordinals)
     jit = for_workers(budget.kernels, budget.memory, budget.workers, device=budget.device)
-    started = Prestarted(budget.device, ordinals, n, jit)
+    gc.collect()
+    release_heap_memory()  # as the run measures the driver
+    started = Prestarted(budget.device, ordinals, n, jit, driver_pss=pss(),
+                         driver_private=uss())
     ctx = ctx or mp.get_context("spawn")
     try:
         for i in range(n):

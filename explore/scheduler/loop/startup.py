@@ -57,6 +57,9 @@ class Startup(RunState):
             gc.collect()
             release_heap_memory()  # what loading the data freed goes back to the system
             s.main = max(0, pss() - s.data - self.baseline)  # it wrote every data page
+            if self.prestarted is not None and self.prestarted.driver_pss:
+                # beside workers started ahead its shared pages are split with them
+                s.main = max(s.main, self.prestarted.driver_alone() - s.data - self.baseline)
         key = machine_key(self.device, self.jit)
         known = load_constants(key)
         if known is None:  # the first run here: start one worker to measure one (even

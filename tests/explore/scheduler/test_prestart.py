@@ -181,3 +181,45 @@ def test_a_run_within_its_budget_starts_its_workers_ahead_and_takes_them(
     assert len(taken) == 2
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) == 4
     assert all(_gone(p) for p in taken)
+
+
+def test_the_driver_is_charged_as_if_it_shared_no_page_with_workers_started_ahead(
+        tmp_path: Path) -> None:
+    # Beside its workers the driver's PSS is smaller (the pages of the libraries they
+    # share are split among them: about 12 MB here), and grows back as soon as they end:
+    # the run charges it its size before they started, plus what it has grown by since.
+    # Measured in a process of its own, as a driver is: the test runner's own process
+    # shares those pages with every other test process.
+    script = textwrap.dedent("""
+        import gc, sys
+        from explore.binding import bind
+        from explore.procmem import pss
+        from explore.scheduler import Scheduler
+        from explore.scheduler.prestart import prestart
+        from explore.scheduler.shared_data import load_shared
+        from explore.scheduler.worker import release_heap_memory
+        from explore.space import parse_space
+        from explore.study import open_study
+        space = parse_space(SPACE)
+        bound = bind(space)
+        data = load_shared(bound)
+        started = prestart(space.budget, each=2)
+        alone = started.driver_pss
+        study = open_study(space, "sqlite:///" + sys.argv[1])
+        sched = Scheduler(bound, study, data, workers=2, memory=space.budget.memory,
+                          device="cpu", prestarted=started)
+        sched.start()
+        gc.collect()
+        release_heap_memory()
+        print(sched.stats.started_ahead, sched.stats.main, alone - sched.stats.data,
+              pss() - sched.stats.data)
+        sched.stop()
+    """).replace("SPACE", repr(_space(workers=2, memory="2GB")))
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "p.db")],
+                         capture_output=True, text=True, cwd=Path(__file__).parents[3],
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    ahead, main, alone, beside = map(int, out.stdout.split())
+    assert ahead == 2
+    assert main >= alone  # its size before the workers started, at least
+    assert main > beside  # more than it measures beside them
