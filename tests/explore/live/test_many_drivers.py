@@ -348,7 +348,10 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_no_shared_data(tmp_path: Path,
     study completed by the next run: ``test_the_only_driver_stopped_then_run_again``,
     in CI's slow step.)"""
     storage = _sqlite(tmp_path)
-    driver = start(grid_space(tmp_path, 10, rounds=30, workers=2, memory="400MB"), storage)
+    # rounds enough that the run still goes on once two trials are seen placed: at 30,
+    # its workers started ahead, the ten trials ended in under 2 s on a loaded machine,
+    # once before the test's reads of the study saw two at a time
+    driver = start(grid_space(tmp_path, 10, rounds=120, workers=2, memory="400MB"), storage)
     running_trials(storage, 2, driver=driver)
     family = descendants(driver.pid)
     assert shared_files(driver.pid) or not os.path.isdir("/dev/shm")
