@@ -235,9 +235,11 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         started = prestart(prep.space.budget, prep.smallest or 0, data.nbytes)
         return _open_and_search(prep, data, started, progress, main, baseline)
     finally:
-        if started is not None:
-            started.close()
-        data.close()  # (the run's scheduler has freed it already, if one ran)
+        try:
+            if started is not None:
+                started.close()
+        finally:  # even if a second Ctrl-C ends the wait for them
+            data.close()  # (the run's scheduler has freed it already, if one ran)
 
 
 def _open_and_search(prep: Prepared, data: SharedArrays, started: Prestarted,

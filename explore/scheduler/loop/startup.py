@@ -31,9 +31,13 @@ class Startup(RunState):
         if self.prestarted is not None:  # one started ahead of the run, if it fits
             w = self.prestarted.take(index, self.device, self.n_running, ordinal, self.jit)
             if w is not None:
-                attach_data(w, self.arrays.spec)
-                self.stats.started_ahead += 1
-                return w
+                try:
+                    attach_data(w, self.arrays.spec)
+                except SchedulerError:  # it died since: one is spawned in its place
+                    stop_all([w])
+                else:
+                    self.stats.started_ahead += 1
+                    return w
         return spawn(self.ctx, index, self.arrays.spec, self.device, self.n_running,
                      ordinal, jit=self.jit)
 
@@ -75,6 +79,9 @@ class Startup(RunState):
         if n < 1:
             raise SchedulerError(self._too_small(smallest, known))
         self.n_running = n * ndev
+        if self.prestarted is not None and self.prestarted.n_running != self.n_running:
+            self.prestarted.close()  # none fits this run's share of the cores: gone
+            # before any worker is spawned in their place
         self._start_workers(n * ndev - len(self.workers))
         known = self._measured(key)
         ws = list(self.workers.values())

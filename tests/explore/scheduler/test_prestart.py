@@ -20,7 +20,9 @@ from explore.binding import bind
 from explore.datasets import load_digits
 from explore.runner import RunRefused
 from explore.scheduler import Scheduler
-from explore.scheduler.constants import Measured
+from explore.scheduler.constants import Measured, machine_key
+from explore.scheduler.constants import save as save_constants
+from explore.scheduler.loop import startup
 from explore.scheduler.prestart import Prestarted, how_many, prestart
 from explore.space import parse_space
 from explore.study import open_study
@@ -221,5 +223,35 @@ def test_the_driver_is_charged_as_if_it_shared_no_page_with_workers_started_ahea
     assert out.returncode == 0, out.stderr
     ahead, main, alone, beside = map(int, out.stdout.split())
     assert ahead == 2
-    assert main >= alone  # its size before the workers started, at least
     assert main > beside  # more than it measures beside them
+    assert main >= alone  # (by construction) no less than before they started
+
+
+def test_workers_started_ahead_for_more_than_the_budget_holds_end_before_any_is_spawned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run finds room for one worker of the two started ahead (their share of the
+    # cores then differs): both end before the one it runs is spawned, so the tree
+    # never holds three.
+    monkeypatch.setenv("EXPLORE_CACHE_DIR", str(tmp_path / "cache"))
+    save_constants(machine_key("cpu", "0"), Measured(worker=40 * MB, tracker=10 * MB))
+    # 80 MB less 2 of headroom and the tracker's 10 hold one worker of 40 MB
+    space = parse_space(_space(workers=2, memory="80MB"))
+    started = prestart(space.budget, each=2)
+    ahead = [w.process.pid for w in started.workers.values()]
+    alive_at_spawn: list[bool] = []
+    real_spawn = startup.spawn
+
+    def spawn(*args: Any, **kwargs: Any) -> Any:
+        alive_at_spawn.append(not all(_gone(p, within=0.001) for p in ahead))
+        return real_spawn(*args, **kwargs)
+
+    monkeypatch.setattr(startup, "spawn", spawn)
+    study = open_study(space, f"sqlite:///{tmp_path / 'p.db'}")
+    sched = Scheduler(bind(space), study, load_digits(), workers=2, memory=space.budget.memory,
+                      device="cpu", main=IN_TEST, prestarted=started)
+    sched.start()
+    try:
+        assert len(sched.workers) == 1 and sched.stats.started_ahead == 0
+        assert alive_at_spawn == [False]
+    finally:
+        sched.stop()
