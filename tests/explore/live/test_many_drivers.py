@@ -528,7 +528,9 @@ def test_the_database_servers_disk_full_mid_run(tmp_path: Path) -> None:
             try:
                 storage = server.new_database("full")
                 space = grid_space(tmp_path, 12, rounds=40, workers=2, memory="400MB")
-                _, out = stopped_by(space, storage, lambda: fill(disk))
+                # frozen while the disk fills: with its workers started ahead the run
+                # once ended before the fault landed
+                _, out = stopped_by(space, storage, lambda: fill(disk), frozen=True)
                 assert "disk that holds the study's storage is full" in out or \
                     "went away" in out, out
                 (disk / "filler").unlink()
