@@ -43,30 +43,31 @@ def rss(pid: int | str = "self") -> int:
         return 0
 
 
-def pss(pid: int | str = "self") -> int:
-    """A process's proportional set size (its resident size where PSS is missing)."""
+def _rollup(pid: int | str, fields: tuple[str, ...]) -> int | None:
+    """The sum of ``fields`` (``"Pss:"``, ...) in a process's ``smaps_rollup``, in
+    bytes; None where it has none of them (or once it is gone)."""
+    total, seen = 0, False
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(fields):
+                    total += int(line.split()[1]) * 1024
+                    seen = True
     except OSError:
-        pass
-    return rss(pid)
+        return None
+    return total if seen else None
+
+
+def pss(pid: int | str = "self") -> int:
+    """A process's proportional set size (its resident size where PSS is missing)."""
+    got = _rollup(pid, ("Pss:",))
+    return rss(pid) if got is None else got
 
 
 def uss(pid: int | str = "self") -> int:
     """A process's unique set size: its private resident pages, which no other process
     shares, so no other's start or end moves it (0 where ``/proc`` has none)."""
-    total = 0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                    total += int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return total
+    return _rollup(pid, ("Private_Clean:", "Private_Dirty:")) or 0
 
 
 def gpu_bytes(pid: int | None = None) -> int | None:

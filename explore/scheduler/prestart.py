@@ -46,11 +46,10 @@ from explore.scheduler.worker import release_heap_memory
 
 @dataclass
 class Prestarted:
-    """Workers spawned for a run on ``ordinals`` of ``device``, ``n_running`` in all
-    (their share of the cores), their kernels as ``jit`` says; by index."""
+    """Workers spawned for a run on ``device``, ``n_running`` in all (their share of
+    the cores), their kernels as ``jit`` says; by index."""
 
     device: str
-    ordinals: list[int]
     n_running: int
     jit: str
     workers: dict[int, Worker] = field(default_factory=dict)
@@ -124,7 +123,7 @@ def prestart(budget: Any, smallest: int = 0, data: int = 0, *, each: int | None 
     jit = for_workers(budget.kernels, budget.memory, budget.workers, device=budget.device)
     gc.collect()
     release_heap_memory()  # as the run measures the driver
-    started = Prestarted(budget.device, ordinals, n, jit, driver_pss=pss(),
+    started = Prestarted(budget.device, n, jit, driver_pss=pss(),
                          driver_private=uss())
     ctx = ctx or mp.get_context("spawn")
     try:
