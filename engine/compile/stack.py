@@ -8,7 +8,7 @@ parameters gain a leading model axis (``[K, ...]``) and whose activations are la
 out ``[batch, K, ...]``: every instruction then does K models' work for one
 dispatch, the data each step reads is shared, and the dense layers become one BLAS
 call per model on strided views (:mod:`engine.ops.stacked`).  Each model keeps its
-own initialisation (:meth:`Init.stacked`) and learning rate
+own initialisation (:meth:`Init.stacked`), learning rate and SGD's momentum
 (:class:`~engine.runtime.optim.PerModelLR`); the gradient of the summed per-model losses is
 each model's own gradient, since the models share no parameter.
 
@@ -53,7 +53,7 @@ from engine.compile.passes.validate import validate
 from engine.errors import GraphError
 from engine.graph import CalcGraph, Init, Kind, Node, Path
 from engine.ops import StackRule, get_op
-from engine.runtime.optim import Optimizer, PerModelLR
+from engine.runtime.optim import SGD, Optimizer, PerModelLR
 
 
 class StackError(GraphError):
@@ -81,20 +81,36 @@ def stack_graphs(graphs: Sequence[CalcGraph], name: str | None = None) -> CalcGr
 
 def stack_optimizers(optimizers: Sequence[Optimizer]) -> PerModelLR:
     """One optimizer for a stack: the same kind and hyperparameters but for the
-    learning rate, which each model keeps (:class:`~engine.runtime.optim.PerModelLR`)."""
+    learning rate, and SGD's momentum where every model has one, which each model keeps
+    (:class:`~engine.runtime.optim.PerModelLR`)."""
     if not optimizers:
         raise StackError("stack_optimizers needs at least one optimizer")
     base = optimizers[0]
     for i, o in enumerate(optimizers[1:], 1):
         if stack_key(o) != stack_key(base):
             raise StackError(f"optimizer {i} ({o}) differs from optimizer 0 ({base}) in more "
-                             "than the learning rate: a stack shares everything else")
-    return PerModelLR(base=base, lrs=tuple(float(o.lr) for o in optimizers))
+                             "than the learning rate (and SGD's momentum): a stack shares "
+                             "everything else")
+    momenta = tuple(float(o.momentum) for o in optimizers if isinstance(o, SGD)) \
+        if isinstance(base, SGD) and base.momentum else ()
+    return PerModelLR(base=base, lrs=tuple(float(o.lr) for o in optimizers),
+                      momenta=momenta if len(set(momenta)) > 1 else ())
 
 
 def stack_key(optimizer: Optimizer) -> Optimizer:
-    """What models must share to be stacked together, besides their architecture."""
-    return dataclasses.replace(optimizer, lr=0.0)
+    """What models must share to be stacked together, besides their architecture: all
+    but the learning rate, and but SGD's momentum as long as it has one (a model
+    without keeps no momentum buffer).
+
+    >>> stack_key(SGD(lr=0.1, momentum=0.9)) == stack_key(SGD(lr=0.3, momentum=0.5))
+    True
+    >>> stack_key(SGD(lr=0.1, momentum=0.9)) == stack_key(SGD(lr=0.1))
+    False
+    """
+    key = dataclasses.replace(optimizer, lr=0.0)
+    if isinstance(key, SGD) and key.momentum:
+        key = dataclasses.replace(key, momentum=1.0)
+    return key
 
 
 def stack_signature(graph: CalcGraph) -> str:

@@ -231,14 +231,14 @@ def stacked_sce_grad(dx: Any, labels: Any, dloss: Any, inv: float) -> None:
 # -- optimizer updates over the flat parameter region ---------------------------------
 # ``c`` holds the scalars in the parameters' type; ``lr`` holds a rate per parameter
 # (a stack of models, engine.runtime.optim.PerModelLR) unless ``one``: then the one
-# rate is folded into ``c``.
+# rate is folded into ``c``.  So does SGD's ``mus`` its momentum, unless ``one_mu``.
 
 
 @_jit
 def sgd(p: Any, g: Any, buf: Any, lr: Any, one: bool, c: Any, momentum: bool,
-        nesterov: bool) -> None:
-    # c: [lr (scalar case), mu, wd, mu * lr (scalar case)]
-    mu, wd = c[1], c[2]
+        nesterov: bool, mus: Any, one_mu: bool) -> None:
+    # c: [lr (scalar case), mu (scalar case), wd, mu * lr (both scalar)]
+    wd = c[2]
     for i in range(p.size):
         gi = g[i]
         if wd != 0:
@@ -248,11 +248,12 @@ def sgd(p: Any, g: Any, buf: Any, lr: Any, one: bool, c: Any, momentum: bool,
         if not momentum:
             p[i] = p[i] - gi * r
             continue
+        mu = c[1] if one_mu else mus[i]
         b = buf[i] * mu + gi
         buf[i] = b
         if nesterov:
             q = p[i] - gi * r
-            p[i] = q - (b * c[3] if one else b * r * mu)
+            p[i] = q - (b * c[3] if one and one_mu else b * r * mu)
         else:
             p[i] = p[i] - b * r
 

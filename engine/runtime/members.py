@@ -59,12 +59,13 @@ def models(program: Program) -> int | None:
 
 
 def base_slots(program: Program) -> int:
-    """The optimizer's state slots that hold learned state (a PerModelLR's last slot
-    holds the stack's learning rates, which belong to the program, not the model)."""
+    """The optimizer's state slots that hold learned state (a PerModelLR's last slots
+    hold the stack's learning rates and momenta, which belong to the program, not the
+    model)."""
     opt = program.optimizer
     if opt is None:
         return 0
-    return opt.state_slots - (1 if isinstance(opt, PerModelLR) else 0)
+    return opt.state_slots - (opt.per_model_slots if isinstance(opt, PerModelLR) else 0)
 
 
 def move_member(src: Any, k: int | None, dst: Any, j: int | None) -> None:

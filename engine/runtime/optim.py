@@ -61,21 +61,30 @@ class Optimizer:
         return self.state_init()
 
     def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None, fused: bool | None = None) -> Step:
+             lr: Any = None, fused: bool | None = None, momentum: Any = None) -> Step:
         """A step updating ``p`` from ``g``; ``state`` are its slots, ``s`` a scratch of the
         same shape, ``t`` a one-element step counter shared by the program.  ``lr``, an
         array like ``p``, replaces the scalar learning rate (a stack of models, each
-        with its own).  ``fused``: one compiled pass (True), numpy calls (False), or
-        chosen by the region's size (None, :func:`engine.ops.jit.use_fused`)."""
-        kernels = _fused_kernels(xp, p, g, state, lr, fused)
+        with its own); so does ``momentum`` SGD's momentum (:attr:`PerModelLR.momenta`).
+        ``fused``: one compiled pass (True), numpy calls (False), or chosen by the
+        region's size (None, :func:`engine.ops.jit.use_fused`)."""
+        extra: dict[str, Any] = {}
+        if momentum is not None:
+            if not isinstance(self, SGD) or not self.momentum:
+                raise ValueError(f"{self} takes no momentum per element: only SGD with "
+                                 "momentum does")
+            extra["momentum"] = momentum
+        kernels = _fused_kernels(xp, p, g, state, lr, fused, momentum)
         if kernels is not None:
+            if momentum is not None:
+                extra["momentum"] = momentum.reshape(-1)
             return self._bind_fused(kernels, p.reshape(-1), g.reshape(-1),
-                                    [a.reshape(-1) for a in state], t, lr)
+                                    [a.reshape(-1) for a in state], t, lr, **extra)
         if fused is not False and not is_numpy(xp) and p.dtype.kind == "f":
-            step = self._bind_device(xp, p, g, state, t, lr)
+            step = self._bind_device(xp, p, g, state, t, lr, **extra)
             if step is not None:
                 return step
-        return self._bind_numpy(xp, p, g, state, s, t, lr)
+        return self._bind_numpy(xp, p, g, state, s, t, lr, **extra)
 
     def _bind_device(self, xp: Any, p: Any, g: Any, state: list[Any], t: list[int],
                      lr: Any) -> Step | None:
@@ -92,12 +101,13 @@ class Optimizer:
 
 
 def _fused_kernels(xp: Any, p: Any, g: Any, state: list[Any], lr: Any,
-                   fused: bool | None) -> Any:
+                   fused: bool | None, momentum: Any = None) -> Any:
     """The fused kernels' module when the update should run as one pass: numpy arrays
     (never on the GPU), all C-contiguous and of one float type."""
     if fused is False or not is_numpy(xp) or p.dtype.kind != "f":
         return None
-    arrays = [p, g, *state, *([] if lr is None or isinstance(lr, int | float) else [lr])]
+    arrays = [p, g, *state, *([] if lr is None or isinstance(lr, int | float) else [lr]),
+              *([] if momentum is None else [momentum])]
     if any(not a.flags.c_contiguous or a.dtype != p.dtype for a in arrays):
         return None
     if fused is None:
@@ -161,8 +171,9 @@ def _add_scaled(xp: Any, dst: Any, src: Any, coef: float, s: Any) -> None:
     xp.add(dst, s, out=dst)
 
 
-def _heavy_ball(xp: Any, buf: Any, direction: Any, mu: float) -> None:
-    """buf = mu * buf + direction: the momentum shared by SGD and RMSProp."""
+def _heavy_ball(xp: Any, buf: Any, direction: Any, mu: Any) -> None:
+    """buf = mu * buf + direction: the momentum shared by SGD and RMSProp (``mu`` a
+    float, or an array like ``buf``)."""
     xp.multiply(buf, mu, out=buf)
     xp.add(buf, direction, out=buf)
 
@@ -178,33 +189,38 @@ class SGD(Optimizer):
     def state_slots(self) -> int:
         return 1 if self.momentum else 0
 
+    # ``momentum``: an array like ``p`` in place of :attr:`momentum` (a stack's
+    # per-model momenta, :class:`PerModelLR`; :attr:`momentum` is then any non-zero).
     def _bind_fused(self, k: Any, p: Any, g: Any, state: list[Any], t: list[int],
-                    lr: Any) -> Step:
+                    lr: Any, momentum: Any = None) -> Step:
         lr = self.lr if lr is None else lr
         rates, one = _rates(p, lr)
         mu = self.momentum
+        mus, one_mu = _rates(p, mu) if momentum is None else (momentum, False)
         c = _consts(p, 4)
-        c[:] = (lr if one else 0.0, mu, self.weight_decay, mu * lr if one else 0.0)
+        c[:] = (lr if one else 0.0, mu, self.weight_decay,
+                mu * lr if one and one_mu else 0.0)
         buf = state[0] if mu else p
-        momentum, nesterov, run = bool(mu), self.nesterov, k.sgd
-        return lambda: run(p, g, buf, rates, one, c, momentum, nesterov)
+        has_momentum, nesterov, run = bool(mu), self.nesterov, k.sgd
+        return lambda: run(p, g, buf, rates, one, c, has_momentum, nesterov, mus, one_mu)
 
     def _bind_device(self, xp: Any, p: Any, g: Any, state: list[Any], t: list[int],
-                     lr: Any) -> Step | None:
+                     lr: Any, momentum: Any = None) -> Step | None:
         rate = self.lr if lr is None else lr
-        mu, wd = self.momentum, self.weight_decay
-        if not mu:
+        mu, wd = self.momentum if momentum is None else momentum, self.weight_decay
+        if not self.momentum:
             plain = _device_kernel(xp, "sgd")
             return lambda: plain(g, rate, wd, p)
-        momentum, buf, nesterov = _device_kernel(xp, "sgd_momentum"), state[0], \
+        kernel, buf, nesterov = _device_kernel(xp, "sgd_momentum"), state[0], \
             int(self.nesterov)
-        return lambda: momentum(g, rate, mu, wd, nesterov, p, buf)
+        return lambda: kernel(g, rate, mu, wd, nesterov, p, buf)
 
     def _bind_numpy(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-                    lr: Any) -> Step:
-        mu, wd, nesterov = self.momentum, self.weight_decay, self.nesterov
+                    lr: Any, momentum: Any = None) -> Step:
+        mu = self.momentum if momentum is None else momentum
+        wd, nesterov = self.weight_decay, self.nesterov
         lr = self.lr if lr is None else lr
-        buf = state[0] if mu else None
+        buf = state[0] if self.momentum else None
 
         def step() -> None:
             # The gradient has been consumed once the update is done, so weight decay
@@ -218,7 +234,11 @@ class SGD(Optimizer):
                 if nesterov:  # p -= lr * (g + mu * buf)
                     _times_lr(xp, g, 1.0, lr, s)
                     xp.subtract(p, s, out=p)
-                    _times_lr(xp, buf, mu, lr, s)
+                    if momentum is None:
+                        _times_lr(xp, buf, mu, lr, s)
+                    else:
+                        xp.multiply(buf, lr, out=s)
+                        xp.multiply(s, mu, out=s)
                 else:
                     _times_lr(xp, buf, 1.0, lr, s)
             xp.subtract(p, s, out=p)
@@ -412,51 +432,78 @@ class Adagrad(Optimizer):
 @dataclass(frozen=True)
 class PerModelLR(Optimizer):
     """``base``'s update for a stack of models (:mod:`engine.compile.stack`), each with its
-    own learning rate ``lrs[k]``.  The rates live in one more optimizer slot, an
-    array as long as the parameter region, so the update stays one pass per term
-    over the whole region (a stacked parameter ``[K, ...]`` holds model k's values
-    in slice k).
+    own learning rate ``lrs[k]`` and, where ``base`` is SGD with momentum and the models'
+    differ, its own momentum ``momenta[k]``.  Each lives in one more optimizer slot, an
+    array as long as the parameter region, so the update stays one pass per term over
+    the whole region (a stacked parameter ``[K, ...]`` holds model k's values in slice
+    k).
 
     >>> opt = PerModelLR(base=Adam(), lrs=(1e-3, 1e-2))
     >>> opt.state_slots, opt.lrs
     (3, (0.001, 0.01))
+    >>> PerModelLR(base=SGD(momentum=0.9), lrs=(0.1, 0.2), momenta=(0.9, 0.5)).state_slots
+    3
     """
 
     base: Optimizer = field(default_factory=lambda: SGD())
     lrs: tuple[float, ...] = ()
+    momenta: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.momenta and (not isinstance(self.base, SGD) or not self.base.momentum or
+                             len(self.momenta) != len(self.lrs) or
+                             not all(self.momenta)):
+            raise ValueError(f"momenta {self.momenta} need an SGD base with momentum and "
+                             f"a non-zero momentum for each of the {len(self.lrs)} models")
 
     @property
     def name(self) -> str:
         return "PerModelLR"
 
     @property
+    def per_model_slots(self) -> int:
+        """The slots, last, that hold the models' hyperparameters (the program's, not
+        the models' learned state)."""
+        return 1 + bool(self.momenta)
+
+    @property
     def state_slots(self) -> int:
-        return self.base.state_slots + 1
+        return self.base.state_slots + self.per_model_slots
 
     def state_init(self) -> tuple[float, ...]:
-        return (*self.base.state_init(), 0.0)
+        return (*self.base.state_init(), *(0.0,) * self.per_model_slots)
 
     def slot_values(self, region: Any) -> tuple[Any, ...]:
         import numpy as np
 
-        runs = self.rate_runs(region)
-        rates = np.zeros(max((e[0] + e[1] for e in region), default=0), dtype=np.float64)
-        for first, count, lr in runs:
-            rates[first : first + count] = lr
-        return (*self.base.slot_values(region), rates)
+        size = max((e[0] + e[1] for e in region), default=0)
+        arrays = []
+        for runs in self.per_model_runs(region):
+            values = np.zeros(size, dtype=np.float64)
+            for first, count, v in runs:
+                values[first : first + count] = v
+            arrays.append(values)
+        return (*self.base.slot_values(region), *arrays)
 
-    def rate_runs(self, region: Any) -> list[tuple[int, int, float]]:
+    def per_model_runs(self, region: Any) -> list[list[tuple[int, int, float]]]:
+        """The per-model slots as runs (:meth:`rate_runs`), one list per slot."""
+        return [self.rate_runs(region)] + \
+            ([self.rate_runs(region, self.momenta)] if self.momenta else [])
+
+    def rate_runs(self, region: Any, values: tuple[float, ...] | None = None
+                  ) -> list[tuple[int, int, float]]:
         """The rates slot as runs ``(first element, count, rate)``, model k's slice of
-        each parameter taking ``lrs[k]``: what :meth:`slot_values` spreads into an array
-        of the whole region, for a writer that fills the slot in place.  A region entry
-        ``(offset, count, inner)`` is a parameter whose models alternate every ``inner``
-        elements (``[in, K, out]``: ``inner = out``); ``(offset, count)``, one whose models
-        are its first axis.
+        each parameter taking ``lrs[k]`` (or ``values[k]``): what :meth:`slot_values`
+        spreads into an array of the whole region, for a writer that fills the slot in
+        place.  A region entry ``(offset, count, inner)`` is a parameter whose models
+        alternate every ``inner`` elements (``[in, K, out]``: ``inner = out``);
+        ``(offset, count)``, one whose models are its first axis.
 
         >>> PerModelLR(base=SGD(), lrs=(0.1, 0.2)).rate_runs([(0, 8, 2)])
         [(0, 2, 0.1), (2, 2, 0.2), (4, 2, 0.1), (6, 2, 0.2)]
         """
-        k = len(self.lrs)
+        values = self.lrs if values is None else values
+        k = len(values)
         runs: list[tuple[int, int, float]] = []
         for offset, count, *rest in region:
             inner = rest[0] if rest else count // k
@@ -464,16 +511,19 @@ class PerModelLR(Optimizer):
                 raise ValueError(f"a parameter of {count} elements is not a stack of {k}"
                                  + (f" in runs of {inner}" if rest else ""))
             for first in range(offset, offset + count, k * inner):
-                runs.extend((first + j * inner, inner, float(lr))
-                            for j, lr in enumerate(self.lrs))
+                runs.extend((first + j * inner, inner, float(v))
+                            for j, v in enumerate(values))
         return runs
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "base": self.base.to_dict(), "lrs": list(self.lrs)}
+        return {"name": self.name, "base": self.base.to_dict(), "lrs": list(self.lrs),
+                **({"momenta": list(self.momenta)} if self.momenta else {})}
 
     def bind(self, xp: Any, p: Any, g: Any, state: list[Any], s: Any, t: list[int],
-             lr: Any = None, fused: bool | None = None) -> Step:
-        return self.base.bind(xp, p, g, state[:-1], s, t, lr=state[-1], fused=fused)
+             lr: Any = None, fused: bool | None = None, momentum: Any = None) -> Step:
+        n = self.base.state_slots
+        return self.base.bind(xp, p, g, state[:n], s, t, lr=state[n], fused=fused,
+                              momentum=state[n + 1] if self.momenta else None)
 
 
 # The optimizers a user names (search spaces, dicts); PerModelLR is made by engine.compile.stack.
@@ -488,7 +538,8 @@ def optimizer_from_dict(d: dict[str, Any]) -> Optimizer:
     name = d.pop("name")
     d.pop("decoupled", None)
     if name == "PerModelLR":
-        return PerModelLR(base=optimizer_from_dict(d["base"]), lrs=tuple(d["lrs"]))
+        return PerModelLR(base=optimizer_from_dict(d["base"]), lrs=tuple(d["lrs"]),
+                          momenta=tuple(d.get("momenta", ())))
     try:
         cls = OPTIMIZERS[name]
     except KeyError:

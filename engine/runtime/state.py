@@ -382,8 +382,9 @@ def _model_runs(init: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _slot_values(opt: Optimizer, layout: list[tuple[int, ...]]) -> tuple[Any, ...]:
-    """:meth:`Optimizer.slot_values`, with :class:`PerModelLR`'s rates as runs
-    (:meth:`PerModelLR.rate_runs`) rather than the float64 array of the whole region."""
+    """:meth:`Optimizer.slot_values`, with :class:`PerModelLR`'s rates (and momenta) as
+    runs (:meth:`PerModelLR.per_model_runs`) rather than float64 arrays of the whole
+    region."""
     if not isinstance(opt, PerModelLR):
         return opt.slot_values(layout)
-    return (*_slot_values(opt.base, layout), opt.rate_runs(layout))
+    return (*_slot_values(opt.base, layout), *opt.per_model_runs(layout))

@@ -7,7 +7,8 @@ per-instruction dispatch than in arithmetic; K of them stacked do K models' work
 dispatch and read each mini-batch once (HFTA's horizontal fusion, the paper's
 multi-model scenario).  With ``budget.stack: K`` the scheduler draws up to K trials
 at once, groups those whose graphs differ only in their inits and whose optimizers
-only in their learning rate (and that train at one batch size), and compiles each
+only in their learning rate (and SGD's momentum: :func:`~engine.compile.stack.stack_key`;
+and that train at one batch size), and compiles each
 group of two or more as one stacked program, placed as one heap.  A group that does
 not stack (an op without a stacking rule) or that does not fit runs its trials one by
 one, as without stacking.  A member measures the metrics made of means per model
@@ -111,7 +112,8 @@ def _key(d: Drawn) -> tuple[str, str, Any]:
 
 def groups(drawn: list[Drawn]) -> list[list[Drawn]]:
     """``drawn`` in groups that may stack (in the order drawn): graphs equal but for
-    their inits, optimizers but for the learning rate, and one batch size.  A trial
+    their inits, optimizers but for the learning rate (and SGD's momentum), and one
+    batch size.  A trial
     that stacks with none is a group of its own."""
     out: dict[Any, list[Drawn]] = {}
     for d in drawn:

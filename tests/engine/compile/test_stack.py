@@ -182,6 +182,34 @@ def test_stacked_memory_is_exact_and_a_step_allocates_nothing() -> None:
     assert peak < 48 * 1024
 
 
+MOMENTA = [
+    [SGD(lr=0.05, momentum=0.9), SGD(lr=0.2, momentum=0.3), SGD(lr=0.01, momentum=0.6)],
+    [SGD(lr=0.1, momentum=0.95, nesterov=True, weight_decay=1e-3),
+     SGD(lr=0.3, momentum=0.4, nesterov=True, weight_decay=1e-3),
+     SGD(lr=0.02, momentum=0.7, nesterov=True, weight_decay=1e-3)],
+]
+
+
+@pytest.mark.parametrize("opts", MOMENTA, ids=["heavy_ball", "nesterov"])
+def test_sgd_models_of_different_momenta_stack_each_as_if_alone(opts: list,
+                                                                kernel_path: str) -> None:
+    opt = stack_optimizers(opts)
+    assert opt.momenta == tuple(o.momentum for o in opts)
+    stacked, _ = _trained_alike(
+        [paper_mlp(SIZES, activation="Tanh", init=i) for i in INITS], opts)
+    # the momenta are one more slot of the program's, sized exactly
+    prog = stacked.program
+    assert prog.zone_bytes["optimizer"] >= 3 * prog.param_region
+    assert optimizer_from_dict(opt.to_dict()) == opt
+    assert Program.from_json(prog.to_json()) == prog
+
+
+def test_sgd_models_of_one_momentum_keep_no_momenta_slot() -> None:
+    opt = stack_optimizers([SGD(lr=0.1, momentum=0.9), SGD(lr=0.2, momentum=0.9)])
+    assert opt.momenta == () and opt.state_slots == 2
+    assert "momenta" not in opt.to_dict()  # what a stack of one momentum always wrote
+
+
 def test_per_model_learning_rates_survive_serialisation() -> None:
     opt = stack_optimizers([Adam(lr=1e-3), Adam(lr=2e-3)])
     assert optimizer_from_dict(opt.to_dict()) == opt

@@ -180,12 +180,13 @@ def assert_steps_allocate_nothing_on_the_device(vm: VM, steps: int = 20) -> None
     assert cupy.get_default_memory_pool().used_bytes() == used
 
 
-def _stack_of(k: int) -> Program:
+def _stack_of(k: int, momenta: bool = False) -> Program:
     from engine.compile.stack import stack_graphs, stack_optimizers
 
+    opts = [SGD(lr=10 ** -(1 + i / k), momentum=0.5 + 0.4 * i / k) if momenta else
+            Adam(lr=10 ** -(2 + i / k)) for i in range(k)]
     return compile_graph(stack_graphs([paper_mlp((784, 32, 10)) for _ in range(k)]),
-                         batch_size=64, optimizer=stack_optimizers(
-                             [Adam(lr=10 ** -(2 + i / k)) for i in range(k)]), device="gpu")
+                         batch_size=64, optimizer=stack_optimizers(opts), device="gpu")
 
 
 MODELS: dict[str, Callable[[], Program]] = {
@@ -196,6 +197,7 @@ MODELS: dict[str, Callable[[], Program]] = {
     "mnist_cnn": lambda: compile_graph(mnist_cnn(), batch_size=64, optimizer=Adam(),
                                        device="gpu"),
     "stack_of_4": lambda: _stack_of(4),
+    "stack_of_4_sgd_momenta": lambda: _stack_of(4, momenta=True),  # per-member momenta
     "nn_mlp_dropout_gelu": lambda: _nn_mlp(),
 }
 

@@ -4,6 +4,7 @@ the stack: parameters, optimizer state, step count and generator all carried."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -43,10 +44,10 @@ def linear_mlp(sizes: tuple[int, ...], init: Init) -> CalcGraph:
 LAYOUTS = {"in_out": paper_mlp, "out_in": linear_mlp}
 
 
-def stack_of(members: list[int], make: type[Optimizer] = Adam, layout: str = "in_out"
-             ) -> VM:
+def stack_of(members: list[int], make: Callable[..., Optimizer] = Adam,
+             layout: str = "in_out") -> VM:
     graphs = [LAYOUTS[layout]((6, 10, 7, 3), init=INITS[m]) for m in members]
-    opts = [make(lr=LRS[m]) for m in members]  # type: ignore[call-arg]
+    opts = [make(lr=LRS[m]) for m in members]
     if len(members) == 1:
         return VM(compile_graph(graphs[0], batch_size=BATCH, optimizer=opts[0]))
     return VM(compile_graph(stack_graphs(graphs), batch_size=BATCH,
@@ -61,6 +62,11 @@ def train(vm: VM, steps: int, at: int = 0) -> None:
         vm.train_step("train")
 
 
+def sgd_momentum(lr: float) -> SGD:
+    """SGD whose momentum differs per member (:attr:`PerModelLR.momenta`)."""
+    return SGD(lr=lr, momentum=(0.9, 0.5, 0.7)[LRS.index(lr)])
+
+
 def params_of(vm: VM, k: int | None) -> dict[str, np.ndarray]:
     if k is None:
         return {n: vm.get(n) for n in member_params(stack_of([0, 1]), 0)}
@@ -68,8 +74,8 @@ def params_of(vm: VM, k: int | None) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("make", [Adam, SGD])
-def test_a_split_stack_trains_on_as_the_whole_stack_would(make: type[Optimizer],
+@pytest.mark.parametrize("make", [Adam, SGD, sgd_momentum], ids=["Adam", "SGD", "SGD_momenta"])
+def test_a_split_stack_trains_on_as_the_whole_stack_would(make: Callable[..., Optimizer],
                                                           layout: str) -> None:
     whole = stack_of([0, 1, 2], make, layout)
     if layout == "out_in":

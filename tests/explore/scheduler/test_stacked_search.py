@@ -165,6 +165,32 @@ def test_candidates_group_by_architecture_optimizer_kind_and_batch() -> None:
     assert [[ds.index(d) for d in g] for g in groups(ds)] == [[0, 1, 5], [2], [3], [4]]
 
 
+def test_sgd_trials_of_different_momenta_group_but_not_with_those_without() -> None:
+    space = space_of(optimizer="sgd", momentum={"float": [0.0, 0.95]})
+    ds = [drawn(space, lr=0.1, momentum=0.9), drawn(space, lr=0.01, momentum=0.3),
+          drawn(space, momentum=0.0), drawn(space, lr=0.2, momentum=0.5)]
+    assert [[ds.index(d) for d in g] for g in groups(ds)] == [[0, 1, 3], [2]]
+
+
+def test_a_stack_of_sgd_trials_each_with_its_momentum_is_a_search(tmp_path: Path) -> None:
+    f = tmp_path / "st.yaml"
+    f.write_text(SPACE.format(trials=4, pruner="none").replace(
+        "optimizer: adam", "optimizer: sgd, momentum: {float: [0.1, 0.95]}"))
+    space = load_space(f)
+    storage = f"sqlite:///{tmp_path / 'st.db'}"
+    study = open_study(space, storage)
+    for lr, mu in [(0.02, 0.9), (0.005, 0.2), (0.03, 0.6), (0.01, 0.8)]:
+        study.enqueue_trial({"lr": lr, "momentum": mu})
+    Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
+              device="cpu", main=IN_TEST).run(4)
+    rec = records(storage)
+    assert sorted(rec[n]["stack"]["model"] for n in range(4)) == [0, 1, 2, 3]  # one stack
+    assert all(rec[n]["stack"]["models"] == 4 for n in range(4))
+    trials = optuna.load_study(study_name="st", storage=storage).trials
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len({t.value for t in trials}) > 1  # each its own model's accuracy
+
+
 def test_only_objectives_made_of_means_stack() -> None:
     assert stacks_for(space_of())
     f1 = parse_space({"dataset": "digits", "budget": {"trials": 4, "rounds": 1,
