@@ -52,9 +52,13 @@ def program(stack: int, optimizer: str) -> Any:
     params = {**fixed(bound.space), "optimizer": optimizer, "lr": 1e-3,
               "init": "xavier_uniform"}
     share = 400_000_000
+    # SGD's members each with a momentum of its own, as a search draws them
+    # (PerModelLR.momenta); the other optimizers' members differ in nothing stacked
+    members = [{**params, "momentum": 0.5 + 0.4 * k / stack} if optimizer == "sgd" else params
+               for k in range(stack)]
     if stack == 1:
-        return bound, compile_candidate(bound, params, share).program
-    drawn = [Drawn(None, params, graph_of(bound, params), False) for _ in range(stack)]
+        return bound, compile_candidate(bound, members[0], share).program
+    drawn = [Drawn(None, m, graph_of(bound, m), False) for m in members]
     stacked: Any = compile_stack(bound, drawn, share).candidate
     return bound, stacked.program
 
