@@ -227,7 +227,9 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
     try:
         data = load_shared(prep.bound)
     except DataError as e:
-        raise RunRefused(str(e)) from None
+        # A study that already has its trials needs no data: it returns as it did
+        # before (refused only if it has trials left to run)
+        return _open_and_search(prep, None, None, progress, main, baseline, str(e))
     started = None
     try:
         # The workers the budget surely holds start while the study opens (a worker's
@@ -242,10 +244,12 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
             data.close()  # (the run's scheduler has freed it already, if one ran)
 
 
-def _open_and_search(prep: Prepared, data: SharedArrays, started: Prestarted,
+def _open_and_search(prep: Prepared, data: SharedArrays | None, started: Prestarted | None,
                      progress: Callable[[Any], None] | None, main: int | None,
-                     baseline: int) -> tuple[optuna.Study, dict[str, Any] | None]:
-    """:func:`execute` once its data set is loaded and its workers are starting."""
+                     baseline: int, no_data: str = ""
+                     ) -> tuple[optuna.Study, dict[str, Any] | None]:
+    """:func:`execute` once its data set is loaded and its workers are starting (or,
+    ``data`` None, once loading it failed as ``no_data`` says)."""
     space = prep.space
     db = sqlite_file(prep.storage)
     db_existed = db is not None and db.exists()
@@ -272,16 +276,17 @@ def _open_and_search(prep: Prepared, data: SharedArrays, started: Prestarted,
         return RunRefused(message)
 
     try:
-        return _search(prep, study, data, refuse, progress, main, baseline, started)
+        return _search(prep, study, data, refuse, progress, main, baseline, started,
+                       no_data)
     except RunRefused:  # the caller may go on (a notebook): no connection kept to a
         release(storage_of(study))  # file it did not use (SQLite's -wal and -shm)
         raise
 
 
-def _search(prep: Prepared, study: optuna.Study, data: SharedArrays,
+def _search(prep: Prepared, study: optuna.Study, data: SharedArrays | None,
             refuse: Callable[[str], RunRefused],
             progress: Callable[[Any], None] | None, main: int | None, baseline: int,
-            started: Prestarted | None = None
+            started: Prestarted | None = None, no_data: str = ""
             ) -> tuple[optuna.Study, dict[str, Any] | None]:
     """:func:`execute` once the study is open: ``refuse`` makes the error that leaves
     nothing behind."""
@@ -295,6 +300,8 @@ def _search(prep: Prepared, study: optuna.Study, data: SharedArrays,
     # queued again by the scheduler.
     if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
         return study, None
+    if data is None:
+        raise refuse(no_data)
     keeper = None
     if space.keep_models > 0:
         keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),

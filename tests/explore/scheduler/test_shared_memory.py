@@ -61,3 +61,36 @@ def test_a_run_on_a_small_dev_shm_is_refused_with_what_to_do(tmp_path: Path) -> 
     assert "the shared-memory file system /dev/shm has no room for the data set's" in out
     assert "--shm-size" in out and "Traceback" not in out and "Bus error" not in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.yaml"]
+
+
+def test_a_study_that_has_its_trials_returns_on_a_small_dev_shm_and_one_with_more_is_refused(
+        tmp_path: Path) -> None:
+    """The data set loads before the study opens (so that the workers start meanwhile):
+    a study already done needs no data and returns as before, where one with trials
+    left to run is refused and keeps what it had."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        _unavailable("a /dev/shm of its own needs root and unshare")
+    space = tmp_path / "big.yaml"
+    space.write_text(SPACE)
+    done = subprocess.run([sys.executable, "-m", "explore.cli", "run", str(space), "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    def small_shm(*more: str) -> subprocess.CompletedProcess[str]:
+        script = (f"mount -t tmpfs -o size=64k tmpfs /dev/shm && exec {sys.executable} -m "
+                  f"explore.cli run {space} --quiet {' '.join(more)}")
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                               script], capture_output=True, text=True, timeout=300)
+
+    again = small_shm()
+    if again.returncode not in (0, 2) and "mount" in again.stderr:
+        _unavailable(f"cannot mount a tmpfs in a namespace of its own: {again.stderr.strip()}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    more = small_shm("--trials", "4")
+    out = " ".join((more.stdout + more.stderr).split())
+    assert more.returncode == 2, out
+    assert "has no room for the data set's" in out and "Traceback" not in out
+    import optuna
+
+    study = optuna.load_study(study_name="big", storage=f"sqlite:///{tmp_path / 'big.db'}")
+    assert len(study.trials) == 2 and all(t.state.is_finished() for t in study.trials)
