@@ -379,6 +379,9 @@ MEMBER_LRS = [1e-3, 3e-3, 1e-2]
 MEMBER_OPTS = {
     "sgd": lambda lr: SGD(lr=lr),
     "sgd-momentum": lambda lr: SGD(lr=lr, momentum=0.9, weight_decay=1e-3),
+    # a momentum per member (PerModelLR.momenta: one more slot the program keeps)
+    "sgd-momenta": lambda lr: SGD(lr=lr, momentum=0.5 + 0.4 * MEMBER_LRS.index(lr) / 3,
+                                  nesterov=True),
     "adam": lambda lr: Adam(lr=lr),
     # a slot that does not start from zero: the gaps between parameters hold 0.1 too
     "adagrad": lambda lr: Adagrad(lr=lr, initial_accumulator_value=0.1),
