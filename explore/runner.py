@@ -43,9 +43,10 @@ from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import load_shared
 from explore.space import Space, check_study_name, load_space, parse_size, parse_space
 from explore.space_change import changes
-from explore.storages import StorageError, explain, release, sqlite_file
+from explore.storages import StorageError, explain, release, scheme, sqlite_file
 from explore.storages import check as check_storage
-from explore.study import default_storage, name_objectives, open_study
+from explore.storages._journal import journal_path
+from explore.study import default_storage, load_stored, name_objectives, open_study, storage_url
 from explore.yamlio import SourceError, SpaceError
 
 
@@ -228,7 +229,9 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
         data = load_shared(prep.bound)
     except DataError as e:
         # A study that already has its trials needs no data: it returns as it did
-        # before (refused only if it has trials left to run)
+        # before the data came to load first; any other is refused with nothing written
+        if not _has_its_trials(prep):
+            raise RunRefused(str(e)) from None
         return _open_and_search(prep, None, None, progress, main, baseline, str(e))
     started = None
     try:
@@ -242,6 +245,27 @@ def execute(prep: Prepared, progress: Callable[[Any], None] | None = None,
                 started.close()
         finally:  # even if a second Ctrl-C ends the wait for them
             data.close()  # (the run's scheduler has freed it already, if one ran)
+
+
+def _has_its_trials(prep: Prepared) -> bool:
+    """Whether the study already has its total of trials, read without writing a byte:
+    from a SQLite or journal file that exists (False for any other storage, where
+    opening may create a file or a schema, and for a study not found)."""
+    url = prep.storage
+    path = sqlite_file(url) if scheme(url) == "sqlite" else \
+        journal_path(url) if scheme(url) == "journal" else None
+    if path is None or not path.is_file():
+        return False
+    try:
+        opened = storage_url(url)
+        study = load_stored(opened, prep.study_name)
+    except Exception:  # unreadable, or no such study: not known to be done
+        return False
+    try:
+        done = sum(counted(t) for t in study.get_trials(deepcopy=False))
+    finally:
+        release(opened)
+    return done >= prep.space.budget.trials
 
 
 def _open_and_search(prep: Prepared, data: SharedArrays | None, started: Prestarted | None,
@@ -292,6 +316,9 @@ def _search(prep: Prepared, study: optuna.Study, data: SharedArrays | None,
     nothing behind."""
     space = prep.space
     budget = space.budget
+    if data is None and \
+            sum(counted(t) for t in study.get_trials(deepcopy=False)) < budget.trials:
+        raise refuse(no_data)  # (trials were queued again since it was read)
     check_space_change(study, prep.bound, prep.space_changed)
     name_objectives(study, space)  # after a meant change of metric, its new name
 
@@ -300,8 +327,7 @@ def _search(prep: Prepared, study: optuna.Study, data: SharedArrays | None,
     # queued again by the scheduler.
     if sum(counted(t) for t in study.get_trials(deepcopy=False)) >= budget.trials:
         return study, None
-    if data is None:
-        raise refuse(no_data)
+    assert data is not None  # (refused above)
     keeper = None
     if space.keep_models > 0:
         keeper = ModelKeeper(study, space.artifacts or default_artifacts(prep.storage),

@@ -86,11 +86,52 @@ def test_a_study_that_has_its_trials_returns_on_a_small_dev_shm_and_one_with_mor
     if again.returncode not in (0, 2) and "mount" in again.stderr:
         _unavailable(f"cannot mount a tmpfs in a namespace of its own: {again.stderr.strip()}")
     assert again.returncode == 0, again.stdout + again.stderr
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'big.db'}"
+    attrs = optuna.load_study(study_name="big", storage=url).user_attrs
     more = small_shm("--trials", "4")
     out = " ".join((more.stdout + more.stderr).split())
     assert more.returncode == 2, out
     assert "has no room for the data set's" in out and "Traceback" not in out
+    study = optuna.load_study(study_name="big", storage=url)
+    assert len(study.trials) == 2 and all(t.state.is_finished() for t in study.trials)
+    assert study.user_attrs == attrs  # nothing written by the refused run
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_a_data_set_that_cannot_load_refuses_a_study_with_trials_left_writing_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str) -> None:
+    """Without root: the data load fails as a full ``/dev/shm`` makes it fail.  A new
+    study is refused with no file made; a study with its trials returns; one with
+    trials left (a bigger total, the space changed on purpose) is refused unchanged."""
     import optuna
 
-    study = optuna.load_study(study_name="big", storage=f"sqlite:///{tmp_path / 'big.db'}")
-    assert len(study.trials) == 2 and all(t.state.is_finished() for t in study.trials)
+    import explore
+    from explore import runner
+    from explore.datasets import DataError
+
+    url = f"sqlite:///{tmp_path / 's.db'}" if storage == "sqlite" else \
+        f"journal:///{tmp_path / 's.log'}"
+    space = {"name": "s", "dataset": "digits", "keep_models": 0,
+             "budget": {"trials": 2, "rounds": 1, "memory": "300MB", "workers": 1},
+             "sampler": {"name": "random", "seed": 0}, "pruner": "none",
+             "model": {"depth": 1, "width": 8}, "training": {"batch_size": 32}}
+
+    def no_room(bound: object) -> None:
+        raise DataError("the shared-memory file system has no room for the data set")
+
+    with monkeypatch.context() as m:
+        m.setattr(runner, "load_shared", no_room)
+        with pytest.raises(runner.RunRefused, match="has no room"):
+            explore.run(space, storage=url)
+    assert not list(tmp_path.iterdir())  # no study file, no lock
+    explore.run(space, storage=url)  # the study gets its two trials
+    monkeypatch.setattr(runner, "load_shared", no_room)
+    assert len(explore.run(space, storage=url).trials) == 2  # done: needs no data
+    attrs = optuna.load_study(study_name="s", storage=runner.storage_url(url)).user_attrs
+    changed = {**space, "model": {"depth": 1, "width": 16}}
+    with pytest.raises(runner.RunRefused, match="has no room"):
+        explore.run(changed, storage=url, trials=4, space_changed=True)
+    study = optuna.load_study(study_name="s", storage=runner.storage_url(url))
+    assert len(study.trials) == 2 and study.user_attrs == attrs
