@@ -155,13 +155,15 @@ def _consts(p: Any, n: int) -> Any:
     return np.zeros(n, dtype=p.dtype)
 
 
-def _times_lr(xp: Any, src: Any, coef: float, lr: Any, out: Any) -> None:
-    """out = coef * lr * src, with ``lr`` a float or an elementwise array."""
-    if isinstance(lr, int | float):
+def _times_lr(xp: Any, src: Any, coef: Any, lr: Any, out: Any) -> None:
+    """out = coef * lr * src, with ``lr`` and ``coef`` each a float or an elementwise
+    array (a stack's rates, SGD's momenta)."""
+    scalar = isinstance(coef, int | float)
+    if isinstance(lr, int | float) and scalar:
         xp.multiply(src, coef * lr, out=out)
         return
     xp.multiply(src, lr, out=out)
-    if coef != 1.0:
+    if not scalar or coef != 1.0:
         xp.multiply(out, coef, out=out)
 
 
@@ -234,11 +236,7 @@ class SGD(Optimizer):
                 if nesterov:  # p -= lr * (g + mu * buf)
                     _times_lr(xp, g, 1.0, lr, s)
                     xp.subtract(p, s, out=p)
-                    if momentum is None:
-                        _times_lr(xp, buf, mu, lr, s)
-                    else:
-                        xp.multiply(buf, lr, out=s)
-                        xp.multiply(s, mu, out=s)
+                    _times_lr(xp, buf, mu, lr, s)
                 else:
                     _times_lr(xp, buf, 1.0, lr, s)
             xp.subtract(p, s, out=p)
