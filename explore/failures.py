@@ -10,13 +10,15 @@ only in their numbers (a width, a byte count) share a group.
 >>> import optuna
 >>> from explore.attrs import RECORD_ATTR
 >>> study = optuna.create_study()
->>> for why in ["does not fit: 1,200 bytes", "does not fit: 900 bytes", "interrupted"]:
+>>> for why in ["does not fit: 1,200 bytes", "does not fit: 900 bytes", "interrupted",
+...             "surplus: queued when the study reached its total"]:
 ...     study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={
-...         RECORD_ATTR: {"fail_reason": why, "retried": why == "interrupted"}}))
+...         RECORD_ATTR: {"fail_reason": why, "retried": not why.startswith("does")}}))
 >>> for group in grouped(study.trials):
 ...     print(group.line())
 2 trials (0, 1), e.g. trial 0: does not fit: 1,200 bytes
 1 trial (2), failed and queued again (not counted): interrupted
+1 trial (3), never ran (not counted): surplus: queued when the study reached its total
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from explore.attrs import RUNS_ATTR
-from explore.live.names import counted, final_record
+from explore.live.names import NEVER_RAN, counted, final_record
 
 NO_REASON = "no reason recorded"
 # A traceback's frame line: where the innermost frame is, said after the headline.
@@ -89,7 +91,8 @@ class FailureGroup:
         if not self.same:
             said += f", e.g. trial {self.numbers[0]}"
         if self.retried:
-            said += ", failed and queued again (not counted)"
+            said += ", never ran (not counted)" if self.reason.startswith(NEVER_RAN) \
+                else ", failed and queued again (not counted)"
         return f"{said}: {self.reason}"
 
 

@@ -26,9 +26,10 @@ from explore.attrs import (
 )
 
 __all__ = ["CLAIM_ATTR", "FLAT", "GAVE_UP", "GRACE", "HEARTBEAT_EVERY", "HEARTBEAT_PREFIX",
-           "PARAMS_ATTR", "RECORD_ATTR", "REFRESH_EVERY", "REQUEUED_FROM", "STALE_ATTR",
-           "STORAGE_TIME_PREFIX", "Claim", "Ours", "WriteFailed", "counted", "driver_host_pid",
-           "driver_name", "final_record", "owes_repeat"]
+           "NEVER_RAN", "PARAMS_ATTR", "RECORD_ATTR", "REFRESH_EVERY", "REQUEUED_FROM",
+           "STALE_ATTR", "STORAGE_TIME_PREFIX", "SURPLUS", "Claim", "Ours", "WriteFailed",
+           "counted", "driver_host_pid", "driver_name", "final_record", "never_ran",
+           "owes_repeat"]
 
 HEARTBEAT_EVERY = 5.0  # seconds between a driver's heartbeats
 REFRESH_EVERY = 2.0  # seconds between reads of the other drivers' trials
@@ -36,6 +37,12 @@ GRACE = 60.0  # default seconds of silence after which a driver's trials are sta
 # How the reason of a claim given up in LiveStudy.ask begins (its grid point taken): it
 # fails "retried", so as not to count, but it never ran and is owed no repeat.
 GAVE_UP = "its grid point"
+# How the reason of a queued trial ended once the study had its total begins
+# (LiveStudy.settled): a place that claims racing past the total left queued.  It too
+# fails "retried" and is owed no repeat.
+SURPLUS = "surplus"
+# The reasons of trials that never ran: not counted, owed no repeat.
+NEVER_RAN = (GAVE_UP, SURPLUS)
 
 
 class WriteFailed(RuntimeError):
@@ -79,9 +86,22 @@ def owes_repeat(t: FrozenTrial) -> bool:
     not as a claim given up.  Read once the trial is finished (it cannot change any
     more), by the one driver whose write finished it, which then queues the repeat:
     so a trial is re-queued exactly when it does not count, whoever's record stands."""
-    record = final_record(t)
-    return t.state == TrialState.FAIL and bool(record.get("retried")) and \
-        not str(record.get("fail_reason", "")).startswith(GAVE_UP)
+    return t.state == TrialState.FAIL and bool(final_record(t).get("retried")) and \
+        not never_ran(t)
+
+
+def never_ran(t: FrozenTrial) -> bool:
+    """Whether failed trial ``t`` never ran: a claim given up (its grid point taken) or a
+    place left queued once the study had its total (:data:`NEVER_RAN`).
+
+    >>> from optuna.trial import create_trial
+    >>> t = create_trial(state=TrialState.FAIL, user_attrs={RECORD_ATTR: {
+    ...     "fail_reason": "surplus: the study had its 8 trials", "retried": True}})
+    >>> never_ran(t), counted(t), owes_repeat(t)
+    (True, False, False)
+    """
+    return t.state == TrialState.FAIL and \
+        str(final_record(t).get("fail_reason", "")).startswith(NEVER_RAN)
 
 
 def driver_name() -> str:

@@ -29,6 +29,7 @@ from explore.live.names import (
     REQUEUED_FROM,
     STALE_ATTR,
     STORAGE_TIME_PREFIX,
+    SURPLUS,
     Ours,
     WriteFailed,
     counted,
@@ -226,7 +227,42 @@ class LiveStudy(Claiming):
         late (a loaded machine, a journal's lock)."""
         self.refresh(force=True)  # an end decided on a stale view could leave trials queued
         done, _ = self.counts()
-        return done >= self.total
+        if done < self.total:
+            return False
+        self._end_surplus()
+        return True
+
+    def _end_surplus(self) -> None:
+        """End the places left queued once the study has its total: claims that raced
+        past the total (two drivers claiming its last place at once, one reading between
+        the two writes of another's :meth:`finish`) hold more places than the total, and
+        what is left of them once it is reached (a claim given back, a repeat whose place
+        another trial took) would stay WAITING for ever.  Each fails "retried" with a
+        :data:`SURPLUS` reason: not counted, owed no repeat.
+
+        Only the queue's own places: a given-back claim without fixed parameters, or a
+        repeat.  A trial a user queued (``study.enqueue_trial``) stays for a later run
+        with a larger total.  The study's count is final (a trial that counts has
+        finished), so no claim can win a place now (:meth:`_lost`); one that took a
+        trial here meanwhile loses it to the total all the same, and gives it back to a
+        trial already failed (:meth:`_unclaim` lets that pass)."""
+        for t in self.view:
+            if t.state != TrialState.WAITING or not (
+                    REQUEUED_FROM in t.user_attrs or
+                    (CLAIM_ATTR in t.user_attrs and not t.system_attrs.get("fixed_params"))):
+                continue
+            sid = trial_id(t)
+            record = {**t.user_attrs.get(RECORD_ATTR, {}), "retried": True,
+                      "failed_by": self.driver,
+                      "fail_reason": f"{SURPLUS}: queued when the study reached its total of "
+                                     f"{self.total} trials (claims of its last places raced)"}
+
+            def write(sid: int = sid, record: dict[str, Any] = record) -> None:
+                self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+                self.storage.set_trial_state_values(sid, TrialState.FAIL)
+
+            with contextlib.suppress(UpdateFinishedTrialError):  # another driver's, first
+                self._write(write)
 
     def stored_number(self, trial: Trial) -> int:
         """``trial``'s number in the storage (the one users see)."""

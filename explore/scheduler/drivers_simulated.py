@@ -17,8 +17,7 @@ real :class:`~explore.live.LiveStudy` on the drivers' shared storage, as the loo
 
 Beside it: the storage whose calls may be slow (:class:`SlowStorage`), a schedule's
 :class:`Result`, and the study side's known gaps, each a pair of writes that belong
-together and that a failure or another driver's claim can come between
-(:data:`REQUEUE_LOST`, :data:`NAMELESS`, :data:`OVERCLAIMED`).
+together and that a failure can come between (:data:`REQUEUE_LOST`, :data:`NAMELESS`).
 """
 
 from __future__ import annotations
@@ -50,6 +49,9 @@ ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # A claim given up in LiveStudy.ask (its grid point taken meanwhile) fails as "retried"
 # so that it is not counted, but it never ran: nothing is queued for it.
 GAVE_UP = "its grid point"
+# A place left queued once the study had its total is ended so by LiveStudy.settled: it
+# never ran, and is owed no repeat either.
+SURPLUS = "surplus"
 # Known gaps: a storage failure, or another driver's claim, between two writes of the
 # study side that belong together.
 # LiveStudy.finish (and _fail_stale) write a trial FAIL "retried", then queue its repeat
@@ -61,23 +63,13 @@ REQUEUE_LOST = "re-queue lost to a failed write"
 # failure between the two leaves a trial RUNNING that names no driver, judged by its
 # start (failed as stale only after the grace, even on the same host).
 NAMELESS = "a taken trial left nameless by a failed write"
-# Two drivers that read the study before either's claim is written may both claim its
-# last place (a storage call is slow: SlowStorage); so may a driver that reads it
-# between the two writes of another's LiveStudy.finish (a trial FAIL "retried", then
-# its repeat queued).  LiveStudy.ask keeps the total exact (the later claim gives way,
-# back to the queue), but the study now holds more places (counted, running, queued)
-# than its total, which claims one at a time never make.  Once the total is reached
-# nothing takes what is left queued (the claim given back, or a repeat whose place it
-# took), and the study ends with it WAITING (or a claim of a driver that died before
-# asking it, RUNNING).
-OVERCLAIMED = "a trial left queued by claims that raced past the total"
 
 
 def requeues(t: FrozenTrial) -> bool:
     """Whether ``t`` failed to be re-queued (its worker or driver died, or Ctrl-C)."""
     record = t.user_attrs.get(RECORD_ATTR, {})
     return t.state == TrialState.FAIL and bool(record.get("retried")) and \
-        not str(record.get("fail_reason")).startswith(GAVE_UP)
+        not str(record.get("fail_reason")).startswith((GAVE_UP, SURPLUS))
 
 
 def owner(t: FrozenTrial) -> Any:

@@ -43,10 +43,10 @@ The invariants, after every step (:meth:`DriversSimulation.check`):
 Once every driver has gone, the study simulation's ``check_gone``; at the end, after a
 next run if one was needed, the study has its total, nothing RUNNING or queued.  A
 broken one raises :class:`Violation` naming the seed and the step, and
-``simulate(seed)`` replays the schedule exactly.  Three known gaps of the study side
-(:data:`REQUEUE_LOST`, :data:`NAMELESS`, :data:`OVERCLAIMED`) break an invariant in
-a few schedules: each is matched by its cause, counted in ``Result.gaps`` and let
-pass, or raised with ``strict``.
+``simulate(seed)`` replays the schedule exactly.  Two known gaps of the study side
+(:data:`REQUEUE_LOST`, :data:`NAMELESS`) break an invariant in a few schedules: each is
+matched by its cause, counted in ``Result.gaps`` and let pass, or raised with
+``strict``.
 
 >>> result = simulate(7)
 >>> result.counted == result.total and result.steps > 0
@@ -75,15 +75,15 @@ from explore.scheduler.core import Core
 from explore.scheduler.drivers_simulated import (
     ENDED,
     NAMELESS,
-    OVERCLAIMED,
     REQUEUE_LOST,
+    SURPLUS,
     DriverRun,
     Result,
     SlowStorage,
     owner,
     requeues,
 )
-from explore.study import PARAMS_ATTR, RECORD_ATTR
+from explore.study import PARAMS_ATTR
 
 MAX_STEPS = 5_000  # a schedule not over by then is stuck (the longest of 1,500 took 209)
 
@@ -365,7 +365,7 @@ class DriversSimulation(live_simulation.Simulation):
 
     def _gap(self, gap: str, t: FrozenTrial) -> bool:
         """Whether ``t``, which breaks an invariant, does so by the known ``gap``
-        (:data:`REQUEUE_LOST`, :data:`NAMELESS`, :data:`OVERCLAIMED`): then it is counted
+        (:data:`REQUEUE_LOST`, :data:`NAMELESS`): then it is counted
         in :attr:`gaps` and let pass, unless ``strict``."""
         if self.strict:
             return False
@@ -412,18 +412,10 @@ class DriversSimulation(live_simulation.Simulation):
             self._hidden = set()
 
     def _left(self) -> list[FrozenTrial]:
-        """The study's trials running or queued, but those the rules let pass: a
-        nameless one while check_gone judges it, and (the total reached) as many queued,
-        or claimed and never asked, as claims raced past the total (:data:`OVERCLAIMED`:
-        claimed one at a time, none is left once the total is reached)."""
-        left = [t for t in super()._left() if t._trial_id not in self._hidden]
-        extra = {t._trial_id for t in left
-                 if t.state == TrialState.WAITING or RECORD_ATTR not in t.user_attrs}
-        if extra and self.counted() >= self.total and \
-                len(extra) <= self.conflicts["past the total"] and \
-                all(self._gap(OVERCLAIMED, t) for t in left if t._trial_id in extra):
-            return [t for t in left if t._trial_id not in extra]
-        return left
+        """The study's trials running or queued, but a nameless one while check_gone
+        judges it.  Claims that raced past the total leave none: the driver that finds
+        the total reached ends what is queued of them (LiveStudy.settled)."""
+        return [t for t in super()._left() if t._trial_id not in self._hidden]
 
     def _check_held(self, d: Driver, run: DriverRun, by_id: dict[int, FrozenTrial]) -> None:
         """What ``d`` holds is what the storage has RUNNING under its name: a trial it
@@ -455,6 +447,9 @@ class DriversSimulation(live_simulation.Simulation):
         # a stalled driver's writes to its trials that another failed as stale meanwhile
         events["writes dropped"] = sum(d.live.writer.taken_over for d in self.drivers)
         events.update(self.conflicts)
+        # places left queued by claims past the total, ended once the total was in
+        events["surplus ended"] = sum(str(final_record(t).get("fail_reason")).startswith(SURPLUS)
+                                      for t in trials if t.state == TrialState.FAIL)
         gone = Counter(d.state for d in self.drivers if d.state != "stopped")
         gone.update(f"stopped: {why}" for why in self.result_stops())
         return Result(self.seed, self.sampler, self.n_drivers, self.total, self.step,

@@ -179,7 +179,7 @@ def trials(storage: str, study: str = "grid") -> list[optuna.trial.FrozenTrial]:
 
 def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.trial.FrozenTrial]:
     """The study has exactly ``total`` counted trials, every grid point ran at most once
-    among them, none is left running, and every failure says why."""
+    among them, none is left running or queued, and every failure says why."""
     ts = trials(storage, study)
     done = [t for t in ts if counted(t)]
     assert len(done) == total, Counter(t.state.name for t in ts)
@@ -191,7 +191,7 @@ def check_study(storage: str, total: int, study: str = "grid") -> list[optuna.tr
                        if tuple(sorted(t.params.items())) in twice] + [
         (t.number, t.state.name, t.params, final_record(t).get("fail_reason"),
          t.user_attrs.get("requeued_from"), t.datetime_start) for t in ts if not counted(t)]
-    assert not [t.number for t in ts if t.state == TrialState.RUNNING]
+    assert not [t.number for t in ts if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     for t in ts:
         if t.state == TrialState.FAIL:
             assert final_record(t).get("fail_reason"), t.number

@@ -82,10 +82,10 @@ def test_two_drivers_share_a_study_on_one_host(tmp_path: Path, kind: str) -> Non
     results = finish([start(space, storage), start(space, storage)])
     assert all(code == 0 for code, _ in results), results
     ts = check_study(storage, 30)
-    drivers = {t.user_attrs["explore"]["driver"] for t in ts if t.state.is_finished()}
+    drivers = {t.user_attrs["explore"]["driver"] for t in ts if counted(t)}
     assert len(drivers) == 2  # both took part
     assert all(t.user_attrs["explore"]["pid"] and t.user_attrs["explore"]["host"]
-               for t in ts if t.state.is_finished())
+               for t in ts if counted(t))
 
 
 @pytest.mark.parametrize("kind", ["sqlite", _slow("journal")])
@@ -138,12 +138,12 @@ def test_drivers_and_a_resumed_run_draw_distinct_points(tmp_path: Path, kind: st
     results = finish([start(space, storage) for _ in range(3)])
     assert all(code == 0 for code, _ in results), results
     ts = check_study(storage, 12)
-    assert len({tuple(sorted(t.params.items())) for t in ts if t.state.is_finished()}) == 12
+    assert len({tuple(sorted(t.params.items())) for t in ts if counted(t)}) == 12
     space.write_text(SEEDED.format(trials=18, sampler=sampler))
     (code, out), = finish([start(space, storage)])
     assert code == 0, out
     ts = check_study(storage, 18)
-    assert len({tuple(sorted(t.params.items())) for t in ts if t.state.is_finished()}) == 18
+    assert len({tuple(sorted(t.params.items())) for t in ts if counted(t)}) == 18
 
 
 @pytest.mark.slow
@@ -153,7 +153,7 @@ def test_four_drivers_two_workers_each_on_postgres(tmp_path: Path, postgres_url:
     results = finish([start(space, postgres_url) for _ in range(4)], timeout=900)
     assert all(code == 0 for code, _ in results), results
     ts = check_study(postgres_url, 200)
-    assert len({t.user_attrs["explore"]["driver"] for t in ts if t.state.is_finished()}) == 4
+    assert len({t.user_attrs["explore"]["driver"] for t in ts if counted(t)}) == 4
 
 
 @pytest.mark.parametrize("kind", [_slow("sqlite"), "journal", _slow("postgres")])
@@ -179,7 +179,7 @@ def test_a_driver_killed_mid_run_is_taken_over(tmp_path: Path, kind: str,
     stale = [t for t in ts if t.state == TrialState.FAIL
              and t.user_attrs["explore"]["fail_reason"].startswith("stale:")]
     assert stale and all(t.user_attrs["explore"]["retried"] for t in stale)
-    repeats = {t.user_attrs["explore"].get("requeued_from") for t in ts if t.state.is_finished()}
+    repeats = {t.user_attrs["explore"].get("requeued_from") for t in ts if counted(t)}
     assert {t.number for t in stale} <= repeats  # each ran again, under its own number
     # swept when a run makes its own file (shared_arrays.sweep_stale): each of the two
     # did, after the kill (under -n 2 another test's run may have been first)

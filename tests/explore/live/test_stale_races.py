@@ -28,7 +28,7 @@ from explore.live.simulated import sim_space
 from explore.optuna_adapter import trial_id
 from explore.sampling import suggest
 from explore.scheduler import drivers_simulated
-from explore.scheduler.drivers_simulation import OVERCLAIMED, simulate
+from explore.scheduler.drivers_simulation import simulate
 from explore.study import RECORD_ATTR
 
 T0 = 1_700_000_000.0
@@ -87,8 +87,8 @@ def test_the_very_schedules_that_found_them_keep_the_invariants(
     assert r.counted == r.total
     if what == "stale":  # the owner found itself condemned and dropped its write
         assert r.events.get("writes dropped", 0) >= 1, r
-    else:  # the racing claim gave way; its place, queued, is left once the total is in
-        assert r.gaps.get(OVERCLAIMED) == 1, r
+    else:  # the racing claim gave way; its place, queued, is ended once the total is in
+        assert r.events.get("surplus ended") == 1 and not r.gaps, r
 
 
 # -- the interleavings, forced ---------------------------------------------------------------
