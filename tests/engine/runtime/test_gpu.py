@@ -189,6 +189,32 @@ def _stack_of(k: int, momenta: bool = False) -> Program:
                          batch_size=64, optimizer=stack_optimizers(opts), device="gpu")
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_a_stack_of_sgd_momenta_trains_on_the_gpu_as_on_the_cpu(nesterov: bool) -> None:
+    """The CUDA update with a momentum per member (broadcast over each member's
+    parameters) gives the numpy update's parameters, from the same start and batches."""
+    from engine.compile.stack import stack_graphs, stack_optimizers
+
+    opts = stack_optimizers([SGD(lr=0.05 * (i + 1), momentum=0.3 + 0.2 * i,
+                                 nesterov=nesterov, weight_decay=1e-3) for i in range(4)])
+    assert len(opts.momenta) == 4
+    graph = stack_graphs([paper_mlp((784, 32, 10)) for _ in range(4)])
+    cpu, gpu = (VM(compile_graph(graph, batch_size=64, optimizer=opts, device=d), seed=0)
+                for d in ("cpu", "gpu"))
+    params = [b.name for b in cpu.program.buffers if b.kind == "param"]
+    for name in params:
+        gpu.assign(name, cpu.get(name))
+    for i in range(6):
+        s = slice((i % 4) * 64, (i % 4 + 1) * 64)
+        for vm in (cpu, gpu):
+            vm.set("x", X[s])
+            vm.set("y", Y[s])
+            vm.train_step("train")
+    for name in params:
+        np.testing.assert_allclose(gpu.get(name), cpu.get(name), rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
 MODELS: dict[str, Callable[[], Program]] = {
     "paper_mlp_adam": lambda: compile_graph(paper_mlp(), batch_size=64, optimizer=Adam(),
                                             device="gpu"),
