@@ -18,6 +18,15 @@ The weight gradient is the same GEMM the other way round (columns recomputed, no
 stored), and the input gradient is ``W^T @ dY`` scattered back by kH·kW strided adds
 (col2im).
 
+**A few images at a time** (on the CPU): where the whole batch's columns would be more
+than :data:`CHUNK_BYTES`, each op takes them for a chunk of the batch's images at a
+time (:func:`images_per_chunk`), the same workspace reused chunk after chunk, and the
+weight gradient sums the chunks' products.  Columns that stay in the cache cost less
+to write and to read back than one copy of the whole batch's (a 32-channel 5x5
+convolution of 64 images of 14x14 writes 40 MB of columns), and the workspace, which
+the compiler sizes for the largest chunk, shrinks by the same factor.  On a GPU the
+batch is one GEMM, as wide as it comes.
+
 **Wide rows** (stride 1): the columns' rows are taken ``Wp`` (the padded width) long
 instead of ``oW``, so that each kernel position's columns are one contiguous run of the
 padded input, ``(oH-1)·Wp + oW`` long, shifted by ``i·dH·Wp + j·dW``: the copy (and
@@ -164,22 +173,57 @@ def row_width(geo: dict[str, Any], wide: bool) -> int:
     return int(geo["padded"][1]) if wide else int(geo["out"][1])
 
 
+CHUNK_BYTES = 4 << 20
+"""The most bytes of columns an op takes at once on the CPU (module docstring): a few
+images' worth for a large convolution, about what a core's cache holds.  Measured
+(``docs/measurements.md``): the 32-channel 5x5 convolution of 64 images of 14x14 took
+a third less time in chunks of 4 to 8 images than in one, and 1 to 2 were no better."""
+
+
+def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: str) -> int:
+    """How many of the batch's ``n`` images ``op`` (Conv, ConvGradWeight or
+    ConvGradInput) takes its columns for at a time: all of them on a GPU or where they
+    fit :data:`CHUNK_BYTES`, else as many as fit, one at least.
+
+    >>> geo = conv_geometry((64, 32, 14, 14), (32, 32, 5, 5), {"pads": (2, 2, 2, 2)})
+    >>> images_per_chunk("Conv", geo, 64, 4, "cpu"), images_per_chunk("Conv", geo, 64, 4, "gpu")
+    (5, 64)
+    """
+    if device != "cpu":
+        return n
+    per = geo["c"] * geo["k"][0] * geo["k"][1] * geo["out"][0] * \
+        row_width(geo, wide_rows(op, geo)) * item
+    return max(1, min(n, CHUNK_BYTES // per))
+
+
+def chunks(n: int, per: int) -> list[tuple[int, int]]:
+    """The batch's images ``[lo, hi)`` chunk by chunk, ``per`` at a time (the last may
+    have fewer).
+
+    >>> chunks(7, 3), chunks(4, 4)
+    ([(0, 3), (3, 6), (6, 7)], [(0, 4)])
+    """
+    return [(lo, min(n, lo + per)) for lo in range(0, n, per)]
+
+
 def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int,
-              op: str) -> tuple[int, int, int, dict[str, Any]]:
-    """Bytes of (padded input, columns, product), aligned, for a concrete X shape."""
+              op: str, device: str) -> tuple[int, int, int, dict[str, Any], int]:
+    """Bytes of (padded input, columns, product) of one chunk of images, aligned, for a
+    concrete X shape; the geometry; the images per chunk (:func:`images_per_chunk`)."""
     geo = conv_geometry(x, w, attrs)
-    n = x[0]
+    n = images_per_chunk(op, geo, x[0], item, device)
     kk = geo["k"][0] * geo["k"][1]
     rows = n * geo["out"][0] * row_width(geo, wide_rows(op, geo))
     cols = geo["c"] * kk * rows
     padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1] if any(geo["pads"]) else 0
     prod = geo["m"] * rows
-    return align_up(padded * item), align_up(cols * item), align_up(prod * item), geo
+    return align_up(padded * item), align_up(cols * item), align_up(prod * item), geo, n
 
 
 def _im2col_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                ) -> int:
-    a, b, c, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize, "Conv")
+    a, b, c, _, _ = _ws_parts(ins[0].shape, ins[1].shape, attrs, ins[0].dtype.itemsize,
+                              "Conv", device)
     return a + b + c
 
 
@@ -266,37 +310,47 @@ def _conv(k: KernelArgs) -> Step:
     return pick_variant("Conv", VARIANTS, k.attrs).kernel(k)
 
 
-def _im2col_start(k: KernelArgs) -> tuple[Any, Any, Any, Any, dict[str, Any], Step, Any,
-                                          int, int]:
-    """What both GEMM layouts begin with: (x, w, bias or None, y, the geometry, the
-    im2col step, the columns, their row width, the workspace offset after them)."""
+def _im2col_start(k: KernelArgs) -> tuple[Any, Any, Any, Any, dict[str, Any],
+                                          list[tuple[int, int, Step, Any, int]], int]:
+    """What both GEMM layouts begin with: (x, w, bias or None, y, the geometry, each
+    chunk's images ``[lo, hi)`` with its im2col step, columns and their row width, the
+    workspace offset after the largest chunk's columns)."""
     x, w = k.ins[0], k.ins[1]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
-    fill, cols, r, at = _im2col(k.xp, x, k.ws, geo, 0, wide_rows("Conv", geo))
-    return x, w, k.ins[2] if len(k.ins) == 3 else None, k.outs[0], geo, fill, cols, r, at
+    n = x.shape[0]
+    per = images_per_chunk("Conv", geo, n, x.dtype.itemsize, k.device)
+    parts, end = [], 0
+    for lo, hi in chunks(n, per):  # each chunk's columns in the same workspace
+        fill, cols, r, at = _im2col(k.xp, x[lo:hi], k.ws, geo, 0, wide_rows("Conv", geo))
+        parts.append((lo, hi, fill, cols, r))
+        end = max(end, at)
+    return x, w, k.ins[2] if len(k.ins) == 3 else None, k.outs[0], geo, parts, end
 
 
 def _im2col_conv(k: KernelArgs) -> Step:
     xp = k.xp
-    x, w, b, y, geo, fill, cols, r, at = _im2col_start(k)
+    x, w, b, y, geo, parts, at = _im2col_start(k)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
-    n = x.shape[0]
-    # The product as [N·oH·R, M]: the bias then broadcasts along rows, which numpy does
-    # without a buffer (along a stride-0 inner axis it buffered the whole output).
-    prod = k.scratch(at, (n * oh * r, m), x.dtype)
     wm = w.reshape(m, -1)  # [M, C/g·kH·kW]
     mg, ckk = m // g, wm.shape[1]
-    gemms = [(cols[i * ckk:(i + 1) * ckk].T, wm[i * mg:(i + 1) * mg].T,
-              prod[:, i * mg:(i + 1) * mg]) for i in range(g)]
-    prod_nchw = prod.reshape(n, oh, r, m)[:, :, :ow].transpose(0, 3, 1, 2)
+    runs = []
+    for lo, hi, fill, cols, r in parts:
+        # The product as [N·oH·R, M]: the bias then broadcasts along rows, which numpy
+        # does without a buffer (along a stride-0 inner axis it buffered the output).
+        prod = k.scratch(at, ((hi - lo) * oh * r, m), x.dtype)
+        gemms = [(cols[i * ckk:(i + 1) * ckk].T, wm[i * mg:(i + 1) * mg].T,
+                  prod[:, i * mg:(i + 1) * mg]) for i in range(g)]
+        prod_nchw = prod.reshape(hi - lo, oh, r, m)[:, :, :ow].transpose(0, 3, 1, 2)
+        runs.append((fill, gemms, prod, prod_nchw, y[lo:hi]))
 
     def step() -> None:
-        fill()
-        for a, c, out in gemms:
-            xp.matmul(a, c, out=out)
-        if b is not None:
-            xp.add(prod, b, out=prod)
-        xp.copyto(y, prod_nchw)
+        for fill, gemms, prod, prod_nchw, y_part in runs:
+            fill()
+            for a, c, out in gemms:
+                xp.matmul(a, c, out=out)
+            if b is not None:
+                xp.add(prod, b, out=prod)
+            xp.copyto(y_part, prod_nchw)
 
     return step
 
@@ -306,22 +360,25 @@ def _im2col_tn(k: KernelArgs) -> Step:
     into a product ``[M, N·oH·R]``, whose copy into ``Y`` moves whole rows (the ``nt``
     product is copied one element of M at a time); the bias is added to ``Y``."""
     xp = k.xp
-    x, w, b, y, geo, fill, cols, r, at = _im2col_start(k)
+    x, w, b, y, geo, parts, at = _im2col_start(k)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
-    n = x.shape[0]
-    prod = k.scratch(at, (m, n * oh * r), x.dtype)
     wm = w.reshape(m, -1)
     mg, ckk = m // g, wm.shape[1]
-    gemms = [(wm[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk],
-              prod[i * mg:(i + 1) * mg]) for i in range(g)]
-    prod_nchw = prod.reshape(m, n, oh, r)[..., :ow].transpose(1, 0, 2, 3)
+    runs = []
+    for lo, hi, fill, cols, r in parts:
+        prod = k.scratch(at, (m, (hi - lo) * oh * r), x.dtype)
+        gemms = [(wm[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk],
+                  prod[i * mg:(i + 1) * mg]) for i in range(g)]
+        prod_nchw = prod.reshape(m, hi - lo, oh, r)[..., :ow].transpose(1, 0, 2, 3)
+        runs.append((fill, gemms, prod_nchw, y[lo:hi]))
     bias = b.reshape(1, m, 1, 1) if b is not None else None
 
     def step() -> None:
-        fill()
-        for a, c, out in gemms:
-            xp.matmul(a, c, out=out)
-        xp.copyto(y, prod_nchw)
+        for fill, gemms, prod_nchw, y_part in runs:
+            fill()
+            for a, c, out in gemms:
+                xp.matmul(a, c, out=out)
+            xp.copyto(y_part, prod_nchw)
         if bias is not None:
             xp.add(y, bias, out=y)
 
@@ -339,31 +396,51 @@ def _grad_weight_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Ten
 
 def _grad_weight_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                     ) -> int:
-    a, b, c, _ = _ws_parts(ins[0].shape, tuple(attrs["w_shape"]), attrs, ins[0].dtype.itemsize,
-                           "ConvGradWeight")
-    return a + b + c
+    x, w = ins[0].shape, tuple(attrs["w_shape"])
+    item = ins[0].dtype.itemsize
+    a, b, c, _, per = _ws_parts(x, w, attrs, item, "ConvGradWeight", device)
+    # a later chunk's product, added to the first's in dW
+    summed = align_up(w[0] * w[1] * w[2] * w[3] * item) if per < x[0] else 0
+    return a + b + c + summed
 
 
 def _conv_grad_weight(k: KernelArgs) -> Step:
-    """dW[g] = dY_g [M/g, N·oH·R] @ columns_g^T (zeros in dY's wide columns)."""
+    """dW[g] = dY_g [M/g, N·oH·R] @ columns_g^T (zeros in dY's wide columns), chunk by
+    chunk of images: the first chunk's product into dW, each later one's added."""
     xp, x, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
     geo = conv_geometry(tuple(x.shape), tuple(dw.shape), k.attrs)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
     n = x.shape[0]
-    fill, cols, r, at = _im2col(xp, x, k.ws, geo, 0, wide_rows("ConvGradWeight", geo))
-    dyt = k.scratch(at, (m, n, oh, r), x.dtype)  # dY as [M, N·oH·R]
-    dyt_m = dyt.reshape(m, n * oh * r)
+    per = images_per_chunk("ConvGradWeight", geo, n, x.dtype.itemsize, k.device)
+    parts, end = [], 0
+    for lo, hi in chunks(n, per):
+        fill, cols, r, at = _im2col(xp, x[lo:hi], k.ws, geo, 0,
+                                    wide_rows("ConvGradWeight", geo))
+        parts.append((lo, hi, fill, cols, r))
+        end = max(end, at)
     dwm = dw.reshape(m, -1)
     mg, ckk = m // g, dwm.shape[1]
-    gemms = [(dyt_m[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk].T,
-              dwm[i * mg:(i + 1) * mg]) for i in range(g)]
-    copy_dy = _dy_rows(xp, dy, dyt, ow)
+    rows = per * oh * parts[0][4]
+    summed = k.scratch(end + align_up(m * rows * x.dtype.itemsize), dwm.shape, x.dtype) \
+        if len(parts) > 1 else None
+    runs = []
+    for index, (lo, hi, fill, cols, r) in enumerate(parts):
+        first = index == 0
+        dyt = k.scratch(end, (m, hi - lo, oh, r), x.dtype)  # dY as [M, N·oH·R]
+        dyt_m = dyt.reshape(m, (hi - lo) * oh * r)
+        into = dwm if first or summed is None else summed
+        gemms = [(dyt_m[i * mg:(i + 1) * mg], cols[i * ckk:(i + 1) * ckk].T,
+                  into[i * mg:(i + 1) * mg]) for i in range(g)]
+        runs.append((fill, _dy_rows(xp, dy[lo:hi], dyt, ow), gemms, not first))
 
     def step() -> None:
-        fill()
-        copy_dy()
-        for a, c, out in gemms:
-            xp.matmul(a, c, out=out)
+        for fill, copy_dy, gemms, add in runs:
+            fill()
+            copy_dy()
+            for a, c, out in gemms:
+                xp.matmul(a, c, out=out)
+            if add:
+                xp.add(dwm, summed, out=dwm)
 
     return step
 
@@ -378,72 +455,79 @@ def _grad_input_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tens
 
 
 def _grad_input_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any],
-                      item: int) -> tuple[int, int, int, dict[str, Any]]:
+                      item: int, device: str) -> tuple[int, int, int, dict[str, Any], int]:
+    """Bytes of one chunk's (padded dX, columns' gradient, dY's rows), aligned; the
+    geometry; the images per chunk."""
     geo = conv_geometry(x, w, attrs)
-    n = x[0]
+    n = images_per_chunk("ConvGradInput", geo, x[0], item, device)
     padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1]
     kk = geo["k"][0] * geo["k"][1]
     rows = n * geo["out"][0] * row_width(geo, wide_rows("ConvGradInput", geo))
     dcols = geo["c"] * kk * rows
     dyt = geo["m"] * rows
-    return align_up(padded * item), align_up(dcols * item), align_up(dyt * item), geo
+    return align_up(padded * item), align_up(dcols * item), align_up(dyt * item), geo, n
 
 
 def _grad_input_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str
                    ) -> int:
-    a, b, c, _ = _grad_input_parts(outs[0].shape, ins[0].shape, attrs, ins[1].dtype.itemsize)
+    a, b, c, _, _ = _grad_input_parts(outs[0].shape, ins[0].shape, attrs,
+                                      ins[1].dtype.itemsize, device)
     return a + b + c
 
 
 def _conv_grad_input(k: KernelArgs) -> Step:
     """dcols_g = W_g^T @ dY_g, then col2im: kH·kW strided adds into the padded dX (with
-    wide rows, each position's columns added as one run of the flat padded dX)."""
+    wide rows, each position's columns added as one run of the flat padded dX), chunk
+    by chunk of images."""
     xp, w, dy, dx = k.xp, k.ins[0], k.ins[1], k.outs[0]
-    geo = conv_geometry(tuple(dx.shape), tuple(w.shape), k.attrs)
+    a_bytes, b_bytes, _, geo, per = _grad_input_parts(tuple(dx.shape), tuple(w.shape),
+                                                      k.attrs, dx.dtype.itemsize, k.device)
     g, m, c = geo["group"], geo["m"], geo["c"]
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     (oh, ow), (hp, wp), pads = geo["out"], geo["padded"], geo["pads"]
-    n = dx.shape[0]
     wide = wide_rows("ConvGradInput", geo)
     r = row_width(geo, wide)
-    a_bytes, b_bytes, _, _ = _grad_input_parts(tuple(dx.shape), tuple(w.shape), k.attrs,
-                                               dx.dtype.itemsize)
-    dxp = k.scratch(0, (n, c, hp, wp), dx.dtype)
-    dcols = k.scratch(a_bytes, (c, kh, kw, n, oh, r), dx.dtype)
-    dyt = k.scratch(a_bytes + b_bytes, (m, n, oh, r), dx.dtype)
     wm = w.reshape(m, -1)
     mg, ckk = m // g, wm.shape[1]
-    dcols_m = dcols.reshape(c * kh * kw, n * oh * r)
-    dyt_m = dyt.reshape(m, n * oh * r)
-    gemms = [(wm[i * mg:(i + 1) * mg].T, dyt_m[i * mg:(i + 1) * mg],
-              dcols_m[i * ckk:(i + 1) * ckk]) for i in range(g)]
-    adds = []
-    if wide:
-        run = (oh - 1) * wp + ow
-        dxp_flat = dxp.reshape(n, c, hp * wp)
-        dcols_flat = dcols.reshape(c, kh, kw, n, oh * wp)
-        for i in range(kh):
-            for j in range(kw):
-                at = i * dh * wp + j * dw
-                adds.append((dxp_flat[:, :, at:at + run],
-                             dcols_flat[:, i, j, :, :run].transpose(1, 0, 2)))
-    else:
-        for i in range(kh):
-            for j in range(kw):
-                r0, c0 = i * dh, j * dw
-                target = dxp[:, :, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
-                adds.append((target, dcols[:, i, j].transpose(1, 0, 2, 3)))
-    inner = dxp[:, :, pads[0]:pads[0] + dx.shape[2], pads[1]:pads[1] + dx.shape[3]]
-    copy_dy = _dy_rows(xp, dy, dyt, ow)
+    runs = []
+    for lo, hi in chunks(dx.shape[0], per):
+        n = hi - lo
+        dxp = k.scratch(0, (n, c, hp, wp), dx.dtype)
+        dcols = k.scratch(a_bytes, (c, kh, kw, n, oh, r), dx.dtype)
+        dyt = k.scratch(a_bytes + b_bytes, (m, n, oh, r), dx.dtype)
+        dcols_m = dcols.reshape(c * kh * kw, n * oh * r)
+        dyt_m = dyt.reshape(m, n * oh * r)
+        gemms = [(wm[i * mg:(i + 1) * mg].T, dyt_m[i * mg:(i + 1) * mg],
+                  dcols_m[i * ckk:(i + 1) * ckk]) for i in range(g)]
+        adds = []
+        if wide:
+            run = (oh - 1) * wp + ow
+            dxp_flat = dxp.reshape(n, c, hp * wp)
+            dcols_flat = dcols.reshape(c, kh, kw, n, oh * wp)
+            for i in range(kh):
+                for j in range(kw):
+                    at = i * dh * wp + j * dw
+                    adds.append((dxp_flat[:, :, at:at + run],
+                                 dcols_flat[:, i, j, :, :run].transpose(1, 0, 2)))
+        else:
+            for i in range(kh):
+                for j in range(kw):
+                    r0, c0 = i * dh, j * dw
+                    target = dxp[:, :, r0:r0 + sh * (oh - 1) + 1:sh,
+                                 c0:c0 + sw * (ow - 1) + 1:sw]
+                    adds.append((target, dcols[:, i, j].transpose(1, 0, 2, 3)))
+        inner = dxp[:, :, pads[0]:pads[0] + dx.shape[2], pads[1]:pads[1] + dx.shape[3]]
+        runs.append((_dy_rows(xp, dy[lo:hi], dyt, ow), gemms, dxp, adds, inner, dx[lo:hi]))
 
     def step() -> None:
-        copy_dy()
-        for a, b, out in gemms:
-            xp.matmul(a, b, out=out)
-        dxp.fill(0)
-        for target, src in adds:
-            xp.add(target, src, out=target)
-        xp.copyto(dx, inner)
+        for copy_dy, gemms, dxp, adds, inner, dx_part in runs:
+            copy_dy()
+            for a, b, out in gemms:
+                xp.matmul(a, b, out=out)
+            dxp.fill(0)
+            for target, src in adds:
+                xp.add(target, src, out=target)
+            xp.copyto(dx_part, inner)
 
     return step
 
