@@ -183,7 +183,8 @@ a third less time in chunks of 4 to 8 images than in one, and 1 to 2 were no bet
 def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: str) -> int:
     """How many of the batch's ``n`` images ``op`` (Conv, ConvGradWeight or
     ConvGradInput) takes its columns for at a time: all of them on a GPU or where they
-    fit :data:`CHUNK_BYTES`, else as many as fit, one at least.
+    fit :data:`CHUNK_BYTES`, else as few chunks as fit it, alike in size (31 images'
+    columns fitting, a batch of 64 goes as 22, 22 and 20, not 31, 31 and 2).
 
     >>> geo = conv_geometry((64, 32, 14, 14), (32, 32, 5, 5), {"pads": (2, 2, 2, 2)})
     >>> images_per_chunk("Conv", geo, 64, 4, "cpu"), images_per_chunk("Conv", geo, 64, 4, "gpu")
@@ -193,7 +194,8 @@ def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: st
         return n
     per = geo["c"] * geo["k"][0] * geo["k"][1] * geo["out"][0] * \
         row_width(geo, wide_rows(op, geo)) * item
-    return max(1, min(n, CHUNK_BYTES // per))
+    fit = max(1, min(n, CHUNK_BYTES // per))
+    return -(-n // -(-n // fit))
 
 
 def chunks(n: int, per: int) -> list[tuple[int, int]]:
