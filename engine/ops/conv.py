@@ -190,12 +190,22 @@ def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: st
     >>> images_per_chunk("Conv", geo, 64, 4, "cpu"), images_per_chunk("Conv", geo, 64, 4, "gpu")
     (5, 64)
     """
+    fit = most_images_per_chunk(op, geo, n, item, device)
+    return -(-n // -(-n // fit))
+
+
+def most_images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: str
+                          ) -> int:
+    """The most images whose columns fit :data:`CHUNK_BYTES` (all ``n`` on a GPU): the
+    chunk the workspace is sized for.  A program compiled for a batch of ``n`` also
+    binds smaller batches (the last mini-batch), whose chunks, alike in size, may be
+    larger than the compiled batch's (64 images 17 at a time go as four chunks of 16,
+    51 as three of 17), but never larger than this."""
     if device != "cpu":
         return n
     per = geo["c"] * geo["k"][0] * geo["k"][1] * geo["out"][0] * \
         row_width(geo, wide_rows(op, geo)) * item
-    fit = max(1, min(n, CHUNK_BYTES // per))
-    return -(-n // -(-n // fit))
+    return max(1, min(n, CHUNK_BYTES // per))
 
 
 def chunks(n: int, per: int) -> list[tuple[int, int]]:
@@ -210,10 +220,11 @@ def chunks(n: int, per: int) -> list[tuple[int, int]]:
 
 def _ws_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any], item: int,
               op: str, device: str) -> tuple[int, int, int, dict[str, Any], int]:
-    """Bytes of (padded input, columns, product) of one chunk of images, aligned, for a
-    concrete X shape; the geometry; the images per chunk (:func:`images_per_chunk`)."""
+    """Bytes of (padded input, columns, product) of the largest chunk of images any
+    batch up to X's binds, aligned, for a concrete X shape; the geometry; the images in
+    that chunk (:func:`most_images_per_chunk`)."""
     geo = conv_geometry(x, w, attrs)
-    n = images_per_chunk(op, geo, x[0], item, device)
+    n = most_images_per_chunk(op, geo, x[0], item, device)
     kk = geo["k"][0] * geo["k"][1]
     rows = n * geo["out"][0] * row_width(geo, wide_rows(op, geo))
     cols = geo["c"] * kk * rows
@@ -458,10 +469,10 @@ def _grad_input_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[Tens
 
 def _grad_input_parts(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any],
                       item: int, device: str) -> tuple[int, int, int, dict[str, Any], int]:
-    """Bytes of one chunk's (padded dX, columns' gradient, dY's rows), aligned; the
-    geometry; the images per chunk."""
+    """Bytes of the largest chunk's (padded dX, columns' gradient, dY's rows) any batch
+    up to X's binds, aligned; the geometry; the images in that chunk."""
     geo = conv_geometry(x, w, attrs)
-    n = images_per_chunk("ConvGradInput", geo, x[0], item, device)
+    n = most_images_per_chunk("ConvGradInput", geo, x[0], item, device)
     padded = n * geo["c"] * geo["padded"][0] * geo["padded"][1]
     kk = geo["k"][0] * geo["k"][1]
     rows = n * geo["out"][0] * row_width(geo, wide_rows("ConvGradInput", geo))
@@ -482,8 +493,9 @@ def _conv_grad_input(k: KernelArgs) -> Step:
     wide rows, each position's columns added as one run of the flat padded dX), chunk
     by chunk of images."""
     xp, w, dy, dx = k.xp, k.ins[0], k.ins[1], k.outs[0]
-    a_bytes, b_bytes, _, geo, per = _grad_input_parts(tuple(dx.shape), tuple(w.shape),
-                                                      k.attrs, dx.dtype.itemsize, k.device)
+    a_bytes, b_bytes, _, geo, _ = _grad_input_parts(tuple(dx.shape), tuple(w.shape),
+                                                    k.attrs, dx.dtype.itemsize, k.device)
+    per = images_per_chunk("ConvGradInput", geo, dx.shape[0], dx.dtype.itemsize, k.device)
     g, m, c = geo["group"], geo["m"], geo["c"]
     (kh, kw), (sh, sw), (dh, dw) = geo["k"], geo["s"], geo["d"]
     (oh, ow), (hp, wp), pads = geo["out"], geo["padded"], geo["pads"]

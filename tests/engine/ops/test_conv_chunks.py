@@ -50,6 +50,9 @@ def test_chunks_of_images_match_the_whole_batch(x_shape: tuple, w_shape: tuple, 
         conv.row_width(geo, conv.wide_rows("Conv", geo)) * x.dtype.itemsize
     monkeypatch.setattr(conv, "CHUNK_BYTES", 2 * per_image)
     assert conv.images_per_chunk("Conv", geo, x_shape[0], x.dtype.itemsize, "cpu") == 2
+    for op in ("ConvGradWeight", "ConvGradInput"):  # narrow rows: as many, or one more
+        assert conv.images_per_chunk(op, geo, x_shape[0], x.dtype.itemsize, "cpu") < \
+            x_shape[0] - 1, op
     loss, grads, ws = _run(x, w, b, attrs)
     assert loss == pytest.approx(whole, rel=1e-12)
     for name, g in grads.items():
@@ -72,3 +75,51 @@ def test_a_chunk_is_as_many_images_as_the_bytes_allow_and_never_on_a_gpu() -> No
     assert conv.images_per_chunk("Conv", small, 64, 4, "cpu") == 64  # one chunk, as before
     huge = conv.conv_geometry((2, 512, 64, 64), (8, 512, 3, 3), dict(conv.CONV_ATTRS))
     assert conv.images_per_chunk("ConvGradWeight", huge, 2, 4, "cpu") == 1
+
+
+def _trained(batches: list[int], images: int | None, monkeypatch: pytest.MonkeyPatch
+             ) -> tuple[list[np.ndarray], int]:
+    """A float32 program compiled for a batch of 6 (a 3x3 convolution of 4 channels to
+    5 at 8x8, its input a parameter's product so that its input gradient is taken too),
+    one SGD step at each batch size given: the parameters after them, and the
+    workspace.  ``images``: the most images a chunk's columns may hold (None: all)."""
+    from engine import SGD, VM, CalcGraph, Init, Mode, compile_graph
+
+    geo = conv.conv_geometry((6, 4, 8, 8), (5, 4, 3, 3),
+                             {**conv.CONV_ATTRS, "pads": (1, 1, 1, 1)})
+    assert all(conv.wide_rows(op, geo) for op in ("Conv", "ConvGradWeight", "ConvGradInput"))
+    per_image = 4 * 9 * 8 * 10 * 4  # every op's rows are 10 wide: one figure for all
+    monkeypatch.setattr(conv, "CHUNK_BYTES", (images or 1000) * per_image)
+    g = CalcGraph()
+    x = g.placeholder("x", (0, 4, 8, 8))
+    y = g.placeholder("y", (0,), dtype="int64")
+    s0 = g.parameter("s0", (4, 4, 1, 1), init=Init.normal(0.0, 0.5))
+    w = g.parameter("w", (5, 4, 3, 3), init=Init.he_uniform())
+    wf = g.parameter("wf", (5 * 64, 3), init=Init.he_uniform())
+    p = g.path("train", Mode.BACKWARD_ENABLED)
+    t = p.Conv(p.Conv(x, s0), w, pads=(1, 1, 1, 1))
+    loss, _ = p.SoftmaxCrossEntropyLoss(p.MatMul(p.Reshape(t, shape=(0, 320)), wf), y,
+                                        outputs=["loss", "log_prob"])
+    p.set_loss(loss)
+    vm = VM(compile_graph(g, batch_size=6, optimizer=SGD(lr=0.1)), seed=3)
+    assert vm.allocated_bytes == vm.program.total_bytes
+    rng = np.random.default_rng(0)
+    for b in batches:
+        vm.set("x", rng.random((b, 4, 8, 8), dtype=np.float32))
+        vm.set("y", rng.integers(0, 3, b))
+        vm.train_step("train")
+    return [vm.get(name).copy() for name in ("s0", "w", "wf")], \
+        vm.program.zone_bytes["workspace"]
+
+
+def test_every_batch_up_to_the_compiled_one_binds_within_the_workspace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled for 6 images with 5 to a chunk (6 goes as 3 and 3), a batch of 5 binds as
+    one chunk of 5: the workspace holds the largest chunk any batch up to 6 binds, and
+    each batch trains as the whole batch at once does."""
+    batches = [6, 5, 4, 3, 2, 1, 6]
+    chunked, ws = _trained(batches, 5, monkeypatch)
+    whole, ws_whole = _trained(batches, None, monkeypatch)
+    for a, b in zip(chunked, whole, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert ws < ws_whole
