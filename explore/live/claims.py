@@ -90,8 +90,11 @@ class Claiming:
                 # named as ours, as a new claim is: the others judge it by this driver's
                 # heartbeats, not by when it was taken, while its parameters are drawn
                 sid = trial_id(t)
-                self._write(partial(self.storage.set_trial_user_attr, sid, CLAIM_ATTR,
-                                    self.driver))
+                try:
+                    self._write(partial(self.storage.set_trial_user_attr, sid, CLAIM_ATTR,
+                                        self.driver))
+                except UpdateFinishedTrialError:  # failed meanwhile (as stale): not ours
+                    return None  # the next claim reads the study again
                 self.our_ids.add(sid)
                 return Claim(sid, t.number, t.system_attrs.get("fixed_params"),
                              t.user_attrs.get(REQUEUED_FROM))

@@ -237,18 +237,24 @@ class LiveStudy(Claiming):
         past the total (two drivers claiming its last place at once, one reading between
         the two writes of another's :meth:`finish`) hold more places than the total, and
         what is left of them once it is reached (a claim given back, a repeat whose place
-        another trial took) would stay WAITING for ever.  Each fails "retried" with a
-        :data:`SURPLUS` reason: not counted, owed no repeat.
+        another trial took, or one queued as this very read failed a stale trial) would
+        stay WAITING for ever.  Each is taken as a claim takes a queued trial (from
+        WAITING, atomically: one another driver took meanwhile is that driver's, which
+        gives it back to the total and ends it when it settles in turn), then fails
+        "retried" with a :data:`SURPLUS` reason: not counted, owed no repeat.
 
         Only the queue's own places: a given-back claim without fixed parameters, or a
         repeat.  A trial a user queued (``study.enqueue_trial``) stays for a later run
         with a larger total.  The study's count is final (a trial that counts has
-        finished), so no claim can win a place now (:meth:`_lost`); one that took a
-        trial here meanwhile loses it to the total all the same, and gives it back to a
-        trial already failed (:meth:`_unclaim` lets that pass)."""
-        for t in self.view:
-            if t.state != TrialState.WAITING or not (
-                    REQUEUED_FROM in t.user_attrs or
+        finished), so none of these can be needed any more."""
+        try:  # read afresh: the read that found the total may have queued a repeat
+            # (all of them: Optuna's in-memory storage answers a read of the WAITING
+            # trials from past the last it saw waiting, so misses a claim given back)
+            trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        except Exception as e:
+            raise WriteFailed(_failed(e, self.file)) from None
+        for t in trials:
+            if t.state != TrialState.WAITING or not (REQUEUED_FROM in t.user_attrs or
                     (CLAIM_ATTR in t.user_attrs and not t.system_attrs.get("fixed_params"))):
                 continue
             sid = trial_id(t)
@@ -257,12 +263,16 @@ class LiveStudy(Claiming):
                       "fail_reason": f"{SURPLUS}: queued when the study reached its total of "
                                      f"{self.total} trials (claims of its last places raced)"}
 
-            def write(sid: int = sid, record: dict[str, Any] = record) -> None:
-                self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
-                self.storage.set_trial_state_values(sid, TrialState.FAIL)
+            def end(sid: int = sid, record: dict[str, Any] = record) -> None:
+                try:
+                    taken = self.storage.set_trial_state_values(sid, TrialState.RUNNING)
+                except (UpdateFinishedTrialError, KeyError):
+                    taken = False  # finished or taken meanwhile
+                if taken:
+                    self.storage.set_trial_user_attr(sid, RECORD_ATTR, record)
+                    self.storage.set_trial_state_values(sid, TrialState.FAIL)
 
-            with contextlib.suppress(UpdateFinishedTrialError):  # another driver's, first
-                self._write(write)
+            self._write(end)
 
     def stored_number(self, trial: Trial) -> int:
         """``trial``'s number in the storage (the one users see)."""

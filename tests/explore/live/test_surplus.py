@@ -6,6 +6,8 @@ themselves are the drivers' simulation's (``test_stale_races``, ``test_drivers_s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from explore.live import REQUEUED_FROM, LiveStudy, counted
+from explore.live import CLAIM_ATTR, REQUEUED_FROM, LiveStudy, counted
 from explore.live.names import SURPLUS, Claim, never_ran, owes_repeat
 from explore.sampling import suggest
 from explore.space import parse_space
@@ -69,6 +71,10 @@ def test_the_places_that_claims_past_the_total_leave_queued_are_ended(
         a, b = _at_once(first, second)
         trial = first.ask(a, lambda t: suggest(t, space))
         assert trial is not None
+        # a read of the queue while nothing waits (as Optuna's own ask makes): the
+        # in-memory storage then answers later such reads from past this point
+        assert not stored._storage.get_all_trials(stored._study_id,
+                                                  states=(TrialState.WAITING,))
         assert second.ask(b, lambda t: suggest(t, space)) is None  # lost to the total
         given_back = stored._storage.get_trial(b.stored_id)
         assert given_back.state == TrialState.WAITING
@@ -97,11 +103,12 @@ def test_the_places_that_claims_past_the_total_leave_queued_are_ended(
         second.close()
 
 
-def test_a_claim_that_takes_a_surplus_place_while_it_is_ended_gives_it_up(
+def test_a_surplus_place_another_driver_took_meanwhile_is_left_to_it(
         stored: optuna.Study) -> None:
     """A driver that read the study before its total was reached takes a given-back
-    claim from the queue while another ends it as surplus: whichever write lands
-    second, the trial ends FAIL as surplus and the claim gives way to the total."""
+    claim from the queue between the settling driver's read and its write: the settling
+    driver leaves it (it ends only what it takes from WAITING itself), the taker finds
+    the total reached, gives it back, and ends it when it settles in turn."""
     space = parse_space(SPACE)
     first, second = _drivers(stored, 1)
     try:
@@ -110,8 +117,6 @@ def test_a_claim_that_takes_a_surplus_place_while_it_is_ended_gives_it_up(
         assert trial is not None and second.ask(b, lambda t: suggest(t, space)) is None
         first.finish(trial, 0.5)
         first.flush()
-        # the second driver takes the given-back claim (on a read from before the end)
-        # between the first's read of the queue and its write
         write = first._write
         taken: list[bool] = []
 
@@ -123,16 +128,71 @@ def test_a_claim_that_takes_a_surplus_place_while_it_is_ended_gives_it_up(
 
         first._write = take_first  # type: ignore[method-assign,assignment]
         assert first.settled()
-        assert taken == [True]  # it read the trial WAITING, and ended it taken all the same
+        assert taken == [True]  # it read the trial WAITING; the second took it first
+        assert stored._storage.get_trial(b.stored_id).state == TrialState.RUNNING
+        second.our_ids.add(b.stored_id)  # the second's claim, as claim() records it
+        assert second.ask(b, lambda t: suggest(t, space)) is None  # lost to the total
+        assert stored._storage.get_trial(b.stored_id).state == TrialState.WAITING
+        assert second.settled()
         ended = stored._storage.get_trial(b.stored_id)
         assert ended.state == TrialState.FAIL and never_ran(ended)
-        # the taker's ask finds the total reached and gives the claim back: a no-op now
-        second.our_ids.add(b.stored_id)
-        assert second.ask(b, lambda t: suggest(t, space)) is None
-        assert stored._storage.get_trial(b.stored_id).state == TrialState.FAIL
-        assert second.settled()
         assert not [t for t in stored.get_trials(deepcopy=False)
                     if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_repeat_queued_by_the_read_that_finds_the_total_is_ended(
+        stored: optuna.Study) -> None:
+    """The read that finds the total also fails a dead driver's claim as stale, which
+    queues its repeat: that repeat, not in the read, is ended too."""
+    space = parse_space(SPACE)
+    first, other = _drivers(stored, 1)
+    try:
+        claim = first.claim()
+        assert claim is not None
+        trial = first.ask(claim, lambda t: suggest(t, space))
+        assert trial is not None
+        # a claim of a driver of this host that has exited, taken on a read from before
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dead = stored.ask()
+        stored._storage.set_trial_user_attr(dead._trial_id, CLAIM_ATTR,
+                                            f"{first.host}:{gone}:abc123")
+        first.finish(trial, 0.5)
+        first.flush()
+        assert first.settled()
+        trials = stored.get_trials(deepcopy=False)
+        stale = trials[dead.number]
+        assert stale.state == TrialState.FAIL and owes_repeat(stale)  # failed, re-queued
+        repeat, = [t for t in trials if t.user_attrs.get(REQUEUED_FROM) == dead.number]
+        assert repeat.state == TrialState.FAIL and never_ran(repeat)
+        assert sum(counted(t) for t in trials) == 1
+    finally:
+        first.close()
+        other.close()
+
+
+def test_a_claim_of_a_trial_ended_as_it_is_taken_claims_nothing(
+        stored: optuna.Study) -> None:
+    """A queued trial ended (as stale or surplus) between a driver's taking it and
+    writing its name: the claim returns nothing, and the next claim reads again."""
+    first, second = _drivers(stored, 2)
+    try:
+        stored.enqueue_trial({}, user_attrs={REQUEUED_FROM: 0})
+        first.refresh(force=True)
+        take = first.storage.set_trial_state_values
+
+        def ended_meanwhile(sid: int, state: TrialState, values: Any = None) -> bool:
+            got = take(sid, state, values)
+            if state == TrialState.RUNNING:
+                second.storage.set_trial_state_values(sid, TrialState.FAIL)
+            return got
+
+        first.storage.set_trial_state_values = ended_meanwhile  # type: ignore[method-assign]
+        assert first.claim() is None
+        assert not first.our_ids
     finally:
         first.close()
         second.close()
