@@ -23,7 +23,7 @@ than :data:`CHUNK_BYTES`, each op takes them for a chunk of the batch's images a
 time (:func:`images_per_chunk`), the same workspace reused chunk after chunk, and the
 weight gradient sums the chunks' products.  Columns that stay in the cache cost less
 to write and to read back than one copy of the whole batch's (a 32-channel 5x5
-convolution of 64 images of 14x14 writes 40 MB of columns), and the workspace, which
+convolution of 64 images of 14x14 writes 52 MB of columns), and the workspace, which
 the compiler sizes for the largest chunk, shrinks by the same factor.  On a GPU the
 batch is one GEMM, as wide as it comes.
 
@@ -173,11 +173,13 @@ def row_width(geo: dict[str, Any], wide: bool) -> int:
     return int(geo["padded"][1]) if wide else int(geo["out"][1])
 
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 2 << 20
 """The most bytes of columns an op takes at once on the CPU (module docstring): a few
-images' worth for a large convolution, about what a core's cache holds.  Measured
-(``docs/measurements.md``): the 32-channel 5x5 convolution of 64 images of 14x14 took
-a third less time in chunks of 4 to 8 images than in one, and 1 to 2 were no better."""
+images' worth for a large convolution, about what a core's caches hold.  Measured by
+``bench/conv_chunks.py`` (``docs/measurements.md``): over four layers of the MNIST CNN
+space, a convolution and its two gradients took 18-33% less time in chunks of 2 MiB
+than the whole batch at once; 1 and 4 MiB were within a few percent of 2, 8 and 16 MiB
+up to a third slower than 2."""
 
 
 def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: str) -> int:
@@ -186,9 +188,9 @@ def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: st
     fit :data:`CHUNK_BYTES`, else as few chunks as fit it, alike in size (31 images'
     columns fitting, a batch of 64 goes as 22, 22 and 20, not 31, 31 and 2).
 
-    >>> geo = conv_geometry((64, 32, 14, 14), (32, 32, 5, 5), {"pads": (2, 2, 2, 2)})
+    >>> geo = conv_geometry((64, 16, 14, 14), (32, 16, 3, 3), {"pads": (1, 1, 1, 1)})
     >>> images_per_chunk("Conv", geo, 64, 4, "cpu"), images_per_chunk("Conv", geo, 64, 4, "gpu")
-    (5, 64)
+    (16, 64)
     """
     fit = most_images_per_chunk(op, geo, n, item, device)
     return -(-n // -(-n // fit))
