@@ -177,9 +177,9 @@ CHUNK_BYTES = 2 << 20
 """The most bytes of columns an op takes at once on the CPU (module docstring): a few
 images' worth for a large convolution, about what a core's caches hold.  Measured by
 ``bench/conv_chunks.py`` (``docs/measurements.md``): over four layers of the MNIST CNN
-space, a convolution and its two gradients took 18-33% less time in chunks of 2 MiB
-than the whole batch at once; 1 and 4 MiB were within a few percent of 2, 8 and 16 MiB
-up to a third slower than 2."""
+space, a convolution and its two gradients took 21-33% less time in chunks of 2 MiB
+than the whole batch at once; 1 MiB was within 5% of 2 either way, 4 MiB 1.5% faster
+on the 5x5 layer and up to 15% slower on the 3x3 ones, 8 and 16 MiB slower still."""
 
 
 def images_per_chunk(op: str, geo: dict[str, Any], n: int, item: int, device: str) -> int:
