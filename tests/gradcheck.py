@@ -93,6 +93,18 @@ def loss_value(vm: VM, state: Any) -> float:
     return float(vm.get(vm.program.buffers[vm.program.paths[0].loss].name))  # type: ignore[index]
 
 
+def loss_grads_workspace(case: Case) -> tuple[float, dict[str, np.ndarray], int]:
+    """One forward and backward of ``case`` with the heap checked exact: the loss, each
+    parameter's gradient, and the program's workspace bytes (what a kernel variant's
+    tests compare between two ways of running the same op)."""
+    vm, params = build(case)
+    assert vm.allocated_bytes == vm.program.total_bytes
+    loss = loss_value(vm, vm.rng.bit_generator.state)
+    vm.apply_loss(0)
+    vm.backward(0)
+    return loss, {p: vm.grad(p) for p in params}, vm.program.zone_bytes["workspace"]
+
+
 def check(case: Case, eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-7) -> None:
     vm, params = build(case)
     state = vm.rng.bit_generator.state

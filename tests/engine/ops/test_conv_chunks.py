@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.ops import conv
-from tests.gradcheck import Case, build, loss_value
+from tests.gradcheck import Case, loss_grads_workspace
 
 R = np.random.default_rng(5)
 
@@ -25,13 +25,7 @@ GEOMETRIES = [  # (x, w, attrs): wide and narrow rows, groups, strides, no paddi
 
 def _run(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict
          ) -> tuple[float, dict[str, np.ndarray], int]:
-    """The checked scalar, the gradients of x, w and b, and the workspace bytes."""
-    vm, params = build(Case("Conv", [x, w, b], attrs))
-    assert vm.allocated_bytes == vm.program.total_bytes
-    loss = loss_value(vm, vm.rng.bit_generator.state)
-    vm.apply_loss(0)
-    vm.backward(0)
-    return loss, {p: vm.grad(p) for p in params}, vm.program.zone_bytes["workspace"]
+    return loss_grads_workspace(Case("Conv", [x, w, b], attrs))
 
 
 @pytest.mark.parametrize("layout", ["im2col/tn", "im2col/nt"])
