@@ -77,10 +77,10 @@ def child(shape: str, chunk_mib: float) -> None:
     pc = prog.paths[prog.path_index("train")]
     kinds = [prog.instrs[i].op for i in (*pc.forward, *pc.backward)]
     steps = [*b.forward[prog.path_index("train")], *next(iter(b.backward.values()))]
+    by_op = {op: [f for kind, f in zip(kinds, steps, strict=True) if kind == op] for op in OPS}
     samples: dict[str, list[float]] = {op: [] for op in OPS}
     for _ in range(7):
-        for op in OPS:
-            fs = [f for kind, f in zip(kinds, steps, strict=True) if kind == op]
+        for op, fs in by_op.items():
             t0 = time.perf_counter()
             for _ in range(5):
                 for f in fs:

@@ -325,20 +325,30 @@ def _conv(k: KernelArgs) -> Step:
     return pick_variant("Conv", VARIANTS, k.attrs).kernel(k)
 
 
+def _im2col_chunks(k: KernelArgs, x: Any, geo: dict[str, Any], op: str
+                   ) -> tuple[list[tuple[int, int, Step, Any, int]], int, int]:
+    """``op``'s im2col chunk by chunk of ``x``'s images (:func:`images_per_chunk`), each
+    chunk's columns in the same workspace: each chunk's images ``[lo, hi)`` with its
+    im2col step, columns and their row width; the workspace offset after the largest
+    chunk's; the images per chunk."""
+    n = x.shape[0]
+    per = images_per_chunk(op, geo, n, x.dtype.itemsize, k.device)
+    parts, end = [], 0
+    for lo, hi in chunks(n, per):
+        fill, cols, r, at = _im2col(k.xp, x[lo:hi], k.ws, geo, 0, wide_rows(op, geo))
+        parts.append((lo, hi, fill, cols, r))
+        end = max(end, at)
+    return parts, end, per
+
+
 def _im2col_start(k: KernelArgs) -> tuple[Any, Any, Any, Any, dict[str, Any],
                                           list[tuple[int, int, Step, Any, int]], int]:
     """What both GEMM layouts begin with: (x, w, bias or None, y, the geometry, each
-    chunk's images ``[lo, hi)`` with its im2col step, columns and their row width, the
-    workspace offset after the largest chunk's columns)."""
+    chunk's images with its im2col step, columns and row width, the workspace offset
+    after the largest chunk's columns: :func:`_im2col_chunks`)."""
     x, w = k.ins[0], k.ins[1]
     geo = conv_geometry(tuple(x.shape), tuple(w.shape), k.attrs)
-    n = x.shape[0]
-    per = images_per_chunk("Conv", geo, n, x.dtype.itemsize, k.device)
-    parts, end = [], 0
-    for lo, hi in chunks(n, per):  # each chunk's columns in the same workspace
-        fill, cols, r, at = _im2col(k.xp, x[lo:hi], k.ws, geo, 0, wide_rows("Conv", geo))
-        parts.append((lo, hi, fill, cols, r))
-        end = max(end, at)
+    parts, end, _ = _im2col_chunks(k, x, geo, "Conv")
     return x, w, k.ins[2] if len(k.ins) == 3 else None, k.outs[0], geo, parts, end
 
 
@@ -425,14 +435,7 @@ def _conv_grad_weight(k: KernelArgs) -> Step:
     xp, x, dy, dw = k.xp, k.ins[0], k.ins[1], k.outs[0]
     geo = conv_geometry(tuple(x.shape), tuple(dw.shape), k.attrs)
     g, m, (oh, ow) = geo["group"], geo["m"], geo["out"]
-    n = x.shape[0]
-    per = images_per_chunk("ConvGradWeight", geo, n, x.dtype.itemsize, k.device)
-    parts, end = [], 0
-    for lo, hi in chunks(n, per):
-        fill, cols, r, at = _im2col(xp, x[lo:hi], k.ws, geo, 0,
-                                    wide_rows("ConvGradWeight", geo))
-        parts.append((lo, hi, fill, cols, r))
-        end = max(end, at)
+    parts, end, per = _im2col_chunks(k, x, geo, "ConvGradWeight")
     dwm = dw.reshape(m, -1)
     mg, ckk = m // g, dwm.shape[1]
     rows = per * oh * parts[0][4]

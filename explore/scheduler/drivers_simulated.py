@@ -52,8 +52,8 @@ GAVE_UP = "its grid point"
 # A place left queued once the study had its total is ended so by LiveStudy.settled: it
 # never ran, and is owed no repeat either.
 SURPLUS = "surplus"
-# Known gaps: a storage failure, or another driver's claim, between two writes of the
-# study side that belong together.
+# Known gaps: a storage failure between two writes of the study side that belong
+# together.
 # LiveStudy.finish (and _fail_stale) write a trial FAIL "retried", then queue its repeat
 # in a call of its own: a failure between the two loses the repeat (its parameters
 # never run again; the total is still reached, by a new trial).
