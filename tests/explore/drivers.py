@@ -253,7 +253,7 @@ def running_trials(storage: str, least: int, timeout: float = 120,
             return placed
         if driver is not None and driver.poll() is not None:
             break  # it ended: no trial will run now
-        time.sleep(0.2)
+        time.sleep(0.05)
     said = ""
     if driver is not None:  # stopped as Ctrl-C does, so that its summary says why
         if driver.poll() is None:

@@ -439,7 +439,7 @@ def test_the_study_file_deleted_mid_run(tmp_path: Path, kind: str,
     there and completes it exactly."""
     storage = _storage(kind, tmp_path, request)
     path = tmp_path / ("grid.db" if kind == "sqlite" else "grid.log")
-    space = grid_space(tmp_path, 12, rounds=20, workers=2, memory="400MB")
+    space = grid_space(tmp_path, 12, rounds=120, workers=2, memory="400MB")
     driver, out = stopped_by(space, storage, path.unlink, frozen=True)  # lands mid-run
     assert f"{path} was deleted while the run went on" in out, out
     assert not shared_files(driver.pid)
@@ -501,7 +501,7 @@ def test_the_disk_remounted_read_only_mid_run(tmp_path: Path) -> None:
     "readonly database" then is explained as test_errors shows.)"""
     with small_disk(tmp_path, "20m") as disk:
         storage = _journal(disk)
-        space = grid_space(tmp_path, 12, rounds=20, workers=2, memory="400MB")
+        space = grid_space(tmp_path, 12, rounds=120, workers=2, memory="400MB")
         _, out = stopped_by(space, storage, lambda: subprocess.run(
             ["mount", "-o", "remount,ro", str(disk)], check=True), frozen=True)
         assert "cannot be written" in out and "read-only" in out, out
