@@ -165,7 +165,8 @@ def test_a_driver_killed_mid_run_is_taken_over(tmp_path: Path, kind: str,
     killed driver outlives it, and its shared data file (which ``kill -9`` leaves) is
     swept by the drivers that start after it."""
     storage = _storage(kind, tmp_path, request)
-    space = grid_space(tmp_path, 16, rounds=8, grace=3)
+    # 30 rounds: a run of 8-round trials can end between two looks for a running one
+    space = grid_space(tmp_path, 16, rounds=30, grace=3)
     victim = start(space, storage)
     running_trials(storage, 1, driver=victim)
     family = descendants(victim.pid)
