@@ -25,10 +25,13 @@ class Result:
     output: str
 
 
-def explore_run(*args: str | Path, timeout: float = 300) -> Result:
-    """``explore run ARGS --quiet`` in a fresh process; its exit status and output."""
+def explore_run(*args: str | Path, timeout: float = 300,
+                env: dict[str, str] | None = None) -> Result:
+    """``explore run ARGS --quiet`` in a fresh process (its environment this one's, with
+    ``env`` added); its exit status and output."""
     r = subprocess.run([sys.executable, "-m", "explore.cli", "run", *map(str, args),
-                        "--quiet"], capture_output=True, text=True, timeout=timeout)
+                        "--quiet"], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **(env or {})})
     return Result(r.returncode, r.stdout + r.stderr)
 
 
