@@ -69,6 +69,7 @@ class Candidate:
     # the models its program runs (a stack's members): what its FLOPs are counted over.
     rows: tuple[int, int] = (0, 0)
     models: int = 1
+    refresh: int = 0  # training.refresh_statistics: counted where the program has them
 
     @property
     def heap_bytes(self) -> int:
@@ -78,8 +79,10 @@ class Candidate:
     def round_flops(self) -> tuple[int, int]:
         """One model's FLOPs in a round: training on ``rows[0]`` rows in mini-batches of
         ``train_batch``, and validating ``rows[1]`` rows (a stack's divided among its
-        models); see :func:`explore.utilisation.round_flops`."""
-        return round_flops(self.program, self.train_batch, self.rows, self.models)
+        models), the refreshed statistics' forward passes counted with validation; see
+        :func:`explore.utilisation.round_flops`."""
+        return round_flops(self.program, self.train_batch, self.rows, self.models,
+                           self.refresh)
 
     def fitting(self) -> Iterator[Program]:
         """The programs it can run as, preferred (largest) first, each compiled once."""

@@ -40,6 +40,10 @@ SamplerName = Annotated[str, BeforeValidator(samplers.SAMPLERS.check)]
 PrunerName = Annotated[str, BeforeValidator(pruners.PRUNERS.check)]
 FamilyName = Annotated[str, BeforeValidator(families.FAMILIES.check)]
 
+# refresh_statistics: "auto": mini-batches forwarded before a validation.  At PyTorch's
+# batch-norm momentum (0.1) 30 leave 4% of the statistics training left.
+REFRESH_AUTO = 30
+
 
 class DatasetSection(Strict):
     """The ``dataset:`` section: a registered name, or a file of the user's::
@@ -475,6 +479,22 @@ class Training(Strict):
     # where a pruner reads the values, after the last alone where none does (a trial's
     # value is its last round's).  A round not validated reports no intermediate value.
     validate_every: Annotated[Int, Field(ge=1)] | Literal["auto"] = 1
+    # Before each validation, forward this many mini-batches of training rows (the
+    # weights unchanged) so that batch norms' running statistics are the weights'
+    # now, not an average over the round's last steps, which lags them
+    # (engine.runtime.train.refresh_statistics); only for models that keep such
+    # statistics.  "auto": 30.  0: validate on the statistics training left.
+    refresh_statistics: Annotated[Int, Field(ge=0, le=100_000)] | Literal["auto"] = "auto"
+
+    def statistics_batches(self) -> int:
+        """Mini-batches forwarded before each validation where the model keeps running
+        statistics (``refresh_statistics``).
+
+        >>> Training().statistics_batches(), Training(refresh_statistics=0).statistics_batches()
+        (30, 0)
+        """
+        return REFRESH_AUTO if self.refresh_statistics == "auto" else \
+            int(self.refresh_statistics)
 
     def validation_interval(self, rounds: int, prunes: bool) -> int:
         """Rounds between validations (``rounds``: after the last alone).

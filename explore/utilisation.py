@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.runtime.train import running_statistics
+
 # What a worker's time went to, in the order shown; "idle" is the rest of its life.
 PARTS = ("train", "valid", "lost", "switch", "setup", "idle")
 WORDS = {"train": "training", "valid": "validating", "lost": "rounds lost to pruning",
@@ -37,13 +39,15 @@ WORDS = {"train": "training", "valid": "validating", "lost": "rounds lost to pru
          "idle": "waiting (starting, for candidates and for the pruner's word)"}
 
 
-def round_flops(program: Any, train_batch: int, rows: tuple[int, int], models: int = 1
-                ) -> tuple[int, int]:
+def round_flops(program: Any, train_batch: int, rows: tuple[int, int], models: int = 1,
+                refresh: int = 0) -> tuple[int, int]:
     """One model's FLOPs in a round of ``program``: training ``rows[0]`` rows in
     mini-batches of ``train_batch`` (the forward and backward passes of its ``train``
     path per row, and one optimizer update per mini-batch) and validating ``rows[1]``
-    rows (its ``eval`` path, forward); a stack's (``models``) divided among its models.
-    A path the program lacks counts 0.
+    rows (its ``eval`` path, forward, and where the program keeps running statistics
+    the ``train`` path's forward of the ``refresh`` mini-batches that refresh them:
+    :func:`engine.runtime.train.refresh_statistics`); a stack's (``models``) divided
+    among its models.  A path the program lacks counts 0.
 
     >>> from engine import Adam, compile_graph
     >>> from engine.models import paper_mlp
@@ -61,6 +65,9 @@ def round_flops(program: Any, train_batch: int, rows: tuple[int, int], models: i
         train = n_train * per_row + math.ceil(n_train / max(train_batch, 1)) * flops.update
     if "eval" in names and n_valid:
         valid = n_valid * flops.per_row("eval")
+        if refresh and running_statistics(program):
+            batches = min(refresh, n_train // max(train_batch, 1))
+            valid += batches * train_batch * flops.forward["train"] / program.batch_size
     return round(train / models), round(valid / models)
 
 

@@ -63,6 +63,8 @@ class Intake:
                  rows: tuple[int, int] = (0, 0)) -> None:
         self.bound, self.live, self.stats, self.notes = bound, live, stats, notes
         self.rows = rows  # a round's training and validation rows: its FLOPs are counted on
+        # and the batches forwarded before a validation (batch norms' statistics)
+        self.refresh = bound.space.training.statistics_batches()
         self.fail, self.stack = fail, stack
         self.fallbacks = fallbacks  # compile_candidate's: smaller programs where room is short
         self.errors = user_errors(bound)
@@ -130,7 +132,7 @@ class Intake:
         try:
             cand = compile_candidate(self.bound, d.params, self.stats.arena, graph=d.graph,
                                      fallbacks=self.fallbacks)
-            cand.rows = self.rows
+            cand.rows, cand.refresh = self.rows, self.refresh
         except BudgetError as e:
             self.fail(d.trial, f"does not fit: {e}")
             return None
@@ -155,4 +157,5 @@ class Intake:
         self.stats.counts["stacked"] = self.stats.counts.get("stacked", 0) + len(group)
         if isinstance(pending.candidate, Candidate):
             pending.candidate.rows, pending.candidate.models = self.rows, len(group)
+            pending.candidate.refresh = self.refresh
         return pending

@@ -90,6 +90,9 @@ class Start:
     # Validate after every k-th round and after the last (training.validate_every); a
     # round not validated is reported with its training figures alone (``validated``).
     validate_every: int = 1
+    # Mini-batches forwarded before each validation where the program keeps running
+    # statistics (training.refresh_statistics).
+    refresh_statistics: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,17 +37,13 @@ def test_a_shipped_model_space_runs(tmp_path: Path, name: str) -> None:
     assert any(t.state.name == "COMPLETE" for t in study.trials)
 
 
-# The best validation accuracy each whole run must pass (chance is 0.1).  The residual
-# networks' batch norms validate with running statistics that lag weights Adam moves
-# fast over three short rounds: the same networks in PyTorch validate at 0.52-0.88
-# where their batch statistics give 0.94-0.98, and at 0.94 once the statistics are
-# taken again under the last weights; the best of the run's eight trials came out at
-# 0.75 and 0.88 in two runs of the same code.
-LEARNS = {"residual_mnist": 0.5, "onnx_mnist": 0.85}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(LEARNS))
+@pytest.mark.parametrize("name", ["residual_mnist", "onnx_mnist"])
 def test_a_shipped_model_space_runs_whole_and_learns(tmp_path: Path, name: str) -> None:
+    """The best of the whole run validates above 0.85 (chance: 0.1).  The residual
+    networks' batch norms learn with Adam's fast-moving weights over three short
+    rounds: validated on the running statistics training left, their best came out at
+    0.75 and 0.88 in two runs; on statistics refreshed before each validation (the
+    default, ``training.refresh_statistics``), at 0.95."""
     study = run_copy(tmp_path, name)
-    assert study.best_value > LEARNS[name]
+    assert study.best_value > 0.85

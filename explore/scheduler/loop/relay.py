@@ -111,7 +111,8 @@ class Relay(Startup):
                     saves[0] if stack is None else None,
                     members=() if stack is None else stack.members,
                     member_save_to=() if stack is None else tuple(saves),
-                    validate_every=self.validate_every)
+                    validate_every=self.validate_every,
+                    refresh_statistics=self.refresh_statistics)
         if w in dead or not self._send(w, msg):
             self.core.unplace(w.index, pend, stack, c.offset, size)  # it waits again
             if w not in dead:

@@ -130,6 +130,7 @@ class Scheduler(Relay):
         self.policy = OptunaPolicy(self.study, space)
         self.validate_every = space.training.validation_interval(
             space.budget.rounds, prunes=self.policy.reports and space.pruner.name != "none")
+        self.refresh_statistics = space.training.statistics_batches()
         # in rotation every trial waits for its word after each report: its next turn
         self.gated = self.policy.gated or self.rotation is not None
         self.core = Core(self.policy, self.stats, lockstep=self.lockstep,

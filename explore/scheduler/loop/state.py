@@ -53,6 +53,7 @@ class RunState:
     lockstep: bool
     gated: bool
     validate_every: int
+    refresh_statistics: int
     core: Core
     remaining: int
     memory: MemorySampler

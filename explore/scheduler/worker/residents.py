@@ -37,6 +37,7 @@ class Resident:
     validation: Validation  # what the eval path measures, and the metrics made of it
     gated: bool = False  # after a report, wait for "continue" (or "pause": at a rung)
     validate_every: int = 1  # validate after every k-th round, and after the last
+    refresh: int = 0  # mini-batches forwarded before validating (batch norms' statistics)
     paused: bool = False  # at a rung: the worker may start another trial meanwhile
     round: int = 0
     runnable: bool = True
@@ -191,7 +192,7 @@ class ArenaHost:
             r.rng = copy.deepcopy(old.rng)
             r.round, r.started, r.switches, r.busy_s, r.valid_s = \
                 old.round, old.started, old.switches, old.busy_s, old.valid_s
-            r.validate_every = old.validate_every
+            r.validate_every, r.refresh = old.validate_every, old.refresh
             r.waiting = old.waiting & set(part.members)
             r.held = set(part.members) if part.paused else set()
             r.paused = part.paused

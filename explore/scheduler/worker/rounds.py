@@ -7,7 +7,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from engine.runtime.train import train_epoch
+from engine.runtime.train import refresh_statistics, train_epoch
 from explore.scheduler.protocol import Done, Report, TrialFailed
 from explore.scheduler.worker.residents import ArenaHost, Resident
 from explore.scheduler.worker.validation import diverged
@@ -35,6 +35,9 @@ def run_round(h: ArenaHost, res: Resident, stopped: Callable[[], bool]) -> None:
         measured: dict[int, dict[str, float]] = {m: {} for m in live}
         validated = res.round % res.validate_every == 0 or res.round >= res.rounds
         if validated and not all(bad.values()):
+            if res.refresh:  # batch norms' statistics of the weights now
+                refresh_statistics(res.vm, arrays["x_train"], arrays["y_train"], res.refresh,
+                                   batch=res.batch, turn=res.round)
             if res.stacked:
                 every = res.validation.measure_members(res.vm, xv, yv, len(res.members))
                 measured = {m: every[res.members.index(m)] for m in live}

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from engine.runtime.arena import Arena
+from engine.runtime.train import running_statistics
 from explore.scheduler.protocol import (
     ArenaOpened,
     Attach,
@@ -128,6 +129,7 @@ def handle(h: ArenaHost, msg: ToWorker) -> None:
                 r.vm.check("x", h.arrays["x_train"])
                 r.vm.check("y", h.arrays["y_train"])
                 r.validate_every = msg.validate_every
+                r.refresh = msg.refresh_statistics if running_statistics(prog) else 0
             except Exception as e:  # a candidate that cannot run: report it, go on
                 h.drop(msg.number)
                 for m in members:

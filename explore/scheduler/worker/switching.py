@@ -54,7 +54,7 @@ def switch_out(h: ArenaHost, msg: SwitchOut) -> None:
     try:
         os.makedirs(h.switch_dir, exist_ok=True)
         extra = {"rounds": r.rounds, "batch": r.batch, "gated": r.gated,
-                 "validate_every": r.validate_every,
+                 "validate_every": r.validate_every, "refresh": r.refresh,
                  "target_std": r.validation.target_std, "save_to": r.save_to.get(number),
                  "round": r.round, "clock": clock_text(r.started, r.busy_s, r.valid_s),
                  "switches": r.switches, "data_order": r.rng.bit_generator.state}
@@ -86,7 +86,7 @@ def switch_in(h: ArenaHost, msg: SwitchIn) -> None:
         t0 = time.perf_counter()  # binding it counts as setup (host); reading it back here
         got = r.vm.read_state(path)
         r.rounds, r.batch, r.gated = got["rounds"], got["batch"], got["gated"]
-        r.validate_every = got["validate_every"]
+        r.validate_every, r.refresh = got["validate_every"], got["refresh"]
         r.validation.target_std = got["target_std"]
         r.save_to = {msg.number: got["save_to"]}
         r.round, r.switches = got["round"], got["switches"]
