@@ -35,9 +35,9 @@ MNIST = {"train": 600, "valid": 300}
 
 # OpenBLAS's kernels for one x86 generation on every x86 machine: each CPU's own (FMA or
 # not, 4 or 8 lanes) round a product's last bits differently, and the residual space's
-# first trial, trained on 600 images, carries those bits into a validation accuracy 1.3
-# points apart (0.08 with these kernels, 0.067 with Haswell's or Zen's): a run that says
-# nothing of the scheduler.  Elsewhere (ARM) the variable is not set.
+# first trial, trained on 600 images, carried those bits into a validation accuracy 1.3
+# points apart (0.08 with these kernels, 0.067 with Haswell's or Zen's, on an AMD EPYC):
+# a difference that says nothing of the scheduler.  Elsewhere (ARM) it is not set.
 SAME_KERNELS = {"OPENBLAS_CORETYPE": "Sandybridge"} if platform.machine() in (
     "x86_64", "AMD64") else {}
 
