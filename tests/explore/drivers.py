@@ -298,17 +298,58 @@ def stop_between_writes(p: subprocess.Popen, files: list[Path], timeout: float =
         time.sleep(0.005)
 
 
+def _open_for_writing(pids: list[int], folder: Path) -> list[str]:
+    """The files under ``folder`` that any of ``pids`` holds open for writing now
+    (``/proc/PID/fdinfo``'s flags, O_WRONLY or O_RDWR)."""
+    held = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    flags = int(next(x for x in f if x.startswith("flags:")).split()[1], 8)
+            except (OSError, StopIteration, ValueError):
+                continue
+            if target.startswith(f"{folder}/") and flags & os.O_ACCMODE in (os.O_WRONLY,
+                                                                              os.O_RDWR):
+                held.append(target)
+    return held
+
+
+def stop_with_nothing_open(p: subprocess.Popen, folder: Path, timeout: float = 30) -> None:
+    """SIGSTOP driver ``p`` and its workers at a moment none of them holds a file under
+    ``folder`` open for writing (a journal is opened for each append): a file system
+    with a file open for writing cannot be remounted read-only ("busy")."""
+    deadline = time.time() + timeout
+    while True:
+        os.killpg(p.pid, signal.SIGSTOP)
+        time.sleep(0.01)  # the stop has landed on every thread
+        if not _open_for_writing([p.pid, *descendants(p.pid)], folder):
+            return
+        os.killpg(p.pid, signal.SIGCONT)
+        assert time.time() < deadline, "the driver never closed its files"
+        time.sleep(0.005)
+
+
 def stopped_by(space: Path, storage: str, fault: Callable[[], object], least: int = 2,
-               timeout: float = 180, frozen: bool = False) -> tuple[subprocess.Popen, str]:
+               timeout: float = 180, frozen: bool = False,
+               closed: Path | None = None) -> tuple[subprocess.Popen, str]:
     """One driver on ``space``, and ``fault()`` once ``least`` of its trials run: it
     must stop by itself, exit 1, without a traceback, no worker of it left.  Returns
     the driver and what it printed.  ``frozen``: the driver and its workers are stopped
     (SIGSTOP) while the fault happens, so that it lands mid-run however fast the trials
-    run (a server's own faults: the server ends the connections itself)."""
+    run (a server's own faults: the server ends the connections itself); with
+    ``closed``, at a moment none holds a file under that folder open for writing."""
     driver = start(space, storage)
     running_trials(storage, least, driver=driver)
     family = descendants(driver.pid)
-    if frozen:
+    if frozen and closed is not None:
+        stop_with_nothing_open(driver, closed)
+    elif frozen:
         os.killpg(driver.pid, signal.SIGSTOP)
     try:
         fault()

@@ -504,7 +504,7 @@ def test_the_disk_remounted_read_only_mid_run(tmp_path: Path) -> None:
         storage = _journal(disk)
         space = grid_space(tmp_path, 12, rounds=120, workers=2, memory="400MB")
         _, out = stopped_by(space, storage, lambda: subprocess.run(
-            ["mount", "-o", "remount,ro", str(disk)], check=True), frozen=True)
+            ["mount", "-o", "remount,ro", str(disk)], check=True), frozen=True, closed=disk)
         assert "cannot be written" in out and "read-only" in out, out
         subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
         runs_again(space, storage, 12)
