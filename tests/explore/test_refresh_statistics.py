@@ -15,12 +15,10 @@ import pytest
 from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.datasets import load_digits
-from explore.scheduler import Scheduler
-from explore.space import SpaceError, load_space, parse_space
+from explore.space import SpaceError, parse_space
 from explore.space_sections import Training
-from explore.study import open_study
 from explore.utilisation import round_flops
-from tests.explore.cli_run import IN_TEST
+from tests.explore.digits_runs import run_digits
 
 SPACE = """\
 name: rs
@@ -40,12 +38,7 @@ def run(tmp_path: Path, model: str, refresh: str) -> list[dict[str, Any]]:
     """Each trial's record after a run of the space (one worker, its sampler seed)."""
     folder = tmp_path / refresh
     folder.mkdir()
-    f = folder / "rs.yaml"
-    f.write_text(SPACE.format(model=model, refresh=refresh))
-    space = load_space(f)
-    study = open_study(space, f"sqlite:///{folder / 'rs.db'}")
-    Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
-              device="cpu", main=IN_TEST).run(2)
+    space, study = run_digits(folder, "rs", SPACE.format(model=model, refresh=refresh), 2)
     bound, data = bind(space), load_digits()
     out = []
     for t in sorted(study.trials, key=lambda t: t.number):

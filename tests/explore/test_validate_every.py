@@ -12,11 +12,9 @@ import pytest
 from explore.binding import bind
 from explore.candidate import compile_candidate
 from explore.datasets import load_digits
-from explore.scheduler import Scheduler
-from explore.space import SpaceError, load_space, parse_space
-from explore.study import open_study
+from explore.space import SpaceError, parse_space
 from explore.utilisation import round_flops
-from tests.explore.cli_run import IN_TEST
+from tests.explore.digits_runs import run_digits
 
 SPACE = """\
 name: ve
@@ -30,12 +28,7 @@ training: {{optimizer: adam, lr: 0.01, batch_size: 32, validate_every: {every}}}
 
 
 def steps(tmp_path: Path, every: str, pruner: str) -> list[list[int]]:
-    f = tmp_path / "ve.yaml"
-    f.write_text(SPACE.format(every=every, pruner=pruner))
-    space = load_space(f)
-    study = open_study(space, f"sqlite:///{tmp_path / 've.db'}")
-    Scheduler(bind(space), study, load_digits(), workers=1, memory=space.budget.memory,
-              device="cpu", main=IN_TEST).run(2)
+    space, study = run_digits(tmp_path, "ve", SPACE.format(every=every, pruner=pruner), 2)
     bound = bind(space)
     for t in study.trials:
         assert t.state.name == "COMPLETE"
