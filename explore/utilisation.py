@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.runtime.train import running_statistics
+from engine.runtime.train import refresh_batches, running_statistics
 
 # What a worker's time went to, in the order shown; "idle" is the rest of its life.
 PARTS = ("train", "valid", "lost", "switch", "setup", "idle")
@@ -66,8 +66,8 @@ def round_flops(program: Any, train_batch: int, rows: tuple[int, int], models: i
     if "eval" in names and n_valid:
         valid = n_valid * flops.per_row("eval")
         if refresh and running_statistics(program):
-            batches = min(refresh, n_train // max(train_batch, 1))
-            valid += batches * train_batch * flops.forward["train"] / program.batch_size
+            valid += refresh_batches(n_train, refresh, train_batch) * train_batch * \
+                flops.forward["train"] / program.batch_size
     return round(train / models), round(valid / models)
 
 

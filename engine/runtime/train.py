@@ -72,6 +72,16 @@ def running_statistics(program: Any, path: str = "train") -> bool:
                program.instrs[i].attrs.get("running_update") for i in pc.forward)
 
 
+def refresh_batches(rows: int, batches: int, batch: int) -> int:
+    """How many mini-batches :func:`refresh_statistics` forwards: ``batches``, or as many
+    whole ``batch``-row mini-batches as ``rows`` training rows hold if fewer.
+
+    >>> refresh_batches(1000, 30, 64), refresh_batches(100, 30, 64)
+    (15, 1)
+    """
+    return max(0, min(batches, rows // max(batch, 1)))
+
+
 def refresh_statistics(vm: VM, x: np.ndarray, y: np.ndarray, batches: int,
                        path: str = "train", batch: int | None = None, turn: int = 0) -> int:
     """Forward ``batches`` mini-batches of ``batch`` rows of (x, y) through ``path``, the
@@ -101,7 +111,7 @@ def refresh_statistics(vm: VM, x: np.ndarray, y: np.ndarray, batches: int,
     """
     b = batch or vm.program.batch_size
     n = len(y)
-    k = max(0, min(batches, n // b))
+    k = refresh_batches(n, batches, b)
     if k == 0:
         return 0
     stride = n // (k * b)
