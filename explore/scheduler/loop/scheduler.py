@@ -261,6 +261,20 @@ class Scheduler(Relay):
                 restore()
         return self.stats
 
+    def close(self) -> None:
+        """End a scheduler that is not run: :meth:`stop`, then the study's writer (whose
+        thread otherwise beats this driver's heartbeat into the storage for as long as the
+        process lives) and the keeper.  :meth:`run` does all of it itself; raises
+        :class:`~explore.live.WriteFailed` if a write failed."""
+        try:
+            self.stop()
+        finally:
+            try:
+                self.live.close()
+            finally:
+                if self.keeper is not None:
+                    self.keeper.close()
+
     def _timeout_note(self) -> str:
         """What the summary says of a run that ended at its timeout."""
         return (f"stopped at the timeout ({self.core.timeout:g} s, budget.timeout): no "

@@ -81,7 +81,7 @@ def test_the_workers_run_the_kernels_the_space_chose(tmp_path: Path, kernels: st
         (worker,) = sched.workers.values()
         maps = Path(f"/proc/{worker.pid}/maps").read_text()
     finally:
-        sched.stop()
+        sched.close()
     # numba's LLVM is loaded by the warm-up's first compiled kernel, and only then
     assert ("llvmlite" in maps) == (kernels == "compiled")
 

@@ -83,7 +83,7 @@ def test_workers_started_for_other_kernels_are_not_taken_and_exit(tmp_path: Path
         assert "llvmlite" in Path(f"/proc/{worker.pid}/maps").read_text()
         assert _gone(pid)
     finally:
-        sched.stop()
+        sched.close()
 
 
 def test_a_worker_that_died_before_its_run_is_replaced(tmp_path: Path) -> None:
@@ -233,7 +233,7 @@ def test_the_driver_is_charged_as_if_it_shared_no_page_with_workers_started_ahea
             s = sched.stats
             print(s.started_ahead, s.main, s.data, before, seen["pss"], seen["alone"])
         finally:
-            sched.stop()
+            sched.close()
             started.close()
     """).replace("SPACE", repr(_space(workers=2, memory="2GB")))
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "p.db")],
@@ -273,4 +273,4 @@ def test_workers_started_ahead_for_more_than_the_budget_holds_end_before_any_is_
         assert len(sched.workers) == 1 and sched.stats.started_ahead == 0
         assert alive_at_spawn == [False]
     finally:
-        sched.stop()
+        sched.close()

@@ -251,7 +251,7 @@ def test_a_stack_the_run_cannot_use_is_said_with_why(tmp_path: Path, change: dic
     assert sched.stack == 1
     (note,) = [n for n in sched.stats.notes if "budget.stack" in n]
     assert note.startswith("budget.stack: 4 is not used: ") and why in note, note
-    sched.arrays.close()
+    sched.close()
 
 
 def test_a_stack_the_run_can_use_says_nothing(tmp_path: Path) -> None:
@@ -262,4 +262,4 @@ def test_a_stack_the_run_can_use_says_nothing(tmp_path: Path) -> None:
     sched = Scheduler(bind(space), study, load_digits(), workers=1,
                       memory=space.budget.memory, device="cpu", main=IN_TEST)
     assert sched.stack == 4 and not sched.stats.notes
-    sched.arrays.close()
+    sched.close()
