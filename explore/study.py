@@ -105,6 +105,22 @@ def make_sampler(space: Space, number: int | None = None, attempt: int = 0
                                                    len(space.objectives), space.params()))
 
 
+def blind_draws(space: Space) -> int | None:
+    """How many of a study's first trials the space's sampler draws without reading a
+    result (None: all of them); :meth:`explore.samplers.BaseSampler.blind`.
+
+    >>> from explore.space import parse_space
+    >>> space = parse_space({"dataset": "digits", "budget": {"trials": 1, "rounds": 1,
+    ...     "memory": "64MB"}, "training": {"lr": {"float": [0.001, 0.1]}}})
+    >>> blind_draws(space)
+    10
+    """
+    s = space.sampler
+    seed = s.seed if s.seed is not None else space.budget.seed
+    return samplers.get(s.name).blind(SamplerArgs(seed, s.startup_trials,
+                                                  len(space.objectives), space.params()))
+
+
 def make_pruner(space: Space) -> optuna.pruners.BasePruner:
     """A new Optuna pruner for the space (:mod:`explore.pruners`); none for several
     objectives, which Optuna cannot prune by."""

@@ -35,6 +35,14 @@ class BaseSampler(ABC):
     def create(self, args: SamplerArgs) -> optuna.samplers.BaseSampler:
         """A new Optuna sampler (one per study: samplers keep state)."""
 
+    def blind(self, args: SamplerArgs) -> int | None:
+        """How many of a study's first trials it draws without reading any result (None:
+        every trial, as a random search does).  A trial numbered below it is drawn the
+        same whenever it is asked, so the scheduler may draw those ahead and start the
+        cheapest first (:func:`explore.scheduler.core.placing.ahead`).  0 by default: a
+        sampler that does not say is taken to read every result."""
+        return 0
+
     def check(self, objectives: int, params: Mapping[str, Any]) -> None:  # noqa: B027
         """Raise ValueError if it cannot search a space with this many objectives and
         these parameters.  Accepts everything by default."""

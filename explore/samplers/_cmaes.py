@@ -15,7 +15,10 @@ from explore.samplers._base import BaseSampler, SamplerArgs, register
 class CmaEs(BaseSampler):
     def create(self, args: SamplerArgs) -> optuna.samplers.BaseSampler:
         return optuna.samplers.CmaEsSampler(seed=args.seed,
-                                            n_startup_trials=args.startup_trials or 1)
+                                            n_startup_trials=self.blind(args))
+
+    def blind(self, args: SamplerArgs) -> int:
+        return args.startup_trials or 1
 
     def check(self, objectives: int, params: Mapping[str, Any]) -> None:
         if objectives > 1:

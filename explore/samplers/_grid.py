@@ -44,6 +44,9 @@ class Grid(BaseSampler):
     def create(self, args: SamplerArgs) -> optuna.samplers.BaseSampler:
         return _Grid(grid_space(args.params), seed=args.seed)
 
+    def blind(self, args: SamplerArgs) -> int | None:
+        return None  # the points, in an order of the seed's
+
     def check(self, objectives: int, params: Mapping[str, Any]) -> None:
         bad = [n for n, p in params.items() if isinstance(p, Range) and p.values() is None]
         if bad:

@@ -11,3 +11,6 @@ from explore.samplers._base import BaseSampler, SamplerArgs, register
 class Random(BaseSampler):
     def create(self, args: SamplerArgs) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=args.seed)
+
+    def blind(self, args: SamplerArgs) -> int | None:
+        return None

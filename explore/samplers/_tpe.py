@@ -8,6 +8,8 @@ import optuna
 
 from explore.samplers._base import BaseSampler, SamplerArgs, register
 
+STARTUP = 10  # random draws before TPE models the results (Optuna's default)
+
 
 @register("tpe")
 class Tpe(BaseSampler):
@@ -15,5 +17,8 @@ class Tpe(BaseSampler):
         with warnings.catch_warnings():  # multivariate TPE is "experimental" in name only
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.TPESampler(seed=args.seed,
-                                              n_startup_trials=args.startup_trials or 10,
+                                              n_startup_trials=self.blind(args),
                                               multivariate=True, group=True)
+
+    def blind(self, args: SamplerArgs) -> int:
+        return args.startup_trials or STARTUP  # 0 is taken as the default, as always

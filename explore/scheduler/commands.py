@@ -30,9 +30,11 @@ class Tick:
 
 @dataclass(frozen=True)
 class Admitted:
-    """A candidate (or a stack of them) compiled and sized: it waits for room."""
+    """A candidate (or a stack of them) compiled and sized: it waits for room, or, drawn
+    ``ahead`` of its turn, until :meth:`~explore.scheduler.core.Core.release` lets it."""
 
     pending: Pending
+    ahead: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ from explore.scheduler.protocol import SECONDS, Done, Pause, Report, TrialFailed
 # How a trial in hand when the run was stopped (Ctrl-C, SIGTERM, SIGHUP) fails: it is
 # queued again and not counted (explore run's last words count them by it).
 INTERRUPTED = "interrupted"
+# How a trial drawn ahead and not begun when the run's timeout passed fails: queued
+# again for the next run, not counted, as an interrupted one.
+UNSTARTED = "not started before the run's timeout"
 
 
 class Core(Placing):
@@ -56,8 +59,13 @@ class Core(Placing):
         match event:
             case Tick(now=now):
                 self.now = now
-            case Admitted(pending=pending):
-                self.waiting.append(pending)
+                if self.ahead and not self.takes_new():
+                    for pend in self.ahead:
+                        for trial in pend.trials:
+                            self.fail(trial, UNSTARTED, never_started=True, retry=True)
+                    self.ahead = []
+            case Admitted(pending=pending, ahead=ahead):
+                (self.ahead if ahead else self.waiting).append(pending)
             case Reported(worker=i, msg=msg):
                 self._reported(self.workers.get(i), msg)
             case Finished(worker=i, msg=msg):
@@ -193,9 +201,9 @@ class Core(Placing):
         for n in self.out:
             self._emit(DropState(n))
         held += [p.trial for p in self.out.values()]
-        for trial in held + [t for pend in self.waiting for t in pend.trials]:
+        for trial in held + [t for pend in self.waiting + self.ahead for t in pend.trials]:
             self.fail(trial, INTERRUPTED, retry=True)
-        self.waiting, self.out = [], {}
+        self.waiting, self.ahead, self.out = [], [], {}
         for w in self.workers.values():  # the run ends: nothing is held any more
             w.residents.clear()
             w.stacks.clear()

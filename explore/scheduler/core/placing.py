@@ -9,9 +9,53 @@ from explore.scheduler.core.regrouping import Regrouping
 from explore.scheduler.core.turns import Turns
 from explore.scheduler.stacking import Pending
 
+AHEAD_PER_WORKER = 4  # trials drawn ahead at most, per worker of the run
+
+
+def ahead(blind: int | None, claimed: int, workers: int) -> int:
+    """How many trials the scheduler draws before it starts any of them, when it holds
+    none drawn ahead: the rest of the sampler's ``blind`` draws (its first trials, which
+    read no result: :meth:`explore.samplers.BaseSampler.blind`; None: all of them) once
+    the study's ``claimed`` trials are taken, at most :data:`AHEAD_PER_WORKER` per
+    worker; 1 (draw and start) once none is left.
+
+    Such a trial is the same whenever it is drawn, so drawing it early costs the search
+    nothing, and the compiler's count of each one's FLOPs lets the run start the cheapest
+    first (:meth:`Placing.release`).  The next draw ahead waits until
+    all of these have started, so a costly trial is put off by one draw at most.
+
+    >>> ahead(10, 0, 2), ahead(10, 8, 2), ahead(10, 12, 2), ahead(None, 500, 2)
+    (8, 2, 1, 8)
+    """
+    most = AHEAD_PER_WORKER * max(1, workers)
+    left = most if blind is None else blind - claimed
+    return max(1, min(left, most))
+
+
+def cost(pend: Pending) -> int:
+    """The FLOPs a round of ``pend`` takes, its models together: what
+    :meth:`Placing.release` orders the candidates drawn ahead by."""
+    train, valid = pend.candidate.round_flops
+    return (train + valid) * len(pend.trials)
+
 
 class Placing(Turns, Regrouping):
     """Decides the order in which what waits is placed (:meth:`place`)."""
+
+    def release(self) -> bool:
+        """Move the cheapest candidate drawn ahead (:attr:`ahead`, by :func:`cost`; the
+        first drawn of equals) to those waiting to be placed; False when none is held.
+
+        The loop calls it where it would ask for a candidate, so that of the trials a
+        sampler drew blind the cheapest give their results first: the first accuracy a
+        user sees, the first values the pruner compares, come after the shortest
+        trials, and the work of the search is the same."""
+        if not self.ahead:
+            return False
+        first = min(self.ahead, key=cost)
+        self.ahead.remove(first)
+        self.waiting.append(first)
+        return True
 
     def place(self) -> list[Command]:
         """Put waiting candidates where they fit (the least busy worker with room, best

@@ -31,6 +31,10 @@ class CoreState:
         self.counts = stats.counts
         self.workers: dict[int, Worker] = {}
         self.waiting: list[Pending] = []
+        # Candidates drawn ahead of their turn while the sampler draws blind (the loop's
+        # explore.scheduler.core.placing.ahead): each goes to ``waiting`` when the loop would
+        # ask for one, the cheapest first (release).  They take no room until then.
+        self.ahead: list[Pending] = []
         # Trials switched out of every arena: their state is in a file, they hold no
         # arena bytes.  Paused at a rung, or promoted and waiting for room to come back.
         self.out: dict[int, Placement] = {}
@@ -80,7 +84,7 @@ class CoreState:
 
     def holds(self) -> bool:
         """Whether any trial waits, is held by a worker or is switched out."""
-        return bool(self.waiting) or bool(self.out) or \
+        return bool(self.waiting) or bool(self.ahead) or bool(self.out) or \
             any(w.residents for w in self.workers.values())
 
     def idle(self) -> bool:

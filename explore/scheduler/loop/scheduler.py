@@ -15,8 +15,9 @@ from explore.binding import BoundSpace
 from explore.datasets import LoadedData
 from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
-from explore.scheduler.commands import Idle, Interrupted, Tick
+from explore.scheduler.commands import Admitted, Idle, Interrupted, Tick
 from explore.scheduler.core import Core
+from explore.scheduler.core.placing import ahead
 from explore.scheduler.errors import Stopped
 from explore.scheduler.intake import Intake, draws
 from explore.scheduler.kernels import for_workers, kernels_of
@@ -31,6 +32,7 @@ from explore.scheduler.stacking import stacks_for
 from explore.scheduler.switched import SwitchFolder
 from explore.scheduler.telemetry import MemorySampler, Progress, RunStats
 from explore.space import Space
+from explore.study import blind_draws
 
 
 def unstacked_because(space: Space, lockstep: bool, rotation: int | None) -> str | None:
@@ -154,6 +156,7 @@ class Scheduler(Relay):
                                    self.arrays.spec["y_valid"].shape[0]))
         self.remaining = 0
         self.asks = 0  # asks of the intake so far (intake.draws)
+        self.blind = blind_draws(space)  # the sampler's first draws that read no result
         self.memory = MemorySampler(self.stats, this_process=main is None,
                                     baseline=baseline, device=device)
         self.t0 = time.time()
@@ -176,6 +179,30 @@ class Scheduler(Relay):
         return not self.waiting and \
             self.core.in_hand() < self.trials_per_worker * len(self.workers)
 
+    def _draw(self) -> bool:
+        """Ask the intake for candidates: one ask, whose candidates wait to be placed,
+        or, while the sampler draws blind, enough asks for
+        :func:`~explore.scheduler.core.placing.ahead` trials, held ahead until the loop
+        releases them (:meth:`Core.release`).  False once the study's total is claimed
+        and nothing was drawn."""
+        want = 1 if self.lockstep or self.rotation is not None else \
+            ahead(self.blind, sum(self.live.counts()), len(self.workers))
+        drawn = 0
+        for i in range(want):  # an ask that finds the total unclaimed draws one at least
+            asked = time.perf_counter()
+            more, pendings = self.intake.ask(most=draws(
+                self.stack, self.live.unclaimed(), len(self.workers), self.asks))
+            self.asks += 1
+            self.stats.asking_s += time.perf_counter() - asked
+            for pend in pendings:  # one at a time, the cheapest first, where drawn ahead
+                self._tell_core(Admitted(pend, ahead=want > 1))
+            drawn += sum(len(p.trials) for p in pendings)
+            if not more:
+                return i > 0
+            if drawn >= want:
+                break
+        return True
+
     def run(self, n_trials: int) -> RunStats:
         """Run until the study has ``n_trials`` trials that ended (its total, shared with
         any other drivers of the study: :mod:`explore.live`), or, with the budget's
@@ -195,17 +222,11 @@ class Scheduler(Relay):
                     raise Stopped(self.stop_flag.signum)
                 self.live.check()  # a failed write stops the run here
                 self._tell_core(Tick(time.time() - self.t0))
-                while time.time() >= next_claim and self._asks():
-                    asked = time.perf_counter()
-                    more, pendings = self.intake.ask(most=draws(
-                        self.stack, self.live.unclaimed(), len(self.workers), self.asks))
-                    self.asks += 1
-                    self.stats.asking_s += time.perf_counter() - asked
-                    for pend in pendings:
-                        self.core.waiting.append(pend)
-                    if not more:
+                while self._asks() and (self.core.ahead or time.time() >= next_claim):
+                    if not self.core.ahead and not self._draw():
                         next_claim = time.time() + REFRESH_EVERY / 4
                         break
+                    self.core.release()  # the cheapest drawn ahead, if any, is placed
                     self.remaining = self.live.unclaimed()
                     self._do(self.core.place())
                     # asking takes time (compiling): the timeout is read at the time now

@@ -109,7 +109,7 @@ class Invariants:
         if core.counts["paused"] != paused:
             raise Violation(self._where(f"{core.counts['paused']} counted paused, "
                                         f"{paused} held paused"))
-        waiting = [t.number for p in core.waiting for t in p.trials]
+        waiting = [t.number for p in core.waiting + core.ahead for t in p.trials]
         told_counts = {s: 0 for s in ("complete", "pruned", "failed")}
         for s in self.told.values():
             told_counts[s.name.lower() if s != TrialState.FAIL else "failed"] += 1
@@ -120,7 +120,8 @@ class Invariants:
             where = (n in placed) + (n in self.told) + waiting.count(n) + (n in core.out)
             if where != 1:
                 raise Violation(self._where(f"trial {n} is in {where} places "
-                                            "(held, ended, waiting, switched out)"))
+                                            "(held, ended, waiting or drawn ahead, "
+                                            "switched out)"))
         if final:
             if core.holds():
                 raise Violation(self._where("trials held at the end"))

@@ -33,6 +33,7 @@ from explore.scheduler.commands import (
     WorkerDied,
 )
 from explore.scheduler.core import Core
+from explore.scheduler.core.placing import ahead, cost
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.policy import PRUNE
 from explore.scheduler.protocol import Continue, Done, Report, SwitchedOut
@@ -104,6 +105,10 @@ class Simulation(SimulatedWorkers):
         limit = draw.choice([None, None, None, arena // 2, arena * 2]) if knobs else None
         # the budget's timeout, in the simulated clock (a step takes up to 1 s)
         self.timeout = draw.uniform(1.0, 60.0) if knobs and draw.random() < 0.2 else None
+        # the sampler's blind draws (explore.scheduler.core.placing.ahead), and each
+        # candidate's FLOPs, which order those drawn ahead: a stream of their own
+        self.costs = random.Random(seed * 31 + 11)
+        self.blind = self.costs.choice([0, 0, 3, 10, None]) if knobs else 0
         self.core = core_type(self.policy, self.stats, lockstep=lockstep, part=self._part,
                               switching=self.switching, rotation=self.rotation,
                               switch_limit=limit, timeout=self.timeout)
@@ -112,6 +117,7 @@ class Simulation(SimulatedWorkers):
         for i in range(self.n_workers):
             self._open(i)
         self.asked = 0
+        self.want = 1  # trials the loop's last draw took: more than one, drawn ahead
         self.late_asks: list[int] = []  # asked past the timeout (none may be)
         self.queued: list[int] = []  # numbers whose repeat is to be asked first
         self.repeats: set[int] = set()  # numbers that are repeats
@@ -124,6 +130,7 @@ class Simulation(SimulatedWorkers):
         self.store: dict[int, SimResident] = {}  # switched-out states: the files
         self.reported: dict[int, int] = {}  # each trial's last round run
         self.stacked: set[int] = set()  # trials drawn into a stack
+        self.launched: set[int] = set()  # trials placed in an arena at some point
 
     # -- the world --------------------------------------------------------------------
     def _open(self, index: int) -> None:
@@ -166,15 +173,16 @@ class Simulation(SimulatedWorkers):
         if not group:
             return
         cand = self._candidate()
+        flops = (self.costs.randint(1, 1_000), 0)
         size = cand.sizes[-1] * len(group) * 9 // 10 + 64
         # a stack compiled to fit an arena, or its trials run alone (the intake's rule)
         if len(group) > 1 and size <= self.arena and self.rng.random() < 0.7:
             for t, _ in group:
                 self.size_of[t.number] = cand.sizes[-1]
                 self.stacked.add(t.number)
-            pend = Pending([t for t, _ in group], SimCandidate((size,)),
+            pend = Pending([t for t, _ in group], SimCandidate((size,), round_flops=flops),
                            [r for _, r in group], [None] * len(group), [None] * len(group))
-            self._deliver(Admitted(pend))
+            self._deliver(Admitted(pend, ahead=self.want > 1))
             return
         for t, r in group:
             if cand.sizes[-1] > self.arena:  # the intake's compile: does not fit
@@ -182,7 +190,8 @@ class Simulation(SimulatedWorkers):
                 self._carry(self.core.take())
                 continue
             self.size_of[t.number] = cand.sizes[0]
-            self._deliver(Admitted(Pending([t], cand, [r])))
+            cand = SimCandidate(cand.sizes, round_flops=(self.costs.randint(1, 1_000), 0))
+            self._deliver(Admitted(Pending([t], cand, [r]), ahead=self.want > 1))
 
     def _deliver(self, event: Any) -> None:
         self._carry(self.core.handle(event))
@@ -198,6 +207,7 @@ class Simulation(SimulatedWorkers):
                                         "beyond the room the budget leaves"))
         for c in commands:
             if isinstance(c, Launch):
+                self.launched.update(t.number for t in c.pending.trials)
                 self._turn_taken(c.worker, c.pending.trials[0].number)
                 sw = self.workers.get(c.worker)
                 if sw is None or not sw.alive:
@@ -242,7 +252,8 @@ class Simulation(SimulatedWorkers):
                 and self.policy.promotable(c.trial, rung):
             raise Violation(self._where(f"trial {n} pruned at rung {rung}, which promotes it"))
         if c.retry:
-            if n in self.repeats and not self.interrupted:  # Ctrl-C queues every trial
+            # Ctrl-C queues every trial, the timeout those drawn ahead and not begun
+            if n in self.repeats and not self.interrupted and n in self.launched:
                 raise Violation(self._where(f"trial {n}, a repeat, queued again"))
             self.retried.add(n)
             self.queued.append(n)
@@ -275,13 +286,19 @@ class Simulation(SimulatedWorkers):
                 if self.core.holds():
                     raise Violation(self._where("trials held after Ctrl-C"))
                 break
-            # the loop: ask while what was asked found room, and place
-            while self._more() and self._asks():
-                before = self.asked
-                self._ask()
+            # the loop: ask while what was asked found room (or release what was drawn
+            # ahead, the cheapest first), and place
+            while self._asks() and (self.core.ahead or self._more()):
+                if not self.core.ahead:
+                    before = self.asked
+                    self.want = 1 if self.core.lockstep or self.rotation is not None else \
+                        ahead(self.blind, self.asked - len(self.repeats), self.n_workers)
+                    while self._more() and self.asked - before < self.want:
+                        self._ask()
+                    if self.asked == before:
+                        break
+                self._release()
                 self._carry(self.core.place())
-                if self.asked == before:
-                    break
             over = not self._more() or not self.core.takes_new()  # the total, or the timeout
             if not self.core.holds() and over and not self._busy():
                 self.check()
@@ -298,6 +315,18 @@ class Simulation(SimulatedWorkers):
         for s in self.told.values():
             states[s.name] = states.get(s.name, 0) + 1
         return Result(self.seed, self.asked, len(self.told), self.step, states)
+
+    def _release(self) -> None:
+        """The loop's release of what was drawn ahead: the cheapest must go first."""
+        least = min(map(cost, self.core.ahead), default=None)
+        before = list(self.core.waiting)
+        if not self.core.release():
+            return
+        (gone,) = [p for p in self.core.waiting if not any(p is b for b in before)]
+        if cost(gone) != least or any(p is gone for p in self.core.ahead):
+            raise Violation(self._where(f"trial {gone.trials[0].number} released from "
+                                        f"those drawn ahead at a cost of {cost(gone)}, "
+                                        f"where {least} was the least"))
 
     def _asks(self) -> bool:
         """The loop's rule for asking (:meth:`explore.scheduler.loop.Scheduler._asks`)."""

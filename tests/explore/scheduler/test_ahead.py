@@ -1,0 +1,98 @@
+"""Candidates drawn ahead while the sampler draws blind, in the decision core alone: the
+cheapest is released first, and those not begun fail and are queued again on Ctrl-C and
+at the timeout (:meth:`explore.scheduler.core.Core.release`,
+:func:`explore.scheduler.core.placing.ahead`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from optuna.trial import TrialState
+
+from explore.scheduler.commands import Interrupted, Launch, Note, Tick
+from explore.scheduler.core import Core
+from explore.scheduler.core.events import UNSTARTED
+from explore.scheduler.core.placing import AHEAD_PER_WORKER, ahead
+from explore.scheduler.simulated import SimCandidate, SimTrial
+from explore.scheduler.stacking import Pending
+from tests.explore.scheduler.test_core import Scripted, core_with, ended
+
+
+def drawn(number: int, flops: int, models: int = 1) -> Pending:
+    """Trials ``number``.. as one candidate whose round takes ``flops`` per model."""
+    trials = [SimTrial(number + i) for i in range(models)]
+    return Pending(trials, SimCandidate((1_024,), round_flops=(flops, flops // 10)),
+                   [False] * models, [None] * models, [None] * models)
+
+
+def launched(core: Core) -> list[int]:
+    return [c.pending.trials[0].number for c in core.place() if isinstance(c, Launch)]
+
+
+def test_the_cheapest_drawn_ahead_is_released_first_the_earlier_of_equals() -> None:
+    core = core_with(Scripted(), workers=2)
+    core.ahead += [drawn(0, 900), drawn(1, 100), drawn(2, 500), drawn(3, 100)]
+    order = []
+    while core.release():
+        order += launched(core)
+    assert order == [1, 3, 2, 0] and not core.ahead and not core.waiting
+
+
+def test_a_stack_costs_its_models_together() -> None:
+    core = core_with(Scripted())
+    core.ahead += [drawn(0, 300, models=4), drawn(4, 1_000)]
+    assert core.release() and [t.number for t in core.waiting[0].trials] == [4]
+
+
+def test_what_is_held_ahead_is_held_but_takes_no_room() -> None:
+    core = core_with(Scripted())
+    core.ahead.append(drawn(0, 100))
+    assert core.holds() and core.in_hand() == 0 and core.heaps() == 0
+
+
+def test_ctrl_c_fails_and_queues_what_was_drawn_ahead() -> None:
+    core = core_with(Scripted())
+    core.ahead += [drawn(0, 100), drawn(1, 200)]
+    core.release()
+    launched(core)
+    out = core.handle(Interrupted())
+    assert ended(out) == {0: (TrialState.FAIL, True), 1: (TrialState.FAIL, True)}
+    assert not core.holds()
+
+
+def test_at_the_timeout_what_was_drawn_ahead_fails_unstarted_and_is_queued_again() -> None:
+    core = core_with(Scripted())
+    core.timeout = 10.0
+    core.ahead += [drawn(0, 100), drawn(1, 200), drawn(2, 300)]
+    core.release()
+    assert launched(core) == [0]
+    assert core.handle(Tick(5.0)) == [] and len(core.ahead) == 2
+    out = core.handle(Tick(10.0))
+    assert ended(out) == {1: (TrialState.FAIL, True), 2: (TrialState.FAIL, True)}
+    notes = {c.trial.number: c.values for c in out if isinstance(c, Note)}
+    assert notes[1] == {"fail_reason": UNSTARTED, "started": False}
+    assert not core.ahead and not core.release()
+    assert 0 in core.workers[0].residents  # the trial begun goes on to its end
+
+
+@pytest.mark.parametrize(("blind", "claimed", "workers", "expected"), [
+    (10, 0, 2, 2 * AHEAD_PER_WORKER),  # at most a few per worker
+    (10, 0, 1, AHEAD_PER_WORKER),
+    (10, 7, 2, 3),  # the rest of the blind draws
+    (10, 10, 2, 1), (10, 40, 2, 1), (0, 0, 2, 1),  # none left: draw and start
+    (None, 10_000, 3, 3 * AHEAD_PER_WORKER),  # a random search draws blind throughout
+    (50, 0, 0, AHEAD_PER_WORKER),  # before any worker is known
+])
+def test_how_many_are_drawn_ahead(blind: int | None, claimed: int, workers: int,
+                                  expected: int) -> None:
+    assert ahead(blind, claimed, workers) == expected
+
+
+def test_each_sampler_says_how_many_trials_it_draws_blind() -> None:
+    from explore.samplers import SamplerArgs, get
+    args: Any = SamplerArgs(0, None, 1, {})
+    assert get("tpe").blind(args) == 10 and get("cmaes").blind(args) == 1
+    assert get("tpe").blind(SamplerArgs(0, 25, 1, {})) == 25
+    assert get("random").blind(args) is None and get("grid").blind(args) is None
+    assert get("nsga2").blind(args) == 50
