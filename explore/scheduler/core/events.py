@@ -34,9 +34,6 @@ from explore.scheduler.protocol import SECONDS, Done, Pause, Report, TrialFailed
 # How a trial in hand when the run was stopped (Ctrl-C, SIGTERM, SIGHUP) fails: it is
 # queued again and not counted (explore run's last words count them by it).
 INTERRUPTED = "interrupted"
-# How a trial drawn ahead and not begun when the run's timeout passed fails: queued
-# again for the next run, not counted, as an interrupted one.
-UNSTARTED = "not started before the run's timeout"
 
 
 class Core(Placing):
@@ -59,11 +56,6 @@ class Core(Placing):
         match event:
             case Tick(now=now):
                 self.now = now
-                if self.ahead and not self.takes_new():
-                    for pend in self.ahead:
-                        for trial in pend.trials:
-                            self.fail(trial, UNSTARTED, never_started=True, retry=True)
-                    self.ahead = []
             case Admitted(pending=pending, ahead=ahead):
                 (self.ahead if ahead else self.waiting).append(pending)
             case Reported(worker=i, msg=msg):

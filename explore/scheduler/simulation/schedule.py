@@ -130,7 +130,6 @@ class Simulation(SimulatedWorkers):
         self.store: dict[int, SimResident] = {}  # switched-out states: the files
         self.reported: dict[int, int] = {}  # each trial's last round run
         self.stacked: set[int] = set()  # trials drawn into a stack
-        self.launched: set[int] = set()  # trials placed in an arena at some point
 
     # -- the world --------------------------------------------------------------------
     def _open(self, index: int) -> None:
@@ -207,7 +206,6 @@ class Simulation(SimulatedWorkers):
                                         "beyond the room the budget leaves"))
         for c in commands:
             if isinstance(c, Launch):
-                self.launched.update(t.number for t in c.pending.trials)
                 self._turn_taken(c.worker, c.pending.trials[0].number)
                 sw = self.workers.get(c.worker)
                 if sw is None or not sw.alive:
@@ -252,8 +250,7 @@ class Simulation(SimulatedWorkers):
                 and self.policy.promotable(c.trial, rung):
             raise Violation(self._where(f"trial {n} pruned at rung {rung}, which promotes it"))
         if c.retry:
-            # Ctrl-C queues every trial, the timeout those drawn ahead and not begun
-            if n in self.repeats and not self.interrupted and n in self.launched:
+            if n in self.repeats and not self.interrupted:  # Ctrl-C queues every trial
                 raise Violation(self._where(f"trial {n}, a repeat, queued again"))
             self.retried.add(n)
             self.queued.append(n)
@@ -291,7 +288,8 @@ class Simulation(SimulatedWorkers):
             while self._asks() and (self.core.ahead or self._more()):
                 if not self.core.ahead:
                     before = self.asked
-                    self.want = 1 if self.core.lockstep or self.rotation is not None else \
+                    self.want = 1 if self.core.lockstep or self.rotation is not None or \
+                        self.timeout is not None else \
                         ahead(self.blind, self.asked - len(self.repeats), self.n_workers)
                     while self._more() and self.asked - before < self.want:
                         self._ask()

@@ -1,7 +1,6 @@
 """Candidates drawn ahead while the sampler draws blind, in the decision core alone: the
-cheapest is released first, and those not begun fail and are queued again on Ctrl-C and
-at the timeout (:meth:`explore.scheduler.core.Core.release`,
-:func:`explore.scheduler.core.placing.ahead`)."""
+cheapest is released first, and those not begun fail and are queued again on Ctrl-C
+(:meth:`explore.scheduler.core.Core.release`, :func:`explore.scheduler.core.placing.ahead`)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from explore.scheduler.commands import Interrupted, Launch, Note, Tick
+from explore.scheduler.commands import Interrupted, Launch
 from explore.scheduler.core import Core
-from explore.scheduler.core.events import UNSTARTED
 from explore.scheduler.core.placing import AHEAD_PER_WORKER, ahead
 from explore.scheduler.simulated import SimCandidate, SimTrial
 from explore.scheduler.stacking import Pending
@@ -59,21 +57,6 @@ def test_ctrl_c_fails_and_queues_what_was_drawn_ahead() -> None:
     out = core.handle(Interrupted())
     assert ended(out) == {0: (TrialState.FAIL, True), 1: (TrialState.FAIL, True)}
     assert not core.holds()
-
-
-def test_at_the_timeout_what_was_drawn_ahead_fails_unstarted_and_is_queued_again() -> None:
-    core = core_with(Scripted())
-    core.timeout = 10.0
-    core.ahead += [drawn(0, 100), drawn(1, 200), drawn(2, 300)]
-    core.release()
-    assert launched(core) == [0]
-    assert core.handle(Tick(5.0)) == [] and len(core.ahead) == 2
-    out = core.handle(Tick(10.0))
-    assert ended(out) == {1: (TrialState.FAIL, True), 2: (TrialState.FAIL, True)}
-    notes = {c.trial.number: c.values for c in out if isinstance(c, Note)}
-    assert notes[1] == {"fail_reason": UNSTARTED, "started": False}
-    assert not core.ahead and not core.release()
-    assert 0 in core.workers[0].residents  # the trial begun goes on to its end
 
 
 @pytest.mark.parametrize(("blind", "claimed", "workers", "expected"), [

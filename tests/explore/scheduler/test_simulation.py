@@ -9,11 +9,8 @@ simulation must catch each within the first seeds, or it checks too little."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from explore.scheduler.commands import Tick
 from explore.scheduler.core import Core
 from explore.scheduler.placement import Placement, Worker
 from explore.scheduler.simulation import Simulation, Violation, simulate
@@ -196,28 +193,13 @@ class ReleasesInTheOrderDrawn(Core):
         return True
 
 
-class KeepsWhatWasDrawnAheadPastTheTimeout(Core):
-    """Leaves the trials drawn ahead held once the timeout passes: they are never
-    started, and the run never ends."""
-
-    def handle(self, event: Any) -> list[Any]:
-        if not isinstance(event, Tick):
-            return super().handle(event)
-        ahead, self.ahead = self.ahead, []
-        try:
-            return super().handle(event)
-        finally:
-            self.ahead = ahead
-
-
 @pytest.mark.parametrize("planted", [PlacesBeyondTheRoom, KeepsPausedTrialsWhenIdle,
                                      LeaksARegroupedStack, QueuesRepeatsAgain,
                                      ForgetsPausedOnResume, PrunesForRoom,
                                      FreesBeforeTheStateIsWritten, SwitchesOutARunningTrial,
                                      ForgetsAPromotedTrialOut, TakesTurnsFurthestFirst,
                                      GivesABusyWorkerATurn, IgnoresTheTimeout,
-                                     ReleasesInTheOrderDrawn,
-                                     KeepsWhatWasDrawnAheadPastTheTimeout])
+                                     ReleasesInTheOrderDrawn])
 def test_a_planted_bug_is_caught_and_its_seed_replays_it(planted: type[Core]) -> None:
     caught: tuple[int, str] | None = None
     for seed in range(3_000):
