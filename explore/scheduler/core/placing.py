@@ -12,22 +12,27 @@ from explore.scheduler.stacking import Pending
 AHEAD_PER_WORKER = 4  # trials drawn ahead at most, per worker of the run
 
 
-def ahead(blind: int | None, claimed: int, workers: int) -> int:
+def ahead(blind: int | None, claimed: int, workers: int, unclaimed: int) -> int:
     """How many trials the scheduler draws before it starts any of them, when it holds
     none drawn ahead: the rest of the sampler's ``blind`` draws (its first trials, which
     read no result: :meth:`explore.samplers.BaseSampler.blind`; None: all of them) once
     the study's ``claimed`` trials are taken, at most :data:`AHEAD_PER_WORKER` per
-    worker; 1 (draw and start) once none is left.
+    worker and no more than its share of the study's ``unclaimed`` trials (the last
+    ones are left to the other workers and drivers); 1 (draw and start) once none is
+    left.
 
     Such a trial is the same whenever it is drawn, so drawing it early costs the search
     nothing, and the compiler's count of each one's FLOPs lets the run start the cheapest
-    first (:meth:`Placing.release`).  The next draw ahead waits until
-    all of these have started, so a costly trial is put off by one draw at most.
+    first (:meth:`Placing.release`).  The next draw ahead waits until all of these have
+    started, so a costly trial is put off by one draw at most.
 
-    >>> ahead(10, 0, 2), ahead(10, 8, 2), ahead(10, 12, 2), ahead(None, 500, 2)
-    (8, 2, 1, 8)
+    >>> ahead(10, 0, 2, 60), ahead(10, 8, 2, 52), ahead(10, 12, 2, 48)
+    (8, 2, 1)
+    >>> ahead(None, 500, 2, 500), ahead(None, 500, 2, 5)
+    (8, 3)
     """
-    most = AHEAD_PER_WORKER * max(1, workers)
+    w = max(1, workers)
+    most = min(AHEAD_PER_WORKER * w, -(-unclaimed // w))
     left = most if blind is None else blind - claimed
     return max(1, min(left, most))
 

@@ -189,9 +189,13 @@ class Scheduler(Relay):
         # it or end failed and queued again, where a run asked one at a time ends clean.
         want = 1 if self.lockstep or self.rotation is not None or \
             self.core.timeout is not None else \
-            ahead(self.blind, sum(self.live.counts()), len(self.workers))
+            ahead(self.blind, sum(self.live.counts()), len(self.workers),
+                  self.live.unclaimed())
         drawn = 0
         for i in range(want):  # an ask that finds the total unclaimed draws one at least
+            if i and (self.stop_flag.set or (self.blind is not None and
+                      sum(self.live.counts()) >= self.blind)):
+                break  # stopped (Ctrl-C), or other drivers took the blind draws meanwhile
             asked = time.perf_counter()
             more, pendings = self.intake.ask(most=draws(
                 self.stack, self.live.unclaimed(), len(self.workers), self.asks))
@@ -225,7 +229,8 @@ class Scheduler(Relay):
                     raise Stopped(self.stop_flag.signum)
                 self.live.check()  # a failed write stops the run here
                 self._tell_core(Tick(time.time() - self.t0))
-                while self._asks() and (self.core.ahead or time.time() >= next_claim):
+                while not self.stop_flag.set and self._asks() and \
+                        (self.core.ahead or time.time() >= next_claim):
                     if not self.core.ahead and not self._draw():
                         next_claim = time.time() + REFRESH_EVERY / 4
                         break
@@ -316,7 +321,8 @@ class Scheduler(Relay):
         queued again in the storage for the next run (a second signal meanwhile ends
         the process at once)."""
         self.stop_flag.set = True  # a second signal meanwhile ends the process
-        held = sum(len(w.residents) for w in self.workers.values()) + len(self.core.out)
+        held = sum(len(w.residents) for w in self.workers.values()) + len(self.core.out) + \
+            sum(len(p.trials) for p in self.core.waiting + self.core.ahead)
         self._tell_core(Interrupted())
         by = Stopped(self.stop_flag.signum).name
         self.stats.notes.append(f"interrupted ({by}): {held} trials in hand failed and "

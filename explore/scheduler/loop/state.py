@@ -70,9 +70,11 @@ class RunState:
 
     # -- accounting ----------------------------------------------------------------------
     def _sample(self) -> None:
+        # trials drawn ahead wait too: claimed, not yet placed
+        waiting = len(self.waiting) + len(self.core.ahead)
         self.stats.record(Sample(time.time() - self.t0, self.core.heaps(), self.stats.fixed,
-                                 len(self.waiting), self.remaining))
+                                 waiting, self.remaining))
         self.memory.measure(self.workers.values())
         self.stats.counts["running"] = self.core.in_hand()
-        self.stats.counts["waiting"] = len(self.waiting)
+        self.stats.counts["waiting"] = waiting
         self.progress(self.stats)

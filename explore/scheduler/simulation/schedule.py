@@ -290,7 +290,8 @@ class Simulation(SimulatedWorkers):
                     before = self.asked
                     self.want = 1 if self.core.lockstep or self.rotation is not None or \
                         self.timeout is not None else \
-                        ahead(self.blind, self.asked - len(self.repeats), self.n_workers)
+                        ahead(self.blind, self.asked - len(self.repeats) - len(self.queued),
+                              self.n_workers, self.total - self.asked + len(self.repeats))
                     while self._more() and self.asked - before < self.want:
                         self._ask()
                     if self.asked == before:

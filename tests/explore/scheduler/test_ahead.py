@@ -59,17 +59,19 @@ def test_ctrl_c_fails_and_queues_what_was_drawn_ahead() -> None:
     assert not core.holds()
 
 
-@pytest.mark.parametrize(("blind", "claimed", "workers", "expected"), [
-    (10, 0, 2, 2 * AHEAD_PER_WORKER),  # at most a few per worker
-    (10, 0, 1, AHEAD_PER_WORKER),
-    (10, 7, 2, 3),  # the rest of the blind draws
-    (10, 10, 2, 1), (10, 40, 2, 1), (0, 0, 2, 1),  # none left: draw and start
-    (None, 10_000, 3, 3 * AHEAD_PER_WORKER),  # a random search draws blind throughout
-    (50, 0, 0, AHEAD_PER_WORKER),  # before any worker is known
+@pytest.mark.parametrize(("blind", "claimed", "workers", "unclaimed", "expected"), [
+    (10, 0, 2, 60, 2 * AHEAD_PER_WORKER),  # at most a few per worker
+    (10, 0, 1, 60, AHEAD_PER_WORKER),
+    (10, 7, 2, 53, 3),  # the rest of the blind draws
+    (10, 10, 2, 50, 1), (10, 40, 2, 20, 1), (0, 0, 2, 60, 1),  # none left: draw, start
+    (None, 10_000, 3, 10_000, 3 * AHEAD_PER_WORKER),  # a random search: throughout
+    (None, 90, 2, 5, 3), (10, 0, 2, 3, 2),  # the last trials shared among the workers
+    (10, 0, 2, 0, 1),  # nothing left to claim: one ask finds it so
+    (50, 0, 0, 60, AHEAD_PER_WORKER),  # before any worker is known
 ])
 def test_how_many_are_drawn_ahead(blind: int | None, claimed: int, workers: int,
-                                  expected: int) -> None:
-    assert ahead(blind, claimed, workers) == expected
+                                  unclaimed: int, expected: int) -> None:
+    assert ahead(blind, claimed, workers, unclaimed) == expected
 
 
 def test_each_sampler_says_how_many_trials_it_draws_blind() -> None:
