@@ -70,11 +70,12 @@ class RunState:
 
     # -- accounting ----------------------------------------------------------------------
     def _sample(self) -> None:
-        # trials drawn ahead wait too: claimed, not yet placed
-        waiting = len(self.waiting) + len(self.core.ahead)
+        # trials drawn ahead are claimed but not yet let in (not waiting for room): to
+        # come, as the trials not yet asked are
+        ahead = sum(len(p.trials) for p in self.core.ahead)
         self.stats.record(Sample(time.time() - self.t0, self.core.heaps(), self.stats.fixed,
-                                 waiting, self.remaining))
+                                 len(self.waiting), self.remaining + ahead))
         self.memory.measure(self.workers.values())
         self.stats.counts["running"] = self.core.in_hand()
-        self.stats.counts["waiting"] = waiting
+        self.stats.counts["waiting"] = len(self.waiting)
         self.progress(self.stats)
