@@ -97,12 +97,19 @@ def make_sampler(space: Space, number: int | None = None, attempt: int = 0
     >>> first(3) == first(3), first(3) == first(4)
     (True, False)
     """
-    s = space.sampler
-    seed = s.seed if s.seed is not None else space.budget.seed
+    seed = _sampler_args(space).seed
     if number is not None:
         seed = int(np.random.SeedSequence([seed, number, attempt]).generate_state(1)[0])
-    return samplers.get(s.name).create(SamplerArgs(seed, s.startup_trials,
-                                                   len(space.objectives), space.params()))
+    return samplers.get(space.sampler.name).create(_sampler_args(space, seed))
+
+
+def _sampler_args(space: Space, seed: int | None = None) -> SamplerArgs:
+    """What the space's sampler reads of it; its seed the sampler's, else the budget's,
+    unless ``seed`` is given."""
+    s = space.sampler
+    if seed is None:
+        seed = s.seed if s.seed is not None else space.budget.seed
+    return SamplerArgs(seed, s.startup_trials, len(space.objectives), space.params())
 
 
 def blind_draws(space: Space) -> int | None:
@@ -115,10 +122,7 @@ def blind_draws(space: Space) -> int | None:
     >>> blind_draws(space)
     10
     """
-    s = space.sampler
-    seed = s.seed if s.seed is not None else space.budget.seed
-    return samplers.get(s.name).blind(SamplerArgs(seed, s.startup_trials,
-                                                  len(space.objectives), space.params()))
+    return samplers.get(space.sampler.name).blind(_sampler_args(space))
 
 
 def make_pruner(space: Space) -> optuna.pruners.BasePruner:

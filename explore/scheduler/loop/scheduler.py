@@ -185,12 +185,8 @@ class Scheduler(Relay):
         :func:`~explore.scheduler.core.placing.ahead` trials, held ahead until the loop
         releases them (:meth:`Core.release`).  False once the study's total is claimed
         and nothing was drawn."""
-        # Not with a timeout: what was drawn ahead when it passed would either run past
-        # it or end failed and queued again, where a run asked one at a time ends clean.
-        want = 1 if self.lockstep or self.rotation is not None or \
-            self.core.timeout is not None else \
-            ahead(self.blind, sum(self.live.counts()), len(self.workers),
-                  self.live.unclaimed())
+        want = ahead(self.blind, sum(self.live.counts()), len(self.workers),
+                     self.live.unclaimed()) if self.core.draws_ahead() else 1
         drawn = 0
         for i in range(want):  # an ask that finds the total unclaimed draws one at least
             if i and (self.stop_flag.set or (self.blind is not None and

@@ -189,8 +189,8 @@ class Simulation(SimulatedWorkers):
                 self._carry(self.core.take())
                 continue
             self.size_of[t.number] = cand.sizes[0]
-            cand = SimCandidate(cand.sizes, round_flops=(self.costs.randint(1, 1_000), 0))
-            self._deliver(Admitted(Pending([t], cand, [r]), ahead=self.want > 1))
+            alone = SimCandidate(cand.sizes, round_flops=(self.costs.randint(1, 1_000), 0))
+            self._deliver(Admitted(Pending([t], alone, [r]), ahead=self.want > 1))
 
     def _deliver(self, event: Any) -> None:
         self._carry(self.core.handle(event))
@@ -288,10 +288,10 @@ class Simulation(SimulatedWorkers):
             while self._asks() and (self.core.ahead or self._more()):
                 if not self.core.ahead:
                     before = self.asked
-                    self.want = 1 if self.core.lockstep or self.rotation is not None or \
-                        self.timeout is not None else \
-                        ahead(self.blind, self.asked - len(self.repeats) - len(self.queued),
-                              self.n_workers, self.total - self.asked + len(self.repeats))
+                    self.want = ahead(
+                        self.blind, self.asked - len(self.repeats) - len(self.queued),
+                        self.n_workers, self.total - self.asked + len(self.repeats)) \
+                        if self.core.draws_ahead() else 1
                     while self._more() and self.asked - before < self.want:
                         self._ask()
                     if self.asked == before:
