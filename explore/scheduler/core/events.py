@@ -193,8 +193,10 @@ class Core(Placing):
         for n in self.out:
             self._emit(DropState(n))
         held += [p.trial for p in self.out.values()]
-        for trial in held + [t for pend in self.waiting + self.ahead for t in pend.trials]:
+        for trial in held:
             self.fail(trial, INTERRUPTED, retry=True)
+        for trial in [t for pend in self.waiting + self.ahead for t in pend.trials]:
+            self.fail(trial, INTERRUPTED, never_started=True, retry=True)
         self.waiting, self.ahead, self.out = [], [], {}
         for w in self.workers.values():  # the run ends: nothing is held any more
             w.residents.clear()

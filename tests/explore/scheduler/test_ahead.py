@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from explore.scheduler.commands import Interrupted, Launch
+from explore.scheduler.commands import Interrupted, Launch, Note
 from explore.scheduler.core import Core
 from explore.scheduler.core.placing import AHEAD_PER_WORKER, ahead
 from explore.scheduler.simulated import SimCandidate, SimTrial
@@ -57,6 +57,10 @@ def test_ctrl_c_fails_and_queues_what_was_drawn_ahead() -> None:
     out = core.handle(Interrupted())
     assert ended(out) == {0: (TrialState.FAIL, True), 1: (TrialState.FAIL, True)}
     assert not core.holds()
+    # the one placed had started; the one still held ahead never did
+    started = {c.trial.number: c.values["started"] for c in out
+               if isinstance(c, Note) and "started" in c.values}
+    assert started == {0: True, 1: False}
 
 
 @pytest.mark.parametrize(("blind", "claimed", "workers", "unclaimed", "expected"), [
