@@ -14,11 +14,12 @@ if TYPE_CHECKING:
     from explore.live import StorageTime
     from explore.scheduler.placement import Worker
 
-from explore.procmem import children, gpu_processes, pss
+from explore.procmem import PssMeter, children, gpu_processes
 
-# The process tree's memory is read from /proc at most this often (seconds): a read
-# walks every mapping of every process, and the accounting is sampled after every event
-# (several a second per worker); the processes' memory changes slowly.
+# The process tree's memory is sampled at most this often (seconds): the accounting is
+# sampled after every event (several a second per worker).  Each process's PSS is read
+# through a meter (:class:`explore.procmem.PssMeter`): in full now and then, as a full
+# read walks every page of the process, and from its anonymous pages in between.
 SAMPLE_EVERY = 0.2
 # On a GPU the driver's management library is asked instead: it lists every process
 # of every device in one call, but starting the library is slower than reading /proc.
@@ -166,7 +167,8 @@ Progress = Callable[[RunStats], None]
 
 class MemorySampler:
     """Keeps ``stats.measured_peak``, the PSS of this process and all its descendants,
-    read at most every ``SAMPLE_EVERY`` seconds (or at once when asked), and
+    read at most every ``SAMPLE_EVERY`` seconds, each process through a
+    :class:`~explore.procmem.PssMeter` (or at once and in full when asked), and
     ``stats.growth``: how far the processes have grown beyond the constants charged for
     them.  The workers' part of that comes from their own reports (their memory less
     the heaps they hold, measured together), so a heap given back a moment before the
@@ -190,6 +192,7 @@ class MemorySampler:
         self.this_process = this_process
         self.baseline = baseline  # of this process, not the run's (see Scheduler)
         self._at = -SAMPLE_EVERY
+        self._meters: dict[int | str, PssMeter] = {}
 
     def measure(self, workers: Iterable[Worker], now: bool = False) -> None:
         t = time.monotonic()
@@ -203,13 +206,22 @@ class MemorySampler:
             self._measure_device(ws)
             return
         pids = {w.pid for w in ws}
-        main = max(0, pss() - self.baseline) if self.this_process else s.main
-        others = {c: pss(c) for c in children()}
+        main = max(0, self._pss("self", now) - self.baseline) if self.this_process else s.main
+        kids = children()
+        others = {c: self._pss(c, now) for c in kids}
+        for gone in set(self._meters) - {"self", *kids}:
+            del self._meters[gone]
         tracker = sum(v for c, v in others.items() if c not in pids)
         s.measured_peak = max(s.measured_peak, main + sum(others.values()))
         if s.overheads:  # started: the constants are known
             now_bytes = main + tracker + sum(w.overhead_now or w.overhead for w in ws)
             s.growth = max(s.growth, now_bytes - s.fixed)
+
+    def _pss(self, pid: int | str, full: bool) -> int:
+        meter = self._meters.get(pid)
+        if meter is None:
+            meter = self._meters[pid] = PssMeter(pid)
+        return meter.read(full=full)
 
     def _measure_device(self, ws: list[Worker]) -> None:
         listed = gpu_processes()

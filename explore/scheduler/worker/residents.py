@@ -16,7 +16,7 @@ from engine.runtime.arena import Arena
 from engine.runtime.heap import CalcHeap
 from engine.runtime.members import member_losses, move_member
 from engine.runtime.vm import VM
-from explore.procmem import pss
+from explore.procmem import PssMeter
 from explore.scheduler.protocol import SPENT, Regroup, Regrouped, SwitchOut
 from explore.scheduler.worker.device import release_heap_memory
 from explore.scheduler.worker.validation import Validation
@@ -101,6 +101,7 @@ class ArenaHost:
         self.running: int | None = None  # the resident in the middle of a round, if any
         self.deferred: list[Regroup | SwitchOut] = []  # for that resident, at the round's end
         self.spent = dict.fromkeys(SPENT, 0.0)  # this worker's seconds, by what they went to
+        self.memory = PssMeter()  # read at every report: cheaply between full readings
 
     def pick(self) -> int | None:
         """Depth first: the runnable trial furthest along; a trial not yet begun waits
@@ -123,7 +124,7 @@ class ArenaHost:
         are in use, page for page): on the CPU, what its measured constant has become."""
         if self.device != "cpu":
             return 0
-        return max(0, pss() - sum(r.nbytes for r in self.residents.values()))
+        return max(0, self.memory.read() - sum(r.nbytes for r in self.residents.values()))
 
     def valid_rows(self) -> int:
         """The number of validation rows, which each trial's per-row outputs hold."""

@@ -1,0 +1,103 @@
+"""A process's PSS kept current cheaply (:class:`explore.procmem.PssMeter`): full
+readings at most as often as asked and as their cost allows, anonymous pages followed
+exactly in between."""
+
+from __future__ import annotations
+
+import mmap
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from explore import procmem
+from explore.procmem import PssMeter, pss
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(),
+                                reason="needs Linux's /proc/PID/smaps_rollup")
+
+MIB = 1 << 20
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, cost: float = 0.0) -> list[Any]:
+    """Count the full readings (``smaps_rollup``) the meters make, each taking ``cost``
+    seconds more."""
+    calls: list[Any] = []
+    real = procmem.pss
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def full(pid: int | str = "self") -> int:
+        calls.append(pid)
+        now[0] += cost
+        return real(pid)
+
+    monkeypatch.setattr(procmem, "pss", full)
+    monkeypatch.setattr(procmem.time, "monotonic", clock)
+    calls.append(now)  # the test moves the clock through calls[0]
+    return calls
+
+
+def test_between_full_readings_anonymous_pages_are_followed_exactly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting(monkeypatch)
+    meter = PssMeter(every=10.0)
+    before = meter.read()
+    pages = mmap.mmap(-1, 96 * MIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for at in range(0, 96 * MIB, mmap.PAGESIZE):  # touched: resident, counted
+        pages[at] = 1
+    assert 96 * MIB <= meter.read() - before < 100 * MIB
+    pages.madvise(mmap.MADV_DONTNEED)  # given back: no longer counted
+    assert meter.read() - before < 4 * MIB
+    pages.close()
+    assert len(calls) == 2  # the clock, and the first reading alone was full
+
+
+def test_a_full_reading_comes_when_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting(monkeypatch)
+    clock = calls[0]
+    meter = PssMeter(every=1.0)
+    meter.read()
+    clock[0] += 0.5
+    meter.read()
+    assert len(calls) == 2
+    clock[0] += 0.6
+    meter.read()
+    assert len(calls) == 3
+    meter.read(full=True)  # asked: in full at once
+    assert len(calls) == 4
+
+
+def test_full_readings_take_no_more_than_their_share_of_the_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting(monkeypatch, cost=0.05)  # a costly reading: 50 ms
+    clock = calls[0]
+    meter = PssMeter(every=0.1, share=0.02)
+    meter.read()
+    clock[0] += 2.0  # due by ``every``, not by the share: 0.05 / 0.02 = 2.5 s
+    meter.read()
+    assert len(calls) == 2
+    clock[0] += 0.6
+    meter.read()
+    assert len(calls) == 3
+
+
+def test_a_process_gone_reads_as_nothing() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    meter = PssMeter(child.pid)
+    assert meter.read() == 0 and meter.read() == 0
+
+
+def test_a_first_reading_is_the_process_pss() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        got, direct = PssMeter(child.pid).read(), pss(child.pid)
+        assert got > 0 and abs(got - direct) < 2 * MIB
+    finally:
+        child.kill()
+        child.wait()
