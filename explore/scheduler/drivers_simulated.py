@@ -35,6 +35,7 @@ from explore.live.simulated import Driver
 from explore.optuna_adapter import trial_id
 from explore.scheduler.commands import Idle, Launch, Moved, Note, Send, Tell
 from explore.scheduler.core import Core
+from explore.scheduler.core.placing import ahead
 from explore.scheduler.protocol import Pause
 from explore.scheduler.simulated import SimPolicy, SimTrial
 from explore.scheduler.simulation import Simulation
@@ -114,10 +115,14 @@ class DriverRun(Simulation):
         # the loop's trials_per_worker: the driver's capacity, one in lockstep
         self.per_worker = 1 if self.core.lockstep else driver.capacity
         self.interrupted = False
+        # the sampler's blind draws, which the loop draws ahead of placing them (a
+        # stream of its own: the world's stays as it was for every seed)
+        self.blind = random.Random(seed * 41 + 3).choice([0, 0, 3, 10, None])
+        self.drawn_now = 0  # trials admitted in the present draw (the loop's _draw)
         self.drawing = False  # inside the intake's ask: claiming up to `stack` trials
         self.drawn: list[tuple[Trial, bool]] = []  # asked, not yet admitted
         self.notes: dict[int, dict[str, Any]] = {}  # the loop's records, by number
-        self.events: dict[str, int] = dict.fromkeys(("paused", "worker died"), 0)
+        self.events: dict[str, int] = dict.fromkeys(("paused", "worker died", "drawn ahead"), 0)
 
     def _where(self, what: str) -> str:
         # the world's seed and step, which replay it, not this run's own seed
@@ -135,10 +140,20 @@ class DriverRun(Simulation):
         return not self.core.waiting and \
             self.core.in_hand() < self.per_worker * len(self.core.workers)
 
-    def admit(self) -> None:
+    def begin_draw(self) -> None:
+        """The loop's draw begins (:meth:`.loop.Scheduler._draw`): how many trials it
+        draws, more than one (held ahead, then released the cheapest first) while the
+        sampler draws blind."""
+        self.want = ahead(self.blind, sum(self.live.counts()), len(self.core.workers),
+                          self.live.unclaimed()) if self.core.draws_ahead() else 1
+        self.drawn_now = 0
+
+    def admit(self, end: bool = False) -> None:
         """The intake returns what it drew (as :meth:`.intake.Intake.ask`): a stack
         compiled to fit an arena, or each trial alone; one that fits no arena fails
-        before it starts.  The loop then places what waits."""
+        before it starts.  The loop then places what waits.  The draw goes on with
+        another ask until it has its ``want`` (or ``end``: the ask found nothing more,
+        or the blind draws were taken meanwhile)."""
         group: list[tuple[StudyTrial, bool]] = []
         for trial, requeued in self.drawn:
             t = StudyTrial(self.asked, trial)
@@ -146,14 +161,23 @@ class DriverRun(Simulation):
             if requeued:
                 self.repeats.add(t.number)
             group.append((t, requeued))
-        self.drawn, self.drawing = [], False
+        self.drawn = []
+        self.drawn_now += len(group)
+        if self.want > 1:
+            self.events["drawn ahead"] += len(group)
+        taken = self.blind is not None and sum(self.live.counts()) >= self.blind
+        self.drawing = not end and self.drawn_now < self.want and not taken
         self._admit(group)
         self._carry(self.core.place())
 
     # -- the loop -----------------------------------------------------------------------
     def after(self) -> None:
         """The rest of the loop's iteration: the lockstep's next word, placement, and
-        Idle when only paused trials are held and nothing runs or is on its way."""
+        Idle when only paused trials are held and nothing runs or is on its way; first,
+        while it would ask, what was drawn ahead is released, the cheapest first."""
+        while self.core.ahead and self.asks():
+            self._release()
+            self._carry(self.core.place())
         self._carry(self.core.go())
         self._carry(self.core.place())
         if self.core.holds() and not self._busy() and self.core.idle():
@@ -198,13 +222,14 @@ class DriverRun(Simulation):
     # -- what the checks read ------------------------------------------------------------
     def held(self) -> dict[int, str]:
         """The stored ids of the trials this driver holds, each with where: claimed and
-        not yet asked, asked and not yet admitted, waiting for room, placed (paused
-        or not) in a worker, or switched out of every arena."""
+        not yet asked, asked and not yet admitted, drawn ahead, waiting for room, placed
+        (paused or not) in a worker, or switched out of every arena."""
         ours = self.live.ours
         out = {c.stored_id: "claimed" for c in self.driver.pending}
         out.update((ours[trial_id(t)].stored_id, "drawn") for t, _ in self.drawn)
-        for pend in self.core.waiting:
-            out.update((ours[trial_id(t.trial)].stored_id, "waiting") for t in pend.trials)
+        for where, pends in (("ahead", self.core.ahead), ("waiting", self.core.waiting)):
+            for pend in pends:
+                out.update((ours[trial_id(t.trial)].stored_id, where) for t in pend.trials)
         for w in self.core.workers.values():
             out.update((ours[trial_id(cast(StudyTrial, p.trial).trial)].stored_id,
                         "paused" if p.paused is not None else "placed")

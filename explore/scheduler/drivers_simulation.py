@@ -16,7 +16,9 @@ the driver's LiveStudy and ended there as the loop (:mod:`.loop`) and the intake
 carried out.
 
 A step picks a driver and one act: claim a trial, or ask one claimed (a group of up to
-``stack`` of them is then admitted to the core); let its world move (a message
+``stack`` of them is then admitted to the core; while the sampler draws blind, a draw
+goes on to several groups, held ahead and released the cheapest first, as the loop's
+``_draw``); let its world move (a message
 delivered to a worker or to the core, a round run, a worker dead, the processes grown);
 kill one of its workers; kill the driver (its heartbeats stop, its workers vanish);
 stall it past the grace; fail one of its coming storage calls; Ctrl-C it; or move the
@@ -35,8 +37,8 @@ The invariants, after every step (:meth:`DriversSimulation.check`):
   COMPLETE, PRUNED or FAIL, a FAIL has its reason, and one failed to be re-queued (its
   worker or driver died, Ctrl-C) has exactly one repeat; with a grid sampler no two
   counted trials share their parameters;
-- between the two: what a live driver holds (claimed, drawn, waiting, placed or
-  paused) is exactly what the storage has RUNNING under its name, but for trials
+- between the two: what a live driver holds (claimed, drawn, drawn ahead, waiting,
+  placed or paused) is exactly what the storage has RUNNING under its name, but for trials
   another driver failed as stale while it stalled, so no paused trial is lost; a
   driver that ended or was interrupted leaves nothing RUNNING.
 
@@ -181,6 +183,9 @@ class DriversSimulation(live_simulation.Simulation):
     def _claim(self, d: Driver) -> None:
         """The intake claims a trial; none to claim ends its ask, and a driver that then
         holds nothing ends if the study is settled (as the loop does)."""
+        run = self.runs[d.index]
+        if not run.drawing:  # a draw begins: how many it takes is decided first
+            run.begin_draw()
         claim = d.live.claim()
         if claim is not None:
             self.conflicts["past the total"] += self._places() > self.total
@@ -219,7 +224,7 @@ class DriversSimulation(live_simulation.Simulation):
 
     def _intake_over(self, d: Driver) -> None:
         run = self.runs[d.index]
-        run.admit()
+        run.admit(end=True)
         if not run.core.holds() and d.live.settled():
             d.live.close()
             self._gone(d, "ended")
@@ -282,7 +287,7 @@ class DriversSimulation(live_simulation.Simulation):
             run = self.runs[d.index]
             if d.pending:
                 out += [(d, self._ask)] * 3
-            elif run.drawing or run.asks():
+            elif run.drawing or (run.asks() and not run.core.ahead):  # else released
                 out += [(d, self._claim)] * 3
             if not run.mid_intake() and run._busy():
                 out += [(d, self._work)] * 8

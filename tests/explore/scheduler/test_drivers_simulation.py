@@ -50,7 +50,7 @@ def test_every_schedule_keeps_the_invariants(request: pytest.FixtureRequest,
         for what in ("random", "grid", "several drivers", "next run", "COMPLETE", "PRUNED",
                      "FAIL", "paused", "resumed", "regrouped", "repeats", "worker died",
                      "stale found", "past the total", "surplus ended", "died", "interrupted",
-                     "stopped: storage failed", "writes dropped"):
+                     "stopped: storage failed", "writes dropped", "drawn ahead"):
             assert seen[what], (what, seen)
 
 
@@ -120,6 +120,15 @@ class PlacesBeyondTheRoom(Core):
         return self.stats.budget - self.stats.fixed
 
 
+class ForgetsWhatWasDrawnAheadOnCtrlC(Core):
+    """On Ctrl-C fails the trials in hand but not those drawn ahead, which the study
+    keeps RUNNING for a driver that is gone."""
+
+    def _interrupted(self) -> None:
+        self.ahead = []
+        super()._interrupted()
+
+
 # Claims race only when a storage call is slow: more of them, and four drivers, for that.
 RACING = {"slow": 0.5, "drivers": 4}
 
@@ -129,8 +138,10 @@ RACING = {"slow": 0.5, "drivers": 4}
     ({"live_type": LosesTheRepeat}, {}, "failed to be re-queued"),
     ({"core_type": ForgetsPausedWhenItsWorkerDies}, {}, "in 0 places"),
     ({"core_type": PlacesBeyondTheRoom}, {}, "beyond the room"),
+    # trials are held ahead only for a moment at the top of a loop: Ctrl-C more often
+    ({"core_type": ForgetsWhatWasDrawnAheadOnCtrlC}, {"mishaps": 4.0}, "left RUNNING"),
 ], ids=["ClaimsWithoutWaiting", "LosesTheRepeat", "ForgetsPausedWhenItsWorkerDies",
-        "PlacesBeyondTheRoom"])
+        "PlacesBeyondTheRoom", "ForgetsWhatWasDrawnAheadOnCtrlC"])
 def test_a_planted_bug_is_caught_and_replays(bug: dict[str, Any], args: dict[str, Any],
                                              what: str) -> None:
     for seed in range(SEARCH):
