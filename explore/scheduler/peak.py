@@ -39,20 +39,25 @@ class PeakError(ValueError):
 
 
 def gemm_peak(device: str = "cpu", threads: int | None = None,
-              measure: bool = True) -> float | None:
+              measure: bool = True, fresh: bool = False) -> float | None:
     """``device``'s GEMM peak in FLOP/s with ``threads`` BLAS threads (None: the BLAS's
     own setting): ``$EXPLORE_GEMM_PEAK`` if set, else the figure cached for this
-    machine, else (with ``measure``) measured now and cached; else None."""
+    machine, else (with ``measure``) measured now and cached; else None.  ``fresh``:
+    measured now even where a figure is cached, and the higher of the two kept and
+    returned.  On a shared machine a measurement taken while others compute
+    understates the peak (and so overstates every utilisation read against it), and
+    the cache would keep that figure for good: a benchmark measures afresh."""
     override = os.environ.get(ENV)
     if override is not None:
         return _parse_override(override)
     key = peak_key(device, threads)
     known = load(key)
-    if known is not None or not measure:
+    if not fresh and (known is not None or not measure):
         return known
     measured = measure_gemm_peak(device, threads)
-    save(key, measured)
-    return measured
+    best = max(measured, known or 0.0)
+    save(key, best)
+    return best
 
 
 def peak_key(device: str, threads: int | None) -> str:

@@ -84,6 +84,16 @@ def test_measured_once_then_cached(cache: Path, measured: list) -> None:
     assert len(json.loads(cache.read_text())) == 2
 
 
+def test_measured_afresh_the_best_is_kept(cache: Path, measured: list,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    rates = iter([1.5e11, 0.9e11, 2.0e11])  # the second while the machine was busy
+    monkeypatch.setattr(peak, "measure_gemm_peak", lambda device, threads: next(rates))
+    assert peak.gemm_peak("cpu", 1) == 1.5e11
+    assert peak.gemm_peak("cpu", 1, fresh=True) == 1.5e11  # a slower reading: not kept
+    assert peak.gemm_peak("cpu", 1, fresh=True) == 2.0e11  # a faster one replaces it
+    assert peak.gemm_peak("cpu", 1, measure=False) == 2.0e11  # what runs read
+
+
 def test_the_environment_overrides(cache: Path, measured: list,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(peak.ENV, "2.5e11")
