@@ -105,7 +105,7 @@ class DriverRun(Simulation):
     stream.  ``core_type``: the decisions under test (a planted bug's subclass)."""
 
     def __init__(self, world: DriversSimulation, driver: Driver, seed: int,
-                 core_type: type[Core], rng: random.Random) -> None:
+                 core_type: type[Core], rng: random.Random, ahead: bool = True) -> None:
         super().__init__(seed, core_type, knobs=False)  # the loop's defaults
         self.world, self.driver, self.live = world, driver, driver.live
         self.rng = rng  # one stream for the whole world: one seed replays it all
@@ -116,8 +116,10 @@ class DriverRun(Simulation):
         self.per_worker = 1 if self.core.lockstep else driver.capacity
         self.interrupted = False
         # the sampler's blind draws, which the loop draws ahead of placing them (a
-        # stream of its own: the world's stays as it was for every seed)
-        self.blind = random.Random(seed * 41 + 3).choice([0, 0, 3, 10, None])
+        # stream of its own: the world's stays as it was for every seed); ``ahead``
+        # False: none, one trial at a time
+        self.blind = random.Random(seed * 41 + 3).choice([0, 0, 3, 10, None]) \
+            if ahead else 0
         self.drawn_now = 0  # trials admitted in the present draw (the loop's _draw)
         self.drawing = False  # inside the intake's ask: claiming up to `stack` trials
         self.drawn: list[tuple[Trial, bool]] = []  # asked, not yet admitted

@@ -98,17 +98,20 @@ class DriversSimulation(live_simulation.Simulation):
     """One schedule, drawn from ``seed``; :meth:`run` plays it to the end.
     ``live_type`` and ``core_type`` are the study side and the decisions under test (a
     planted bug's subclass); ``strict``: the known gaps are violations too; ``slow``:
-    the chance that a storage call is overtaken by another driver's act; the other
+    the chance that a storage call is overtaken by another driver's act; ``ahead``:
+    the drivers draw ahead while their sampler draws blind, as the loop does (False:
+    one trial at a time, the schedules as they were before the loop did); the other
     arguments are the study simulation's."""
 
     def __init__(self, seed: int, live_type: type[LiveStudy] = LiveStudy,
                  core_type: type[Core] = Core, strict: bool = False, slow: float = 0.05,
-                 **kwargs: Any) -> None:
-        self.core_type, self.strict, self.slow = core_type, strict, slow
+                 ahead: bool = True, **kwargs: Any) -> None:
+        self.core_type, self.strict, self.slow, self.ahead = core_type, strict, slow, ahead
         # what replays it, beside the seed: the arguments not left to their defaults
         given = {"live_type": live_type, "core_type": core_type, "strict": strict,
-                 "slow": slow, **kwargs}
-        default = {"live_type": LiveStudy, "core_type": Core, "strict": False, "slow": 0.05}
+                 "slow": slow, "ahead": ahead, **kwargs}
+        default = {"live_type": LiveStudy, "core_type": Core, "strict": False, "slow": 0.05,
+                   "ahead": True}
         self.replay = "".join(f", {k}={getattr(v, '__name__', None) or repr(v)}"
                               for k, v in given.items() if default.get(k, ...) != v)
         self.gaps: Counter[str] = Counter()  # known gaps met (see _gap), each once
@@ -127,7 +130,7 @@ class DriversSimulation(live_simulation.Simulation):
     def _add_driver(self) -> Driver:
         d = super()._add_driver()
         self.runs.append(DriverRun(self, d, self.rng.randrange(1 << 30), self.core_type,
-                                   self.rng))
+                                   self.rng, ahead=self.ahead))
         self.slowed.append(SlowStorage(d.live.storage, partial(self._slow, d)))
         d.live.storage = cast(BaseStorage, self.slowed[-1])
         return d
