@@ -16,6 +16,7 @@ named after the space, so running the same command again resumes it.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -97,18 +98,17 @@ def make_sampler(space: Space, number: int | None = None, attempt: int = 0
     >>> first(3) == first(3), first(3) == first(4)
     (True, False)
     """
-    seed = _sampler_args(space).seed
+    args = _sampler_args(space)
     if number is not None:
-        seed = int(np.random.SeedSequence([seed, number, attempt]).generate_state(1)[0])
-    return samplers.get(space.sampler.name).create(_sampler_args(space, seed))
+        args = replace(args, seed=int(np.random.SeedSequence(
+            [args.seed, number, attempt]).generate_state(1)[0]))
+    return samplers.get(space.sampler.name).create(args)
 
 
-def _sampler_args(space: Space, seed: int | None = None) -> SamplerArgs:
-    """What the space's sampler reads of it; its seed the sampler's, else the budget's,
-    unless ``seed`` is given."""
+def _sampler_args(space: Space) -> SamplerArgs:
+    """What the space's sampler reads of it; its seed the sampler's, else the budget's."""
     s = space.sampler
-    if seed is None:
-        seed = s.seed if s.seed is not None else space.budget.seed
+    seed = s.seed if s.seed is not None else space.budget.seed
     return SamplerArgs(seed, s.startup_trials, len(space.objectives), space.params())
 
 

@@ -35,7 +35,6 @@ from explore.live.simulated import Driver
 from explore.optuna_adapter import trial_id
 from explore.scheduler.commands import Idle, Launch, Moved, Note, Send, Tell
 from explore.scheduler.core import Core
-from explore.scheduler.core.placing import ahead
 from explore.scheduler.protocol import Pause
 from explore.scheduler.simulated import SimPolicy, SimTrial
 from explore.scheduler.simulation import Simulation
@@ -146,8 +145,8 @@ class DriverRun(Simulation):
         """The loop's draw begins (:meth:`.loop.Scheduler._draw`): how many trials it
         draws, more than one (held ahead, then released the cheapest first) while the
         sampler draws blind."""
-        self.want = ahead(self.blind, sum(self.live.counts()), len(self.core.workers),
-                          self.live.unclaimed()) if self.core.draws_ahead() else 1
+        self.want = self.core.draw_size(self.blind, sum(self.live.counts()),
+                                        len(self.core.workers), self.live.unclaimed())
         self.drawn_now = 0
 
     def admit(self, end: bool = False) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import mmap
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,30 +21,33 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(),
 MIB = 1 << 20
 
 
-def counting(monkeypatch: pytest.MonkeyPatch, cost: float = 0.0) -> list[Any]:
-    """Count the full readings (``smaps_rollup``) the meters make, each taking ``cost``
-    seconds more."""
-    calls: list[Any] = []
-    real = procmem.pss
-    now = [0.0]
+@dataclass
+class FullReadings:
+    """The full readings (``smaps_rollup``) the meters make, by process, on a clock the
+    test moves (``now``); each reading takes ``cost`` seconds of it."""
 
-    def clock() -> float:
-        return now[0]
+    cost: float = 0.0
+    now: float = 0.0
+    pids: list[int | str] = field(default_factory=list)
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, cost: float = 0.0) -> FullReadings:
+    readings = FullReadings(cost)
+    real = procmem.pss
 
     def full(pid: int | str = "self") -> int:
-        calls.append(pid)
-        now[0] += cost
+        readings.pids.append(pid)
+        readings.now += readings.cost
         return real(pid)
 
     monkeypatch.setattr(procmem, "pss", full)
-    monkeypatch.setattr(procmem.time, "monotonic", clock)
-    calls.append(now)  # the test moves the clock through calls[0]
-    return calls
+    monkeypatch.setattr(procmem.time, "monotonic", lambda: readings.now)
+    return readings
 
 
 def test_between_full_readings_anonymous_pages_are_followed_exactly(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = counting(monkeypatch)
+    readings = counting(monkeypatch)
     meter = PssMeter(every=10.0)
     before = meter.read()
     pages = mmap.mmap(-1, 96 * MIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -54,36 +57,34 @@ def test_between_full_readings_anonymous_pages_are_followed_exactly(
     pages.madvise(mmap.MADV_DONTNEED)  # given back: no longer counted
     assert meter.read() - before < 4 * MIB
     pages.close()
-    assert len(calls) == 2  # the clock, and the first reading alone was full
+    assert len(readings.pids) == 1  # the first reading alone was full
 
 
 def test_a_full_reading_comes_when_due(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = counting(monkeypatch)
-    clock = calls[0]
+    readings = counting(monkeypatch)
     meter = PssMeter(every=1.0)
     meter.read()
-    clock[0] += 0.5
+    readings.now += 0.5
     meter.read()
-    assert len(calls) == 2
-    clock[0] += 0.6
+    assert len(readings.pids) == 1
+    readings.now += 0.6
     meter.read()
-    assert len(calls) == 3
+    assert len(readings.pids) == 2
     meter.read(full=True)  # asked: in full at once
-    assert len(calls) == 4
+    assert len(readings.pids) == 3
 
 
 def test_full_readings_take_no_more_than_their_share_of_the_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = counting(monkeypatch, cost=0.05)  # a costly reading: 50 ms
-    clock = calls[0]
+    readings = counting(monkeypatch, cost=0.05)  # a costly reading: 50 ms
     meter = PssMeter(every=0.1, share=0.02)
     meter.read()
-    clock[0] += 2.0  # due by ``every``, not by the share: 0.05 / 0.02 = 2.5 s
+    readings.now += 2.0  # due by ``every``, not by the share: 0.05 / 0.02 = 2.5 s
     meter.read()
-    assert len(calls) == 2
-    clock[0] += 0.6
+    assert len(readings.pids) == 1
+    readings.now += 0.6
     meter.read()
-    assert len(calls) == 3
+    assert len(readings.pids) == 2
 
 
 def test_a_process_gone_reads_as_nothing() -> None:

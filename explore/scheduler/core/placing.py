@@ -47,6 +47,16 @@ def cost(pend: Pending) -> int:
 class Placing(Turns, Regrouping):
     """Decides the order in which what waits is placed (:meth:`place`)."""
 
+    def draw_size(self, blind: int | None, claimed: int, workers: int, unclaimed: int
+                  ) -> int:
+        """How many trials the loop's next draw takes (:func:`ahead`'s arguments): 1 in
+        lockstep or rotation, which ask one at a time, and with a timeout, as what was
+        drawn ahead when it passed would either run past it or end failed and queued
+        again, where a run asked one at a time ends with every trial it began complete."""
+        if self.lockstep or self.rotation is not None or self.timeout is not None:
+            return 1
+        return ahead(blind, claimed, workers, unclaimed)
+
     def release(self) -> bool:
         """Move the cheapest candidate drawn ahead (:attr:`ahead`, by :func:`cost`; the
         first drawn of equals) to those waiting to be placed; False when none is held.

@@ -82,13 +82,6 @@ class CoreState:
         return sum(w.active() for w in self.workers.values()) + \
             sum(p.paused is None for p in self.out.values())
 
-    def draws_ahead(self) -> bool:
-        """Whether the run may draw trials ahead (:func:`.placing.ahead`): not in
-        lockstep or rotation, which ask one at a time, nor with a timeout, as what was
-        drawn ahead when it passed would either run past it or end failed and queued
-        again, where a run asked one at a time ends with every trial it began complete."""
-        return not self.lockstep and self.rotation is None and self.timeout is None
-
     def holds(self) -> bool:
         """Whether any trial waits, is held by a worker or is switched out."""
         return bool(self.waiting) or bool(self.ahead) or bool(self.out) or \

@@ -17,7 +17,6 @@ from explore.keeper import ModelKeeper
 from explore.live import REFRESH_EVERY, LiveStudy
 from explore.scheduler.commands import Admitted, Idle, Interrupted, Tick
 from explore.scheduler.core import Core
-from explore.scheduler.core.placing import ahead
 from explore.scheduler.errors import Stopped
 from explore.scheduler.intake import Intake, draws
 from explore.scheduler.kernels import for_workers, kernels_of
@@ -185,8 +184,8 @@ class Scheduler(Relay):
         :func:`~explore.scheduler.core.placing.ahead` trials, held ahead until the loop
         releases them (:meth:`Core.release`).  False once the study's total is claimed
         and nothing was drawn."""
-        want = ahead(self.blind, sum(self.live.counts()), len(self.workers),
-                     self.live.unclaimed()) if self.core.draws_ahead() else 1
+        want = self.core.draw_size(self.blind, sum(self.live.counts()), len(self.workers),
+                                   self.live.unclaimed())
         drawn = 0
         for i in range(want):  # an ask that finds the total unclaimed draws one at least
             if i and (self.stop_flag.set or (self.blind is not None and

@@ -33,7 +33,7 @@ from explore.scheduler.commands import (
     WorkerDied,
 )
 from explore.scheduler.core import Core
-from explore.scheduler.core.placing import ahead, cost
+from explore.scheduler.core.placing import cost
 from explore.scheduler.placement import Stack, Worker
 from explore.scheduler.policy import PRUNE
 from explore.scheduler.protocol import Continue, Done, Report, SwitchedOut
@@ -288,10 +288,9 @@ class Simulation(SimulatedWorkers):
             while self._asks() and (self.core.ahead or self._more()):
                 if not self.core.ahead:
                     before = self.asked
-                    self.want = ahead(
+                    self.want = self.core.draw_size(
                         self.blind, self.asked - len(self.repeats) - len(self.queued),
-                        self.n_workers, self.total - self.asked + len(self.repeats)) \
-                        if self.core.draws_ahead() else 1
+                        self.n_workers, self.total - self.asked + len(self.repeats))
                     while self._more() and self.asked - before < self.want:
                         self._ask()
                     if self.asked == before:
