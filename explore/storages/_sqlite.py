@@ -1,6 +1,11 @@
 """SQLite with write-ahead logging and normal sync; an in-memory SQLite URL
 (``sqlite://``, ``sqlite:///``, ``sqlite:///:memory:``) is Optuna's in-memory storage.
 
+Once the database exists, a connection never creates it: SQLAlchemy opens a new
+connection whenever two threads call at once or one failed, and had the file been
+deleted meanwhile, SQLite would make an empty database at the path, which takes the
+deleted one's write-ahead log as its own (see :mod:`explore.storages.files`).
+
 >>> type(Sqlite().create("sqlite:///:memory:")).__name__
 'InMemoryStorage'
 """
@@ -8,6 +13,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import optuna
 from sqlalchemy import event
@@ -32,6 +38,18 @@ class Sqlite(BaseStorage):
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
 
+        event.listen(storage.engine, "do_connect", _existing_only)
         event.listen(storage.engine, "connect", pragmas)
         storage.engine.dispose()  # connections made from now on get the pragmas
         return storage
+
+
+def _existing_only(dialect: Any, record: Any, cargs: list[Any], cparams: dict[str, Any]
+                   ) -> None:
+    """Open the database file read-write but never create it (SQLite's ``mode=rw``): a
+    connection to a database deleted under the run fails with "unable to open database
+    file" instead.  A URL that is already a SQLite URI keeps its own mode."""
+    name = str(cargs[0]) if cargs else ""
+    if name and not name.startswith("file:") and not cparams.get("uri"):
+        cargs[0] = f"file:{quote(name)}?mode=rw"
+        cparams["uri"] = True

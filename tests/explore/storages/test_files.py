@@ -74,3 +74,31 @@ def test_a_file_made_anew_at_the_path_is_not_the_one_watched(tmp_path: Path) -> 
         lost = watch.lost()
         assert lost is not None and "was deleted" in lost, attempt
         path.unlink()
+
+
+def test_a_deleted_database_is_not_made_anew_by_the_next_connection(tmp_path: Path) -> None:
+    """A connection opened after the database was deleted (another thread's call, or one
+    replacing a connection that failed) must fail, not create an empty database at the
+    path: that database would take the deleted one's log, and the watch would no longer
+    find the path empty to remove the log."""
+    path = tmp_path / "s.db"
+    storage = open_storage(f"sqlite:///{path}")
+    try:
+        assert isinstance(storage, optuna.storages.RDBStorage)
+        optuna.create_study(storage=storage, study_name="s")
+        watch = StorageFile.of(storage)
+        assert watch is not None
+        path.unlink()
+        storage.engine.dispose()  # every connection from now on is a new one
+        with pytest.raises(Exception) as failed:  # Optuna wraps SQLite's error
+            storage.get_all_studies()
+        causes = [failed.value]
+        while causes[-1].__cause__ is not None:
+            causes.append(causes[-1].__cause__)
+        assert any("unable to open database file" in str(e) for e in causes), causes
+        assert not path.exists()
+        why = watch.lost()
+        assert why is not None and "deleted" in why
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
+    finally:
+        release(storage)
