@@ -3,8 +3,9 @@ as a user runs it: the trials it gives (numbers, states, parameters, values and
 reports) are the scheduler's observable behaviour, stored in ``golden/shipped_runs.json``
 so that a change to the scheduler's structure is checked against what it did before.
 
-``python -m tests.explore.golden_runs --write`` stores them again (only for a change
-that is meant to alter what a run does, said in its commit)."""
+``python -m tests.explore.golden_runs --write [SPACE ...]`` stores them again, those
+named or all (only for a change that is meant to alter what a run does, said in its
+commit)."""
 
 from __future__ import annotations
 
@@ -101,9 +102,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             runs[name] = run(name, Path(tmp))
         print(name, [(t["number"], t["state"]) for t in runs[name]], file=sys.stderr)
-    if args.write:
+    if args.write:  # the spaces named replace theirs; the others' stored runs are kept
         GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
+        stored = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        GOLDEN.write_text(json.dumps({**stored, **runs}, indent=1, sort_keys=True) + "\n")
     else:
         print(json.dumps(runs, indent=1, sort_keys=True))
 
