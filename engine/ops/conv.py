@@ -500,10 +500,11 @@ def transposed_conv(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any
     At stride 1, ``dX[y] = Σ_i dY[y + p - d·i] · W[i]``: a convolution of dY padded by
     ``d·(k-1) - p`` with the flipped kernel.  Its im2col is one copy of dY's windows
     where col2im adds kH·kW strided products back into dX, but its columns are of dY's
-    M channels where col2im's are of dX's C.  Timed on one core at batch 64 over 18
-    layers of the MNIST CNN space (``docs/measurements.md``): 1.3-3.4x faster where
-    M ≤ C, 1.0-1.5x where M = 2C, 0.85x where M = 4C (the copy of four times the
-    columns outweighs the adds saved).
+    M channels where col2im's are of dX's C.  Timed on one core at batch 64 over 14
+    layers of the MNIST CNN space (``bench/conv_grad_input.py``,
+    ``docs/measurements.md``): 1.6-3.4x faster where M ≤ C, 1.0-1.25x where M = 2C,
+    0.75-1.05x where M = 4C (the copy of four times the columns outweighs the adds
+    saved).
 
     >>> transposed_conv((64, 32, 14, 14), (16, 32, 5, 5), {"pads": (2, 2, 2, 2)}, "cpu")
     ((32, 16, 5, 5), {'pads': (2, 2, 2, 2), 'strides': (1, 1), 'dilations': (1, 1), 'group': 1})
