@@ -18,7 +18,7 @@ class CmaEs(BaseSampler):
                                             n_startup_trials=self.blind(args))
 
     def blind(self, args: SamplerArgs) -> int:
-        return args.startup_trials or 1
+        return 1 if args.startup_trials is None else args.startup_trials
 
     def check(self, objectives: int, params: Mapping[str, Any]) -> None:
         if objectives > 1:

@@ -21,4 +21,4 @@ class Tpe(BaseSampler):
                                               multivariate=True, group=True)
 
     def blind(self, args: SamplerArgs) -> int:
-        return args.startup_trials or STARTUP  # 0 is taken as the default, as always
+        return STARTUP if args.startup_trials is None else args.startup_trials

@@ -62,3 +62,18 @@ def test_a_sampler_checks_the_space(qmc: None) -> None:
 def test_unknown_samplers_are_listed() -> None:
     with pytest.raises(SpaceError, match="'tpe', 'random', 'grid', 'cmaes' or 'nsga2'"):
         parse_space({**SPACE, "sampler": "qmc"})
+
+
+@pytest.mark.parametrize("name, default", [("tpe", 10), ("cmaes", 1)])
+def test_startup_trials_of_zero_is_zero_not_the_default(name: str, default: int) -> None:
+    """``startup_trials: 0`` models from the first trial (Optuna takes 0), and draws
+    none ahead; left out, the sampler's own default."""
+    def startup(**sampler: Any) -> tuple[int, int | None]:
+        space = parse_space({**SPACE, "sampler": {"name": name, **sampler}})
+        made: Any = make_sampler(space)
+        return made._n_startup_trials, samplers.get(name).blind(
+            SamplerArgs(0, space.sampler.startup_trials, 1, space.params()))
+
+    assert startup(startup_trials=0) == (0, 0)
+    assert startup(startup_trials=3) == (3, 3)
+    assert startup() == (default, default)
