@@ -56,16 +56,13 @@ def program(c: int, m: int, h: int, k: int) -> Any:
     return VM(compile_graph(g, batch_size=BATCH, optimizer=Adam()))
 
 
-def child(shape: str, chunk_mib: float) -> None:
+def op_times(shape: str, ops: tuple[str, ...]) -> tuple[dict[str, float], int]:
+    """Milliseconds of each of ``ops`` (all its instructions) in a training step of
+    :func:`program` for ``shape`` ("C,M,H,K"), one thread, the median of 7 samples of 5
+    steps; and the program's workspace bytes."""
     import threadpoolctl
 
-    from engine.ops import conv
-
     threadpoolctl.threadpool_limits(1)  # one worker's thread, as in a 2-core search
-    if chunk_mib > 0:
-        conv.CHUNK_BYTES = int(chunk_mib * (1 << 20))
-    else:
-        conv.CHUNK_BYTES = 1 << 62  # the whole batch at once
     c, m, h, k = (int(v) for v in shape.split(","))
     vm = program(c, m, h, k)
     rng = np.random.default_rng(0)
@@ -77,8 +74,8 @@ def child(shape: str, chunk_mib: float) -> None:
     pc = prog.paths[prog.path_index("train")]
     kinds = [prog.instrs[i].op for i in (*pc.forward, *pc.backward)]
     steps = [*b.forward[prog.path_index("train")], *next(iter(b.backward.values()))]
-    by_op = {op: [f for kind, f in zip(kinds, steps, strict=True) if kind == op] for op in OPS}
-    samples: dict[str, list[float]] = {op: [] for op in OPS}
+    by_op = {op: [f for kind, f in zip(kinds, steps, strict=True) if kind == op] for op in ops}
+    samples: dict[str, list[float]] = {op: [] for op in ops}
     for _ in range(7):
         for op, fs in by_op.items():
             t0 = time.perf_counter()
@@ -86,8 +83,19 @@ def child(shape: str, chunk_mib: float) -> None:
                 for f in fs:
                     f()
             samples[op].append((time.perf_counter() - t0) / 5 * 1e3)
-    emit({**{op: statistics.median(v) for op, v in samples.items()},
-          "workspace_bytes": prog.zone_bytes["workspace"]})
+    return {op: statistics.median(v) for op, v in samples.items()}, \
+        prog.zone_bytes["workspace"]
+
+
+def child(shape: str, chunk_mib: float) -> None:
+    from engine.ops import conv
+
+    if chunk_mib > 0:
+        conv.CHUNK_BYTES = int(chunk_mib * (1 << 20))
+    else:
+        conv.CHUNK_BYTES = 1 << 62  # the whole batch at once
+    ms, workspace = op_times(shape, OPS)
+    emit({**ms, "workspace_bytes": workspace})
 
 
 def main() -> None:

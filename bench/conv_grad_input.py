@@ -20,12 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,34 +36,13 @@ FORMS = ("col2im", "transposed")
 
 
 def child(shape: str, form: str) -> None:
-    import threadpoolctl
-
-    from bench.conv_chunks import program
+    from bench.conv_chunks import op_times
     from engine.ops import conv
 
-    threadpoolctl.threadpool_limits(1)  # one worker's thread, as in a 2-core search
     if form == "col2im":
         conv.transposed_conv = lambda *a, **k: None
-    c, m, h, k = (int(v) for v in shape.split(","))
-    vm = program(c, m, h, k)
-    rng = np.random.default_rng(0)
-    vm.set("x", rng.random((BATCH, c, h, h), dtype=np.float32))
-    vm.set("y", rng.integers(0, 10, BATCH))
-    for _ in range(3):
-        vm.train_step("train")
-    prog, b = vm.program, vm._binding
-    pc = prog.paths[prog.path_index("train")]
-    kinds = [prog.instrs[i].op for i in (*pc.forward, *pc.backward)]
-    steps = [*b.forward[prog.path_index("train")], *next(iter(b.backward.values()))]
-    fs = [f for kind, f in zip(kinds, steps, strict=True) if kind == "ConvGradInput"]
-    samples = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(5):
-            for f in fs:
-                f()
-        samples.append((time.perf_counter() - t0) / 5 * 1e3)
-    emit({"ms": statistics.median(samples), "workspace_bytes": prog.zone_bytes["workspace"]})
+    ms, workspace = op_times(shape, ("ConvGradInput",))
+    emit({"ms": ms["ConvGradInput"], "workspace_bytes": workspace})
 
 
 def rule(shape: str) -> str:

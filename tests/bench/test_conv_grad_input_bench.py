@@ -4,21 +4,12 @@ dX, col2im at four times as many)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-SCRIPT = ROOT / "bench" / "conv_grad_input.py"
+from tests.bench.test_fair_benchmarks import run_bench
 
 
 def test_a_smoke_run_reports_both_forms() -> None:
-    out = subprocess.run([sys.executable, str(SCRIPT), "--json", "--shape", "8,8,7,3",
-                          "--shape", "8,32,7,3", "--repeats", "1"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = run_bench("conv_grad_input.py", "--shape", "8,8,7,3", "--shape", "8,32,7,3",
+                    "--repeats", "1")
     rows = got["shapes"]
     assert [rows[s]["rule"] for s in ("8,8,7,3", "8,32,7,3")] == ["transposed", "col2im"]
     for r in rows.values():
