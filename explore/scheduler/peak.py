@@ -62,8 +62,11 @@ def gemm_peak(device: str = "cpu", threads: int | None = None,
 
 def peak_key(device: str, threads: int | None) -> str:
     """What the peak depends on: the machine and libraries (as the constants), the BLAS
-    threads and numpy's BLAS; on a GPU, CuPy's version and the device's name."""
-    parts = [machine_key(device), f"threads {threads if threads is not None else 'default'}",
+    threads and numpy's BLAS; on a GPU, CuPy's version and the device's name.  Not the
+    fused kernels' setting (``CALCGRAPH_JIT``, part of the constants' key for numba's
+    memory): the peak is the BLAS's, one figure whichever kernels a process binds."""
+    parts = [machine_key(device, jit="0"),
+             f"threads {threads if threads is not None else 'default'}",
              f"blas {_numpy_blas()}"]
     if device == "gpu":
         parts.append(_gpu_name())

@@ -75,7 +75,7 @@ def test_measured_once_then_cached(cache: Path, measured: list) -> None:
     table = json.loads(cache.read_text())
     key = peak.peak_key("cpu", 1)
     assert table == {key: 1.5e11}
-    assert key.startswith(constants.machine_key("cpu")) and "threads 1" in key
+    assert key.startswith(constants.machine_key("cpu", jit="0")) and "threads 1" in key
     assert cache.parent == constants.cache_file().parent  # beside constants.json
     assert peak.gemm_peak("cpu", 1) == 1.5e11
     assert measured == [("cpu", 1)]  # the second call read the cache
@@ -129,3 +129,14 @@ def test_the_measurement_keeps_within_the_bytes_it_is_given() -> None:
                              max_bytes=operand_bytes(512)) > 0
     with pytest.raises(ValueError, match="no GEMM size fits"):
         measure_gemm_peak("cpu", max_bytes=operand_bytes(512) - 1)
+
+
+def test_the_peak_is_one_figure_whichever_kernels_are_fused(
+        cache: Path, measured: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process with the fused kernels on (a compiled worker, a benchmark's child)
+    reads the peak measured with them off: the BLAS is the same."""
+    monkeypatch.setenv("CALCGRAPH_JIT", "0")
+    assert peak.gemm_peak("cpu", 1) == 1.5e11
+    monkeypatch.setenv("CALCGRAPH_JIT", "1")
+    assert peak.gemm_peak("cpu", 1, measure=False) == 1.5e11
+    assert measured == [("cpu", 1)]
