@@ -535,7 +535,8 @@ def _grad_input_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, d
     if as_conv is not None:
         w2, inner = as_conv
         a, b, c, _, _ = _ws_parts(ins[1].shape, w2, inner, item, "Conv", device)
-        return align_up(w2[0] * w2[1] * w2[2] * w2[3] * item) + a + b + c
+        flipped = w2[0] * w2[1] * w2[2] * w2[3] * ins[0].dtype.itemsize  # W's type
+        return align_up(flipped) + a + b + c
     a, b, c, _, _ = _grad_input_parts(x, w, attrs, item, device)
     return a + b + c
 

@@ -40,15 +40,19 @@ def by_definition(w: np.ndarray, dy: np.ndarray, x_shape: tuple[int, ...],
 
 
 def grad_input(w: np.ndarray, dy: np.ndarray, x_shape: tuple[int, ...],
-               attrs: dict[str, Any], col2im: bool = False) -> tuple[np.ndarray, int]:
+               attrs: dict[str, Any], col2im: bool = False, compiled: int | None = None
+               ) -> tuple[np.ndarray, int]:
     """ConvGradInput's kernel (or its col2im form) run in a workspace of exactly the
-    bytes its rule declares, the bytes past it poisoned; (dX, those bytes)."""
+    bytes its rule declares for a batch of ``compiled`` (default: this one's), the
+    bytes past it poisoned; (dX, those bytes)."""
     attrs = {**conv.CONV_ATTRS, **attrs, "x_shape": x_shape}
+    planned = (compiled or x_shape[0], *x_shape[1:])
     f = lambda shape: TensorDesc(DType.FLOAT64, shape)  # noqa: E731
     if col2im:
-        nbytes = sum(conv._grad_input_parts(x_shape, w.shape, attrs, 8, "cpu")[:3])
+        nbytes = sum(conv._grad_input_parts(planned, w.shape, attrs, 8, "cpu")[:3])
     else:
-        nbytes = conv._grad_input_ws([f(w.shape), f(dy.shape)], [f(x_shape)], attrs, "cpu")
+        dy_planned = (planned[0], *dy.shape[1:])
+        nbytes = conv._grad_input_ws([f(w.shape), f(dy_planned)], [f(planned)], attrs, "cpu")
     ws = np.full(nbytes + 64, 0xFF, np.uint8)
     dx = np.full(x_shape, np.nan)
     k = KernelArgs(xp=np, ins=[w, dy], outs=[dx], ws=ws[:nbytes], attrs=attrs)
@@ -66,29 +70,42 @@ def geometries(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, A
     dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     pads = tuple(draw(st.integers(0, d * (k - 1))) for d, k in ((dh, kh), (dw, kw)) * 2)
     pads = (pads[0], pads[1], pads[2], pads[3])
-    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[2]), 9))
-    wd = draw(st.integers(max(1, dw * (kw - 1) + 1 - pads[1] - pads[3]), 9))
+    auto = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    low = (1, 1) if auto != "NOTSET" and auto != "VALID" else \
+        (dh * (kh - 1) + 1 - (pads[0] + pads[2]) * (auto == "NOTSET"),
+         dw * (kw - 1) + 1 - (pads[1] + pads[3]) * (auto == "NOTSET"))
+    h, wd = draw(st.integers(max(1, low[0]), 9)), draw(st.integers(max(1, low[1]), 9))
     n = draw(st.integers(1, 5))
-    return (n, g * cg, h, wd), (g * mg, cg, kh, kw), \
-        {"group": g, "dilations": (dh, dw), "pads": pads}
+    attrs: dict[str, Any] = {"group": g, "dilations": (dh, dw), "auto_pad": auto}
+    if auto == "NOTSET":
+        attrs["pads"] = pads
+    return (n, g * cg, h, wd), (g * mg, cg, kh, kw), attrs
 
 
-@settings(max_examples=60, deadline=None)
-@given(geometries(), st.sampled_from([None, 1, 2]))
+@settings(max_examples=80, deadline=None)
+@given(geometries(), st.sampled_from([None, 1, 2]), st.integers(0, 3))
 def test_the_transposed_convolution_is_the_input_gradient(
-        case: tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]], chunk: int | None
-        ) -> None:
+        case: tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]], chunk: int | None,
+        fewer: int) -> None:
+    """Against the definition, whole or ``chunk`` images of dY's columns at a time (the
+    last chunk smaller where they do not divide the batch), in a workspace planned for
+    a batch ``fewer`` images larger than the one bound (a program's last mini-batch)."""
     x_shape, w_shape, attrs = case
-    assert conv.transposed_conv(x_shape, w_shape, attrs, "cpu") is not None
     geo = conv.conv_geometry(x_shape, w_shape, attrs)
+    if min(geo["pads"]) < 0 or conv.transposed_conv(x_shape, w_shape, attrs, "cpu") is None:
+        return  # SAME pads wider than the kernel reaches: not this form's
     rng = np.random.default_rng(0)
     w = rng.normal(size=w_shape)
     dy = rng.normal(size=(x_shape[0], geo["m"], *geo["out"]))
     with pytest.MonkeyPatch.context() as mp:
         if chunk is not None:  # a few images at a time, as a large batch goes
-            mp.setattr(conv, "CHUNK_BYTES", 1)
-        got, _ = grad_input(w, dy, x_shape, attrs)
-        old, _ = grad_input(w, dy, x_shape, attrs, col2im=True)
+            w2, inner = conv.transposed_conv(x_shape, w_shape, attrs, "cpu") or ((), {})
+            g2 = conv.conv_geometry(dy.shape, w2, inner)  # dY's columns, an image's bytes
+            per_image = g2["c"] * g2["k"][0] * g2["k"][1] * g2["out"][0] * \
+                conv.row_width(g2, conv.wide_rows("Conv", g2)) * 8
+            mp.setattr(conv, "CHUNK_BYTES", chunk * per_image)
+        got, _ = grad_input(w, dy, x_shape, attrs, compiled=x_shape[0] + fewer)
+        old, _ = grad_input(w, dy, x_shape, attrs, col2im=True, compiled=x_shape[0] + fewer)
     want = by_definition(w, dy, x_shape, geo)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(old, want, rtol=1e-10, atol=1e-10)
