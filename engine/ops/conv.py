@@ -43,6 +43,7 @@ uses them (:func:`wide_rows`) was measured on 12 shapes (``docs/measurements.md`
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from engine.alignment import align_up
@@ -535,8 +536,7 @@ def _grad_input_ws(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, d
     if as_conv is not None:
         w2, inner = as_conv
         a, b, c, _, _ = _ws_parts(ins[1].shape, w2, inner, item, "Conv", device)
-        flipped = w2[0] * w2[1] * w2[2] * w2[3] * ins[0].dtype.itemsize  # W's type
-        return align_up(flipped) + a + b + c
+        return align_up(math.prod(w2) * ins[0].dtype.itemsize) + a + b + c  # W's type
     a, b, c, _, _ = _grad_input_parts(x, w, attrs, item, device)
     return a + b + c
 
@@ -547,13 +547,12 @@ def _grad_input_by_conv(k: KernelArgs, w2_shape: tuple[int, ...], inner: dict[st
     (:func:`_im2col_tn`, the workspace after the flipped weights)."""
     xp, w, dy, dx = k.xp, k.ins[0], k.ins[1], k.outs[0]
     g, mg, cg = inner["group"], w.shape[0] // inner["group"], w.shape[1]
-    size = w2_shape[0] * w2_shape[1] * w2_shape[2] * w2_shape[3]
     w2 = k.scratch(0, w2_shape, w.dtype)
     # w2[g·C/g + c, m, i, j] = W[g·M/g + m, c, kH-1-i, kW-1-j]
     flips = [(w2[i * cg:(i + 1) * cg], w[i * mg:(i + 1) * mg, :, ::-1, ::-1].transpose(1, 0, 2, 3))
              for i in range(g)]
     conv = _im2col_tn(KernelArgs(xp=xp, ins=[dy, w2], outs=[dx],
-                                 ws=k.ws[align_up(size * w.dtype.itemsize):], attrs=inner,
+                                 ws=k.ws[align_up(w2.nbytes):], attrs=inner,
                                  device=k.device))
 
     def step() -> None:
