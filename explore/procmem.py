@@ -43,25 +43,42 @@ def rss(pid: int | str = "self") -> int:
         return 0
 
 
-def _rollup(pid: int | str, fields: tuple[str, ...]) -> int | None:
-    """The sum of ``fields`` (``"Pss:"``, ...) in a process's ``smaps_rollup``, in
-    bytes; None where it has none of them (or once it is gone)."""
-    total, seen = 0, False
+def _rollup_fields(pid: int | str, fields: tuple[str, ...]) -> dict[str, int] | None:
+    """Each of ``fields`` (``"Pss:"``, ...) that a process's ``smaps_rollup`` has, in
+    bytes, from one reading; None where it has none of them (or once it is gone)."""
+    got: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
                 if line.startswith(fields):
-                    total += int(line.split()[1]) * 1024
-                    seen = True
-    except OSError:
+                    name, kb = line.split()[:2]
+                    got[name] = int(kb) * 1024
+    except (OSError, ValueError):
         return None
-    return total if seen else None
+    return got or None
+
+
+def _rollup(pid: int | str, fields: tuple[str, ...]) -> int | None:
+    """The sum of ``fields`` (``"Pss:"``, ...) in a process's ``smaps_rollup``, in
+    bytes; None where it has none of them (or once it is gone)."""
+    got = _rollup_fields(pid, fields)
+    return None if got is None else sum(got.values())
 
 
 def pss(pid: int | str = "self") -> int:
     """A process's proportional set size (its resident size where PSS is missing)."""
     got = _rollup(pid, ("Pss:",))
     return rss(pid) if got is None else got
+
+
+def pss_and_shmem(pid: int | str = "self") -> tuple[int, int]:
+    """A process's PSS and the part of it that is shared memory (``Pss_Shmem``: pages of
+    files on a RAM file system it maps, such as a run's data set in ``/dev/shm``), from
+    one reading; the shared part reads 0 where the kernel does not say it."""
+    got = _rollup_fields(pid, ("Pss:", "Pss_Shmem:"))
+    if got is None or "Pss:" not in got:
+        return rss(pid), 0
+    return got["Pss:"], got.get("Pss_Shmem:", 0)
 
 
 def rss_anon(pid: int | str = "self") -> int | None:
@@ -91,6 +108,13 @@ class PssMeter:
     What the others' pages shared with it do (a library mapped, a sharer started or
     ended) shows at the next full reading.
 
+    :meth:`read_own` leaves out the shared memory it maps (a run's data set, whose
+    pages every process that reads them shares): its share of those moves whenever
+    another process first reads a page, which this process's meter would see only at
+    its next full reading, while the reader's meter sees it at once.  Two meters'
+    readings of the shared pages taken at different moments do not add up to the pages;
+    their own parts do.
+
     >>> m = PssMeter(every=10.0)
     >>> first = m.read()
     >>> import numpy as np
@@ -105,13 +129,14 @@ class PssMeter:
         self._full_at = -float("inf")
         self._wait = 0.0  # seconds until the next full reading may come
         self._pss = 0
+        self._shmem = 0  # of the last full reading: RssAnon says nothing of it
         self._anon: int | None = None
 
     def read(self, full: bool = False) -> int:
         """The PSS now, in bytes: read in full if ``full`` or if it is time to."""
         now = time.monotonic()
         if full or self._anon is None or now - self._full_at >= self._wait:
-            self._pss = pss(self.pid)
+            self._pss, self._shmem = pss_and_shmem(self.pid)
             self._anon = rss_anon(self.pid)
             done = time.monotonic()
             self._full_at = done
@@ -121,6 +146,16 @@ class PssMeter:
         if anon is None:  # gone, or a kernel without the counter: read in full
             return self.read(full=True)
         return max(0, self._pss + anon - self._anon)
+
+    def read_own(self, full: bool = False) -> int:
+        """The PSS now less the shared memory the process maps (:attr:`shmem`)."""
+        return max(0, self.read(full) - self.shmem)
+
+    @property
+    def shmem(self) -> int:
+        """The shared memory in the last full reading (``Pss_Shmem``), which the PSS
+        :meth:`read` gives holds: between full readings only private pages change it."""
+        return self._shmem
 
 
 def uss(pid: int | str = "self") -> int:

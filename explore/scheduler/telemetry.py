@@ -45,6 +45,9 @@ class RunStats:
     budget: int
     arena: int = 0
     data: int = 0  # the shared data set, counted once
+    # the part of it that is not shared memory (a folder on disk where no RAM file
+    # system is at hand): the processes' own pages (procmem.PssMeter.read_own) hold it
+    data_unshared: int = 0
     main: int = 0  # the scheduler's own process, measured at the start (data excluded)
     tracker: int = 0  # multiprocessing's resource tracker process
     overheads: list[int] = field(default_factory=list)  # each worker's, after its warm-up
@@ -206,22 +209,30 @@ class MemorySampler:
             self._measure_device(ws)
             return
         pids = {w.pid for w in ws}
-        main = max(0, self._pss("self", now) - self.baseline) if self.this_process else s.main
+        if self.this_process:
+            me = self._meter("self")
+            main = max(0, me.read(now) - self.baseline)
+            main_own = max(0, main - me.shmem)
+        else:
+            main = main_own = s.main
         kids = children()
-        others = {c: self._pss(c, now) for c in kids}
+        others = {c: self._meter(c).read(now) for c in kids}
         for gone in set(self._meters) - {"self", *kids}:
             del self._meters[gone]
-        tracker = sum(v for c, v in others.items() if c not in pids)
+        tracker = sum(v - self._meters[c].shmem for c, v in others.items() if c not in pids)
         s.measured_peak = max(s.measured_peak, main + sum(others.values()))
         if s.overheads:  # started: the constants are known
-            now_bytes = main + tracker + sum(w.overhead_now or w.overhead for w in ws)
-            s.growth = max(s.growth, now_bytes - s.fixed)
+            # each process's own pages, the data set's shared ones apart: those are
+            # charged whole as ``data``, and every process's share of them moves as
+            # another first reads a page, seen by two meters at different moments
+            now_bytes = main_own + tracker + sum(w.overhead_now or w.overhead for w in ws)
+            s.growth = max(s.growth, now_bytes - (s.fixed - s.data + s.data_unshared))
 
-    def _pss(self, pid: int | str, full: bool) -> int:
+    def _meter(self, pid: int | str) -> PssMeter:
         meter = self._meters.get(pid)
         if meter is None:
             meter = self._meters[pid] = PssMeter(pid)
-        return meter.read(full=full)
+        return meter
 
     def _measure_device(self, ws: list[Worker]) -> None:
         listed = gpu_processes()

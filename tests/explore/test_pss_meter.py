@@ -5,8 +5,10 @@ exactly in between."""
 from __future__ import annotations
 
 import mmap
+import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,14 +35,14 @@ class FullReadings:
 
 def counting(monkeypatch: pytest.MonkeyPatch, cost: float = 0.0) -> FullReadings:
     readings = FullReadings(cost)
-    real = procmem.pss
+    real = procmem.pss_and_shmem
 
-    def full(pid: int | str = "self") -> int:
+    def full(pid: int | str = "self") -> tuple[int, int]:
         readings.pids.append(pid)
         readings.now += readings.cost
         return real(pid)
 
-    monkeypatch.setattr(procmem, "pss", full)
+    monkeypatch.setattr(procmem, "pss_and_shmem", full)
     monkeypatch.setattr(procmem.time, "monotonic", lambda: readings.now)
     return readings
 
@@ -95,10 +97,56 @@ def test_a_process_gone_reads_as_nothing() -> None:
 
 
 def test_a_first_reading_is_the_process_pss() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print(1, flush=True); "
+                              "sys.stdin.read()"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None and child.stdout.readline()  # started, not starting
         got, direct = PssMeter(child.pid).read(), pss(child.pid)
         assert got > 0 and abs(got - direct) < 2 * MIB
     finally:
         child.kill()
         child.wait()
+
+
+TOUCH = """
+import mmap, sys
+with open(sys.argv[1], "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+total = sum(m[i] for i in range(0, len(m), mmap.PAGESIZE))  # every page read
+print(total, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="needs /dev/shm")
+def test_shared_memory_another_process_reads_stays_out_of_both_own_parts() -> None:
+    """A run's data set in shared memory: when a worker first reads its pages, the
+    reader's PSS gains its share and the writer's loses as much; each meter sees the
+    change only at its next full reading, so their PSSs taken at different moments do
+    not add up.  Their own parts (the shared memory left out) move only by the
+    libraries both map."""
+    size = 48 * MIB
+    with tempfile.NamedTemporaryFile(dir="/dev/shm") as f:
+        f.truncate(size)
+        pages = mmap.mmap(f.fileno(), size)
+        for at in range(0, size, mmap.PAGESIZE):
+            pages[at] = 1
+        mine = PssMeter(every=3600.0)
+        mine_before, own_before = mine.read(), mine.read_own()
+        assert mine.shmem >= size - MIB  # the writer alone holds the pages
+        child = subprocess.Popen([sys.executable, "-c", TOUCH, f.name],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "12288"
+            theirs = PssMeter(child.pid)
+            assert theirs.read() - theirs.read_own() >= size // 2 - MIB  # its share
+            assert theirs.read_own() < 32 * MIB  # an interpreter, no more
+            assert abs(mine.read() - mine_before) < MIB  # not yet read in full: the old share
+            assert mine_before - mine.read(full=True) >= size // 2 - MIB
+            # the libraries the child maps too share a few MB more: no more than that
+            assert -MIB < own_before - mine.read_own() < 8 * MIB
+        finally:
+            child.kill()
+            child.wait()
+            pages.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gc
 
-from explore.procmem import children, pss
+from explore.procmem import children, pss, pss_and_shmem
 from explore.scheduler import admission
 from explore.scheduler.constants import Measured, machine_key, workers_that_fit
 from explore.scheduler.constants import load as load_constants
@@ -60,7 +60,9 @@ class Startup(RunState):
         elif self.device == "cpu":  # on a GPU the host processes hold none of the budget
             gc.collect()
             release_heap_memory()  # what loading the data freed goes back to the system
-            s.main = max(0, pss() - s.data - self.baseline)  # it wrote every data page
+            total, shmem = pss_and_shmem()
+            s.main = max(0, total - s.data - self.baseline)  # it wrote every data page
+            s.data_unshared = max(0, s.data - shmem)
             if self.prestarted is not None and self.prestarted.driver_pss:
                 # beside workers started ahead its shared pages are split with them
                 s.main = max(s.main, self.prestarted.driver_alone() - s.data - self.baseline)

@@ -17,7 +17,7 @@ from engine.models import paper_mlp
 from engine.ops import jit
 from engine.runtime.train import evaluate_metrics, train_epoch
 from engine.runtime.vm import VM
-from explore.procmem import gpu_bytes, pss
+from explore.procmem import gpu_bytes, pss_and_shmem
 
 
 def cupy_module() -> Any:
@@ -84,7 +84,8 @@ def device_overhead(device: str) -> int:
     proportional set size: the interpreter, numpy and the engine, with the shared
     libraries the scheduler maps too counted at their share (a worker's resident size
     counts them whole, about 12 MB more, though starting it does not load them
-    again).  On the GPU the device memory this process holds once its CUDA context and
+    again), less any shared memory it maps (the data set's pages, counted as the
+    data).  On the GPU the device memory this process holds once its CUDA context and
     cuBLAS handle exist (:func:`explore.procmem.gpu_bytes`), or, where the driver does
     not list it, the device's memory in use (conservative: it includes what other
     processes hold, the workers started beside it among them)."""
@@ -94,4 +95,5 @@ def device_overhead(device: str) -> int:
             return own
         free, total = cupy_module().cuda.runtime.memGetInfo()
         return int(total - free)
-    return pss()
+    total, shmem = pss_and_shmem()  # the data set's pages it has read are the data's
+    return total - shmem

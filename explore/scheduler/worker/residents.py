@@ -121,10 +121,12 @@ class ArenaHost:
 
     def overhead_now(self) -> int:
         """This process's memory beyond the heaps of the trials it holds (their regions
-        are in use, page for page): on the CPU, what its measured constant has become."""
+        are in use, page for page) and its share of the data set's shared pages (counted
+        once, whole, as the run's data): on the CPU, what its measured constant has
+        become."""
         if self.device != "cpu":
             return 0
-        return max(0, self.memory.read() - sum(r.nbytes for r in self.residents.values()))
+        return max(0, self.memory.read_own() - sum(r.nbytes for r in self.residents.values()))
 
     def valid_rows(self) -> int:
         """The number of validation rows, which each trial's per-row outputs hold."""

@@ -202,23 +202,22 @@ def test_the_driver_is_charged_as_if_it_shared_no_page_with_workers_started_ahea
         import sys
         import explore.scheduler.loop.startup as startup
         from explore.binding import bind
-        from explore.procmem import pss
+        from explore.procmem import pss_and_shmem
         from explore.scheduler import Scheduler
         from explore.scheduler.prestart import Prestarted, prestart
         from explore.scheduler.shared_data import load_shared
         from explore.space import parse_space
         from explore.study import open_study
         seen = {}
-        def read_pss(pid=None):
-            if pid is not None:  # another process's (the tracker's)
-                return pss(pid)
-            seen["pss"] = pss()
-            return seen["pss"]
+        def read_pss():
+            total, shmem = pss_and_shmem()
+            seen["pss"] = total
+            return total, shmem
         charge = Prestarted.driver_alone
         def alone_now(self):
             seen["alone"] = charge(self)
             return seen["alone"]
-        startup.pss = read_pss
+        startup.pss_and_shmem = read_pss
         Prestarted.driver_alone = alone_now
         space = parse_space(SPACE)
         bound = bind(space)
