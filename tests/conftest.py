@@ -88,5 +88,6 @@ def postgres_url(postgres: PgServer, request: pytest.FixtureRequest) -> str:
 # -- the deterministic simulation (tests/explore/scheduler/test_simulation.py) -----------
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
-    parser.addoption("--simulate", type=int, default=10_000, metavar="N",
-                     help="schedules the scheduler's simulation plays (default 10,000)")
+    # 2,000 in the README's command; CI's step of its own plays 10,000 (.ci/run)
+    parser.addoption("--simulate", type=int, default=2_000, metavar="N",
+                     help="schedules the scheduler's simulation plays (default 2,000)")

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "bench" / "cnn_trials.py"
 
 
+@pytest.mark.slow  # a benchmark end to end: CI's slow step
 def test_a_smoke_run_times_each_network_on_both_sides() -> None:
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, str(SCRIPT), "--json", "--quick", "--ops"],

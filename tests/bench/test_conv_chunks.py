@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "bench" / "conv_chunks.py"
 
 
+@pytest.mark.slow  # a benchmark end to end: CI's slow step
 def test_a_smoke_run_reports_each_chunk_size() -> None:
     out = subprocess.run([sys.executable, str(SCRIPT), "--json", "--shape", "8,8,14,3",
                           "--chunks", "0.25,0", "--repeats", "1"],

@@ -4,9 +4,12 @@ dX, col2im at four times as many)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench.test_fair_benchmarks import run_bench
 
 
+@pytest.mark.slow  # a benchmark end to end: CI's slow step
 def test_a_smoke_run_reports_both_forms() -> None:
     got = run_bench("conv_grad_input.py", "--shape", "8,8,7,3", "--shape", "8,32,7,3",
                     "--repeats", "1")

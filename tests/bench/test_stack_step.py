@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "bench" / "stack_step.py"
 
@@ -17,6 +19,7 @@ SCRIPT = ROOT / "bench" / "stack_step.py"
 PEAK = 4e10  # FLOP/s: the machine's peak is given, so the share is checked, not timed
 
 
+@pytest.mark.slow  # a benchmark end to end: CI's slow step
 def test_a_smoke_run_reports_each_configuration() -> None:
     env = {**os.environ, "EXPLORE_GEMM_PEAK": str(PEAK)}
     out = subprocess.run([sys.executable, str(SCRIPT), "--json", "--stacks", "1,2",

@@ -32,7 +32,7 @@ def test_heap_allocates_exactly_the_predicted_bytes() -> None:
 
 
 def test_training_steps_allocate_nothing(kernel_path: str) -> None:
-    """Over 100 steady-state steps nothing is retained, and no temporary array is made
+    """Over 30 steady-state steps nothing is retained, and no temporary array is made
     (with numpy's kernels and with the fused ones; x, 6.4 MB, is read in place).
 
     numpy's broadcasting ufuncs allocate an iteration buffer of at most ``bufsize``
@@ -54,8 +54,8 @@ def test_training_steps_allocate_nothing(kernel_path: str) -> None:
     # every thread of the process (pytest-xdist's I/O thread among them) and where the
     # collector runs moves the count (4,870 bytes once, in a full run; 32 alone); a
     # step that kept anything would keep it in both
-    retained, peak = min(step_allocations(step, warmup=10, runs=100) for _ in range(2))
-    assert retained < 4096, f"{retained} bytes retained over 100 steps"
+    retained, peak = min(step_allocations(step, warmup=5, runs=30) for _ in range(2))
+    assert retained < 4096, f"{retained} bytes retained over 30 steps"
     assert peak < 48 * 1024, f"a step allocated {peak} bytes transiently"
 
 

@@ -4,6 +4,7 @@ unwritable or racing cache is passed over without changing what a run trains on.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from pathlib import Path
@@ -23,6 +24,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+@functools.cache  # the pickle read in full each time: once a process (not changed)
 def streamed(train: int | None, valid: int | None) -> dict[str, np.ndarray]:
     d = read_mnist_pickle(mnist_path(), rows=(train, valid, 0), scale=1 / 256)
     return {"x_train": d.train.x, "y_train": d.train.y, "x_valid": d.valid.x,
