@@ -43,9 +43,13 @@ def explore_here(*args: str | Path, cwd: Path | None = None
     test command).  What a user would see as a traceback, an exception escaping the
     command, is raised here, so the test fails on it.  The process a user starts is
     tested where it matters: a run's memory, signals, exit paths (:func:`explore_run`)."""
+    import optuna
+
     from explore.cli import main
 
-    before, formatwarning = Path.cwd(), warnings.formatwarning  # the command sets its own
+    # the command sets its own warnings' format and Optuna's verbosity
+    before, formatwarning = Path.cwd(), warnings.formatwarning
+    verbosity = optuna.logging.get_verbosity()
     if cwd is not None:
         os.chdir(cwd)
     try:
@@ -53,6 +57,7 @@ def explore_here(*args: str | Path, cwd: Path | None = None
     finally:
         os.chdir(before)
         warnings.formatwarning = formatwarning
+        optuna.logging.set_verbosity(verbosity)
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
     return subprocess.CompletedProcess(list(map(str, args)), r.exit_code, r.stdout, r.stderr)

@@ -149,7 +149,7 @@ def test_size_prints_the_plan_as_json(tmp_path: Path) -> None:
     assert bigger.total_bytes > 1_000_000
 
 
-@pytest.mark.parametrize("memory", ["2MB", "90MB"])
+@pytest.mark.parametrize("memory", [pytest.param("2MB", marks=pytest.mark.slow), "90MB"])
 def test_a_budget_too_small_for_the_run_is_refused_with_its_minimum(tmp_path: Path,
                                                                     memory: str) -> None:
     """Exit 2, the least budget that would do, and nothing written: no study file."""

@@ -137,6 +137,7 @@ def test_a_small_run_stays_within_its_budget(tmp_path: Path) -> None:
     check(measured_run(f, "150MB"), 150 * 10**6)
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_a_run_whose_workers_start_ahead_stays_within_its_budget(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers started while the study opens (explore.scheduler.prestart) are in the

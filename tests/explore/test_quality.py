@@ -8,32 +8,29 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_here, explore_run
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
 pytest.importorskip("sklearn", reason="the bundled tables come with scikit-learn")
 
 
-# The regression space's whole search is CI's slow step: the README's command runs it
-# too, as a golden run (test_golden_runs), whose metrics are compared exactly.
+# Each space's whole search is CI's slow step: the README's command runs them too, as
+# golden runs (test_golden_runs), whose metrics are compared exactly.
+@pytest.mark.slow
 @pytest.mark.parametrize(("space", "metric", "least"), [
-    ("tabular", "accuracy", 0.95),
-    pytest.param("regression", "r2", 0.40, marks=pytest.mark.slow)])
+    ("tabular", "accuracy", 0.95), ("regression", "r2", 0.40)])
 def test_the_shipped_tabular_spaces_reach_their_quality(tmp_path: Path, space: str,
                                                         metric: str, least: float) -> None:
     f = tmp_path / f"{space}.yaml"
     shutil.copy(SPACES / f"{space}.yaml", f)
     r = explore_run(f, "--workers", "1")
     assert r.exit_code == 0, r.output
-    ev = subprocess.run([sys.executable, "-m", "explore.cli", "evaluate", str(f), "--json"],
-                        capture_output=True, text=True, timeout=120)
+    ev = explore_here("evaluate", f, "--json")
     assert ev.returncode == 0, ev.stderr
     got = json.loads(ev.stdout)
     assert got["rows"] > 0
@@ -47,9 +44,7 @@ def test_the_shipped_tabular_spaces_reach_their_quality(tmp_path: Path, space: s
 
     model = explore.load_model(tmp_path / f"{space}.db", space)
     onnx_file = tmp_path / "model.onnx"
-    ex = subprocess.run([sys.executable, "-m", "explore.cli", "export-model", str(f),
-                         "--output", str(onnx_file)], capture_output=True, text=True,
-                        timeout=120)
+    ex = explore_here("export-model", f, "--output", onnx_file)
     assert ex.returncode == 0, ex.stderr
     raw = (datasets.load_breast_cancer() if space == "tabular" else
            datasets.load_diabetes(scaled=False)).data.astype(np.float32)

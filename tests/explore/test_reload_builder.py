@@ -20,6 +20,7 @@ from explore.attrs import RECORD_ATTR, SPACE_ATTR
 from explore.datasets import load_digits
 from explore.families.builder import load_builder
 from explore.trained import ModelError, none_kept
+from tests.explore.cli_run import explore_here
 
 NETS = '''
 from engine import nn
@@ -164,9 +165,7 @@ def test_export_model_of_a_study_whose_trials_all_failed_says_why(tmp_path: Path
     run = subprocess.run([sys.executable, "-m", "explore.cli", "run", str(f), "--quiet"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr  # every trial failed
-    r = subprocess.run([sys.executable, "-m", "explore.cli", "export-model", str(f),
-                        "--output", str(tmp_path / "m.onnx")],
-                       capture_output=True, text=True, timeout=300)
+    r = explore_here("export-model", f, "--output", tmp_path / "m.onnx")
     text = " ".join(r.stderr.split())  # rich wraps at the terminal's width
     assert r.returncode == 2, text
     assert "none of its 2 trials completed (2 failed: the model builder raised:" in text, text

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import pytest
 from explore import datasets
 from explore.datasets.series import seasonal_naive
 from explore.space import load_space
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_here, explore_run
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
@@ -33,8 +31,7 @@ def evaluated(tmp_path: Path, name: str) -> dict:
     shutil.copy(SPACES / f"{name}.yaml", f)
     r = explore_run(f)
     assert r.exit_code == 0, r.output
-    ev = subprocess.run([sys.executable, "-m", "explore.cli", "evaluate", str(f), "--json"],
-                        capture_output=True, text=True, timeout=300)
+    ev = explore_here("evaluate", f, "--json")
     assert ev.returncode == 0, ev.stderr
     got = json.loads(ev.stdout)
     assert got["rows"] > 0

@@ -29,8 +29,8 @@ def run_copy(tmp_path: Path, name: str, *args: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / name}.db")
 
 
-@pytest.mark.parametrize("name", [pytest.param("residual_mnist", marks=pytest.mark.slow),
-                                  "onnx_mnist"])
+@pytest.mark.slow  # both: the README's command searches an ONNX model (test_onnx_family)
+@pytest.mark.parametrize("name", ["residual_mnist", "onnx_mnist"])
 def test_a_shipped_model_space_runs(tmp_path: Path, name: str) -> None:
     study = run_copy(tmp_path, name, "--trials", "2")
     assert len(study.trials) == 2

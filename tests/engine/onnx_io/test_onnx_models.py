@@ -62,6 +62,7 @@ def test_every_model_compiles_for_inference_and_training(name: str) -> None:
     assert train.total_bytes > infer.total_bytes
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_an_imported_network_trains_with_exactly_its_planned_memory() -> None:
     """ShuffleNet (batch norm, grouped convolutions, 5-D transposes, Sum) for training:
     the loss falls on a fixed batch, the running statistics move, nothing is allocated."""

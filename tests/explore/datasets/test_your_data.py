@@ -17,7 +17,7 @@ import pytest
 import explore
 from explore.keeper import MODELS_ATTR
 from explore.study import RECORD_ATTR
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_here, explore_run
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
 
@@ -32,11 +32,6 @@ def churn(n: int = 240, seed: int = 0) -> pd.DataFrame:
     score = (age - 50) / 10 + (spend - 50) / 15 + np.where(plan == "pro", 1.5, 0.0)
     return pd.DataFrame({"age": age, "spend": spend, "plan": plan,
                          "churned": np.where(score + rng.normal(0, 0.3, n) > 0, "yes", "no")})
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "explore.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
 
 
 def onnx_inputs(df: pd.DataFrame, numeric: list[str], categorical: list[str]
@@ -85,19 +80,20 @@ def test_a_csv_classification_from_the_cli(tmp_path: Path) -> None:
     stored = [f for f in (tmp_path / "churn.artifacts").iterdir() if f.is_file()]
     assert sorted(f.name for f in stored) == sorted(k["artifact"] for k in kept)
 
-    ev = cli("evaluate", space, "--json")
+    ev = explore_here("evaluate", space, "--json")
     assert ev.returncode == 0, ev.stderr
     got = json.loads(ev.stdout)
     assert set(got["metrics"]) == {"accuracy", "loss", "f1", "roc_auc"}
     assert got["rows"] == 60 and 0.0 <= got["metrics"]["accuracy"] <= 1.0
 
     dropped = next(t.number for t in done if t.user_attrs[RECORD_ATTR].get("model") is None)
-    no = cli("export-model", space, "--trial", str(dropped), "--output", tmp_path / "no.onnx")
+    no = explore_here("export-model", space, "--trial", str(dropped), "--output",
+                      tmp_path / "no.onnx")
     assert no.returncode == 2 and f"trial {dropped} of study 'churn' has no kept model" \
         in no.stderr, no.stderr
     assert not (tmp_path / "no.onnx").exists()
     out = tmp_path / "model.onnx"
-    ex = cli("export-model", space, "--output", out)
+    ex = explore_here("export-model", space, "--output", out)
     assert ex.returncode == 0, ex.stderr
     model = explore.load_model(tmp_path / "churn.db", "churn")
     rows = churn(50, seed=7)
@@ -161,8 +157,8 @@ def test_an_objective_that_does_not_suit_the_task_is_refused_before_any_study(
 def test_export_model_of_a_study_without_kept_models_says_so(tmp_path: Path) -> None:
     storage = tmp_path / "none.db"
     optuna.create_study(study_name="none", storage=f"sqlite:///{storage}")
-    r = cli("export-model", "--storage", f"sqlite:///{storage}", "--study", "none",
-            "--output", tmp_path / "m.onnx")
+    r = explore_here("export-model", "--storage", f"sqlite:///{storage}", "--study", "none",
+                     "--output", tmp_path / "m.onnx")
     assert r.returncode == 2 and "keeps no models" in r.stderr
     assert not (tmp_path / "m.onnx").exists()
 

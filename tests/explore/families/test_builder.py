@@ -6,7 +6,6 @@ a kept model is rebuilt by replaying what the builder chose."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import explore
 from explore.families import Shape, get
 from explore.study import PARAMS_ATTR, RECORD_ATTR
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_here, explore_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +31,6 @@ def build(trial):
     return get("mlp").build({"depth": 1, "widths": [width], "activations": [act],
                         "dropouts": [0.0], "init": "he_uniform"}, Shape(64, 10, pixel_scale=1 / 16))
 '''
-
-
-def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "explore.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def space(tmp: Path, builder: str = "my_models:build", trials: int = 8) -> Path:
@@ -73,10 +67,10 @@ def test_a_builder_asks_its_own_parameters_and_its_errors_fail_only_its_trials(
     # a kept model is rebuilt by replaying what the builder chose
     model = explore.load_model(tmp_path / "b.db", "b")
     assert model.params["builder_params"]["width"] <= 40
-    ex = cli("export-model", f, "--output", tmp_path / "m.onnx")
+    ex = explore_here("export-model", f, "--output", tmp_path / "m.onnx")
     assert ex.returncode == 0, ex.stderr
     # show lists the builder's own choices with the others, not the unused family keys
-    shown = cli("show", f)
+    shown = explore_here("show", f)
     assert shown.returncode == 0 and "width=" in shown.stdout and "act=" in shown.stdout
     assert "depth=" not in shown.stdout and "builder_params" not in shown.stdout
 
@@ -97,7 +91,7 @@ def test_a_builder_that_cannot_be_imported_names_its_line(tmp_path: Path) -> Non
 def test_explore_size_sizes_a_builders_model(tmp_path: Path, given: dict) -> None:
     """The smallest model (every range at its low end), or the one --params names."""
     args = [x for k, v in given.items() for x in ("--params", f"{k}={v}")]
-    r = cli("size", space(tmp_path), *args, "--json")
+    r = explore_here("size", space(tmp_path), *args, "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     want = get("mlp").build({"depth": 1, "widths": [given.get("width", 8)],

@@ -369,7 +369,7 @@ def test_a_search_over_an_onnx_model_on_digits(tmp_path: Path) -> None:
         assert p["freeze"] in ("none", "conv.*")
         assert t.user_attrs[RECORD_ATTR]["metrics"]["accuracy"] > 0.2
     out = tmp_path / "best.onnx"
-    ex = cli("export-model", tmp_path / "o.yaml", "--output", out, cwd=elsewhere)
+    ex = explore_here("export-model", tmp_path / "o.yaml", "--output", out, cwd=elsewhere)
     assert ex.returncode == 0, ex.stderr
     kept = explore.load_model(tmp_path / "o.db", "o")
     test = load_digits().test

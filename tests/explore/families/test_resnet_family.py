@@ -55,6 +55,7 @@ def test_a_resnet_is_planned_exactly_and_its_step_allocates_nothing() -> None:
     assert retained < 4096 and peak < 3 * 8192 * 4 + 8192, (retained, peak)
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_a_resnet_search_on_digits_and_its_exported_model(tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime comes with the dev extra")
     from explore.datasets import load_digits

@@ -258,7 +258,7 @@ SIGNALLED = {"interrupt": (signal.SIGINT, True, 130), "twice": (signal.SIGINT, T
 
 
 @pytest.mark.parametrize("how,kind", [
-    ("kill", "sqlite"), _slow("kill", "journal"), _slow("kill", "postgres"),
+    _slow("kill", "sqlite"), _slow("kill", "journal"), _slow("kill", "postgres"),
     _slow("interrupt", "sqlite"), _slow("interrupt", "journal"), _slow("interrupt", "postgres"),
     # over 8 s each on SQLite too (the fast check of both is the test after this one)
     _slow("twice", "sqlite"), _slow("twice", "journal"), _slow("twice", "postgres"),

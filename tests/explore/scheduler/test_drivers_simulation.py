@@ -60,6 +60,7 @@ def test_a_seed_replays_the_same_schedule() -> None:
         assert a == b and a.steps > 10
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 @pytest.mark.parametrize("gap", [REQUEUE_LOST])
 def test_a_known_gap_breaks_an_invariant_when_strict(gap: str) -> None:
     """The study side's known gaps are met, counted, and replay as violations with

@@ -63,6 +63,7 @@ def test_a_run_on_a_small_dev_shm_is_refused_with_what_to_do(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.yaml"]
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_a_study_that_has_its_trials_returns_on_a_small_dev_shm_and_one_with_more_is_refused(
         tmp_path: Path) -> None:
     """The data set loads before the study opens (so that the workers start meanwhile):

@@ -18,7 +18,7 @@ import sqlalchemy
 
 from explore.space import MAX_STUDY_NAME
 from explore.storages import StorageError, connect, explain
-from tests.explore.cli_run import explore_run, explore_run_here
+from tests.explore.cli_run import explore_here, explore_run, explore_run_here
 from tests.explore.drivers import small_disk
 from tests.explore.test_explore_run import write
 
@@ -30,9 +30,7 @@ def test_a_corrupt_sqlite_file_is_named_as_such(tmp_path: Path) -> None:
     out = explore_run(f, "--storage", f"sqlite:///{db}")
     assert out.exit_code == 2, out.output
     assert "corrupt" in out.output and "Traceback" not in out.output, out.output
-    shown = subprocess.run([sys.executable, "-m", "explore.cli", "show", "--storage",
-                            f"sqlite:///{db}", "--study", "tiny"], capture_output=True,
-                           text=True)
+    shown = explore_here("show", "--storage", f"sqlite:///{db}", "--study", "tiny")
     assert shown.returncode == 2, shown.stderr
     assert "corrupt" in shown.stdout + shown.stderr
     assert "Traceback" not in shown.stdout + shown.stderr
@@ -175,7 +173,7 @@ def test_the_limit_is_postgres_own(postgres_url: str) -> None:
     assert explain(caught.value).startswith("a value is longer than the database holds")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("journal", marks=pytest.mark.slow)])
 def test_a_study_on_a_read_only_mount_can_be_shown_and_exported(tmp_path: Path,
                                                                  kind: str) -> None:
     """Results copied to a read-only share are read there: SQLite as an immutable file

@@ -13,8 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from explore.storages._journal import (
     cut_partial_record,
     record_problem,
 )
-from tests.explore.cli_run import explore_run
+from tests.explore.cli_run import explore_here, explore_run
 from tests.explore.drivers import (
     descendants,
     fill,
@@ -292,8 +290,7 @@ def test_run_show_and_export_name_a_corrupt_journal_and_write_nothing(
     out = explore_run(space, "--storage", storage, "--study", "s")
     said = [(out.exit_code, out.output)]
     for command in (["show"], ["export", "--output", str(tmp_path / "t.csv")]):
-        got = subprocess.run([sys.executable, "-m", "explore.cli", *command, "--storage",
-                              storage, "--study", "s"], capture_output=True, text=True)
+        got = explore_here(*command, "--storage", storage, "--study", "s")
         said.append((got.returncode, got.stdout + got.stderr))
     for code, text in said:
         assert code == 2, text

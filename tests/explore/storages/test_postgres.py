@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from explore.storages import _base, connect, relational
+from tests.explore.cli_run import explore_here
 
 ROOT = Path(__file__).resolve().parents[3]
 SPACE = """name: q
@@ -74,7 +75,7 @@ def test_explore_run_into_postgres_and_show_reads_it(postgres_url: str,
     assert not (tmp_path / "q.db").exists()  # the study went to the server, not SQLite
     study = optuna.load_study(study_name="s", storage=postgres_url)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 3
-    shown = cli("show", "--storage", postgres_url, "--study", "s", cwd=tmp_path)
+    shown = explore_here("show", "--storage", postgres_url, "--study", "s", cwd=tmp_path)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "study 's'" in shown.stdout
     counts = next(line for line in shown.stdout.splitlines() if line.startswith("│ 3"))
