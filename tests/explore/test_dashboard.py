@@ -199,7 +199,7 @@ class Dashboard:
             self.proc.wait()
 
 
-@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+@pytest.mark.parametrize("scheme", ["sqlite", pytest.param("journal", marks=pytest.mark.slow)])
 def test_it_serves_the_study_and_ctrl_c_ends_it(tmp_path: Path, scheme: str) -> None:
     """The running trial with its record, from SQLite and from our journal plugin
     (which optuna-dashboard cannot open by URL); Ctrl-C: 130, no traceback."""

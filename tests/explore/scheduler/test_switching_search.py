@@ -76,7 +76,7 @@ def search(folder: Path, arena: int | None = None,
     return trials, stats
 
 
-@pytest.mark.parametrize("asked", ["on disk", "in memory"])
+@pytest.mark.parametrize("asked", ["on disk", pytest.param("in memory", marks=pytest.mark.slow)])
 def test_paused_trials_wait_switched_out_and_the_search_is_the_same(
         tmp_path: Path, on_disk: Path, asked: str) -> None:
     """``asked``: where the run is told to put its states; "in memory" is a tmpfs

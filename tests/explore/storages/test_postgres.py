@@ -124,6 +124,7 @@ def open_together(urls: list[str]) -> dict[str, list[str]]:
     return got
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_processes_creating_a_new_postgres_schema_at_once_all_succeed(postgres: Any
                                                                       ) -> None:
     """Without the retry, two of three processes failed in most rounds ("duplicate key
