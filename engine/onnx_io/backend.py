@@ -37,11 +37,52 @@ class Outcome:
 
 
 def node_cases() -> list[Any]:
+    """Every node test case ONNX ships (1,884 in onnx 1.23): each of ONNX's case
+    modules is imported, which computes its expected outputs (about 10 s, most of it
+    the pooling operators' reference loops)."""
     from onnx.backend.test.loader import load_model_tests
 
     with warnings.catch_warnings():  # the case generators divide by zero on purpose
         warnings.simplefilter("ignore")
         return list(load_model_tests(kind="node"))
+
+
+def case_modules() -> list[str]:
+    """The names of ONNX's node case modules (mostly one per operator), listed without
+    importing any, so that a test can be one module's cases, made when it runs."""
+    import pkgutil
+
+    import onnx.backend.test.case.node as node
+
+    return sorted(m.name for m in pkgutil.iter_modules(node.__path__))
+
+
+_MODULE_CASES: dict[str, list[Any]] = {}
+
+
+def module_cases(name: str) -> list[Any]:
+    """The node test cases of ONNX's case module ``name`` (:func:`case_modules`): the
+    module is imported, its exporters computing the expected outputs; once a process.
+
+    >>> [c.name for c in module_cases("relu")]
+    ['test_relu', 'test_relu_expanded_ver18']
+    """
+    if name not in _MODULE_CASES:
+        import importlib
+        import sys
+
+        from onnx.backend.test.case import node
+
+        full = f"{node.__name__}.{name}"
+        if full in sys.modules:  # its cases are among the others, no longer told apart
+            raise RuntimeError(f"{full} was imported before: its cases cannot be told "
+                               f"from the other modules' (use node_cases)")
+        before = len(node._NodeTestCases)
+        with warnings.catch_warnings():  # the case generators divide by zero on purpose
+            warnings.simplefilter("ignore")
+            importlib.import_module(full)
+        _MODULE_CASES[name] = list(node._NodeTestCases[before:])
+    return _MODULE_CASES[name]
 
 
 def shape_inputs(model: Any) -> set[str]:
