@@ -110,8 +110,11 @@ def test_a_lone_model_joins_a_stack(layout: str) -> None:
 def test_moving_allocates_nothing(layout: str) -> None:
     whole, pair = stack_of([0, 1, 2], layout=layout), stack_of([0, 2], layout=layout)
     train(whole, 1)
-    retained, peak = step_allocations(lambda: move_member(whole, 2, pair, 1), warmup=2,
-                                      runs=5)
+    # the better of two measurements: tracemalloc counts every thread of the process
+    # (pytest-xdist's among them; 5,570 bytes once in a full run); a move that kept
+    # anything would keep it in both
+    retained, peak = min(step_allocations(lambda: move_member(whole, 2, pair, 1), warmup=2,
+                                          runs=5) for _ in range(2))
     assert retained < 4096 and peak < 16_384, (retained, peak)
 
 
