@@ -244,8 +244,55 @@ def children(pid: int | str = "self") -> list[int]:
 
 def tree_pss(pid: int | str = "self") -> int:
     """The PSS of ``pid`` and every descendant, summed: what the run uses, as the
-    system measures it (shared data and libraries counted once)."""
-    return pss(pid) + sum(pss(c) for c in children(pid))
+    system measures it (shared data and libraries counted once).
+
+    The processes are read one after another, not at one instant, so a page of a
+    shared file (a run's data set in ``/dev/shm``) that a process first maps between
+    two readings counts in both: as a worker read the data set in its first pass, that
+    put the tree MBs over what it held.  So each such file counts as the smaller of the
+    processes' shares of it summed and what it holds (its blocks: a RAM file system's
+    pages are the file's storage, and cannot take more)."""
+    total = 0
+    shares: dict[tuple[int, int], int] = {}
+    held: dict[tuple[int, int], int] = {}
+    for p in [pid, *children(pid)]:
+        whole, shmem = pss_and_shmem(p)
+        total += whole
+        if shmem:
+            for key, (share, blocks) in _shared_files(p).items():
+                total -= share
+                shares[key] = shares.get(key, 0) + share
+                held[key] = blocks
+    return total + sum(min(shares[k], held[k]) for k in shares)
+
+
+def _shared_files(pid: int | str) -> dict[tuple[int, int], tuple[int, int]]:
+    """The files in ``/dev/shm`` that process ``pid`` maps, by (device, inode): the PSS
+    of its mappings of each, and the bytes the file holds (its blocks).  A file
+    deleted since is left out: its pages count as the mappers' shares."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    path, inode = None, 0
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(maxsplit=5)
+                if len(head) >= 5 and "-" in head[0] and ":" in head[3]:  # a mapping
+                    path = head[5].rstrip("\n") if len(head) == 6 else None
+                    inode = int(head[4])
+                elif path is not None and path.startswith("/dev/shm/") and \
+                        line.startswith("Pss:"):
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue
+                    if st.st_ino != inode:  # another file by that name since
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    share = int(line.split()[1]) * 1024
+                    out[key] = (out.get(key, (0, 0))[0] + share, st.st_blocks * 512)
+    except (OSError, ValueError):
+        return {}
+    return out
 
 
 def run_measured(argv: list[str], every: float = 0.02, timeout: float | None = None

@@ -154,3 +154,39 @@ def test_shared_memory_another_process_reads_stays_out_of_both_own_parts() -> No
             child.kill()
             child.wait()
             pages.close()
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="needs /dev/shm")
+def test_a_shared_file_counts_once_in_a_tree_however_its_shares_are_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree's PSS is read process by process: a shared file's page that a process
+    maps between two readings counts in both.  The file counts at most what it holds."""
+    size = 16 * MIB
+    with tempfile.NamedTemporaryFile(dir="/dev/shm") as f:
+        f.truncate(size)
+        pages = mmap.mmap(f.fileno(), size)
+        for at in range(0, size, mmap.PAGESIZE):
+            pages[at] = 1
+        child = subprocess.Popen([sys.executable, "-c", TOUCH, f.name],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None and child.stdout.readline()
+            me = os.getpid()
+            real = procmem.tree_pss(me)
+            # every process read as if it were the file's only mapper: the race at its worst
+            whole_of, files_of = procmem.pss_and_shmem, procmem._shared_files
+
+            def racy_whole(pid: int | str = "self") -> tuple[int, int]:
+                whole, shmem = whole_of(pid)
+                return (whole + size - shmem, size) if shmem else (whole, shmem)
+
+            def racy_files(pid: int | str) -> dict[tuple[int, int], tuple[int, int]]:
+                return {k: (size, held) for k, (_, held) in files_of(pid).items()}
+
+            monkeypatch.setattr(procmem, "pss_and_shmem", racy_whole)
+            monkeypatch.setattr(procmem, "_shared_files", racy_files)
+            assert abs(procmem.tree_pss(me) - real) < 2 * MIB
+        finally:
+            child.kill()
+            child.wait()
+            pages.close()
