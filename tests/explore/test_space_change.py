@@ -44,6 +44,7 @@ def test_a_changed_range_is_refused_unless_meant(tmp_path: Path) -> None:
     assert again.exit_code == 0, again.output
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_changed_choices_cannot_share_the_study(tmp_path: Path) -> None:
     f = write(tmp_path, trials=2)
     assert explore_run(f).exit_code == 0

@@ -34,6 +34,7 @@ def test_every_schedule_keeps_the_invariants(request: pytest.FixtureRequest,
         simulate(seed)
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_the_schedules_reach_what_can_go_wrong() -> None:
     """Deaths, stalls, failed storage calls, stale trials found, re-queues, next runs,
     both samplers, every way a trial ends: the schedules exercise each, so the

@@ -31,6 +31,7 @@ def test_every_schedule_keeps_the_invariants(request: pytest.FixtureRequest,
         assert {"COMPLETE", "PRUNED", "FAIL"} <= set(states), states
 
 
+@pytest.mark.slow  # CI's slow step: the README's command keeps the 8 minutes CI allows
 def test_the_schedules_reach_what_the_core_decides() -> None:
     """Pauses resumed, stacks regrouped, trials switched out and back in, workers dead,
     repeats asked, Ctrl-C: the schedules exercise each, so the invariants are checked
