@@ -4,11 +4,13 @@ exactly in between."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +121,35 @@ sys.stdin.read()
 """
 
 
+@contextlib.contextmanager
+def written_shared_file(size: int) -> Iterator[str]:
+    """A file of ``size`` bytes in ``/dev/shm``, every page written through this
+    process's mapping of it (kept while the block runs); its path."""
+    with tempfile.NamedTemporaryFile(dir="/dev/shm") as f:
+        f.truncate(size)
+        pages = mmap.mmap(f.fileno(), size)
+        try:
+            for at in range(0, size, mmap.PAGESIZE):
+                pages[at] = 1
+            yield f.name
+        finally:
+            pages.close()
+
+
+@contextlib.contextmanager
+def reader(path: str) -> Iterator[subprocess.Popen[str]]:
+    """A child process that has read every page of ``path`` (and waits, until killed)."""
+    child = subprocess.Popen([sys.executable, "-c", TOUCH, path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="needs /dev/shm")
 def test_shared_memory_another_process_reads_stays_out_of_both_own_parts() -> None:
     """A run's data set in shared memory: when a worker first reads its pages, the
@@ -127,18 +158,11 @@ def test_shared_memory_another_process_reads_stays_out_of_both_own_parts() -> No
     not add up.  Their own parts (the shared memory left out) move only by the
     libraries both map."""
     size = 48 * MIB
-    with tempfile.NamedTemporaryFile(dir="/dev/shm") as f:
-        f.truncate(size)
-        pages = mmap.mmap(f.fileno(), size)
-        for at in range(0, size, mmap.PAGESIZE):
-            pages[at] = 1
+    with written_shared_file(size) as path:
         mine = PssMeter(every=3600.0)
         own_before = mine.read_own()
         assert mine.shmem >= size - MIB  # the writer alone holds the pages
-        child = subprocess.Popen([sys.executable, "-c", TOUCH, f.name],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdout is not None and child.stdout.readline().strip() == "12288"
+        with reader(path) as child:
             theirs = PssMeter(child.pid)
             theirs.read()
             assert abs(theirs.shmem - size // 2) < MIB  # the reader's share, at once
@@ -150,10 +174,6 @@ def test_shared_memory_another_process_reads_stays_out_of_both_own_parts() -> No
             # the own part moves by what this process allocates and the libraries the
             # child maps too (a few MB), not by the 24 MB share that moved
             assert abs(own_before - mine.read_own()) < size // 4
-        finally:
-            child.kill()
-            child.wait()
-            pages.close()
 
 
 @pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="needs /dev/shm")
@@ -162,31 +182,19 @@ def test_a_shared_file_counts_once_in_a_tree_however_its_shares_are_read(
     """A tree's PSS is read process by process: a shared file's page that a process
     maps between two readings counts in both.  The file counts at most what it holds."""
     size = 16 * MIB
-    with tempfile.NamedTemporaryFile(dir="/dev/shm") as f:
-        f.truncate(size)
-        pages = mmap.mmap(f.fileno(), size)
-        for at in range(0, size, mmap.PAGESIZE):
-            pages[at] = 1
-        child = subprocess.Popen([sys.executable, "-c", TOUCH, f.name],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdout is not None and child.stdout.readline()
-            me = os.getpid()
-            real = procmem.tree_pss(me)
-            # every process read as if it were the file's only mapper: the race at its worst
-            whole_of, files_of = procmem.pss_and_shmem, procmem._shared_files
+    with written_shared_file(size) as path, reader(path):
+        me = os.getpid()
+        real = procmem.tree_pss(me)
+        # every process read as if it were the file's only mapper: the race at its worst
+        whole_of, files_of = procmem.pss_and_shmem, procmem._shared_files
 
-            def racy_whole(pid: int | str = "self") -> tuple[int, int]:
-                whole, shmem = whole_of(pid)
-                return (whole + size - shmem, size) if shmem else (whole, shmem)
+        def racy_whole(pid: int | str = "self") -> tuple[int, int]:
+            whole, shmem = whole_of(pid)
+            return (whole + size - shmem, size) if shmem else (whole, shmem)
 
-            def racy_files(pid: int | str) -> dict[tuple[int, int], tuple[int, int]]:
-                return {k: (size, held) for k, (_, held) in files_of(pid).items()}
+        def racy_files(pid: int | str) -> dict[tuple[int, int], tuple[int, int]]:
+            return {k: (size, held) for k, (_, held) in files_of(pid).items()}
 
-            monkeypatch.setattr(procmem, "pss_and_shmem", racy_whole)
-            monkeypatch.setattr(procmem, "_shared_files", racy_files)
-            assert abs(procmem.tree_pss(me) - real) < 2 * MIB
-        finally:
-            child.kill()
-            child.wait()
-            pages.close()
+        monkeypatch.setattr(procmem, "pss_and_shmem", racy_whole)
+        monkeypatch.setattr(procmem, "_shared_files", racy_files)
+        assert abs(procmem.tree_pss(me) - real) < 2 * MIB
