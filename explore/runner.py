@@ -47,7 +47,7 @@ from explore.storages import StorageError, explain, release, scheme, sqlite_file
 from explore.storages import check as check_storage
 from explore.storages._journal import journal_path
 from explore.study import default_storage, load_stored, name_objectives, open_study, storage_url
-from explore.yamlio import SourceError, SpaceError
+from explore.yamlio import SourceError, SpaceError, key_of
 
 
 class RunRefused(Exception):
@@ -155,7 +155,7 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     try:
         smallest = admit(bound)
     except Refused as e:
-        raise RunRefused(str(e)) from None
+        raise refused_at(sp, str(e), e.key) from None
     if budget.device == "gpu":
         check_gpus(budget)
     url = storage or (default_storage(source) if source is not None
@@ -185,18 +185,29 @@ def _table_options(space: Any) -> dict[str, Any]:
     return {k: getattr(d, k) for k in TABLE_OPTIONS if getattr(d, k, None)}
 
 
+def refused_at(space: Any, message: str, key: tuple[str | int, ...]) -> RunRefused:
+    """A refusal of the space's ``key``, found once the space met its data: ``message``
+    (which starts with the key), and as an error at that key's line of the space's file
+    where it came from one."""
+    if not key:
+        return RunRefused(message)
+    detail = message.removeprefix(f"{key_of(key)}: ")
+    return RunRefused(message, space.error_at(key, detail).errors)
+
+
 def check_objectives(space: Any, ds: Any) -> None:
     """Every objective must be measurable on the data set (RunRefused otherwise)."""
 
     task = getattr(ds, "task", "classification")
     classes = int(getattr(ds, "classes", 0) or 0)
-    for o in space.objectives:
+    for i, o in enumerate(space.objectives):
         m = metrics.get(o.metric)
         if not m.applies(task, classes):
             can = ", ".join(n for n, x in metrics.METRICS.items() if x.applies(task, classes))
-            raise RunRefused(f"objective {o.metric!r} does not apply to this data set "
-                             f"({task}" + (f", {classes} classes" if classes else "") +
-                             f"); objectives that do: {can}")
+            key = ("objectives", i, "metric")
+            raise refused_at(space, f"{key_of(key)}: {o.metric!r} does not apply to this "
+                             f"data set ({task}" + (f", {classes} classes" if classes else "")
+                             + f"); objectives that do: {can}", key)
 
 
 def data_record(ds: Any) -> dict[str, Any]:

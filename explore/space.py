@@ -70,7 +70,7 @@ from explore.space_sections import (  # the sections
     machine_memory,
 )
 from explore.suggest import close, quoted
-from explore.yamlio import Document, SourceError, SpaceError, load_file
+from explore.yamlio import Document, Loc, SourceError, SpaceError, key_of, load_file
 
 __all__ = ["MAX_STUDY_NAME", "WHEN_DEFAULTS", "Budget", "ByteSize", "Choice",
            "DatasetSection", "FloatRange", "IntRange", "Located", "Model", "Objective",
@@ -171,17 +171,19 @@ class Space(Strict):
     # space is bound to its data and builder (explore.binding), point at their line.
     _doc: Document | None = PrivateAttr(default=None)
 
-    def error_at(self, loc: tuple[str, ...], message: str) -> SpaceError:
+    def error_at(self, loc: Loc, message: str) -> SpaceError:
         """``message`` as an error of the key at ``loc``, at its line of the space's file
         where it came from one.
 
         >>> s = parse_space({"budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})
         >>> str(s.error_at(("dataset",), "none given"))
         '<space>: dataset: none given'
+        >>> str(s.error_at(("objectives", 0, "metric"), "not this one"))
+        '<space>: objectives[0].metric: not this one'
         """
         doc = self._doc
         return SpaceError([SourceError(doc.file if doc else "<space>",
-                                       doc.line(loc) if doc else None, ".".join(loc),
+                                       doc.line(loc) if doc else None, key_of(loc),
                                        message)])
 
     def params(self) -> dict[str, Any]:

@@ -227,19 +227,19 @@ class _Builder:
     def build(self, node: yaml.Node, loc: Loc, active: set[int]) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+            raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, key_of(loc),
                                           f"more than {MAX_NODES:,} values"
                                           + (" once its nested aliases are expanded" if
                                              self.aliases else "")
                                           + "; a search space is far smaller")])
         self.doc.lines.setdefault(loc, node.start_mark.line + 1)
         if id(node) in active:
-            raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+            raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, key_of(loc),
                                           "an alias refers to itself")])
         if isinstance(node, yaml.ScalarNode):
             if node.tag not in _SCALARS:
                 self.errors.append(SourceError(
-                    self.doc.file, node.start_mark.line + 1, _key(loc),
+                    self.doc.file, node.start_mark.line + 1, key_of(loc),
                     f"the tag {node.tag!r} is not allowed here: a value is a string, a "
                     f"number, true, false or null"))
                 return None
@@ -247,16 +247,16 @@ class _Builder:
                 return self.constructor.construct_object(node, deep=True)
             except yaml.constructor.ConstructorError as e:
                 self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1,
-                                               _key(loc), str(e.problem)))
+                                               key_of(loc), str(e.problem)))
                 return None
             except ValueError as e:  # an integer of more than 4,300 digits, say
                 self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1,
-                                               _key(loc), f"cannot read {node.value[:30]!r}"
+                                               key_of(loc), f"cannot read {node.value[:30]!r}"
                                                f"...: {e}"))
                 return None
         active = active | {id(node)}
         if node.tag not in (_SEQ, _MAP):
-            self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+            self.errors.append(SourceError(self.doc.file, node.start_mark.line + 1, key_of(loc),
                                            f"the tag {node.tag!r} is not allowed here"))
             return None
         if isinstance(node, yaml.SequenceNode):
@@ -266,32 +266,33 @@ class _Builder:
             for knode, vnode in node.value:
                 if not isinstance(knode, yaml.ScalarNode):
                     self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
-                                                   _key(loc), "a key must be a plain value"))
+                                                   key_of(loc), "a key must be a plain value"))
                     continue
                 if knode.tag == "tag:yaml.org,2002:merge":
                     self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
-                                                   _key(loc), "merge keys (<<) are not "
+                                                   key_of(loc), "merge keys (<<) are not "
                                                    "supported; write the keys out"))
                     continue
                 try:
                     key = self.constructor.construct_object(knode)
                 except (yaml.constructor.ConstructorError, ValueError) as e:
                     self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
-                                                   _key(loc), str(getattr(e, "problem", e))))
+                                                   key_of(loc), str(getattr(e, "problem", e))))
                     continue
                 if key in out:
                     self.errors.append(SourceError(
-                        self.doc.file, knode.start_mark.line + 1, _key((*loc, key)),
+                        self.doc.file, knode.start_mark.line + 1, key_of((*loc, key)),
                         f"duplicate key (first on line {self.doc.lines[(*loc, key)]})"))
                     continue
                 self.doc.lines[(*loc, key)] = knode.start_mark.line + 1
                 out[key] = self.build(vnode, (*loc, key), active)
             return out
-        raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, _key(loc),
+        raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, key_of(loc),
                                       f"unsupported YAML node {type(node).__name__}")])
 
 
-def _key(loc: Loc) -> str:
+def key_of(loc: Loc) -> str:
+    """A key's path as the errors write it: ``objectives[0].metric``."""
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

@@ -69,7 +69,14 @@ def headroom(budget: int) -> int:
 
 
 class Refused(ValueError):
-    """The run cannot be admitted; the message says why and what would do."""
+    """The run cannot be admitted; the message says why and what would do.  ``key``:
+    the space's key at fault (``("model",)``), which the message starts with, so that
+    a caller holding the space's file can point at its line
+    (:meth:`explore.space.Space.error_at`)."""
+
+    def __init__(self, message: str, key: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def admit(bound: BoundSpace) -> int:
@@ -82,10 +89,10 @@ def admit(bound: BoundSpace) -> int:
     try:
         graph = graph_of(bound, sampling.fixed(bound.space))
     except OutputMismatch as e:  # no trial's model would suit the data's classes
-        raise Refused(f"model: {e}") from None
+        raise Refused(f"model: {e}", ("model",)) from None
     except user_errors(bound) as e:  # a family that does not suit the data, say
         if not bound.uses_builder:
-            raise Refused(f"model: {e}") from None
+            raise Refused(f"model: {e}", ("model",)) from None
         # the user's code: each trial's failure is its own, said when it is asked for
     return smallest_heap(bound, graph)
 
@@ -105,7 +112,8 @@ def check_data_size(space: Space, ds: Any) -> None:
         raise Refused(f"dataset: its {n:,} training and validation rows of "
                       f"{int(ds.features):,} features take {need:,} bytes in memory, "
                       f"more than the budget of {space.budget.memory:,} bytes; raise "
-                      "budget.memory or use fewer rows (dataset.train, dataset.valid)")
+                      "budget.memory or use fewer rows (dataset.train, dataset.valid)",
+                      ("dataset",))
 
 
 def smallest_heap(bound: BoundSpace, graph: Any = None) -> int:

@@ -287,6 +287,7 @@ def test_table_rows_larger_than_the_budget_are_refused_before_any_study(
     said = " ".join(r.stderr.split())
     assert r.returncode == 2 and "3,000 training and validation rows of 100 features" in said
     assert "more than the budget of 1,000,000 bytes" in said and "Traceback" not in said
+    assert "s.yaml:1: dataset: its 3,000" in said, said  # the file, line and key at fault
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "s.yaml"]
 
 

@@ -151,6 +151,7 @@ def test_an_objective_that_does_not_suit_the_task_is_refused_before_any_study(
     r = explore_run(space)
     assert r.exit_code == 2, r.output
     assert "'accuracy' does not apply" in r.output and "rmse" in r.output
+    assert "t.yaml:2: objectives[0].metric: " in r.output, r.output  # its file and line
     assert not (tmp_path / "t.db").exists()
 
 
@@ -192,6 +193,7 @@ def test_a_family_that_does_not_suit_the_data_is_refused_before_any_study(
                      "model: {family: cnn, blocks: 1}\n")
     r = explore_run(space)
     assert r.exit_code == 2 and "family cnn needs images" in r.output, r.output
+    assert "c.yaml:3: model: " in r.output, r.output
     assert not (tmp_path / "c.db").exists()
 
 
