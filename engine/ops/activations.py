@@ -1,10 +1,12 @@
-"""More elementwise functions of ONNX: Floor, Ceil, Reciprocal, Softplus, Softsign and
-HardSigmoid, each with its gradient written with existing ops."""
+"""More elementwise functions of ONNX: Floor, Ceil, Reciprocal, Softplus, Softsign,
+HardSigmoid, HardSwish (MobileNetV3's) and Mish, each with its gradient written with
+existing ops."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine.graph import Node
 from engine.ops._base import (
     GradBuilder,
     KernelArgs,
@@ -14,7 +16,7 @@ from engine.ops._base import (
     Step,
     per_output,
 )
-from engine.ops._onnx import OnnxForm
+from engine.ops._onnx import Exported, OnnxForm
 from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape
 
 
@@ -73,12 +75,69 @@ def _g_hard_sigmoid(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[s
     return [gb.op("Mul", gb.op("ClipGrad", z, g[0], min=0.0, max=1.0), gb.const(a, like=x))]
 
 
+HARD_SWISH = {"alpha": 1.0 / 6.0, "beta": 0.5}  # ONNX's HardSwish: x HardSigmoid(x)
+
+
+def _hard_swish(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    a, b = HARD_SWISH["alpha"], HARD_SWISH["beta"]
+
+    def step() -> None:
+        xp.multiply(x, a, out=y)
+        xp.add(y, b, out=y)
+        xp.clip(y, 0.0, 1.0, out=y)
+        xp.multiply(y, x, out=y)
+
+    return step
+
+
+def _g_hard_swish(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    """d(x h(x)) = h(x) + x h'(x), h' = alpha where h is neither 0 nor 1."""
+    if not g[0]:
+        return [None]
+    x = n.inputs[0]
+    a, b = HARD_SWISH["alpha"], HARD_SWISH["beta"]
+    z = gb.op("Add", gb.op("Mul", x, gb.const(a, like=x)), gb.const(b, like=x))
+    inner = gb.op("ClipGrad", z, gb.op("Mul", g[0], x), min=0.0, max=1.0)
+    return [gb.op("Add", gb.op("Mul", g[0], gb.op("HardSigmoid", x, alpha=a, beta=b)),
+                  gb.op("Mul", inner, gb.const(a, like=x)))]
+
+
+def _mish(k: KernelArgs) -> Step:
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+
+    def step() -> None:
+        xp.logaddexp(0.0, x, out=y)  # softplus, without overflow
+        xp.tanh(y, out=y)
+        xp.multiply(y, x, out=y)
+
+    return step
+
+
+def _g_mish(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    """d(x tanh(sp(x))) = t + x sigmoid(x) (1 - t^2), t = tanh(sp(x))."""
+    if not g[0]:
+        return [None]
+    x = n.inputs[0]
+    t = gb.op("Tanh", gb.op("Softplus", x))
+    slope = gb.op("Sub", gb.const(1.0, like=x), gb.op("Mul", t, t))
+    d = gb.op("Add", t, gb.op("Mul", gb.op("Mul", x, gb.op("Sigmoid", x)), slope))
+    return [gb.op("Mul", g[0], d)]
+
+
+def _export_mish(n: Node, helper: Any, nh: Any) -> Exported:
+    """ONNX before opset 18 (the exporter writes 17) has no Mish: ``x tanh(softplus(x))``."""
+    x, (y,) = n.inputs[0], n.outputs
+    mk = helper.make_node
+    return [mk("Softplus", [x], [f"{y}_sp"]), mk("Tanh", [f"{y}_sp"], [f"{y}_t"]),
+            mk("Mul", [x, f"{y}_t"], [y])], []
+
+
 def _unary(name: str, kernel: Any, grad: Any, doc: str, inplace: tuple[int, ...] = (0,),
-           attrs: dict[str, Any] | None = None) -> OpDef:
+           attrs: dict[str, Any] | None = None, export: Any = None) -> OpDef:
     return OpDef(name=name, shape=float_unary_shape, kernel=kernel, grad=grad, inplace=inplace,
-                 flops=per_output(1),
-                 attrs=attrs or {}, stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name=name),
-                 doc=doc)
+                 flops=per_output(1), attrs=attrs or {}, stacking=StackRule.ELEMENTWISE,
+                 onnx=OnnxForm(name=name, export=export), doc=doc)
 
 
 OPS = [
@@ -89,4 +148,8 @@ OPS = [
     _unary("Softsign", _softsign, _g_softsign, "x / (1 + |x|)", inplace=()),
     _unary("HardSigmoid", _hard_sigmoid, _g_hard_sigmoid, "max(0, min(1, alpha x + beta))",
            attrs={"alpha": 0.2, "beta": 0.5}),
+    _unary("HardSwish", _hard_swish, _g_hard_swish, "x max(0, min(1, x / 6 + 1/2))",
+           inplace=()),
+    _unary("Mish", _mish, _g_mish, "x tanh(log(1 + exp(x)))", inplace=(),
+           export=_export_mish),
 ]

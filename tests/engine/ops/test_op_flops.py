@@ -50,7 +50,7 @@ def test_every_op_declares_a_flop_rule(name: str) -> None:
 
 UNARY = ("Neg", "Abs", "Exp", "Log", "Sqrt", "Square", "Sin", "Cos", "Sign", "Tanh", "Relu",
          "Sigmoid", "LeakyRelu", "Elu", "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign",
-         "HardSigmoid", "Gelu")
+         "HardSigmoid", "Gelu", "Erf", "HardSwish", "Mish")
 BINARY = ("Add", "Sub", "Mul", "Div", "Pow")
 MOVES = ("Identity", "Cast", "Expand", "Concat", "Split", "Squeeze", "Unsqueeze", "Transpose",
          "Reshape", "Flatten", "Slice", "SliceGrad", "Pad", "Gather", "Shape", "ConstantOfShape")
