@@ -1,12 +1,14 @@
 """More elementwise functions of ONNX: Floor, Ceil, Reciprocal, Softplus, Softsign,
-HardSigmoid, HardSwish (MobileNetV3's) and Mish, each with its gradient written with
-existing ops."""
+HardSigmoid, HardSwish (MobileNetV3's), Mish, Selu, Celu and PRelu (its slope a
+parameter), each with its gradient written with existing ops."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.graph import Node
+from engine.alignment import align_up
+from engine.errors import ShapeError
+from engine.graph import Node, TensorDesc
 from engine.ops._base import (
     GradBuilder,
     KernelArgs,
@@ -14,10 +16,13 @@ from engine.ops._base import (
     OpDef,
     StackRule,
     Step,
+    broadcast_shapes,
+    need_float,
     per_output,
+    same_dtype,
 )
 from engine.ops._onnx import Exported, OnnxForm
-from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape
+from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape, unbroadcast
 
 
 def _g_reciprocal(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -125,6 +130,102 @@ def _g_mish(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
     return [gb.op("Mul", g[0], d)]
 
 
+SELU = {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}  # ONNX's
+
+
+def _selu(k: KernelArgs) -> Step:
+    """``gamma elu(x; alpha)``."""
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    a, gamma = float(k.attrs["alpha"]), float(k.attrs["gamma"])
+    pos = k.scratch(0, x.shape, x.dtype)
+
+    def step() -> None:
+        xp.minimum(x, 0, out=y)
+        xp.expm1(y, out=y)
+        xp.multiply(y, a, out=y)
+        xp.maximum(x, 0, out=pos)
+        xp.add(y, pos, out=y)
+        xp.multiply(y, gamma, out=y)
+
+    return step
+
+
+def _g_selu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    if not g[0]:
+        return [None]
+    x, a = n.inputs[0], float(n.attrs["alpha"])
+    scaled = gb.op("Mul", g[0], gb.const(float(n.attrs["gamma"]), like=x))
+    return [gb.op("EluGrad", x, gb.op("Elu", x, alpha=a), scaled, alpha=a)]
+
+
+def _celu(k: KernelArgs) -> Step:
+    """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``."""
+    xp, x, y = k.xp, k.ins[0], k.outs[0]
+    a = float(k.attrs["alpha"])
+    if a == 0:
+        raise ShapeError("Celu: alpha must not be 0")
+    pos = k.scratch(0, x.shape, x.dtype)
+
+    def step() -> None:
+        xp.minimum(x, 0, out=y)
+        xp.multiply(y, 1.0 / a, out=y)
+        xp.expm1(y, out=y)
+        xp.multiply(y, a, out=y)
+        xp.maximum(x, 0, out=pos)
+        xp.add(y, pos, out=y)
+
+    return step
+
+
+def _g_celu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    """celu(x; a) = a elu(x / a; 1): its derivative is elu's at ``x / a``."""
+    if not g[0]:
+        return [None]
+    x, a = n.inputs[0], float(n.attrs["alpha"])
+    z = gb.op("Mul", x, gb.const(1.0 / a, like=x))
+    return [gb.op("EluGrad", z, gb.op("Elu", z, alpha=1.0), g[0], alpha=1.0)]
+
+
+def _ws_like_input(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                   device: str) -> int:
+    return align_up(ins[0].nbytes())
+
+
+def _prelu_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
+    x, slope = ins
+    need_float(x)
+    dt = same_dtype(ins)
+    if broadcast_shapes(x.shape, slope.shape) != x.shape:
+        raise ShapeError(f"PRelu: slope {slope.shape} does not broadcast to the input "
+                         f"{x.shape}")
+    return [TensorDesc(dt, x.shape)]
+
+
+def _prelu(k: KernelArgs) -> Step:
+    """``max(0, x) + slope min(0, x)``."""
+    xp, (x, slope), y = k.xp, k.ins, k.outs[0]
+    pos = k.scratch(0, x.shape, x.dtype)
+
+    def step() -> None:
+        xp.minimum(x, 0, out=y)
+        xp.multiply(y, slope, out=y)
+        xp.maximum(x, 0, out=pos)
+        xp.add(y, pos, out=y)
+
+    return step
+
+
+def _g_prelu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
+    """dx = g where x > 0, else slope g; d slope = g min(0, x), summed to its shape."""
+    if not g[0]:
+        return [None, None]
+    x, slope = n.inputs
+    positive = gb.op("Greater", x, gb.const(0.0, like=x))
+    dx = gb.op("Where", positive, g[0], gb.op("Mul", g[0], slope))
+    d_slope = gb.op("Mul", g[0], gb.op("Min", x, gb.const(0.0, like=x)))
+    return [dx, unbroadcast(gb, d_slope, slope)]
+
+
 def _export_mish(n: Node, helper: Any, nh: Any) -> Exported:
     """ONNX before opset 18 (the exporter writes 17) has no Mish: ``x tanh(softplus(x))``."""
     x, (y,) = n.inputs[0], n.outputs
@@ -152,4 +253,16 @@ OPS = [
            inplace=()),
     _unary("Mish", _mish, _g_mish, "x tanh(log(1 + exp(x)))", inplace=(),
            export=_export_mish),
+    OpDef(name="Selu", shape=float_unary_shape, kernel=_selu, grad=_g_selu,
+          workspace=_ws_like_input, flops=per_output(1), attrs=dict(SELU),
+          stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Selu"),
+          doc="gamma (x if x > 0 else alpha (exp(x) - 1))"),
+    OpDef(name="Celu", shape=float_unary_shape, kernel=_celu, grad=_g_celu,
+          workspace=_ws_like_input, flops=per_output(1), attrs={"alpha": 1.0},
+          stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Celu"),
+          doc="max(0, x) + min(0, alpha (exp(x / alpha) - 1))"),
+    OpDef(name="PRelu", shape=_prelu_shape, kernel=_prelu, grad=_g_prelu,
+          workspace=_ws_like_input, flops=per_output(2), num_inputs=(2, 2),
+          stacking=StackRule.BROADCAST, onnx=OnnxForm(name="PRelu"),
+          doc="x if x > 0 else slope x (the slope broadcast to x, as PyTorch's PReLU)"),
 ]

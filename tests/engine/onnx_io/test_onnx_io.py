@@ -149,9 +149,9 @@ def test_unsupported_operators_are_listed_together() -> None:
 @pytest.mark.parametrize("opset", [17, 20])
 def test_the_activations_of_newer_networks_import_train_and_export(opset: int) -> None:
     """GELU (one node from opset 20, Erf and products before, as PyTorch writes
-    them), HardSwish (MobileNetV3) and Mish: imported, they compute what onnxruntime
-    computes, train, and export as a model onnxruntime runs (Mish, of opset 18, written
-    out for the exporter's opset 17)."""
+    them), HardSwish (MobileNetV3), Mish, Selu, Celu and PRelu (a slope per feature,
+    learnt): imported, they compute what onnxruntime computes, train, and export as a
+    model onnxruntime runs (Mish, of opset 18, written out for the exporter's opset 17)."""
     w = R.normal(size=(6, 6)).astype(np.float32)
     if opset >= 20:
         gelu = [helper.make_node("Gelu", ["h"], ["a"])]
@@ -165,9 +165,12 @@ def test_the_activations_of_newer_networks_import_train_and_export(opset: int) -
              helper.make_node("HardSwish", ["a"], ["b"]),
              *([helper.make_node("Mish", ["b"], ["c"])] if opset >= 18 else
                [helper.make_node("Identity", ["b"], ["c"])]),
-             helper.make_node("MatMul", ["c", "w"], ["out"])]
+             helper.make_node("Selu", ["c"], ["c1"]),
+             helper.make_node("Celu", ["c1"], ["c2"], alpha=0.7),
+             helper.make_node("PRelu", ["c2", "slope"], ["c3"]),
+             helper.make_node("MatMul", ["c3", "w"], ["out"])]
     consts = {"w": w, "root2": np.float32(np.sqrt(2.0)), "one": np.float32(1.0),
-              "half": np.float32(0.5)}
+              "half": np.float32(0.5), "slope": R.uniform(0.1, 0.3, 6).astype(np.float32)}
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, ["N", 6])], [helper.make_tensor_value_info(
             "out", TensorProto.FLOAT, ["N", 6])],
@@ -187,6 +190,8 @@ def test_the_activations_of_newer_networks_import_train_and_export(opset: int) -
         vm.train_step("train")
         losses.append(float(vm.get("loss")))
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    assert trained.variables["slope"].trainable
+    assert not np.allclose(vm.get("slope"), consts["slope"])
     (again,) = ort_run(export_onnx(g, outputs=["out"]), {"x": x})
     np.testing.assert_allclose(again, want, rtol=1e-5, atol=1e-5)
 

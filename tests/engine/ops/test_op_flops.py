@@ -50,7 +50,7 @@ def test_every_op_declares_a_flop_rule(name: str) -> None:
 
 UNARY = ("Neg", "Abs", "Exp", "Log", "Sqrt", "Square", "Sin", "Cos", "Sign", "Tanh", "Relu",
          "Sigmoid", "LeakyRelu", "Elu", "Floor", "Ceil", "Reciprocal", "Softplus", "Softsign",
-         "HardSigmoid", "Gelu", "Erf", "HardSwish", "Mish")
+         "HardSigmoid", "Gelu", "Erf", "HardSwish", "Mish", "Selu", "Celu")
 BINARY = ("Add", "Sub", "Mul", "Div", "Pow")
 MOVES = ("Identity", "Cast", "Expand", "Concat", "Split", "Squeeze", "Unsqueeze", "Transpose",
          "Reshape", "Flatten", "Slice", "SliceGrad", "Pad", "Gather", "Shape", "ConstantOfShape")
@@ -61,6 +61,7 @@ HAND: list[tuple[str, list[TensorDesc], dict[str, Any], int]] = [
     *[(op, [t(1, 5)], {}, 5) for op in UNARY],
     *[(op, [t(3, 1), t(1, 4)], {}, 12) for op in BINARY],  # broadcast both ways
     *[(op, [t(1, 4), t(4)], {}, 4) for op in BINARY],
+    ("PRelu", [t(3, 4), t(4)], {}, 24),  # a product and a sum per element
     ("GeluGrad", [t(3, 4), t(3, 4)], {}, 60),  # dy (Phi(x) + x phi(x)): 5 per element
     ("Identity", [t(3, 4)], {}, 0),
     ("Cast", [t(3, 4)], {"to": "float64"}, 0),
