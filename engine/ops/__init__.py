@@ -22,6 +22,7 @@ from engine.ops import (
     elementwise,
     fused,
     gelu,
+    instance_norm,
     linalg,
     loss,
     metric_stats,
@@ -51,7 +52,7 @@ from engine.ops._base import (
 OP_TABLE: dict[str, OpDef] = {}
 for _module in (elementwise, activations, gelu, cast, compare, constant, linalg, fused,
                 dequantize_gemm, conv, conv_transpose, pool, power, reduce, reduce_family,
-                select, shape, slicing, loss, metric_stats, nll, norm, stacked):
+                select, shape, slicing, loss, metric_stats, nll, norm, instance_norm, stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

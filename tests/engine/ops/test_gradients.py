@@ -105,6 +105,8 @@ CASES = [
     Case("Erf", [f(2, 3, low=-0.4, high=0.4)]),  # within the series' reach
     Case("HardSwish", [np.array([[-4.0, -2.9, -1.1, 0.3], [1.7, 2.6, 3.5, -0.2]])]),
     Case("Mish", [f(3, 4, low=-4.0, high=4.0)]),
+    Case("InstanceNormalization", [f(2, 3, 4, 5), f(3), f(3)]),
+    Case("InstanceNormalization", [f(3, 2, 6), f(2), f(2)], {"epsilon": 0.1}),
     Case("Selu", [away_from_zero(3, 4)]),
     Case("Celu", [away_from_zero(3, 4)], {"alpha": 0.7}),
     Case("PRelu", [away_from_zero(2, 3, 4), f(3, 1)]),  # a slope per channel

@@ -61,6 +61,7 @@ HAND: list[tuple[str, list[TensorDesc], dict[str, Any], int]] = [
     *[(op, [t(1, 5)], {}, 5) for op in UNARY],
     *[(op, [t(3, 1), t(1, 4)], {}, 12) for op in BINARY],  # broadcast both ways
     *[(op, [t(1, 4), t(4)], {}, 4) for op in BINARY],
+    ("InstanceNormalization", [t(2, 3, 4, 5), t(3), t(3)], {}, 8 * 120),  # 8 an element
     ("PRelu", [t(3, 4), t(4)], {}, 24),  # a product and a sum per element
     ("GeluGrad", [t(3, 4), t(3, 4)], {}, 60),  # dy (Phi(x) + x phi(x)): 5 per element
     ("Identity", [t(3, 4)], {}, 0),
