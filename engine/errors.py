@@ -12,6 +12,11 @@ class GraphError(EngineError):
     """The graph is malformed: unknown op, undefined variable, missing loss..."""
 
 
+class UnsupportedForm(GraphError):
+    """An operator this engine has, in a form of it (a mode, an attribute) it does
+    not; the message names the form."""
+
+
 class ShapeError(EngineError):
     """Shapes or dtypes do not fit an operator's rule."""
 

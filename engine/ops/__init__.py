@@ -32,6 +32,7 @@ from engine.ops import (
     power,
     reduce,
     reduce_family,
+    resize,
     select,
     shape,
     slicing,
@@ -52,7 +53,8 @@ from engine.ops._base import (
 OP_TABLE: dict[str, OpDef] = {}
 for _module in (elementwise, activations, gelu, cast, compare, constant, linalg, fused,
                 dequantize_gemm, conv, conv_transpose, pool, power, reduce, reduce_family,
-                select, shape, slicing, loss, metric_stats, nll, norm, instance_norm, stacked):
+                select, shape, slicing, loss, metric_stats, nll, norm, instance_norm, resize,
+                stacked):
     for _op in _module.OPS:
         if _op.name in OP_TABLE:
             raise RuntimeError(f"op {_op.name} is defined twice")

@@ -231,6 +231,53 @@ def test_instance_normalization_imports_and_trains_as_group_norm_exports() -> No
     assert losses[-1] < losses[0] and not np.allclose(vm.get("ones"), 1.0)
 
 
+@pytest.mark.parametrize(("transform", "rounding", "scales", "refused"), [
+    ("asymmetric", "floor", [1, 1, 2, 3], None),  # as PyTorch's Upsample writes it
+    ("half_pixel", "round_prefer_floor", [1, 1, 3, 2], None),  # ONNX's defaults
+    ("asymmetric", "round_prefer_ceil", [1, 1, 3, 3], "do not repeat each element"),
+    ("asymmetric", "floor", [1, 1, 1.5, 2], "scale 1.5 on axis 2"),
+])
+def test_nearest_upsampling_imports_trains_and_exports(
+        transform: str, rounding: str, scales: list[float], refused: str | None) -> None:
+    """Resize as nearest upsampling by whole factors: what onnxruntime computes, with a
+    gradient, and exported as a model that computes it again; another form is refused
+    by name (UnsupportedForm), never computed differently."""
+    from engine.errors import UnsupportedForm
+
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["up"], mode="nearest",
+                              coordinate_transformation_mode=transform, nearest_mode=rounding),
+             helper.make_node("Mul", ["up", "w"], ["h"]),
+             helper.make_node("Flatten", ["h"], ["out"])]
+    out_hw = int(3 * scales[2]) * int(2 * scales[3])
+    w = R.normal(size=(1, 2, int(3 * scales[2]), int(2 * scales[3]))).astype(np.float32)
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 2, 3, 2])], [helper.make_tensor_value_info(
+            "out", TensorProto.FLOAT, ["N", 2 * out_hw])],
+        [numpy_helper.from_array(np.array(scales, np.float32), "scales"),
+         numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if refused:
+        with pytest.raises(UnsupportedForm, match=refused):
+            import_onnx(model)
+        return
+    x = R.normal(size=(4, 2, 3, 2)).astype(np.float32)
+    (want,) = ort_run(model, {"x": x})
+    g = import_onnx(model)
+    (got,) = engine_run(g, {"x": x}, ["out"])
+    np.testing.assert_array_equal(got, want)
+    (again,) = ort_run(export_onnx(g, outputs=["out"]), {"x": x})
+    np.testing.assert_array_equal(again, want)
+    vm = VM(compile_graph(import_onnx(model, loss="cross_entropy"), batch_size=4,
+                          optimizer=Adam(lr=1e-2)))
+    vm.feed({"x": x, "labels": np.arange(4)})
+    losses = []
+    for _ in range(10):
+        vm.train_step("train")
+        losses.append(float(vm.get("loss")))
+    assert losses[-1] < losses[0]
+
+
 def test_metrics_have_no_onnx_form() -> None:
     with pytest.raises(GraphError, match="no ONNX form for: Accuracy"):
         export_onnx(paper_mlp((4, 3, 2)), outputs=["accuracy"])

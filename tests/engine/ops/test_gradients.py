@@ -107,6 +107,8 @@ CASES = [
     Case("Mish", [f(3, 4, low=-4.0, high=4.0)]),
     Case("InstanceNormalization", [f(2, 3, 4, 5), f(3), f(3)]),
     Case("InstanceNormalization", [f(3, 2, 6), f(2), f(2)], {"epsilon": 0.1}),
+    Case("Resize", [f(2, 3, 2, 3)], {"factors": (1, 1, 2, 3)}),
+    Case("Resize", [f(2, 4)], {"factors": (3, 1)}),  # no batch here: any axis
     Case("Selu", [away_from_zero(3, 4)]),
     Case("Celu", [away_from_zero(3, 4)], {"alpha": 0.7}),
     Case("PRelu", [away_from_zero(2, 3, 4), f(3, 1)]),  # a slope per channel

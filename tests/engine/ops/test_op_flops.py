@@ -65,6 +65,7 @@ HAND: list[tuple[str, list[TensorDesc], dict[str, Any], int]] = [
     ("PRelu", [t(3, 4), t(4)], {}, 24),  # a product and a sum per element
     ("GeluGrad", [t(3, 4), t(3, 4)], {}, 60),  # dy (Phi(x) + x phi(x)): 5 per element
     ("Identity", [t(3, 4)], {}, 0),
+    ("Resize", [t(1, 2, 3, 4)], {"factors": (1, 1, 2, 2)}, 0),
     ("Cast", [t(3, 4)], {"to": "float64"}, 0),
     ("Expand", [t(1, 4), t(3, 4)], {}, 0),
     ("Concat", [t(2, 3), t(2, 5)], {"axis": 1}, 0),
