@@ -3,9 +3,8 @@ engine's table on the path being traced.
 
 Where the table has the op, it is used (``relu`` is ``Relu``, ``conv2d`` is ``Conv``,
 ``cross_entropy`` is ``SoftmaxCrossEntropyLoss``...); the rest are composed of
-differentiable ops: ``silu`` is ``x * Sigmoid(x)``, ``gelu`` is ``0.5 x (1 + erf(x /
-sqrt 2))`` with erf as Abramowitz & Stegun's 7.1.26 (an absolute error below 1.5e-7,
-float32 rounding) or, with ``approximate="tanh"``, PyTorch's tanh form;
+differentiable ops: ``silu`` is ``x * Sigmoid(x)``, ``group_norm`` is
+InstanceNormalization of the groups and a per-channel affine step,
 ``binary_cross_entropy_with_logits`` is ``mean(Softplus(x) - x * y)``.
 
 >>> from engine import nn
@@ -26,7 +25,6 @@ from typing import Any
 from engine.nn._tensor import Tensor, _axis, _Ops, as_tensor, reshape
 from engine.nn._trace import TraceError
 from engine.nn.attention import einsum, masked_fill, matmul, scaled_dot_product_attention
-from engine.ops.gelu import ERF_A, ERF_P  # Abramowitz & Stegun 7.1.26, as Gelu computes it
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -114,16 +112,46 @@ def silu(x: Any, inplace: bool = False) -> Tensor:
 
 
 def erf(x: Any) -> Tensor:
-    """The error function, composed of differentiable ops (Abs, Sign, Reciprocal, Exp,
-    Mul, Add): Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7."""
-    z = _t(x)
-    a = abs(z)
-    t = 1.0 / (a * ERF_P + 1.0)
-    poly = t * ERF_A[4]
-    for c in reversed(ERF_A[:4]):
-        poly = (poly + c) * t
-    tail = poly * (-(a * a)).exp()
-    return z._emit("Sign", z) * (1.0 - tail)
+    """The error function: one Erf op (Abramowitz & Stegun 7.1.26 away from zero, an
+    absolute error below 1.5e-7, and its Taylor series near zero)."""
+    return _unary("Erf", x)
+
+
+def hardswish(x: Any, inplace: bool = False) -> Tensor:
+    """``x * relu6(x + 3) / 6``: HardSwish."""
+    return _unary("HardSwish", x)
+
+
+def mish(x: Any, inplace: bool = False) -> Tensor:
+    """``x * tanh(softplus(x))``: Mish."""
+    return _unary("Mish", x)
+
+
+def selu(x: Any, inplace: bool = False) -> Tensor:
+    """Selu, with PyTorch's (and ONNX's) alpha and scale."""
+    return _unary("Selu", x)
+
+
+def celu(x: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``: Celu."""
+    if alpha == 0:
+        raise TraceError("celu: alpha must not be 0")
+    return _unary("Celu", x, alpha=float(alpha))
+
+
+def prelu(x: Any, weight: Any) -> Tensor:
+    """``x if x > 0 else weight x``: PRelu, ``weight`` one slope, or one per channel
+    (axis 1, as PyTorch's)."""
+    t, w = _t(x), _t(weight)
+    n = 1
+    for d in w.desc.shape:
+        n *= int(d)
+    if n > 1:
+        if t.ndim < 2 or int(t.desc.shape[1]) != n:
+            raise TraceError(f"prelu: {n} slopes for an input {t.shape} whose axis 1 is not "
+                             f"{n} channels")
+        w = w.reshape(n, *(1,) * (t.ndim - 2))
+    return t._emit("PRelu", t, w)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
@@ -499,6 +527,71 @@ def layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = No
     return t._emit("LayerNormalization", *ins, axis=-len(shape), epsilon=float(eps))
 
 
+def instance_norm(x: Any, running_mean: Any = None, running_var: Any = None,
+                  weight: Any = None, bias: Any = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Each sample's channel normalised over its positions (InstanceNormalization), then
+    ``weight`` and ``bias`` per channel.  Running statistics are not kept."""
+    t = _t(x)
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise TraceError("instance_norm with running statistics is not supported "
+                         "(track_running_stats=False, PyTorch's default)")
+    if t.ndim < 3:
+        raise TraceError(f"instance_norm needs [batch, channels, positions...], got {t.shape}")
+    c = int(t.desc.shape[1])
+    return t._emit("InstanceNormalization", t, _param_or_const(weight, 1.0, t, c),
+                   _param_or_const(bias, 0.0, t, c), epsilon=float(eps))
+
+
+def group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5) -> Tensor:
+    """Each sample's group of ``channels / num_groups`` channels normalised together,
+    then ``weight`` and ``bias`` per channel: InstanceNormalization of the groups, as
+    PyTorch exports it."""
+    t = _t(x)
+    if t.ndim < 2:
+        raise TraceError(f"group_norm needs [batch, channels, ...], got {t.shape}")
+    c, g = int(t.desc.shape[1]), int(num_groups)
+    if g < 1 or c % g:
+        raise TraceError(f"group_norm: {c} channels do not split into {num_groups} groups")
+    dims = tuple(int(d) for d in t.desc.shape[1:])
+    lead = -1 if t.batched else int(t.desc.shape[0])
+    grouped = t.reshape(lead, g, -1)
+    normed = grouped._emit("InstanceNormalization", grouped, _param_or_const(None, 1.0, t, g),
+                           _param_or_const(None, 0.0, t, g), epsilon=float(eps))
+    y = normed.reshape(lead, *dims)
+    per_channel = (c, *(1,) * (t.ndim - 2))
+    if weight is not None:
+        y = y * _t(weight).reshape(*per_channel)
+    if bias is not None:
+        y = y + _t(bias).reshape(*per_channel)
+    return y
+
+
+def interpolate(x: Any, size: Any = None, scale_factor: Any = None,
+                mode: str = "nearest") -> Tensor:
+    """Nearest-neighbour upsampling of the positions (axes 2 on) by whole factors:
+    Resize.  ``size`` must be whole multiples of the input's positions."""
+    t = _t(x)
+    if mode != "nearest":
+        raise TraceError(f"interpolate: mode {mode!r} is not supported (nearest only)")
+    if t.ndim < 3:
+        raise TraceError(f"interpolate needs [batch, channels, positions...], got {t.shape}")
+    positions = [int(d) for d in t.desc.shape[2:]]
+    if (size is None) == (scale_factor is None):
+        raise TraceError("interpolate: give size or scale_factor, one of them")
+    if size is not None:
+        sizes = [size] * len(positions) if isinstance(size, int) else list(size)
+        ratios = [s / d for s, d in zip(sizes, positions, strict=True)]
+    else:
+        ratios = [scale_factor] * len(positions) if isinstance(scale_factor, int | float) \
+            else list(scale_factor)
+    if len(ratios) != len(positions) or any(r != int(r) or r < 1 for r in ratios):
+        raise TraceError(f"interpolate: factors {ratios} for positions {positions}: whole "
+                         "numbers >= 1 only (nearest upsampling)")
+    return t._emit("Resize", t, factors=(1, 1, *(int(r) for r in ratios)))
+
+
 def embedding(input: Any, weight: Any) -> Tensor:
     """Rows of ``weight [num, dim]`` at the int64 indices ``input``: Gather(axis=0)."""
     idx, w = _t(input), _t(weight)
@@ -594,4 +687,5 @@ def binary_cross_entropy_with_logits(input: Any, target: Any,
     return per.mean()
 
 
-__all__ += ["concat", "erf", "reshape"]
+__all__ += ["celu", "concat", "erf", "group_norm", "hardswish", "instance_norm", "interpolate",
+            "mish", "prelu", "reshape", "selu"]

@@ -5,7 +5,8 @@ weight and bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (PyTorch's
 ``kaiming_uniform_(a=sqrt 5)`` works out to that bound; ``fan_in = in_features``,
 ``in_channels/groups * k`` or ``in_channels/groups * kh * kw``);
 BatchNorm weight 1, bias 0, ``running_mean`` 0, ``running_var`` 1 (buffers:
-non-trainable parameters of the graph); LayerNorm 1 and 0; Embedding ``N(0, 1)``.
+non-trainable parameters of the graph); LayerNorm, GroupNorm and an affine InstanceNorm
+1 and 0; PReLU 0.25; Embedding ``N(0, 1)``.
 
 >>> from engine import nn
 >>> conv = nn.Conv2d(3, 8, 3, padding="same", groups=1, bias=False)
@@ -197,6 +198,74 @@ class LayerNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class GroupNorm(Module):
+    """Each sample's groups of channels normalised, then a weight and bias per channel
+    (1 and 0, ``affine``)."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True) -> None:
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise NNError(f"GroupNorm: {num_channels} channels do not split into "
+                          f"{num_groups} groups")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, float(eps)
+        self.weight = Parameter(shape=(num_channels,), init=Init.ones()) if affine else None
+        self.bias = Parameter(shape=(num_channels,), init=Init.zeros()) if affine else None
+
+    def forward(self, x: Any) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}"
+
+
+class _InstanceNorm(Module):
+    """Each sample's channel normalised over its positions; a weight and bias per
+    channel with ``affine`` (PyTorch's default: none).  Running statistics are not kept
+    (``track_running_stats=True`` is refused)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = False, track_running_stats: bool = False) -> None:
+        super().__init__()
+        if track_running_stats:
+            raise NNError(f"{type(self).__name__}: track_running_stats=True is not supported")
+        self.num_features, self.eps = num_features, float(eps)
+        self.weight = Parameter(shape=(num_features,), init=Init.ones()) if affine else None
+        self.bias = Parameter(shape=(num_features,), init=Init.zeros()) if affine else None
+
+    def forward(self, x: Any) -> Tensor:
+        return F.instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}"
+
+
+class InstanceNorm1d(_InstanceNorm):
+    pass
+
+
+class InstanceNorm2d(_InstanceNorm):
+    pass
+
+
+class Upsample(Module):
+    """Nearest-neighbour upsampling of the positions by whole factors (``scale_factor``,
+    or a ``size`` that is a whole multiple)."""
+
+    def __init__(self, size: Any = None, scale_factor: Any = None, mode: str = "nearest"
+                 ) -> None:
+        super().__init__()
+        if mode != "nearest":
+            raise NNError(f"Upsample: mode {mode!r} is not supported (nearest only)")
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+
+    def forward(self, x: Any) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode)
+
+    def extra_repr(self) -> str:
+        return f"scale_factor={self.scale_factor}" if self.size is None else f"size={self.size}"
 
 
 class Dropout(Module):
@@ -397,6 +466,55 @@ class SiLU(Module):
         return F.silu(x)
 
 
+class Hardswish(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Tensor:
+        return F.hardswish(x)
+
+
+class Mish(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Tensor:
+        return F.mish(x)
+
+
+class SELU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+
+    def forward(self, x: Any) -> Tensor:
+        return F.selu(x)
+
+
+class CELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x: Any) -> Tensor:
+        return F.celu(x, self.alpha)
+
+
+class PReLU(Module):
+    """``x if x > 0 else weight x``, one learnt slope or one per channel (PyTorch's
+    ``num_parameters``), each starting at ``init``."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25) -> None:
+        super().__init__()
+        self.num_parameters = int(num_parameters)
+        self.weight = Parameter(shape=(self.num_parameters,), init=Init.constant(float(init)))
+
+    def forward(self, x: Any) -> Tensor:
+        return F.prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
 class Softplus(Module):
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
         super().__init__()
@@ -428,5 +546,7 @@ LAYERS: Sequence[str] = (
     "Linear", "Conv1d", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout",
     "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d", "Flatten", "Embedding", "Identity", "ReLU", "Tanh", "Sigmoid",
-    "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Softmax", "LogSoftmax",
+    "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Softmax", "LogSoftmax", "GroupNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "Upsample", "Hardswish", "Mish", "SELU", "CELU",
+    "PReLU",
 )
