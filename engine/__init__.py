@@ -21,6 +21,7 @@ from engine.compile import (
     to_dot,
 )
 from engine.errors import (
+    BeyondMachineError,
     BudgetError,
     CompileError,
     EngineError,
@@ -64,6 +65,7 @@ __all__ = [
     "Adagrad",
     "Adam",
     "AdamW",
+    "BeyondMachineError",
     "BudgetError",
     "CalcGraph",
     "CalcHeap",

@@ -34,5 +34,10 @@ class BudgetError(CompileError):
     """The memory budget cannot hold the program, even at batch 1."""
 
 
+class BeyondMachineError(BudgetError):
+    """The program needs more bytes than the machine's physical memory: no budget on
+    this machine holds it."""
+
+
 class InputError(EngineError):
     """Data handed to a running program is wrong: shape, dtype, NaN, unknown name."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import BudgetError, CalcGraph, Program, compile_graph
+from engine import BeyondMachineError, BudgetError, CalcGraph, Program, compile_graph
 from engine.errors import EngineError
 from explore import families
 from explore.binding import BoundSpace
@@ -144,8 +144,11 @@ def compile_candidate(bound: BoundSpace, params: dict[str, Any], share: int,
     if fit is not None:
         want = min(want, fit)
     if want > train:
-        bigger = at(want)
-        if bigger.total_bytes <= share:
+        try:
+            bigger: Program | None = at(want)
+        except BeyondMachineError:  # the validation chunk is too big: train's may not be
+            bigger = None
+        if bigger is not None and bigger.total_bytes <= share:
             # Smaller batches need fewer bytes, so the fallbacks fit too; each is
             # compiled only if a gap calls for it (the scheduler asks and places
             # trials one at a time, and filling the arenas waits on it).

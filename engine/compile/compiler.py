@@ -49,7 +49,7 @@ from engine.compile.passes.shapes import infer_shapes, typecheck
 from engine.compile.passes.validate import validate
 from engine.compile.planner import MemoryPlan, Planner, plan_memory
 from engine.compile.tunable import pin_groups
-from engine.errors import BudgetError, CompileError
+from engine.errors import BeyondMachineError, BudgetError, CompileError
 from engine.graph import CalcGraph, Device, DType
 from engine.runtime.optim import Optimizer
 from engine.runtime.program import BufferSpec, Instr, ParamSpec, PathCode, Program
@@ -198,12 +198,13 @@ def physical_memory() -> int | None:
 def check_fits_machine(nbytes: int, what: str) -> None:
     """A CPU program is one arena in host memory: one larger than the machine's physical
     memory can never run (an imported input [N, 2^34] planned 137 GB), so it is a
-    :class:`CompileError` with both numbers, not a program that fails or swaps when a VM
-    allocates it."""
+    :class:`BeyondMachineError` (a :class:`BudgetError`: what a smaller budget does not
+    hold, this machine does not) with both numbers, not a program that fails or swaps
+    when a VM allocates it."""
     total = physical_memory()
     if total is not None and nbytes > total:
-        raise CompileError(f"{what}: the program needs {nbytes:,} bytes, more than this "
-                           f"machine's {total:,} bytes of physical memory")
+        raise BeyondMachineError(f"{what}: the program needs {nbytes:,} bytes, more than "
+                                 f"this machine's {total:,} bytes of physical memory")
 
 
 def _check_batch(batch_size: int | None) -> int:

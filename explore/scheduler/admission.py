@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import BudgetError
+from engine import BeyondMachineError, BudgetError
 from engine.alignment import align_down, align_up
 from explore import sampling
 from explore.binding import BoundSpace
@@ -128,6 +128,11 @@ def smallest_heap(bound: BoundSpace, graph: Any = None) -> int:
     failing: tuple[type[Exception], ...] = (BudgetError, *user_errors(bound))
     try:
         cand = compile_candidate(bound, params, 1 << 62, graph=graph)
+    except BeyondMachineError as e:  # no budget holds the least of the space's models
+        if bound.uses_builder:
+            return 0
+        raise Refused(f"model: its smallest candidate (every range at its low end) does "
+                      f"not fit this machine: {e}", ("model",)) from None
     except failing:
         return 0
     return align_up(min(p.total_bytes for p in cand.fitting()))

@@ -102,6 +102,39 @@ def test_candidates_too_big_fail_without_running(tmp_path: Path) -> None:
     assert all(s.heaps + s.fixed <= stats.budget for s in stats.timeline)
 
 
+def _beyond_the_machine() -> int:
+    """A width whose two square layers (weights, gradients and Adam's two moments) need
+    twice this machine's physical memory."""
+    from engine.compile.compiler import physical_memory
+
+    return int((2 * (physical_memory() or 1 << 40) / 16) ** 0.5) + 1
+
+
+def test_a_candidate_beyond_the_machine_is_a_trial_that_does_not_fit(tmp_path: Path) -> None:
+    """Its plan is a BudgetError (the trial fails "does not fit"), not an internal fault
+    that stops the run and leaves the trial RUNNING."""
+    from engine import BeyondMachineError, BudgetError
+    from explore.candidate import compile_candidate
+
+    wide = _beyond_the_machine()
+    f = write(tmp_path, width=f"{{choice: [16, {wide}]}}")
+    f.write_text(f.read_text().replace("depth: 1", "depth: 2"))
+    bound = bind(load_space(f))
+    params = fixed(bound.space, {"width": wide})
+    with pytest.raises(BudgetError, match="physical memory") as e:
+        compile_candidate(bound, params, 400 << 20)
+    assert isinstance(e.value, BeyondMachineError)
+
+
+def test_a_space_whose_smallest_model_is_beyond_the_machine_is_refused(tmp_path: Path) -> None:
+    f = write(tmp_path, width=str(_beyond_the_machine()))
+    f.write_text(f.read_text().replace("depth: 1", "depth: 2"))
+    r = explore_run(f)
+    assert r.exit_code == 2, r.output
+    assert "tiny.yaml:6: model: its smallest candidate" in r.output, r.output
+    assert "physical memory" in r.output and not (tmp_path / "tiny.db").exists()
+
+
 def test_a_crashed_worker_is_replaced_and_its_trial_requeued(tmp_path: Path) -> None:
     f = write(tmp_path, trials=3)
     space = load_space(f)
