@@ -15,8 +15,9 @@ The ``dataset.missing`` option says what a missing value does:
   imputed).
 
 A missing value is what pandas counts as one (NaN, None, ``pd.NA``, ``NaT``; an empty
-CSV field is read as NaN).  Infinities are refused whatever ``missing`` says: they are
-values, not gaps; replace them with NaN to have them treated as missing.
+CSV field is read as NaN).  Infinities (and values beyond float32's range, which would
+become infinities where the models compute) are refused whatever ``missing`` says: they
+are values, not gaps; replace them with NaN to have them treated as missing.
 
 >>> import pandas as pd
 >>> from explore.datasets.columns import Layout
@@ -59,8 +60,10 @@ FIX_MISSING = ("set dataset.missing: drop (drop those rows) or impute (fill them
                "training split: a numeric column's median, or its mean or most_frequent "
                "value with impute:, a category's most frequent one; a row without a "
                "target is dropped, never imputed)")
-FIX_INFINITE = ("values must be finite: infinities are refused whatever dataset.missing "
-                "says; replace them with NaN to have them treated as missing values")
+FIX_INFINITE = ("values must be finite in float32, the type models train in: infinities and "
+                "values beyond +-3.4e38 are refused whatever dataset.missing says; replace "
+                "them with NaN to have them treated as missing values")
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_options(missing: str, impute: str) -> None:
@@ -175,10 +178,16 @@ def _target_values(s: Source, layout: Layout) -> np.ndarray:
     return s.frame[{str(c): c for c in s.frame.columns}[layout.target]].to_numpy()
 
 
+def _infinite(v: np.ndarray) -> np.ndarray:
+    """Infinite in float32, the type the models train in: infinities, and finite float64
+    values beyond float32's largest (1e39 would become an infinity there)."""
+    return np.abs(v) > F32_MAX  # NaN compares False: it is missing, not infinite
+
+
 def _flags(y: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """(missing, infinite) flags of values ``y``; None where none can be infinite."""
     if y.dtype.kind in "fc":
-        return np.isnan(y), np.isinf(y)
+        return np.isnan(y), _infinite(y)
     if y.dtype == object:
         return np.asarray(_pd().isna(y), bool), None
     return np.zeros(len(y), bool), None
@@ -189,7 +198,7 @@ def _count(block: np.ndarray, names: Sequence[str], columns: dict[str, ColumnGap
     """Count the gaps of a float64 block of numeric features."""
     if block.dtype.kind not in "fc":
         return
-    nan, inf = np.isnan(block), np.isinf(block)
+    nan, inf = np.isnan(block), _infinite(block)
     if not (nan.any() or inf.any()):
         return
     stop = start + len(block)
@@ -225,7 +234,8 @@ def _section(g: Gaps, what: str) -> str:
     bad = [(name, c) for name, c in g.named() if getattr(c, what)]
     shown = bad[:SHOW_COLUMNS]
     lines_of = _line_finder(s, [p for _, c in shown for p in getattr(c, f"{what}_at")])
-    head = f"{s.where}: {what} values in {len(bad)} column{'s' * (len(bad) > 1)}"
+    kind = "infinite (in float32)" if what == "infinite" else what
+    head = f"{s.where}: {kind} values in {len(bad)} column{'s' * (len(bad) > 1)}"
     if what == "missing":
         rows = int((g.feature_gap | g.target_gap).sum())
         head += f" ({rows:,} of {s.n:,} rows)"

@@ -5,6 +5,10 @@ run gone idle, and Ctrl-C.  The other decisions are its layers', one module each
 
 from __future__ import annotations
 
+import math
+
+from optuna.trial import TrialState
+
 from engine.free_list import FreeList
 from explore.scheduler.commands import (
     Admitted,
@@ -135,6 +139,19 @@ class Core(Placing):
                                   **self._switch_record(p)},
                         ending=True))
         values = self.policy.values(msg.metrics, p.candidate.heap_bytes)
+        if not all(math.isfinite(v) for v in values):
+            # Optuna would fail it without a word: the reason is said here
+            odd = ", ".join(f"{k} {v}" for k, v in msg.metrics.items()
+                            if k not in SECONDS and not math.isfinite(v))
+            self._emit(Note(p.trial, {"fail_reason": f"its objective value is "
+                                      f"{', '.join(map(str, values))} after round "
+                                      f"{msg.rounds} ({odd or 'no metric is'} not finite): "
+                                      "the validation rows cannot give that metric (one "
+                                      "class, a constant target)"}, ending=True),
+                       Tell(p.trial, state=TrialState.FAIL, saved=msg.saved))
+            self.counts["failed"] += 1
+            self._emit(Measure())
+            return
         self._emit(Tell(p.trial, values if len(values) > 1 else values[0],
                         saved=msg.saved))
         self.counts["complete"] += 1

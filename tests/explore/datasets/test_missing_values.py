@@ -120,10 +120,26 @@ def test_infinities_are_refused_whatever_missing_says(missing: str) -> None:
     with pytest.raises(DataError) as e:
         from_python(frame, "churned", categorical=CATS, missing=missing)
     msg = str(e.value)
-    assert "the data: infinite values in 2 columns:" in msg
+    assert "the data: infinite (in float32) values in 2 columns:" in msg
     assert "'spend': 2 infinite, at index 2, 9" in msg
     assert "target 'churned': 1 infinite, at index 1" in msg
     assert "replace them with NaN" in msg and e.value.key is None
+
+
+def test_values_beyond_float32_are_refused_as_infinite() -> None:
+    """1e39 and 1e300 are finite in float64 but infinite in float32, where the models
+    train: refused as infinities are, not left to overflow into a trial's NaN."""
+    frame = table()
+    frame["spend"] = frame["spend"].astype(float)
+    frame.loc[4, "spend"] = 1e300
+    frame["churned"] = frame["churned"].astype(float)
+    frame.loc[7, "churned"] = -1e39
+    frame.loc[8, "churned"] = 3e38  # float32 holds it
+    with pytest.raises(DataError) as e:
+        from_python(frame, "churned", categorical=CATS, task="regression")
+    msg = str(e.value)
+    assert "'spend': 1 infinite, at index 4" in msg
+    assert "target 'churned': 1 infinite, at index 7" in msg and "+-3.4e38" in msg
 
 
 # -- drop ------------------------------------------------------------------------------------

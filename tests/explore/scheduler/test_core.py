@@ -130,6 +130,23 @@ def test_a_model_that_could_not_be_written_leaves_its_trial_complete_and_says_wh
     assert note.values["model_error"] == "its model could not be kept: full"
 
 
+def test_a_trial_whose_objective_is_not_finite_fails_with_the_reason() -> None:
+    """A metric the validation rows cannot give (r2 of a constant target) is NaN:
+    Optuna would fail the trial without a word; the core fails it saying why, its
+    memory given back and its staged model discarded by the writer."""
+    core = core_with(Scripted())
+    admit(core, 0)
+    out = core.handle(Finished(0, Done(0, {"score": float("nan"), "loss": 0.3}, 3, 0, 0.0,
+                                       0.0, 1.0, saved=True)))
+    assert ended(out) == {0: (TrialState.FAIL, False)}
+    assert next(c for c in out if isinstance(c, Tell)).saved
+    reason = next(c.values["fail_reason"] for c in out
+                  if isinstance(c, Note) and "fail_reason" in c.values)
+    assert "objective value is nan after round 3 (score nan not finite)" in reason
+    assert core.counts["failed"] == 1 and core.counts["complete"] == 0
+    assert core.stats.best is None and not core.workers[0].residents
+
+
 def test_growth_beyond_the_constants_holds_a_candidate_back_or_fails_it() -> None:
     # the processes grew by more than the arena leaves beside the candidate: with
     # nothing placed it can never fit, and fails with the reason
