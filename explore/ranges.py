@@ -99,6 +99,9 @@ class IntRange(Range):
         return (self.bounds[1] - self.bounds[0]) // self.step + 1
 
 
+MAX_FLOAT_STEPS = 10**9  # a float range's steps: beyond, a step means nothing to a search
+
+
 class FloatRange(Range):
     bounds: tuple[Num, Num] = Field(alias="float")
     log: Flag = False
@@ -110,6 +113,10 @@ class FloatRange(Range):
         lo, hi = self.bounds
         if self.step is not None:
             n = (hi - lo) / self.step
+            if math.isfinite(n) and n > MAX_FLOAT_STEPS:  # Optuna's Decimal arithmetic
+                raise ValueError(f"step {self.step} cuts the range [{lo}, {hi}] into "  # fails
+                                 f"{n:.3g} steps, more than {MAX_FLOAT_STEPS:,}: give a "
+                                 "coarser step, or none for a continuous range")
             if not math.isfinite(n) or abs(n - round(n)) > 1e-9 * max(1.0, n):
                 raise ValueError(f"step {self.step} does not divide the range [{lo}, {hi}]: "
                                  f"the high bound would never be reached")

@@ -94,6 +94,9 @@ ByteSize = Annotated[int, BeforeValidator(parse_size)]
 # of a range and every choice, so that no trial is the first to find out.
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: more overflows to infinity
+
+
 def _integer(lo: int, hi: int, odd: bool = False) -> Callable[[Any], None]:
     def check(v: Any) -> None:
         if isinstance(v, bool) or not isinstance(v, int):
@@ -177,9 +180,9 @@ RULES: dict[str, Callable[[Any], None]] = {
     "readout": _name("readout", lambda: list(READOUTS)),
     "loss": _name("loss", _losses),
     "optimizer": _name("optimizer", lambda: [n.lower() for n in optimizers.names()]),
-    "lr": _number(0, None, lo_open=True),
+    "lr": _number(0, FLOAT32_MAX, lo_open=True),  # the optimizer computes in float32
     "momentum": _number(0, 1, hi_open=True),
-    "weight_decay": _number(0, None),
+    "weight_decay": _number(0, FLOAT32_MAX),
     "batch_size": _batch,
 }
 

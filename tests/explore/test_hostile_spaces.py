@@ -167,6 +167,9 @@ def test_semantic_errors(tmp_path: Path, key: str, value: str, match: str) -> No
     ("model.depth", "{float: [1, 3]}", "use int"),
     ("model.width", "{int: [16, 100], step: 32}", "does not divide"),
     ("training.lr", "{float: [0.1, 0.5], step: 0.3}", "does not divide"),
+    ("training.lr", "{float: [0.001, 0.01], step: 1.0e-300}", "more than 1,000,000,000"),
+    ("training.lr", "1.0e+300", "outside (0, 3.40282e+38]"),
+    ("training.weight_decay", "{float: [0, 1.0e+39]}", "outside [0, 3.40282e+38]"),
 ])
 def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) -> None:
     _refused(tmp_path, _with(key, value), key, match)
