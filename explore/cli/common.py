@@ -28,6 +28,24 @@ def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return value
 
 
+def lasting_storage(ctx: click.Context, param: click.Parameter, value: str | None
+                    ) -> str | None:
+    """``explore run``'s storage: not empty, and not an in-memory SQLite database,
+    which keeps nothing once the command ends (``sqlite://x.db``, two slashes, is one:
+    SQLAlchemy reads ``x.db`` as a host)."""
+    value = not_empty(ctx, param, value)
+    if value is not None and value.strip().lower().startswith("sqlite:"):
+        from explore.storages import sqlite_file  # noqa: PLC0415 (--help start-up)
+
+        if sqlite_file(value.strip()) is None:
+            rest = value.strip()[len("sqlite:"):].lstrip("/")
+            hint = f"; did you mean sqlite:///{rest}?" if rest and rest != ":memory:" else ""
+            raise click.BadParameter(f"{value} is an in-memory database: it keeps nothing "
+                                     f"once the run ends{hint} (sqlite:/// and a file's "
+                                     "path)")
+    return value
+
+
 def read_space(path: str) -> Any:
     """The space of ``path``, as data (exit status 2 with every error): what commands
     that read a study need (its name)."""

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from explore.attrs import MODELS_ATTR, REFIT_ATTR
 from explore.cli import console
-from explore.cli.common import byte_size, not_empty
+from explore.cli.common import byte_size, lasting_storage, not_empty
 from explore.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 from explore.cli.summary import last_run, print_summary, small_mb
 from explore.scheduler.errors import STOP_SIGNALS, Stopped, raise_stopped
@@ -36,7 +36,7 @@ def _ordinals(value: str | None) -> list[int] | None:
 
 @click.command()
 @click.argument("space_file", type=click.Path(dir_okay=False))
-@click.option("--storage", callback=not_empty,
+@click.option("--storage", callback=lasting_storage,
               help="an Optuna storage URL (default: SQLite next to the file)")
 @click.option("--study", "study_name", callback=not_empty,
               help="the study name (default: the space's name)")

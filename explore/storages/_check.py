@@ -68,6 +68,12 @@ def check(url: str, *, write: bool) -> None:
     if "\0" in text or "%00" in text:
         raise StorageError(f"storage {url!r} holds a null byte (%00), which no file or "
                            "server name can")
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise StorageError(f"storage {url!r} holds a control character: the file it made "
+                           "would be named so, and no command shown could name it again")
+    if text != url:
+        raise StorageError(f"storage {url!r} begins or ends with a space: the file would be "
+                           "named with it; remove it (quote a path that has one inside)")
     if "://" not in text:
         raise StorageError(f"storage {url!r} is not a URL: write one such as {EXAMPLE}")
     s = scheme(text)

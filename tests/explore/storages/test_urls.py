@@ -169,7 +169,13 @@ def test_run_refuses_bad_storages_with_exit_status_2(stored: Path) -> None:
                       ("sqlite:///%00x.db", "null byte"),
                       ("sqlite:///x.db?timeout=abc", "timeout=abc is not a number"),
                       ("sqlite:///x.db?mode=ro", "no option 'mode'"),
-                      ("sqlite:///f.db", "not a regular file")):
+                      ("sqlite:///f.db", "not a regular file"),
+                      ("sqlite:///a\x01b.db", "control character"),
+                      ("sqlite:///x.db ", "begins or ends with a space"),
+                      ("sqlite://x.db", "in-memory database: it keeps nothing once the run "
+                                        "ends; did you mean sqlite:///x.db?"),
+                      ("sqlite://", "in-memory database"),
+                      ("sqlite:///:memory:", "in-memory database")):
         r = explore_here("run", "q.yaml", "--storage", url, "--quiet", cwd=stored)
         said = " ".join(r.stderr.split())  # as rich wrapped it
         assert r.returncode == 2 and says in said and "Traceback" not in said, said
