@@ -147,11 +147,11 @@ def test_parse_size_limits() -> None:
     ("model.width", "0", "outside [1, 1,048,576]"),
     ("model.width", "-8", "outside [1, 1,048,576]"),
     ("model.depth", "-1", "outside [0, 64]"),
-    ("training.lr", "0", "outside (0, inf)"),
-    ("training.lr", "-0.1", "outside (0, inf)"),
+    ("training.lr", "0", "outside (0, 3.40282e+38]"),
+    ("training.lr", "-0.1", "outside (0, 3.40282e+38]"),
     ("training.momentum", "1.0", "outside [0, 1)"),
     ("training.momentum", "-0.5", "outside [0, 1)"),
-    ("training.weight_decay", "-1.0e-4", "outside [0, inf)"),
+    ("training.weight_decay", "-1.0e-4", "outside [0, 3.40282e+38]"),
     ("model.pool", "'yes'", "true or false"),
 ])
 def test_semantic_errors(tmp_path: Path, key: str, value: str, match: str) -> None:
