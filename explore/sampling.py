@@ -122,6 +122,10 @@ def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, An
                 if not can_be(p, x):
                     raise ValueError(f"{k}={x!r} is not a value the space searches: {k} "
                                      f"is {describe(p)}")
+        elif k in params and p is not None and p != "auto" and \
+                any(x != p for x in (v if isinstance(v, list) else [v])):  # auto: any batch
+            raise ValueError(f"{k}={v!r}: the space fixes {k} at {p!r}; a candidate of it "
+                             "takes that value")
     for c in COUNTS:
         if c in overrides:
             out[c] = int(overrides.pop(c))

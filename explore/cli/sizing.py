@@ -46,7 +46,12 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
         if "=" not in item:
             fail(f"--params {item!r}: write KEY=VALUE")
         k, v = item.split("=", 1)
-        overrides[k.strip()] = _value(v.strip())
+        if k.strip() in overrides:
+            fail(f"--params {k.strip()} is given twice")
+        try:
+            overrides[k.strip()] = _value(v.strip())
+        except ValueError as e:
+            fail(f"--params {k.strip()}: {e}")
     builder_keys = set(type(space.model).model_fields) if bound.uses_builder else set()
     for k, v in overrides.items():
         if k in builder_keys:
@@ -102,8 +107,17 @@ def size(space_file: str, params: tuple[str, ...], memory: str | None, as_json: 
         + (f"; largest batch in {budget:,} bytes: {biggest:,}" if biggest else ""))
 
 
-def _value(text: str) -> Any:
-    """A --params value: an integer, a number, true/false, a [list] or a name."""
+def _value(text: str, inside: bool = False) -> Any:
+    """A --params value: an integer, a number, true/false, a [list] of those, or a
+    name; ValueError for a list that is not one (unclosed, nested, an empty item).
+
+    >>> _value("[8, 16]"), _value("0.5"), _value("relu")
+    ([8, 16], 0.5, 'relu')
+    >>> _value("[8,16,")
+    Traceback (most recent call last):
+    ...
+    ValueError: '[8,16,' is not a list: write [first,second,...]
+    """
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for conv in (int, float):
@@ -111,8 +125,12 @@ def _value(text: str) -> Any:
             return conv(text)
         except ValueError:
             pass
-    if text.startswith("["):
-        return [_value(x.strip()) for x in text.strip("[]").split(",") if x.strip()]
+    if "[" in text or "]" in text:
+        items = text[1:-1].split(",")
+        if inside or not (text.startswith("[") and text.endswith("]")) or \
+                any(c in text[1:-1] for c in "[]") or not all(x.strip() for x in items):
+            raise ValueError(f"{text!r} is not a list: write [first,second,...]")
+        return [_value(x.strip(), inside=True) for x in items]
     return text
 
 

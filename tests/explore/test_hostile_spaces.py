@@ -445,6 +445,13 @@ def test_the_default_artifacts_folder_is_checked_before_the_study(tmp_path: Path
     ("width=[8,100]", "width=100 is not a value the space searches"),
     ("width_0=8", "give per-layer values as one list, width=[first,second,...]"),
     ("width=[8,16]", "give depth=2 too"),
+    ("width=[8", "'[8' is not a list"),
+    ("width=[8]]]", "is not a list"),
+    ("width=[[8]]", "is not a list"),
+    ("width=[8,16,", "is not a list"),
+    ("optimizer=sgd", "the space fixes optimizer at 'adam'"),
+    ("optimizer=ADAM", "the space fixes optimizer at 'adam'"),
+    ("momentum=0.5", "the space fixes momentum at 0.0"),
 ])
 def test_size_params_outside_the_space_are_refused_naming_the_range(
         tmp_path: Path, given: str, says: str) -> None:
@@ -459,6 +466,9 @@ def test_size_params_outside_the_space_are_refused_naming_the_range(
     ok = explore_here("size", str(f), "--params", "depth=2", "--params", "width=[8,64]",
                       "--json", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
+    twice = explore_here("size", str(f), "--params", "depth=2", "--params", "depth=1",
+                         cwd=tmp_path)
+    assert twice.returncode == 2 and "--params depth is given twice" in twice.stderr
 
 
 @pytest.mark.parametrize("seed", ["-3", "4294967296", "99999999999999999999"])
