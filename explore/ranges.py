@@ -60,6 +60,14 @@ class Range(Strict):
     when: dict[str, Scalar | list[Scalar]] | None = None  # asked only when these match
     per_layer: Flag = False  # one value per layer (model parameters only)
 
+    @field_validator("when", mode="before")
+    @classmethod
+    def _some_condition(cls, v: Any) -> Any:
+        if isinstance(v, dict) and not v:
+            raise ValueError("an empty condition: name the parameters and values it asks "
+                             "for ({optimizer: sgd}), or leave when out")
+        return v
+
     def values(self) -> list[Any] | None:
         """The finite list of values, if the parameter has one (grid search)."""
         return None

@@ -204,6 +204,16 @@ class Space(Strict):
         return out
 
     @model_validator(mode="after")
+    def _distinct_objectives(self) -> Space:
+        seen: dict[str, int] = {}
+        for i, o in enumerate(self.objectives):
+            if o.metric in seen:  # a second copy would only weigh the first twice
+                raise Located(("objectives", i, "metric"), f"{o.metric!r} is objective "
+                              f"{seen[o.metric]} already; each objective is a metric once")
+            seen[o.metric] = i
+        return self
+
+    @model_validator(mode="after")
     def _refit(self) -> Space:
         if self.refit and len(self.objectives) > 1:
             raise Located(("refit",), f"refit trains the best trial again, and "
@@ -405,7 +415,7 @@ def parse_space(data: Any, doc: Document | None = None) -> Space:
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = unknown_key(loc, data)
-            errors.append(SourceError(file, line, ".".join(map(str, loc)), msg))
+            errors.append(SourceError(file, line, key_of(loc), msg))
         raise SpaceError(errors) from None
     space._doc = doc
     return space

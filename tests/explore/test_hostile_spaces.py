@@ -175,6 +175,19 @@ def test_no_silent_coercion(tmp_path: Path, key: str, value: str, match: str) ->
     _refused(tmp_path, _with(key, value), key, match)
 
 
+def test_an_empty_condition_and_an_objective_twice_are_refused(tmp_path: Path) -> None:
+    """``when: {}`` asks for nothing (the parameter would be asked always, not as the
+    user meant), and a metric twice only weighs one objective double."""
+    _refused(tmp_path, _with("training.momentum", "{float: [0.1, 0.9], when: {}}"),
+             "training.momentum", "an empty condition")
+    f = _space(tmp_path, BASE + "objectives:\n  - {metric: loss}\n  - {metric: loss}\n")
+    with pytest.raises(SpaceError) as e:
+        load_space(f)
+    assert [str(x) for x in e.value.errors] == [
+        f"{f}:12: objectives[1].metric: 'loss' is objective 0 already; each objective is a "
+        "metric once"]
+
+
 @pytest.mark.parametrize(("section", "key", "value", "match"), [
     ("dataset", "train", "true", "integer"),
     ("dataset", "train", "2.0", "integer"),

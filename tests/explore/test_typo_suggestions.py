@@ -71,7 +71,7 @@ def test_a_range_key_is_matched_against_the_ranges_keys() -> None:
 
 def test_an_unknown_metric_names_the_close_one() -> None:
     got = errors(metric="auc")
-    assert len(got) == 1 and got[0].startswith("s.yaml:3: objectives.0.metric: Input "
+    assert len(got) == 1 and got[0].startswith("s.yaml:3: objectives[0].metric: Input "
                                                "should be 'accuracy'")
     assert got[0].endswith("; did you mean 'roc_auc'?")
     assert errors(metric="acuracy")[0].endswith("; did you mean 'accuracy'?")
