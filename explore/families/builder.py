@@ -65,9 +65,11 @@ def load_builder(spec: str, base: str | Path | None = None) -> Builder:
         sys.path.insert(0, str(base))  # the space's folder, as a script's own folder is
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # the user's module failed to import: say how
+    except (Exception, SystemExit) as e:  # the user's module failed to import: say how
+        what = f"sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
+            f"{type(e).__name__}: {e}"
         raise BuilderError(f"cannot import {module_name!r} (from {base or 'the Python path'}"
-                           f"): {type(e).__name__}: {e}") from None
+                           f"): {what}") from None
     fn: Any = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -219,7 +221,7 @@ def call_builder(fn: Builder, trial: Any, data: DataShape | DataInfo) -> Any:
         if how == "keyword":
             return fn(trial, data=DataInfo.of(data))
         return fn(trial)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a builder's sys.exit ends its trial, not the run
         if type(e).__name__ in ("TrialPruned",):
             raise
         tb = traceback.extract_tb(e.__traceback__)[1:]  # from the builder's frame down

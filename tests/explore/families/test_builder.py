@@ -85,6 +85,11 @@ def test_a_builder_that_cannot_be_imported_names_its_line(tmp_path: Path) -> Non
     f = space(tmp_path, builder="no_such_module:build")
     r = explore_run(f)
     assert r.exit_code == 2 and "cannot import 'no_such_module'" in r.output.replace("\n", "")
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    r = explore_run(space(tmp_path, builder="exits:build"))  # not explore's exit status 3
+    text = r.output.replace("\n", "")
+    assert r.exit_code == 2 and "cannot import 'exits'" in text and "sys.exit(3)" in text
+    assert not (tmp_path / "b.db").exists()
 
 
 @pytest.mark.parametrize("given", [{}, {"width": 32, "act": "tanh"}])
