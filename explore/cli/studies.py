@@ -248,17 +248,27 @@ def _num(v: Any, form: str = "{:.4g}") -> str:
     return "-" if v is None or v != v else form.format(v)
 
 
+TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
 @click.command()
 @click.argument("space_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--storage")
 @click.option("--study", "study_name")
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default=None,
+              help="the table's format (default: the output's suffix, .parquet or .csv; "
+                   "csv for any other)")
 @click.option("--output", type=click.Path(dir_okay=False), required=True)
-def export(space_file: str | None, storage: str | None, study_name: str | None, fmt: str,
-           output: str) -> None:
+def export(space_file: str | None, storage: str | None, study_name: str | None,
+           fmt: str | None, output: str) -> None:
     """Write the study's trials as a table (one row per trial)."""
     from explore.results import frame  # noqa: PLC0415 (--help start-up: pandas)
 
+    by_suffix = TABLE_SUFFIXES.get(Path(output).suffix.lower())
+    if fmt is not None and by_suffix is not None and fmt != by_suffix:
+        fail(f"--format {fmt} into {output}: its suffix says {by_suffix}; give a .{fmt} "
+             "file, or leave --format out")
+    fmt = fmt or by_suffix or "csv"
     target = checked_output(output, space_file, storage, study_name)
     study = read_study(space_file, storage, study_name)
     df = frame(study)

@@ -214,6 +214,15 @@ def test_export_parquet_of_a_run_reads_back(tmp_path: Path) -> None:
     assert list(back.columns) == list(df.columns) and len(back) == 2
     assert list(back["value"]) == list(df["value"])
     assert [json.loads(p) for p in back["params"]] == list(df["params"])
+    # the suffix chooses the format; one that contradicts --format is refused
+    by_suffix = tmp_path / "s.parquet"
+    assert CliRunner().invoke(main, ["export", str(f), "--output", str(by_suffix)]
+                              ).exit_code == 0
+    assert len(pd.read_parquet(by_suffix)) == 2
+    wrong = CliRunner().invoke(main, ["export", str(f), "--format", "parquet",
+                                      "--output", str(tmp_path / "t.csv")])
+    assert wrong.exit_code == 2 and "its suffix says csv" in wrong.output
+    assert not (tmp_path / "t.csv").exists()
 
 
 def test_a_cnn_space_runs(tmp_path: Path) -> None:
