@@ -279,6 +279,12 @@ class _Builder:
                     self.errors.append(SourceError(self.doc.file, knode.start_mark.line + 1,
                                                    key_of(loc), str(getattr(e, "problem", e))))
                     continue
+                if not isinstance(key, str):  # null, true, 1 as keys: YAML allows them
+                    self.errors.append(SourceError(
+                        self.doc.file, knode.start_mark.line + 1, key_of(loc),
+                        f"the key {knode.value!r} is read as {_read_as(key)}: a key is a "
+                        "name (quote it to make it one)"))
+                    continue
                 if key in out:
                     self.errors.append(SourceError(
                         self.doc.file, knode.start_mark.line + 1, key_of((*loc, key)),
@@ -289,6 +295,16 @@ class _Builder:
             return out
         raise SpaceError([SourceError(self.doc.file, node.start_mark.line + 1, key_of(loc),
                                       f"unsupported YAML node {type(node).__name__}")])
+
+
+def _read_as(value: Any) -> str:
+    """How YAML read a plain scalar that is not a string: ``null``, ``true``, ``the
+    number 1``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"the number {value}" if isinstance(value, int | float) else repr(value)
 
 
 def key_of(loc: Loc) -> str:
