@@ -205,12 +205,13 @@ class Space(Strict):
 
     @model_validator(mode="after")
     def _distinct_objectives(self) -> Space:
-        seen: dict[str, int] = {}
+        seen: dict[tuple[str, str], int] = {}
         for i, o in enumerate(self.objectives):
-            if o.metric in seen:  # a second copy would only weigh the first twice
-                raise Located(("objectives", i, "metric"), f"{o.metric!r} is objective "
-                              f"{seen[o.metric]} already; each objective is a metric once")
-            seen[o.metric] = i
+            key = (o.metric, o.dir)
+            if key in seen:  # a second copy would only weigh the first twice
+                raise Located(("objectives", i, "metric"), f"{o.metric!r} ({key[1]}) is "
+                              f"objective {seen[key]} already; an objective is given once")
+            seen[key] = i
         return self
 
     @model_validator(mode="after")

@@ -184,8 +184,8 @@ def test_an_empty_condition_and_an_objective_twice_are_refused(tmp_path: Path) -
     with pytest.raises(SpaceError) as e:
         load_space(f)
     assert [str(x) for x in e.value.errors] == [
-        f"{f}:12: objectives[1].metric: 'loss' is objective 0 already; each objective is a "
-        "metric once"]
+        f"{f}:12: objectives[1].metric: 'loss' (minimize) is objective 0 already; an objective "
+        "is given once"]
 
 
 @pytest.mark.parametrize(("section", "key", "value", "match"), [
