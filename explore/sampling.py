@@ -88,6 +88,14 @@ def _waits(p: Any, todo: list[str]) -> bool:
     return isinstance(p, Range) and p.when is not None and any(k in todo for k in p.when)
 
 
+def _same(given: Any, fixed_value: Any) -> bool:
+    """Whether ``given`` is the value the space fixes: names in any case, as the
+    schema reads them (``Adam`` is ``adam``)."""
+    if isinstance(given, str) and isinstance(fixed_value, str):
+        return given.lower() == fixed_value.lower()
+    return bool(given == fixed_value)
+
+
 def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """One candidate without a study: ranges take their low end (or first choice),
     ``overrides`` (``name=value``, per-layer lists allowed) win."""
@@ -123,7 +131,7 @@ def fixed(space: Space, overrides: dict[str, Any] | None = None) -> dict[str, An
                     raise ValueError(f"{k}={x!r} is not a value the space searches: {k} "
                                      f"is {describe(p)}")
         elif k in params and p is not None and p != "auto" and \
-                any(x != p for x in (v if isinstance(v, list) else [v])):  # auto: any batch
+                any(not _same(x, p) for x in (v if isinstance(v, list) else [v])):
             raise ValueError(f"{k}={v!r}: the space fixes {k} at {p!r}; a candidate of it "
                              "takes that value")
     for c in COUNTS:

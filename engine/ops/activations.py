@@ -97,15 +97,15 @@ def _hard_swish(k: KernelArgs) -> Step:
 
 
 def _g_hard_swish(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
-    """d(x h(x)) = h(x) + x h'(x), h' = alpha where h is neither 0 nor 1."""
+    """d(x h(x)) = h(x) + x h'(x) = x / 3 + 1/2 strictly between -3 and 3; 0 at and below
+    -3, 1 at and above 3 (PyTorch's choice at the kinks)."""
     if not g[0]:
         return [None]
     x = n.inputs[0]
-    a, b = HARD_SWISH["alpha"], HARD_SWISH["beta"]
-    z = gb.op("Add", gb.op("Mul", x, gb.const(a, like=x)), gb.const(b, like=x))
-    inner = gb.op("ClipGrad", z, gb.op("Mul", g[0], x), min=0.0, max=1.0)
-    return [gb.op("Add", gb.op("Mul", g[0], gb.op("HardSigmoid", x, alpha=a, beta=b)),
-                  gb.op("Mul", inner, gb.const(a, like=x)))]
+    slope = gb.op("Add", gb.op("Mul", x, gb.const(1.0 / 3.0, like=x)), gb.const(0.5, like=x))
+    inside = gb.op("Where", gb.op("Greater", x, gb.const(-3.0, like=x)),
+                   gb.op("Mul", g[0], slope), gb.const(0.0, like=x))
+    return [gb.op("Where", gb.op("Less", x, gb.const(3.0, like=x)), inside, g[0])]
 
 
 def _mish(k: KernelArgs) -> Step:
@@ -178,12 +178,12 @@ def _celu(k: KernelArgs) -> Step:
 
 
 def _g_celu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
-    """celu(x; a) = a elu(x / a; 1): its derivative is elu's at ``x / a``."""
+    """dx = g where x > 0, else g exp(x / alpha) (whatever alpha's sign)."""
     if not g[0]:
         return [None]
     x, a = n.inputs[0], float(n.attrs["alpha"])
-    z = gb.op("Mul", x, gb.const(1.0 / a, like=x))
-    return [gb.op("EluGrad", z, gb.op("Elu", z, alpha=1.0), g[0], alpha=1.0)]
+    below = gb.op("Mul", g[0], gb.op("Exp", gb.op("Mul", x, gb.const(1.0 / a, like=x))))
+    return [gb.op("Where", gb.op("Greater", x, gb.const(0.0, like=x)), g[0], below)]
 
 
 def _ws_like_input(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,

@@ -82,7 +82,9 @@ def _grad(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]
 def _source(x: int, s: int, n_in: int, transform: str, rounding: str) -> int:
     """The input index ONNX's nearest Resize reads for output index ``x`` (scale ``s``)."""
     n_out = n_in * s
-    if transform in ("half_pixel", "pytorch_half_pixel"):
+    if transform in ("half_pixel", "pytorch_half_pixel", "half_pixel_symmetric"):
+        # half_pixel_symmetric's centring adjustment is 0 where the output is the input
+        # times a whole factor, the only resize taken here
         v = (x + 0.5) / s - 0.5 if n_out > 1 or transform == "half_pixel" else 0.0
     elif transform == "asymmetric":
         v = x / s
@@ -115,9 +117,6 @@ def _import(ctx: ImportContext, node: Any, ins: list[str], attrs: dict[str, Any]
     if mode != "nearest":
         raise UnsupportedForm(f"{where}: mode {mode!r} is not supported: nearest "
                               "upsampling by whole factors only")
-    for key in ("antialias", "exclude_outside"):
-        if attrs.get(key):
-            raise UnsupportedForm(f"{where}: attribute {key} is not supported")
     positions = list(node.input)
     shape = ctx.shapes.get(positions[0])
     if shape is None:

@@ -34,15 +34,14 @@ def lasting_storage(ctx: click.Context, param: click.Parameter, value: str | Non
     which keeps nothing once the command ends (``sqlite://x.db``, two slashes, is one:
     SQLAlchemy reads ``x.db`` as a host)."""
     value = not_empty(ctx, param, value)
-    if value is not None and value.strip().lower().startswith("sqlite:"):
-        from explore.storages import sqlite_file  # noqa: PLC0415 (--help start-up)
+    from explore.storages import scheme, sqlite_file  # noqa: PLC0415 (--help start-up)
 
-        if sqlite_file(value.strip()) is None:
-            rest = value.strip()[len("sqlite:"):].lstrip("/")
-            hint = f"; did you mean sqlite:///{rest}?" if rest and rest != ":memory:" else ""
-            raise click.BadParameter(f"{value} is an in-memory database: it keeps nothing "
-                                     f"once the run ends{hint} (sqlite:/// and a file's "
-                                     "path)")
+    if value is not None and "://" in value and scheme(value.strip()) == "sqlite" and \
+            sqlite_file(value.strip()) is None:
+        rest = value.strip().split(":", 1)[1].lstrip("/")
+        hint = f"; did you mean sqlite:///{rest}?" if rest and rest != ":memory:" else ""
+        raise click.BadParameter(f"{value} is an in-memory database: it keeps nothing once "
+                                 f"the run ends{hint} (sqlite:/// and a file's path)")
     return value
 
 

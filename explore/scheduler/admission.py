@@ -25,6 +25,7 @@ from explore import sampling
 from explore.binding import BoundSpace
 from explore.candidate import compile_candidate, graph_of, user_errors
 from explore.families import OutputMismatch
+from explore.ranges import Choice
 from explore.scheduler.constants import Measured
 from explore.space import Space
 
@@ -129,8 +130,9 @@ def smallest_heap(bound: BoundSpace, graph: Any = None) -> int:
     try:
         cand = compile_candidate(bound, params, 1 << 62, graph=graph)
     except BeyondMachineError as e:  # no budget holds the least of the space's models
-        if bound.uses_builder:
-            return 0
+        if bound.uses_builder or any(isinstance(r, Choice) for r in
+                                     bound.space.params().values()):
+            return 0  # a choice's first value need not be its smallest: trials say
         raise Refused(f"model: its smallest candidate (every range at its low end) does "
                       f"not fit this machine: {e}", ("model",)) from None
     except failing:

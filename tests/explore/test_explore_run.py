@@ -133,6 +133,12 @@ def test_a_space_whose_smallest_model_is_beyond_the_machine_is_refused(tmp_path:
     assert r.exit_code == 2, r.output
     assert "tiny.yaml:6: model: its smallest candidate" in r.output, r.output
     assert "physical memory" in r.output and not (tmp_path / "tiny.db").exists()
+    # a choice's first value need not be its least: the run goes on, that trial fails
+    from explore.scheduler.admission import smallest_heap
+
+    f = write(tmp_path, width=f"{{choice: [{_beyond_the_machine()}, 16]}}")
+    f.write_text(f.read_text().replace("depth: 1", "depth: 2"))
+    assert smallest_heap(bind(load_space(f))) == 0
 
 
 def test_a_crashed_worker_is_replaced_and_its_trial_requeued(tmp_path: Path) -> None:

@@ -146,8 +146,9 @@ class Core(Placing):
             self._emit(Note(p.trial, {"fail_reason": f"its objective value is "
                                       f"{', '.join(map(str, values))} after round "
                                       f"{msg.rounds} ({odd or 'no metric is'} not finite): "
-                                      "the validation rows cannot give that metric (one "
-                                      "class, a constant target)"}, ending=True),
+                                      "a metric the validation rows cannot give (NaN: one "
+                                      "class, a constant target) or that has no bound "
+                                      "there (inf)"}, ending=True),
                        Tell(p.trial, state=TrialState.FAIL, saved=msg.saved))
             self.counts["failed"] += 1
             self._emit(Measure())

@@ -111,6 +111,7 @@ CASES = [
     Case("Resize", [f(2, 4)], {"factors": (3, 1)}),  # no batch here: any axis
     Case("Selu", [away_from_zero(3, 4)]),
     Case("Celu", [away_from_zero(3, 4)], {"alpha": 0.7}),
+    Case("Celu", [away_from_zero(3, 4)], {"alpha": -0.7}),  # x / alpha flips its sign
     Case("PRelu", [away_from_zero(2, 3, 4), f(3, 1)]),  # a slope per channel
     Case("PRelu", [away_from_zero(3, 4), f(1)]),
     Case("Softsign", [away_from_zero(3, 4)]),

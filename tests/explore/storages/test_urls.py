@@ -175,6 +175,7 @@ def test_run_refuses_bad_storages_with_exit_status_2(stored: Path) -> None:
                       ("sqlite://x.db", "in-memory database: it keeps nothing once the run "
                                         "ends; did you mean sqlite:///x.db?"),
                       ("sqlite://", "in-memory database"),
+                      ("sqlite+pysqlite://x.db", "in-memory database"),
                       ("sqlite:///:memory:", "in-memory database")):
         r = explore_here("run", "q.yaml", "--storage", url, "--quiet", cwd=stored)
         said = " ".join(r.stderr.split())  # as rich wrapped it
