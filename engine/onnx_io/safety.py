@@ -60,7 +60,8 @@ def load_model(model: Any) -> Any:
     if not isinstance(model, onnx.ModelProto):
         path = os.fspath(model)
         if not os.path.isfile(path):
-            raise GraphError(f"{path}: no such ONNX file")
+            raise GraphError(f"{path}: " + ("a folder, not an ONNX file" if os.path.isdir(path)
+                                            else "no such ONNX file"))
         try:
             model = onnx.load(path, load_external_data=False)
         except Exception as e:  # protobuf's DecodeError and friends

@@ -391,6 +391,7 @@ def write(tmp_path: Path, model: str) -> Path:
 @pytest.mark.parametrize(("model", "line", "key", "message"), [
     ("  onnx: missing.onnx\n", 4, "model.onnx", "missing.onnx: no such ONNX file"),
     ("  onnx: junk.onnx\n", 4, "model.onnx", "junk.onnx: not an ONNX model"),
+    ("  onnx: folder.onnx\n", 4, "model.onnx", "folder.onnx: a folder, not an ONNX file"),
     ("  onnx: m.onnx\n  depth: {int: [1, 3]}\n", 3, "model",
      "depth: a model of family onnx has its file's architecture"),
     ("  onnx: m.onnx\n  freeze: [dense*]\n", 5, "model.freeze",
@@ -413,6 +414,7 @@ def test_a_bad_model_section_is_refused_with_file_line_and_key(
         tmp_path: Path, model: str, line: int, key: str, message: str) -> None:
     engine_cnn(tmp_path / "m.onnx")
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf\xff" * 10)
+    (tmp_path / "folder.onnx").mkdir()
     f = write(tmp_path, model)
     with pytest.raises(SpaceError) as e:
         bind(load_space(f))  # the schema's errors when read, the file's when bound
