@@ -22,7 +22,13 @@ from engine.ops._base import (
     same_dtype,
 )
 from engine.ops._onnx import Exported, OnnxForm
-from engine.ops.elementwise import _g_zero, _ufunc_kernel, float_unary_shape, unbroadcast
+from engine.ops.elementwise import (
+    _g_zero,
+    _ufunc_kernel,
+    elu_into,
+    float_unary_shape,
+    unbroadcast,
+)
 
 
 def _g_reciprocal(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:
@@ -140,11 +146,7 @@ def _selu(k: KernelArgs) -> Step:
     pos = k.scratch(0, x.shape, x.dtype)
 
     def step() -> None:
-        xp.minimum(x, 0, out=y)
-        xp.expm1(y, out=y)
-        xp.multiply(y, a, out=y)
-        xp.maximum(x, 0, out=pos)
-        xp.add(y, pos, out=y)
+        elu_into(xp, x, y, pos, a)
         xp.multiply(y, gamma, out=y)
 
     return step
@@ -165,16 +167,7 @@ def _celu(k: KernelArgs) -> Step:
     if a == 0:
         raise ShapeError("Celu: alpha must not be 0")
     pos = k.scratch(0, x.shape, x.dtype)
-
-    def step() -> None:
-        xp.minimum(x, 0, out=y)
-        xp.multiply(y, 1.0 / a, out=y)
-        xp.expm1(y, out=y)
-        xp.multiply(y, a, out=y)
-        xp.maximum(x, 0, out=pos)
-        xp.add(y, pos, out=y)
-
-    return step
+    return lambda: elu_into(xp, x, y, pos, a, inner=1.0 / a)
 
 
 def _g_celu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | None]:

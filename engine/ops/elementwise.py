@@ -113,18 +113,22 @@ def _leaky_relu(k: KernelArgs) -> Step:
     return step
 
 
+def elu_into(xp: Any, x: Any, y: Any, pos: Any, alpha: float, inner: float = 1.0) -> None:
+    """``y = alpha (exp(inner min(x, 0)) - 1) + max(x, 0)``, ``pos`` scratch of x's
+    shape: Elu (``inner`` 1), Celu (``1 / alpha``) and, scaled after, Selu."""
+    xp.minimum(x, 0, out=y)
+    if inner != 1.0:
+        xp.multiply(y, inner, out=y)
+    xp.expm1(y, out=y)
+    xp.multiply(y, alpha, out=y)
+    xp.maximum(x, 0, out=pos)
+    xp.add(y, pos, out=y)
+
+
 def _elu(k: KernelArgs) -> Step:
     xp, x, y, a = k.xp, k.ins[0], k.outs[0], float(k.attrs["alpha"])
     pos = k.scratch(0, x.shape, x.dtype)
-
-    def step() -> None:
-        xp.minimum(x, 0, out=y)
-        xp.expm1(y, out=y)
-        xp.multiply(y, a, out=y)
-        xp.maximum(x, 0, out=pos)
-        xp.add(y, pos, out=y)
-
-    return step
+    return lambda: elu_into(xp, x, y, pos, a)
 
 
 def _sigmoid(k: KernelArgs) -> Step:
