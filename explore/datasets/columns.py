@@ -183,8 +183,10 @@ def train_categories(s: Source, layout: Layout, column: str,
     assert s.frame is not None
     values = s.frame[{str(c): c for c in s.frame.columns}[column]].to_numpy()[train]
     values = values[~np.asarray(_pd().isna(values), bool)]
-    if layout.int_categories.get(column):
-        return tuple(int(v) for v in np.unique(values.astype(np.int64)))
+    if layout.int_categories.get(column):  # bools as 0 and 1; a uint64 kept whole
+        values = np.asarray([int(v) for v in values], dtype=object) if values.dtype.kind in \
+            "bO" else values
+        return tuple(int(v) for v in np.unique(values))
     return tuple(str(v) for v in np.unique(values.astype(str)))
 
 

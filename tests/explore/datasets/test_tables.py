@@ -439,3 +439,18 @@ def test_reading_a_space_reads_no_data_and_imports_no_code(tmp_path: Path) -> No
     (tmp_path / "not_yet_written.py").write_text("def build(trial):\n    return None\n")
     bound = bind(load_space(f))
     assert bound.uses_builder and bound.builder is not None and bound.builder.__name__ == "build"
+
+
+@pytest.mark.parametrize("column", ["bool", "boolean", "uint64"])
+def test_a_boolean_or_uint64_categorical_column_is_one_hot_encoded(column: str) -> None:
+    """Its categories are integers (False, True as 0, 1; 2**63 whole): every row is one of
+    them, in training and in a prediction's features, none all zeros."""
+    rng = np.random.default_rng(0)
+    k = rng.random(60) > 0.5
+    values = {"bool": k, "boolean": pd.array(k, dtype="boolean"),
+              "uint64": np.where(k, np.uint64(2**63), np.uint64(5))}[column]
+    frame = pd.DataFrame({"a": rng.normal(size=60), "k": values, "y": np.where(k, "p", "q")})
+    ds = from_python(frame, "y", categorical=["k"])
+    assert ds.preprocess.categories == (((5, 2**63),) if column == "uint64" else ((0, 1),))
+    onehot = ds.preprocess.transform(frame)[:, 1:]
+    assert (onehot.sum(1) == 1).all() and (onehot[:, 1] == k).all()
