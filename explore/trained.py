@@ -144,8 +144,8 @@ class TrainedModel:
             x = np.asarray(rows)
             rows = x.reshape(len(x), -1)
         pre = self.data.preprocess
-        if pre is not None:
-            return np.ascontiguousarray(pre.transform(rows))
+        if pre is not None:  # images of a table too: pixels checked, never wrapped
+            return self.model_input(np.ascontiguousarray(pre.transform(rows)))
         x = np.asarray(rows)
         return self.model_input(x.reshape(len(x), -1) if x.ndim > 2 else x)
 

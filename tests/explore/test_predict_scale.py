@@ -131,3 +131,27 @@ def test_a_digits_model_predicts_scikit_learns_digits_as_they_come(
     bad[2, 5] = 3.5
     with pytest.raises(DataError, match=r"integers 0\.\.16.*; got 3\.5 at row 2, column 5$"):
         model.predict(bad)
+
+
+def test_a_model_of_a_users_pixel_arrays_checks_the_pixels_it_predicts(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Arrays of uint8 images given from Python keep a table's preprocessing and a pixel
+    scale: a prediction's values go through the same check, never wrapped into bytes
+    (300 was read as 44, -1 as 255)."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (200, 1, 4, 4)).astype(np.uint8)
+    y = (x.reshape(200, -1).mean(1) > 127).astype(np.int64)
+    storage = f"sqlite:///{tmp_path_factory.mktemp('pixels') / 'p.db'}"
+    explore.run({"name": "p", "dataset": {"scale": "none"},
+                 "budget": {"trials": 1, "rounds": 1, "memory": "400MB"}, "pruner": "none",
+                 "keep_models": 1, "model": {"depth": 1, "width": 8}}, data=(x, y),
+                storage=storage)
+    model = explore.load_model(storage, "p")
+    assert model.data.preprocess is not None and model.data.pixel_scale == 1.0
+    flat = x[:5].reshape(5, -1)
+    np.testing.assert_array_equal(model.predict(flat.astype(np.float64)), model.predict(flat))
+    for bad, says in ((300.0, "300.0 at row 0, column 3"), (-1.0, "-1.0 at row 0, column 3")):
+        rows = flat.astype(np.float64)
+        rows[0, 3] = bad
+        with pytest.raises(DataError, match=says):
+            model.predict(rows)
