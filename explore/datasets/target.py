@@ -76,9 +76,11 @@ def check_target(where: str, name: str, y: np.ndarray, task: str) -> None:
     """The target values ``y`` of the source ``where`` (``name``: the target, for
     messages) are of a kind the ``task`` can learn.  (Missing and infinite ones were
     refused or dropped before: :mod:`explore.datasets.missing`.)"""
-    if y.dtype.kind in "cmMV":  # complex, times, raw bytes: neither numbers nor labels
+    if y.dtype.kind in "cmMVS":  # complex, times, raw bytes: neither numbers nor labels
         raise DataError(f"{where}: the target {name} is {y.dtype}: a target is real "
                         f"numbers or class labels", key="target")
+    if y.dtype == object:
+        _check_label_types(where, name, y)
     numeric = is_numeric(y) and y.dtype != object
     if task == "regression" and not (numeric and y.dtype != bool):
         raise DataError(f"{where}: the target {name} is {y.dtype} ("
@@ -90,6 +92,32 @@ def check_target(where: str, name: str, y: np.ndarray, task: str) -> None:
             raise DataError(f"{where}: the target {name} has {distinct} distinct values "
                             f"in {len(y)} rows, too many for classes; use task: "
                             f"regression", key="task")
+
+
+LABEL_TYPES = (str, int, float, bool)  # what a study records and predict gives back
+
+
+def _check_label_types(where: str, name: str, y: np.ndarray) -> None:
+    """An object target's values are text or numbers of one kind: another type (bytes,
+    dates, Decimal) cannot be stored with the study, and text mixed with numbers
+    would come back from predict as text."""
+    kinds: dict[type, int] = {}
+    for i, v in enumerate(y):
+        t = type(_plain(v))
+        if t not in kinds:
+            kinds[t] = i
+    odd = [t for t in kinds if not issubclass(t, LABEL_TYPES)]
+    if odd:
+        t = odd[0]
+        raise DataError(f"{where}: the target {name} has a value of type {t.__name__} "
+                        f"({_plain(y[kinds[t]])!r}, row {kinds[t]}): class labels are text "
+                        "or integers", key="target")
+    text = [t for t in kinds if issubclass(t, str)]
+    numbers = [t for t in kinds if not issubclass(t, str)]
+    if text and numbers:
+        raise DataError(f"{where}: the target {name} mixes text ({y[kinds[text[0]]]!r}, "
+                        f"row {kinds[text[0]]}) and numbers ({y[kinds[numbers[0]]]!r}, row "
+                        f"{kinds[numbers[0]]}): give its labels as one kind", key="target")
 
 
 def check_classes_seen(where: str, y: np.ndarray, labels: tuple[Any, ...]) -> None:

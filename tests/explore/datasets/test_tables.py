@@ -3,6 +3,8 @@ fitted on the training split only, the checks with their messages, and the schem
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import re
 import subprocess
 import sys
@@ -454,3 +456,21 @@ def test_a_boolean_or_uint64_categorical_column_is_one_hot_encoded(column: str) 
     assert ds.preprocess.categories == (((5, 2**63),) if column == "uint64" else ((0, 1),))
     onehot = ds.preprocess.transform(frame)[:, 1:]
     assert (onehot.sum(1) == 1).all() and (onehot[:, 1] == k).all()
+
+
+@pytest.mark.parametrize(("labels", "says"), [
+    (np.array([b"no", b"yes"] * 20), "the target y is |S3"),
+    (np.array([datetime.date(2020, 1, 1 + i % 2) for i in range(40)], dtype=object),
+     "a value of type date (datetime.date(2020, 1, 1), row 0)"),
+    (np.array([decimal.Decimal(i % 2) for i in range(40)], dtype=object),
+     "a value of type Decimal"),
+    (np.array(["a" if i % 2 else 1 for i in range(40)], dtype=object),
+     "mixes text ('a', row 1) and numbers (1, row 0)"),
+])
+def test_labels_a_study_cannot_store_or_give_back_are_refused(labels: np.ndarray,
+                                                              says: str) -> None:
+    """Bytes, dates and Decimals cannot be stored with the study (the run failed after
+    creating it), and text mixed with numbers came back from predict as text."""
+    x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+    with pytest.raises(DataError, match=re.escape(says)):
+        from_python((x, labels))
