@@ -50,13 +50,16 @@ from explore.study import default_storage, load_stored, name_objectives, open_st
 from explore.yamlio import SourceError, SpaceError, key_of
 
 
-class RunRefused(Exception):
+class RunRefused(ValueError):
     """The run cannot start (bad data, a budget too small, ...): nothing was written.
-    ``errors`` holds a space's errors with file, line and key where there were some."""
+    ``errors`` holds a space's errors with file, line and key where there were some;
+    the message lists them too (a notebook shows only the message)."""
 
     def __init__(self, message: str, errors: list[SourceError] | None = None) -> None:
-        super().__init__(message)
         self.errors = errors or []
+        said = [str(e) for e in self.errors if str(e) not in message]
+        super().__init__("\n".join([message, *said]))
+        self.message = message
 
 
 @dataclass

@@ -63,3 +63,16 @@ def test_a_target_beside_a_data_set_is_refused_before_anything_is_written(
                                         "kernel": 3}},
                     data=tokens(), target="y", storage=f"sqlite:///{tmp_path / 'r.db'}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_run_is_a_value_error_whose_message_says_what_is_wrong(
+        tmp_path: Path) -> None:
+    """A notebook shows the exception's message, not its ``errors``: they are in it, and
+    ``except ValueError`` catches it, as the docstring of explore.run says."""
+    x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+    space = {"budget": {"trials": 1, "rounds": 1, "memory": "400MB"},
+             "model": {"family": "mlp", "depth": 1, "width": 0}}
+    with pytest.raises(ValueError, match=r"(?s)1 error\(s\).*model\.width: 0 is outside") as e:
+        explore.run(space, data=(x, np.arange(40) % 2), storage=f"sqlite:///{tmp_path}/s.db")
+    assert isinstance(e.value, RunRefused) and len(e.value.errors) == 1
+    assert not (tmp_path / "s.db").exists()
