@@ -37,6 +37,8 @@ def is_numeric(a: np.ndarray | pd.Series) -> bool:
     if isinstance(a, np.ndarray):
         return a.dtype.kind in "biuf"
     types = _pd().api.types
+    if types.is_complex_dtype(a):  # real numbers only: the imaginary part would be lost
+        return False
     return bool(types.is_numeric_dtype(a) or types.is_bool_dtype(a))
 
 

@@ -98,20 +98,30 @@ class Preprocess:
         a numeric array of the numeric columns in ``columns`` order (its trailing axes
         flattened: images)."""
         if _is_frame(rows):
-            missing = [c for c in self.columns if c not in rows.columns]
+            by_name = {str(c): c for c in rows.columns}  # as training named them
+            missing = [c for c in self.columns if c not in by_name]
             if missing:
                 raise DataError(f"rows lack the columns {', '.join(map(repr, missing))}")
-            num = rows[list(self.numeric)].to_numpy(np.float64, na_value=np.nan) \
-                if self.numeric else np.empty((len(rows), 0))
-            cats = [rows[c].to_numpy() for c in self.categorical]
+            num = np.empty((len(rows), len(self.numeric)))
+            for j, c in enumerate(self.numeric):
+                column = rows[by_name[c]]
+                if getattr(column.dtype, "kind", "O") in "cmM":  # complex, times
+                    raise DataError(f"rows: column {c!r} is {column.dtype}, not real numbers")
+                try:
+                    num[:, j] = column.to_numpy(np.float64, na_value=np.nan)
+                except (TypeError, ValueError) as e:
+                    raise DataError(f"rows: column {c!r} is not numbers ({e})") from None
+            cats = [rows[by_name[c]].to_numpy() for c in self.categorical]
         else:
             if self.categorical:
                 raise DataError("rows with categorical columns must be a DataFrame")
-            num = np.asarray(rows)
-            num = num.reshape(len(num), -1) if num.ndim != 2 else num
+            num = _numeric_rows(rows, len(self.numeric))
             if num.shape[1] != len(self.numeric):
+                one = " (one row? give it as [1, n]: x.reshape(1, -1))" if num.shape[1] == 1 \
+                    and len(num) == len(self.numeric) else ""
                 raise DataError(f"rows have {num.shape[1]} values; expected "
-                                f"{len(self.numeric)} ({', '.join(self.numeric[:5])}...)")
+                                f"{len(self.numeric)} ({', '.join(self.numeric[:5])}...)"
+                                + one)
             cats = []
         out = np.empty((len(num), self.features), np.float32)
         self.transform_into(num, cats, out)
@@ -183,6 +193,24 @@ class Preprocess:
                    scaling=d.get("scaling", "standard"), impute=d.get("impute"),
                    fill=tuple(float(v) for v in d.get("fill", ())),
                    fill_categories=tuple(d.get("fill_categories", ())))
+
+
+def _numeric_rows(rows: Any, width: int) -> np.ndarray:
+    """``rows`` (an array, a list of rows; images flattened) as float64 ``[n, k]``, or
+    a :class:`DataError` saying what they are instead."""
+    try:
+        a = np.asarray(rows)
+    except (TypeError, ValueError) as e:  # ragged lists of rows
+        raise DataError(f"rows are not an array of numbers [n, {width}]: {e}") from None
+    if a.ndim == 0:
+        raise DataError(f"rows are one value ({type(rows).__name__}): give an array "
+                        f"[n, {width}] or a DataFrame")
+    if a.dtype.kind not in "biuf":
+        raise DataError(f"rows are of dtype {a.dtype}, not numbers: give an array "
+                        f"[n, {width}] of numbers or a DataFrame")
+    if a.size == 0:
+        return np.empty((len(a), width))
+    return a.reshape(len(a), -1) if a.ndim != 2 else a
 
 
 def _codes(values: np.ndarray, cats: tuple[Any, ...]) -> np.ndarray:

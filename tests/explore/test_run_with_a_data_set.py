@@ -4,6 +4,7 @@ space's own data set would, and ``target`` (a DataFrame's column) is refused bes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -76,3 +77,33 @@ def test_a_refused_run_is_a_value_error_whose_message_says_what_is_wrong(
         explore.run(space, data=(x, np.arange(40) % 2), storage=f"sqlite:///{tmp_path}/s.db")
     assert isinstance(e.value, RunRefused) and len(e.value.errors) == 1
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_model_of_integer_named_columns_predicts_its_frame_and_says_what_rows_are_wrong(
+        tmp_path: Path) -> None:
+    """Columns named 0 and 1 are matched by name in predict as in training; rows that are
+    no rows of numbers are refused saying what they are, not with numpy's own error."""
+    from explore.datasets import DataError
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({0: rng.normal(size=80), 1: rng.normal(size=80),
+                          "y": np.arange(80) % 2})
+    space = {"budget": {"trials": 1, "rounds": 1, "memory": "400MB", "workers": 1},
+             "model": {"family": "mlp", "depth": 1, "width": 8},
+             "training": {"batch_size": 16}}
+    storage = f"sqlite:///{tmp_path}/s.db"
+    explore.run(space, data=frame, target="y", storage=storage, study="s")
+    model = explore.load_model(storage, "s")
+    x = frame[[0, 1]].to_numpy()
+    np.testing.assert_array_equal(model.predict(frame), model.predict(x))
+    assert model.predict(np.empty((0, 2))).shape == (0,)
+    for rows, says in ((1.0, "rows are one value (float)"),
+                       (x.astype(str), "rows are of dtype <U"),
+                       ([[1.0, 2.0], [3.0]], "rows are not an array of numbers"),
+                       (x[0], "one row? give it as [1, n]"),
+                       (pd.DataFrame({0: ["x"] * 3, 1: [1.0] * 3}),
+                        "column '0' is not numbers"),
+                       (frame.assign(y=0).astype({1: "complex128"}),
+                        "column '1' is complex128, not real numbers")):
+        with pytest.raises(DataError, match=re.escape(says)):
+            model.predict(rows)
