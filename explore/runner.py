@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +92,9 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
     ``kernels`` override the space's budget.  ``space_changed``: a space that differs from the one
     the study was searched with is meant (:mod:`explore.space_change`)."""
 
+    _check_argument_types(space, storage, study, target, space_changed)
+    if isinstance(target, int) and not isinstance(target, bool):
+        target = str(target)  # a frame's columns are matched by name, as text
     source: Path | None = None
     options: dict[str, Any] = {}
     try:
@@ -103,6 +107,11 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
                 # the section's table options apply to the data given; its source is
                 # replaced by it (and need not be there)
                 options = {k: v for k, v in section.items() if k in TABLE_OPTIONS}
+                seed = options.get("seed")
+                if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                         or not 0 <= seed < 2**32):
+                    raise RunRefused(f"dataset.seed: {seed!r} is not an integer in "
+                                     "[0, 4294967295]")
                 raw["dataset"] = None
             sp = parse_space(raw)
         else:
@@ -186,6 +195,26 @@ def _table_options(space: Any) -> dict[str, Any]:
     """The dataset section's table options, for data given from Python."""
     d = space.dataset
     return {k: getattr(d, k) for k in TABLE_OPTIONS if getattr(d, k, None)}
+
+
+def _check_argument_types(space: Any, storage: Any, study: Any, target: Any,
+                          space_changed: Any) -> None:
+    """The arguments of a run from Python are of the types it takes (RunRefused naming
+    the argument otherwise, not an AttributeError from deep inside)."""
+    if not isinstance(space, Space | Mapping | str | os.PathLike):
+        raise RunRefused(f"space: a file's path, a dict or a Space, not "
+                         f"{type(space).__name__}")
+    if storage is not None and not isinstance(storage, str | os.PathLike |
+                                              optuna.storages.BaseStorage):
+        raise RunRefused(f"storage: a URL or a SQLite file's path, not "
+                         f"{type(storage).__name__}")
+    if study is not None and not isinstance(study, str):
+        raise RunRefused(f"study: a name (a string), not {type(study).__name__}")
+    if target is not None and (isinstance(target, bool) or
+                               not isinstance(target, str | int)):
+        raise RunRefused(f"target: one column's name, not {type(target).__name__}")
+    if not isinstance(space_changed, bool):
+        raise RunRefused(f"space_changed: true or false, not {space_changed!r}")
 
 
 def refused_at(space: Any, message: str, key: tuple[str | int, ...]) -> RunRefused:

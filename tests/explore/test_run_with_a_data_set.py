@@ -107,3 +107,23 @@ def test_a_model_of_integer_named_columns_predicts_its_frame_and_says_what_rows_
                         "column '1' is complex128, not real numbers")):
         with pytest.raises(DataError, match=re.escape(says)):
             model.predict(rows)
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ({"study": 5}, "study: a name (a string), not int"),
+    ({"storage": 5}, "storage: a URL or a SQLite file's path, not int"),
+    ({"space": None}, "space: a file's path, a dict or a Space, not NoneType"),
+    ({"space": {"budget": {"trials": 1, "rounds": 1, "memory": "400MB"},
+                "dataset": {"seed": -1}}}, "dataset.seed: -1 is not an integer"),
+    ({"target": ["y"]}, "target: one column's name, not list"),
+    ({"space_changed": "yes"}, "space_changed: true or false, not 'yes'"),
+])
+def test_a_run_refuses_arguments_of_the_wrong_type_naming_them(
+        tmp_path: Path, given: dict, says: str) -> None:
+    x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+    args = {"space": {"budget": {"trials": 1, "rounds": 1, "memory": "400MB"}},
+            "data": pd.DataFrame({"a": x[:, 0], "y": np.arange(40) % 2}), "target": "y",
+            "storage": f"sqlite:///{tmp_path}/s.db", **given}
+    with pytest.raises(RunRefused, match=re.escape(says)):
+        explore.run(**args)
+    assert not (tmp_path / "s.db").exists()
