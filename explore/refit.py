@@ -58,6 +58,7 @@ from explore.trained import (
     ModelError,
     StoredData,
     TrainedModel,
+    check_trial_number,
     evaluate_split,
     find_model,
     model_of,
@@ -220,6 +221,7 @@ def refit_study(study: optuna.Study, trial: int | None = None, builder: Builder 
     """:func:`refit` of an open study.  ``artifacts``: the store's folder when the study
     names none (it kept no model); default ``explore-artifacts`` here."""
     name = study.study_name
+    check_trial_number(trial)
     t = choose_trial(study, trial)
     recipe = Recipe.of(study, t)
     space = study.user_attrs.get(SPACE_ATTR)

@@ -348,12 +348,20 @@ def load_model(storage: str | Path | Any, study: str, trial: int | None = None,
     ...
     explore.trained.ModelError: ...no-such.db...
     """
+    check_trial_number(trial)
     s = open_stored(storage, study)
     try:
         return model_of(s, trial, builder, refit)
     finally:
         if isinstance(storage, (str, Path)):  # opened here: a caller's storage stays open
             release(storage_of(s))
+
+
+def check_trial_number(trial: Any) -> None:
+    """A trial is given by its number: an int (``"0"``, ``True`` or ``0.5`` were looked up
+    as if they were one, and said no such trial was kept while listing trial 0)."""
+    if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int | np.integer)):
+        raise TypeError(f"trial: a trial's number (an int), not {trial!r}")
 
 
 def model_of(s: optuna.Study, trial: int | None = None,

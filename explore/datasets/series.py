@@ -124,7 +124,8 @@ class SeriesDataset(BaseDataset):
         self._where, self._csv = where, csv
         table = _columns_of(data, where)
         self.target = target
-        self.columns = tuple(columns) if columns is not None else (target,)
+        self.columns = (columns,) if isinstance(columns, str) else \
+            tuple(columns) if columns is not None else (target,)
         self._check_names(table, time)
         order = self._time_order(table, time)
         values = np.empty((len(order), len(self.columns)), np.float64)

@@ -109,6 +109,9 @@ class TableDataset(BaseDataset):
                features: Sequence[str] | None, categorical: Sequence[str], valid: Any,
                test: Any, scale: str, task: str | None, seed: int, name: str,
                missing: str, impute: str) -> None:
+        # one column's name given as text is that column, not its letters
+        features = [features] if isinstance(features, str) else features
+        categorical = [categorical] if isinstance(categorical, str) else categorical
         if scale not in SCALES:
             raise DataError(f"scale {scale!r}: one of {', '.join(SCALES)}", key="scale")
         if task is not None and task not in TASKS:

@@ -86,6 +86,9 @@ def check_target(where: str, name: str, y: np.ndarray, task: str) -> None:
         raise DataError(f"{where}: the target {name} is {y.dtype} ("
                         f"{_plain(y[0])!r}, ...), not numbers: a regression needs a "
                         f"numeric target", key="task")
+    if task == "regression" and len(y) and bool(np.all(y == y[0])):
+        raise DataError(f"{where}: the target {name} is {_plain(y[0])!r} in every row: "
+                        "nothing to learn (r2 has no value there)", key="target")
     if task == "classification" and numeric and y.dtype.kind == "f":
         distinct = len(np.unique(y))
         if distinct > MANY_VALUES and distinct > 0.5 * len(y):

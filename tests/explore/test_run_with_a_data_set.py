@@ -127,3 +127,11 @@ def test_a_run_refuses_arguments_of_the_wrong_type_naming_them(
     with pytest.raises(RunRefused, match=re.escape(says)):
         explore.run(**args)
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("trial", ["0", True, 0.5])
+def test_a_trial_is_asked_for_by_its_number(tmp_path: Path, trial: object) -> None:
+    """'0' was looked up and said no trial 0 was kept, while listing trial 0."""
+    with pytest.raises(TypeError, match=r"trial: a trial's number \(an int\)"):
+        explore.load_model(tmp_path / "s.db", "s", trial=trial)  # type: ignore[arg-type]
+    assert not (tmp_path / "s.db").exists()

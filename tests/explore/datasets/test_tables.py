@@ -474,3 +474,15 @@ def test_labels_a_study_cannot_store_or_give_back_are_refused(labels: np.ndarray
     x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
     with pytest.raises(DataError, match=re.escape(says)):
         from_python((x, labels))
+
+
+def test_a_constant_regression_target_and_a_single_name_given_as_text() -> None:
+    """A target of one value has nothing to learn (every trial's r2 was NaN); a column's
+    name given as a string is that column, not its letters."""
+    x = np.random.default_rng(0).normal(size=(40, 2))
+    frame = pd.DataFrame({"ab": x[:, 0], "c": x[:, 1], "y": np.full(40, 5.0)})
+    with pytest.raises(DataError, match=r"the target 'y' is 5\.0 in every row"):
+        from_python(frame, "y", task="regression")
+    frame["y"] = np.arange(40.0)
+    ds = from_python(frame, "y", task="regression", features="ab")
+    assert ds.preprocess.columns == ("ab",)
