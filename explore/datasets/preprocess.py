@@ -125,6 +125,15 @@ class Preprocess:
             cats = []
         out = np.empty((len(num), self.features), np.float32)
         self.transform_into(num, cats, out)
+        bad = ~np.isfinite(out)
+        if bad.any():  # said here by row and column, not by the engine's input buffer
+            row, j = (int(v[0]) for v in np.nonzero(bad))
+            raw = num[row, j] if j < len(self.numeric) else None
+            missing = raw is not None and raw != raw and not self.fill
+            raise DataError(f"rows: {self.feature_names[j]!r} is {raw} at row {row}: "
+                            "a model takes finite values (within float32)"
+                            + (" and this one fills no missing ones (its search had none, "
+                               "or dropped them)" if missing else ""))
         return out
 
     def transform_into(self, numeric: np.ndarray, categorical: Sequence[np.ndarray],
@@ -141,7 +150,8 @@ class Preprocess:
                     numeric = np.where(gap, np.asarray(self.fill, np.float64), numeric)
             block = np.subtract(numeric, np.asarray(self.offset), dtype=np.float64)
             block /= np.asarray(self.scale)
-            out[:, :nn] = block
+            with np.errstate(over="ignore"):  # beyond float32: refused by the caller
+                out[:, :nn] = block
         at = nn
         fills = self.fill_categories or (None,) * len(self.categories)
         for values, cats, fill in zip(categorical, self.categories, fills, strict=True):

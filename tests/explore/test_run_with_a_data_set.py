@@ -104,7 +104,10 @@ def test_a_model_of_integer_named_columns_predicts_its_frame_and_says_what_rows_
                        (pd.DataFrame({0: ["x"] * 3, 1: [1.0] * 3}),
                         "column '0' is not numbers"),
                        (frame.assign(y=0).astype({1: "complex128"}),
-                        "column '1' is complex128, not real numbers")):
+                        "column '1' is complex128, not real numbers"),
+                       (np.where(np.arange(2) == 1, np.nan, x[:1]),
+                        "rows: '1' is nan at row 0: a model takes finite values"),
+                       (np.where(np.arange(2) == 0, 1e39, x[:1]), "'0' is 1e+39 at row 0")):
         with pytest.raises(DataError, match=re.escape(says)):
             model.predict(rows)
 
