@@ -44,12 +44,16 @@ def load(storage: str | Path | optuna.storages.BaseStorage, study: str) -> pd.Da
     ``switched_out`` (times it left), ``switch_bytes`` (bytes written out; both 0
     for a trial never switched out) and ``out_spans`` (``[left, back]`` in seconds from
     the run's start; empty if never out)."""
+    if not isinstance(study, str):  # None would open whichever study is alone there
+        raise TypeError(f"study: a study's name (a string), not {study!r}")
     url = storage_url(storage)
     opened = open_storage(url) if isinstance(url, str) else url
     try:
         return frame(optuna.load_study(study_name=study, storage=opened))
     except KeyError:
-        raise KeyError(f"no study {study!r} in {storage}") from None
+        names = [s.study_name for s in optuna.get_all_study_summaries(opened)]
+        raise KeyError(f"no study {study!r} in {storage}; studies there: "
+                       f"{', '.join(map(repr, names)) or 'none'}") from None
     finally:
         if opened is not storage:  # opened here for this read: closed again
             release(opened)

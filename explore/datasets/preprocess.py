@@ -129,11 +129,11 @@ class Preprocess:
         if bad.any():  # said here by row and column, not by the engine's input buffer
             row, j = (int(v[0]) for v in np.nonzero(bad))
             raw = num[row, j] if j < len(self.numeric) else None
-            missing = raw is not None and raw != raw and not self.fill
+            unfilled = raw is not None and raw != raw and not self.fill
             raise DataError(f"rows: {self.feature_names[j]!r} is {raw} at row {row}: "
                             "a model takes finite values (within float32)"
                             + (" and this one fills no missing ones (its search had none, "
-                               "or dropped them)" if missing else ""))
+                               "or dropped them)" if unfilled else ""))
         return out
 
     def transform_into(self, numeric: np.ndarray, categorical: Sequence[np.ndarray],

@@ -138,3 +138,16 @@ def test_a_trial_is_asked_for_by_its_number(tmp_path: Path, trial: object) -> No
     with pytest.raises(TypeError, match=r"trial: a trial's number \(an int\)"):
         explore.load_model(tmp_path / "s.db", "s", trial=trial)  # type: ignore[arg-type]
     assert not (tmp_path / "s.db").exists()
+
+
+def test_results_name_the_studies_a_storage_has(tmp_path: Path) -> None:
+    import optuna
+
+    from explore.results import load
+
+    storage = f"sqlite:///{tmp_path}/k.db"
+    optuna.create_study(study_name="a", storage=storage)
+    with pytest.raises(KeyError, match="no study 'b' in .*; studies there: 'a'"):
+        load(storage, "b")
+    with pytest.raises(TypeError, match="study: a study's name"):
+        load(storage, None)  # type: ignore[arg-type]
