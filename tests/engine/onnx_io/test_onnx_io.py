@@ -22,6 +22,19 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     return sess.run(None, feeds)
 
 
+def trained_losses(model: onnx.ModelProto, x: np.ndarray, steps: int) -> tuple[VM, list[float]]:
+    """``model`` imported with a cross-entropy loss, trained ``steps`` Adam steps on
+    ``x`` (labels 0, 1, ...): its VM and each step's loss."""
+    vm = VM(compile_graph(import_onnx(model, loss="cross_entropy"), batch_size=len(x),
+                          optimizer=Adam(lr=1e-2)))
+    vm.feed({"x": x, "labels": np.arange(len(x)) % 6})
+    losses = []
+    for _ in range(steps):
+        vm.train_step("train")
+        losses.append(float(vm.get("loss")))
+    return vm, losses
+
+
 def engine_run(g: CalcGraph, feeds: dict[str, np.ndarray], outputs: list[str],
                path: str = "infer") -> list[np.ndarray]:
     batch = next(iter(feeds.values())).shape[0]
@@ -183,12 +196,7 @@ def test_the_activations_of_newer_networks_import_train_and_export(opset: int) -
     (got,) = engine_run(g, {"x": x}, ["out"])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     trained = import_onnx(model, loss="cross_entropy")
-    vm = VM(compile_graph(trained, batch_size=7, optimizer=Adam(lr=1e-2)))
-    vm.feed({"x": x, "labels": np.arange(7) % 6})
-    losses = []
-    for _ in range(20):
-        vm.train_step("train")
-        losses.append(float(vm.get("loss")))
+    vm, losses = trained_losses(model, x, 20)
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
     assert trained.variables["slope"].trainable
     assert not np.allclose(vm.get("slope"), consts["slope"])
@@ -221,13 +229,7 @@ def test_instance_normalization_imports_and_trains_as_group_norm_exports() -> No
     (want,) = ort_run(model, {"x": x})
     (got,) = engine_run(import_onnx(model), {"x": x}, ["out"])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    vm = VM(compile_graph(import_onnx(model, loss="cross_entropy"), batch_size=5,
-                          optimizer=Adam(lr=1e-2)))
-    vm.feed({"x": x, "labels": np.arange(5)})
-    losses = []
-    for _ in range(10):
-        vm.train_step("train")
-        losses.append(float(vm.get("loss")))
+    vm, losses = trained_losses(model, x, 10)
     assert losses[-1] < losses[0] and not np.allclose(vm.get("ones"), 1.0)
 
 
@@ -268,13 +270,7 @@ def test_nearest_upsampling_imports_trains_and_exports(
     np.testing.assert_array_equal(got, want)
     (again,) = ort_run(export_onnx(g, outputs=["out"]), {"x": x})
     np.testing.assert_array_equal(again, want)
-    vm = VM(compile_graph(import_onnx(model, loss="cross_entropy"), batch_size=4,
-                          optimizer=Adam(lr=1e-2)))
-    vm.feed({"x": x, "labels": np.arange(4)})
-    losses = []
-    for _ in range(10):
-        vm.train_step("train")
-        losses.append(float(vm.get("loss")))
+    _, losses = trained_losses(model, x, 10)
     assert losses[-1] < losses[0]
 
 
