@@ -198,9 +198,11 @@ def record_problem(line: bytes) -> tuple[dict[str, Any] | None, str]:
     body = line.rstrip(b"\n")
     if not body or body.isspace():
         return None, "an empty line"
-    if b"\0" in body:
+    if body.startswith(b"\0"):  # a run of zeros where records should have begun
         return None, (f"{body.count(0):,} zero bytes, as a crash leaves on some file "
                       "systems where a write had not reached the disk")
+    if b"\0" in body:  # zeros among other bytes: not a crash's run of them
+        return None, f"binary bytes, {body.count(0):,} of them zero: no text record"
     try:
         log = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:

@@ -147,7 +147,7 @@ def test_results_name_the_studies_a_storage_has(tmp_path: Path) -> None:
 
     storage = f"sqlite:///{tmp_path}/k.db"
     optuna.create_study(study_name="a", storage=storage)
-    with pytest.raises(KeyError, match="no study 'b' in .*; studies there: 'a'"):
+    with pytest.raises(KeyError, match=r"no study 'b' in .*; studies there: 'a'"):
         load(storage, "b")
     with pytest.raises(TypeError, match="study: a study's name"):
         load(storage, None)  # type: ignore[arg-type]

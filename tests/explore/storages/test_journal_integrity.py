@@ -150,6 +150,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[list[bytes]], list[bytes]], str]] = {
                     "zero bytes, as a crash leaves"),
     "empty line": (lambda r: [*r[:3], b"\n", *r[3:]], "an empty line"),
     "not text": (lambda r: [*r[:3], b"\xff\xfe{}\n", *r[3:]], "not text (UTF-8)"),
+    "binary": (lambda r: [*r[:3], b"\xff\x00abc\n", *r[3:]], "binary bytes, 1 of them zero"),
     "JSON, no record": (lambda r: [*r[:3], _record(hello=1), *r[3:]], "has no op_code"),
     "JSON, a list": (lambda r: [*r[:3], b"[1, 2]\n", *r[3:]], "has no op_code"),
     "no operation": (lambda r: [*r[:3], _record(op_code=99, worker_id="w"), *r[3:]],
