@@ -90,6 +90,8 @@ def _resolve(space: Space) -> BaseDataset:
         data = resolve(space.dataset)
         train, valid = space.dataset.heads
         have: Any = getattr(data, "rows", None)
+        if have is None and getattr(data, "train_rows", None) is not None:
+            have = (data.train_rows, data.valid)
         if valid is not None and valid > data.valid:
             raise DataError(f"{valid:,} validation rows asked for, but the split has "
                             f"{data.valid:,}", key="valid")

@@ -86,6 +86,9 @@ class BaseDataset(ABC):
     # data set has features == sequence.features and image None.
     sequence: SequenceShape | None = None
     valid: int  # samples in the validation split
+    # samples in a built-in set's training split, where known without loading it (a
+    # table's are in its ``rows``): a ``train:`` head beyond it is refused
+    train_rows: int | None = None
     # Images of k * pixel_scale (k in 0..255) are kept as uint8 and dequantized exactly
     # by the model's first op; None keeps float32 features.
     pixel_scale: float | None = None

@@ -41,7 +41,7 @@ def load_digits(seed: int = 0) -> LoadedData:
 
 @register("digits")
 class Digits(BaseDataset):
-    features, classes, image, valid = 64, 10, (1, 8, 8), 359
+    features, classes, image, valid, train_rows = 64, 10, (1, 8, 8), 359, 1078
     pixel_scale = 1 / 16  # the pixels are k/16
 
     def load(self) -> LoadedData:

@@ -116,7 +116,7 @@ def load_mnist() -> LoadedData:
 
 @register("mnist")
 class Mnist(BaseDataset):
-    features, classes, image, valid = 784, 10, (1, 28, 28), 10_000
+    features, classes, image, valid, train_rows = 784, 10, (1, 28, 28), 10_000, 50_000
     pixel_scale = 1 / 256  # the pickle holds k/256
 
     def load(self) -> LoadedData:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from explore.binding import bind
-from explore.space import load_space
+from explore.space import load_space, parse_space
 from explore.yamlio import SpaceError
 from tests.explore.cli_run import explore_here
 
@@ -301,6 +301,30 @@ def test_more_head_rows_than_the_split_has_are_refused(tmp_path: Path, option: s
     _refused(tmp_path, f"{{path: data.csv, target: y, {option}}}",
              {"data.csv": ("a,b,y\n" + rows).encode()}, f"dataset.{option.split(':')[0]}",
              says)
+
+
+@pytest.mark.parametrize(("name", "train", "says"), [
+    ("digits", 100_000, "100,000 training rows asked for, but the split has 1,078"),
+    ("mnist", 60_000, "60,000 training rows asked for, but the split has 50,000"),
+    ("mnist_rows", 50_001, "but the split has 50,000"),
+])
+def test_a_built_in_sets_training_head_beyond_its_split_is_refused(
+        name: str, train: int, says: str) -> None:
+    """It was clamped to the split without a word; a table's is refused so too."""
+    space = parse_space({"dataset": {"name": name, "train": train},
+                         "budget": {"trials": 1, "rounds": 1, "memory": "400MB"}})
+    with pytest.raises(SpaceError, match=says):
+        bind(space)
+    bind(parse_space({"dataset": {"name": name, "train": 1078 if name == "digits"
+                                  else 50_000},  # all of the split is fine
+                      "budget": {"trials": 1, "rounds": 1, "memory": "400MB"}}))
+
+
+def test_digits_training_split_is_the_size_it_says() -> None:
+    from explore.datasets import get
+
+    digits = get("digits")
+    assert len(digits.load().train.y) == digits.train_rows
 
 
 # -- messages: one paragraph, naming the key ------------------------------------------------
