@@ -44,6 +44,7 @@ from explore.scheduler.shared_arrays import SharedArrays
 from explore.scheduler.shared_data import load_shared
 from explore.space import Space, check_study_name, load_space, parse_size, parse_space
 from explore.space_change import changes
+from explore.space_rules import MAX_SEED
 from explore.storages import StorageError, explain, release, scheme, sqlite_file
 from explore.storages import check as check_storage
 from explore.storages._journal import journal_path
@@ -60,7 +61,6 @@ class RunRefused(ValueError):
         self.errors = errors or []
         said = [str(e) for e in self.errors if str(e) not in message]
         super().__init__("\n".join([message, *said]))
-        self.message = message
 
 
 @dataclass
@@ -109,9 +109,9 @@ def prepare(space: str | Path | Mapping[str, Any] | Any, *, data: Any = None,
                 options = {k: v for k, v in section.items() if k in TABLE_OPTIONS}
                 seed = options.get("seed")
                 if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                         or not 0 <= seed < 2**32):
+                                         or not 0 <= seed <= MAX_SEED):
                     raise RunRefused(f"dataset.seed: {seed!r} is not an integer in "
-                                     "[0, 4294967295]")
+                                     f"[0, {MAX_SEED}]")
                 raw["dataset"] = None
             sp = parse_space(raw)
         else:

@@ -186,8 +186,10 @@ def train_categories(s: Source, layout: Layout, column: str,
     values = s.frame[{str(c): c for c in s.frame.columns}[column]].to_numpy()[train]
     values = values[~np.asarray(_pd().isna(values), bool)]
     if layout.int_categories.get(column):  # bools as 0 and 1; a uint64 kept whole
-        values = np.asarray([int(v) for v in values], dtype=object) if values.dtype.kind in \
-            "bO" else values
+        if values.dtype == bool:
+            values = values.astype(np.int64)
+        elif values.dtype == object:
+            values = np.asarray([int(v) for v in values], dtype=object)
         return tuple(int(v) for v in np.unique(values))
     return tuple(str(v) for v in np.unique(values.astype(str)))
 

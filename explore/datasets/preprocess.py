@@ -227,7 +227,9 @@ def _codes(values: np.ndarray, cats: tuple[Any, ...]) -> np.ndarray:
     """Index of each value among ``cats`` (-1 where absent), text compared as text."""
     if cats and isinstance(cats[0], str):
         values = np.asarray(values).astype(str)
-    elif cats and np.asarray(values).dtype.kind in "bO":  # bools are the categories 0, 1
+    elif cats and np.asarray(values).dtype == bool:  # bools are the categories 0, 1
+        values = np.asarray(values).astype(np.int64)
+    elif cats and np.asarray(values).dtype == object:  # pandas' nullable booleans too
         values = np.asarray([int(v) if isinstance(v, bool | np.bool_) else v
                              for v in np.asarray(values)], dtype=object)
     return np.asarray(_pd().Index(list(cats)).get_indexer(values), np.int64)

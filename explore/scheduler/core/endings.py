@@ -29,12 +29,13 @@ class Endings(Regions):
     the run's counts and figures (FLOPs) of them."""
 
     def fail(self, trial: Any, reason: str, never_started: bool = False,
-             retry: bool = False) -> None:
+             retry: bool = False, saved: bool = False) -> None:
         """Fail ``trial`` with ``reason``; ``retry``: its process died or was interrupted,
-        so a trial with its parameters is queued in the storage (it is not counted)."""
+        so a trial with its parameters is queued in the storage (it is not counted);
+        ``saved``: its worker wrote its weights, which the writer then discards."""
         self._emit(Note(trial, {"fail_reason": reason, "started": not never_started},
                         ending=True),
-                   Tell(trial, state=TrialState.FAIL, retry=retry))
+                   Tell(trial, state=TrialState.FAIL, retry=retry, saved=saved))
         self.counts["failed"] += 1
 
     def _fail_unstarted(self, pend: Pending, size: int) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import math
 
-from optuna.trial import TrialState
-
 from engine.free_list import FreeList
 from explore.scheduler.commands import (
     Admitted,
@@ -143,14 +141,10 @@ class Core(Placing):
             # Optuna would fail it without a word: the reason is said here
             odd = ", ".join(f"{k} {v}" for k, v in msg.metrics.items()
                             if k not in SECONDS and not math.isfinite(v))
-            self._emit(Note(p.trial, {"fail_reason": f"its objective value is "
-                                      f"{', '.join(map(str, values))} after round "
-                                      f"{msg.rounds} ({odd or 'no metric is'} not finite): "
-                                      "a metric the validation rows cannot give (NaN: one "
-                                      "class, a constant target) or that has no bound "
-                                      "there (inf)"}, ending=True),
-                       Tell(p.trial, state=TrialState.FAIL, saved=msg.saved))
-            self.counts["failed"] += 1
+            self.fail(p.trial, f"its objective value is {', '.join(map(str, values))} after "
+                      f"round {msg.rounds} ({odd or 'no metric is'} not finite): a metric "
+                      "the validation rows cannot give (NaN: one class, a constant target) "
+                      "or that has no bound there (inf)", saved=msg.saved)
             self._emit(Measure())
             return
         self._emit(Tell(p.trial, values if len(values) > 1 else values[0],
