@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.alignment import align_up
 from engine.errors import ShapeError
 from engine.graph import Node, TensorDesc
 from engine.ops._base import (
@@ -25,6 +24,7 @@ from engine.ops._onnx import Exported, OnnxForm
 from engine.ops.elementwise import (
     _g_zero,
     _ufunc_kernel,
+    _ws_same,
     elu_into,
     float_unary_shape,
     unbroadcast,
@@ -179,11 +179,6 @@ def _g_celu(gb: GradBuilder, n: NodeView, g: list[str | None]) -> list[str | Non
     return [gb.op("Where", gb.op("Greater", x, gb.const(0.0, like=x)), g[0], below)]
 
 
-def _ws_like_input(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
-                   device: str) -> int:
-    return align_up(ins[0].nbytes())
-
-
 def _prelu_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDesc]:
     x, slope = ins
     need_float(x)
@@ -247,15 +242,15 @@ OPS = [
     _unary("Mish", _mish, _g_mish, "x tanh(log(1 + exp(x)))", inplace=(),
            export=_export_mish),
     OpDef(name="Selu", shape=float_unary_shape, kernel=_selu, grad=_g_selu,
-          workspace=_ws_like_input, flops=per_output(1), attrs=dict(SELU),
+          workspace=_ws_same, flops=per_output(1), attrs=dict(SELU),
           stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Selu"),
           doc="gamma (x if x > 0 else alpha (exp(x) - 1))"),
     OpDef(name="Celu", shape=float_unary_shape, kernel=_celu, grad=_g_celu,
-          workspace=_ws_like_input, flops=per_output(1), attrs={"alpha": 1.0},
+          workspace=_ws_same, flops=per_output(1), attrs={"alpha": 1.0},
           stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Celu"),
           doc="max(0, x) + min(0, alpha (exp(x / alpha) - 1))"),
     OpDef(name="PRelu", shape=_prelu_shape, kernel=_prelu, grad=_g_prelu,
-          workspace=_ws_like_input, flops=per_output(2), num_inputs=(2, 2),
+          workspace=_ws_same, flops=per_output(2), num_inputs=(2, 2),
           stacking=StackRule.BROADCAST, onnx=OnnxForm(name="PRelu"),
           doc="x if x > 0 else slope x (the slope broadcast to x, as PyTorch's PReLU)"),
 ]
