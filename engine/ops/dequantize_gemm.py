@@ -50,7 +50,7 @@ from engine.ops._base import (
     need_float,
 )
 from engine.ops._onnx import ENGINE_INTERNAL
-from engine.ops.elementwise import ACTIVATION_KERNELS
+from engine.ops.elementwise import ACTIVATION_DEFAULTS, ACTIVATION_KERNELS
 from engine.ops.linalg import gemm_bias_grad
 
 BLOCK_BYTES = 1 << 20
@@ -155,7 +155,7 @@ def _kernel(k: KernelArgs) -> Step:
     if c is not None and beta != 1.0:
         cb = k.scratch(align_up(block * feats * y.dtype.itemsize), c.shape, c.dtype)
     convert = _converter(xp, int(k.attrs["zero_point"]))
-    act_kernel = ACTIVATION_KERNELS.get(k.attrs["activation"] or "")
+    act_kernel = ACTIVATION_DEFAULTS.get(k.attrs["activation"] or "")
     blocks = []
     for s in range(0, rows, block):
         n = min(block, rows - s)

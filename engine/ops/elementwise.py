@@ -13,10 +13,13 @@ there is nothing to fuse (a Linear layer's bias is fused with them in ``FusedGem
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import numpy as np
+
 from engine.errors import ShapeError
-from engine.graph import Node, TensorDesc
+from engine.graph import DType, Node, TensorDesc
 from engine.ops import jit
 from engine.ops._base import (
     FIRST_ORDER_ONLY,
@@ -145,11 +148,15 @@ def _sigmoid(k: KernelArgs) -> Step:
 
 
 def _sigmoid_fused(k: KernelArgs, ks: Any) -> Step | None:
-    # The numpy kernel's four passes as three: tanh stays numpy's (SIMD; numba's scalar
-    # tanh is 10-40x slower), the arithmetic around it is compiled.
+    # float32: one compiled pass around a rational tanh (engine.ops._jit_kernels.tanh1).
+    # float64: the numpy kernel's four passes as three, numpy's tanh in the middle (the
+    # rational one is float32's only).
     xp, x, y = k.xp, jit.flat(k.ins[0]), jit.flat(k.outs[0])
     if x is None or y is None or x.dtype != y.dtype:
         return None
+    if x.dtype == np.float32:
+        run = ks.sigmoid
+        return lambda: run(x, y)
     pre, post = ks.half, ks.half_plus_half
 
     def step() -> None:
@@ -158,6 +165,19 @@ def _sigmoid_fused(k: KernelArgs, ks: Any) -> Step | None:
         post(y)
 
     return step
+
+
+def _float32(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> bool:
+    return all(d.dtype is DType.FLOAT32 for d in outs)
+
+
+def _tanh_fused(k: KernelArgs, ks: Any) -> Step | None:
+    # float32 only: the rational tanh in one compiled pass; float64 stays numpy's.
+    x, y = jit.flat(k.ins[0]), jit.flat(k.outs[0])
+    if x is None or y is None or not x.dtype == y.dtype == np.float32:
+        return None
+    run = ks.tanh
+    return lambda: run(x, y)
 
 
 def _ws_same(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
@@ -219,6 +239,10 @@ def _grad_fused(kernel: str) -> jit.FusedFactory:
 
 SIGMOID = jit.variants(_sigmoid, _sigmoid_fused, no_workspace,
                        "x/2, numpy's tanh, then /2 + 1/2: three passes instead of four")
+TANH = jit.variants(_ufunc_kernel("tanh"), _tanh_fused, no_workspace,
+                   "float32: a rational tanh in one compiled pass (numpy's float32 tanh is "
+                   "a scalar loop)")
+TANH["numba"] = dataclasses.replace(TANH["numba"], applies=_float32)
 SIGMOID_GRAD = jit.variants(_sigmoid_grad, _grad_fused("sigmoid_grad"), no_workspace,
                             "dy * y * (1 - y) in one compiled pass")
 TANH_GRAD = jit.variants(_tanh_grad, _grad_fused("tanh_grad"), no_workspace,
@@ -444,7 +468,12 @@ def _export_square(n: Node, helper: Any, nh: Any) -> Exported:
 
 
 ACTIVATION_KERNELS = {"Relu": _relu, "Sigmoid": _sigmoid, "Tanh": _ufunc_kernel("tanh")}
-"""Kernels of the activations whose gradient reads only their output (fusable)."""
+"""numpy kernels of the activations whose gradient reads only their output (fusable)."""
+
+ACTIVATION_DEFAULTS = {"Relu": _relu, "Sigmoid": jit.by_size("Sigmoid", SIGMOID),
+                       "Tanh": jit.by_size("Tanh", TANH)}
+"""The same activations' default kernels: the compiled one where it applies (for an op
+that runs its activation itself and has no variants of its own)."""
 
 OPS = [
     _unary("Neg", "negative", _g_neg, "y = -x", float_only=False),
@@ -460,7 +489,9 @@ OPS = [
     OpDef(name="Identity", shape=unary_shape, kernel=_expand, grad=_g_identity, inplace=(0,),
           flops=no_flops,
           stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Identity"), doc="y = x"),
-    _unary("Tanh", "tanh", _g_by_output("TanhGrad"), "y = tanh(x)"),
+    OpDef(name="Tanh", shape=float_unary_shape, kernel=jit.by_size("Tanh", TANH),
+          flops=per_output(1), variants=TANH, grad=_g_by_output("TanhGrad"), inplace=(0,),
+          stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Tanh"), doc="y = tanh(x)"),
     OpDef(name="Relu", shape=float_unary_shape, kernel=_relu, grad=_g_by_output("ReluGrad"),
           flops=per_output(1),
           inplace=(0,), stacking=StackRule.ELEMENTWISE, onnx=OnnxForm(name="Relu"),

@@ -7,12 +7,15 @@ activations whose derivative is a function of their output are fused.
 
 The ``"numba"`` variant (:mod:`engine.ops.jit`) adds the bias inside the activation's
 first pass: Relu's ``max(y + b, 0)`` is one pass instead of two, Sigmoid's
-``(y + b) / 2``, numpy's tanh, ``/ 2 + 1/2`` three instead of five.
+Sigmoid's and Tanh's one pass around a rational tanh in float32 (numpy's tanh between
+two compiled passes in float64).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from engine.errors import ShapeError
 from engine.graph import TensorDesc
@@ -60,11 +63,13 @@ def _fused(k: KernelArgs) -> Step:
 
 def _fused_bias_act(k: KernelArgs, ks: Any) -> Step | None:
     # The plain case only: A' @ B' + C with C one row (a Linear layer's bias), a
-    # contiguous output, Relu or Sigmoid; anything else is the numpy kernel.
+    # contiguous output, Relu, Sigmoid or (float32) Tanh; anything else is the numpy
+    # kernel.
     act, attrs = k.attrs["activation"], k.attrs
     y = k.outs[0]
-    if act not in ("Relu", "Sigmoid") or len(k.ins) != 3 or float(attrs["alpha"]) != 1.0 or \
-            float(attrs["beta"]) != 1.0 or y.ndim != 2 or not y.flags.c_contiguous:
+    if act not in ("Relu", "Sigmoid", "Tanh") or len(k.ins) != 3 or \
+            float(attrs["alpha"]) != 1.0 or float(attrs["beta"]) != 1.0 or y.ndim != 2 or \
+            not y.flags.c_contiguous:
         return None
     c = k.ins[2]
     if c.size != y.shape[1] or (c.ndim == 2 and c.shape[0] != 1) or not c.flags.c_contiguous \
@@ -80,6 +85,16 @@ def _fused_bias_act(k: KernelArgs, ks: Any) -> Step | None:
             bias_relu(y, b)
 
         return relu
+    if y.dtype == np.float32:
+        run = ks.bias_sigmoid if act == "Sigmoid" else ks.bias_tanh
+
+        def activate() -> None:
+            xp.matmul(a, w, out=y)
+            run(y, b)
+
+        return activate
+    if act == "Tanh":  # float64: numpy's tanh, so the plain kernel
+        return None
     pre, post, flat = ks.bias_half, ks.half_plus_half, y.reshape(-1)
 
     def sigmoid() -> None:
