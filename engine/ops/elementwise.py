@@ -155,8 +155,7 @@ def _sigmoid_fused(k: KernelArgs, ks: Any) -> Step | None:
     if x is None or y is None or x.dtype != y.dtype:
         return None
     if x.dtype == np.float32:
-        run = ks.sigmoid
-        return lambda: run(x, y)
+        return _one_or_two(x, y, ks.sigmoid, ks.sigmoid_in_place)
     pre, post = ks.half, ks.half_plus_half
 
     def step() -> None:
@@ -176,8 +175,20 @@ def _tanh_fused(k: KernelArgs, ks: Any) -> Step | None:
     x, y = jit.flat(k.ins[0]), jit.flat(k.outs[0])
     if x is None or y is None or not x.dtype == y.dtype == np.float32:
         return None
-    run = ks.tanh
-    return lambda: run(x, y)
+    return _one_or_two(x, y, ks.tanh, ks.tanh_in_place)
+
+
+def _one_or_two(x: Any, y: Any, two: Any, one: Any) -> Step:
+    """``two(x, y)``, or ``one(y)`` where x and y are one array (an op run in place):
+    LLVM's vectorised loop checks that the arrays do not overlap and runs scalar where
+    they do."""
+    if _address(x) == _address(y):
+        return lambda: one(y)
+    return lambda: two(x, y)
+
+
+def _address(a: Any) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def _ws_same(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict, device: str) -> int:
@@ -231,6 +242,12 @@ def _grad_fused(kernel: str) -> jit.FusedFactory:
         y, dy, dx = (jit.flat(a) for a in (*k.ins, k.outs[0]))
         if y is None or dy is None or dx is None or not y.dtype == dy.dtype == dx.dtype:
             return None
+        if _address(dx) == _address(y):
+            over_y = getattr(ks, f"{kernel}_over_y")
+            return lambda: over_y(y, dy)
+        if _address(dx) == _address(dy):
+            over_dy = getattr(ks, f"{kernel}_over_dy")
+            return lambda: over_dy(y, dy)
         run = getattr(ks, kernel)
         return lambda: run(y, dy, dx)
 
@@ -238,7 +255,8 @@ def _grad_fused(kernel: str) -> jit.FusedFactory:
 
 
 SIGMOID = jit.variants(_sigmoid, _sigmoid_fused, no_workspace,
-                       "x/2, numpy's tanh, then /2 + 1/2: three passes instead of four")
+                       "float32: one compiled pass around a rational tanh; float64: x/2, "
+                       "numpy's tanh, then /2 + 1/2, three passes instead of four")
 TANH = jit.variants(_ufunc_kernel("tanh"), _tanh_fused, no_workspace,
                    "float32: a rational tanh in one compiled pass (numpy's float32 tanh is "
                    "a scalar loop)")

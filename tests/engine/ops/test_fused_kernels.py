@@ -239,3 +239,24 @@ def test_the_compiled_max_pooling_keeps_nan_and_inf_as_numpy_does() -> None:
     step()
     np.testing.assert_array_equal(got[0], ref[0])
     assert np.isnan(got[0][0, 0, 0, 0]) and got[0][0, 0, 1, 1] == np.inf
+
+
+@pytest.mark.usefixtures("fused_on")
+@pytest.mark.parametrize(("op", "over"), [("Sigmoid", 0), ("Tanh", 0), ("SigmoidGrad", 0),
+                                          ("SigmoidGrad", 1), ("TanhGrad", 0),
+                                          ("TanhGrad", 1), ("ReluGrad", 0), ("ReluGrad", 1)])
+def test_run_in_place_the_fused_variant_takes_its_one_array_form(op: str, over: int) -> None:
+    # Given one array as input and output, a two-array loop fails LLVM's overlap check
+    # and runs scalar: the in-place form must be the one bound, and agree with numpy.
+    ins, outs, attrs = case(op, 1000, np.float32)
+    ref_step, ref = bind(op, "numpy", [a.copy() for a in ins], outs, attrs)
+    ref_step()
+    shared = [a.copy() for a in ins]
+    step = get_op(op).variants["numba"].kernel(
+        KernelArgs(np, shared, [shared[over]], np.zeros(1 << 20, np.uint8), attrs))
+    step()
+    bound = [getattr(c.cell_contents, "__name__", "") for c in step.__closure__ or ()]
+    want = "_in_place" if over == 0 and not op.endswith("Grad") else \
+        ("_over_y", "_over_dy")[over]
+    assert any(name.endswith(want) for name in bound), bound
+    np.testing.assert_allclose(shared[over], ref[0], rtol=2e-6, atol=2e-6)
