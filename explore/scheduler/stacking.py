@@ -39,6 +39,7 @@ the old one in the same arena.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,18 @@ class Drawn:
     params: dict[str, Any]
     graph: Any  # engine.CalcGraph
     requeued: bool
+
+    @functools.cached_property
+    def means(self) -> Any:
+        """:func:`means_only` of ``graph``, made once: grouping and stacking both read
+        it, and each copy of a graph is a deep one."""
+        return means_only(self.graph)
+
+    @functools.cached_property
+    def key(self) -> tuple[str, str, Any]:
+        """What the trials of one stack share (:func:`groups`)."""
+        return (stack_signature(self.means), repr(stack_key(build_optimizer(self.params))),
+                self.params.get("batch_size"))
 
 
 @dataclass
@@ -105,11 +118,6 @@ def means_only(graph: Any) -> Any:
     return out
 
 
-def _key(d: Drawn) -> tuple[str, str, Any]:
-    return (stack_signature(means_only(d.graph)),
-            repr(stack_key(build_optimizer(d.params))), d.params.get("batch_size"))
-
-
 def groups(drawn: list[Drawn]) -> list[list[Drawn]]:
     """``drawn`` in groups that may stack (in the order drawn): graphs equal but for
     their inits, optimizers but for the learning rate (and SGD's momentum), and one
@@ -117,7 +125,7 @@ def groups(drawn: list[Drawn]) -> list[list[Drawn]]:
     that stacks with none is a group of its own."""
     out: dict[Any, list[Drawn]] = {}
     for d in drawn:
-        out.setdefault(_key(d), []).append(d)
+        out.setdefault(d.key, []).append(d)
     return list(out.values())
 
 
@@ -125,7 +133,7 @@ def compile_stack(bound: BoundSpace, group: list[Drawn], share: int) -> Pending:
     """One stacked candidate of ``group`` (at least two trials) fitting ``share`` bytes.
     Raises :class:`~engine.compile.stack.StackError` when the graphs do not stack and
     :class:`~engine.BudgetError` when the stack does not fit."""
-    graphs = [means_only(d.graph) for d in group]
+    graphs = [d.means for d in group]
     optimizers = [build_optimizer(d.params) for d in group]
     cand = compile_candidate(bound, group[0].params, share, graph=stack_graphs(graphs),
                              optimizer=stack_optimizers(optimizers))
