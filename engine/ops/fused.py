@@ -6,9 +6,11 @@ stored; the gradient reads only the activation's output, which is why only
 activations whose derivative is a function of their output are fused.
 
 The ``"numba"`` variant (:mod:`engine.ops.jit`) adds the bias inside the activation's
-first pass: Relu's ``max(y + b, 0)`` is one pass instead of two, Sigmoid's
-Sigmoid's and Tanh's one pass around a rational tanh in float32 (numpy's tanh between
-two compiled passes in float64).
+first pass: Relu's ``max(y + b, 0)`` is one pass instead of two; Sigmoid and Tanh are
+one pass around a rational tanh in float32.  In float64 Sigmoid's numpy tanh sits
+between two compiled passes and Tanh is the Gemm, then numpy's tanh.  Where the bias is
+not one row (or there is none), the Gemm runs, then the activation's own compiled
+kernel.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from engine.ops._base import (
     Step,
 )
 from engine.ops._onnx import ENGINE_INTERNAL
-from engine.ops.elementwise import ACTIVATION_KERNELS
+from engine.ops.elementwise import ACTIVATION_DEFAULTS, ACTIVATION_KERNELS
 from engine.ops.linalg import GEMM_ATTRS, _g_gemm, _gemm, _gemm_shape, _gemm_ws, _t, gemm_flops
 
 FUSABLE_ACTIVATIONS = tuple(sorted(ACTIVATION_KERNELS))
@@ -48,11 +50,10 @@ def _fused_shape(ins: list[TensorDesc], attrs: dict[str, Any]) -> list[TensorDes
     return _gemm_shape(ins, attrs)
 
 
-def _fused(k: KernelArgs) -> Step:
+def _fused(k: KernelArgs, table: dict[str, Any] = ACTIVATION_KERNELS) -> Step:
     gemm = _gemm(k)
     y = k.outs[0]
-    act = ACTIVATION_KERNELS[k.attrs["activation"]](
-        KernelArgs(k.xp, [y], [y], k.ws, {}, k.rng, k.device))
+    act = table[k.attrs["activation"]](KernelArgs(k.xp, [y], [y], k.ws, {}, k.rng, k.device))
 
     def step() -> None:
         gemm()
@@ -62,19 +63,19 @@ def _fused(k: KernelArgs) -> Step:
 
 
 def _fused_bias_act(k: KernelArgs, ks: Any) -> Step | None:
-    # The plain case only: A' @ B' + C with C one row (a Linear layer's bias), a
-    # contiguous output, Relu, Sigmoid or (float32) Tanh; anything else is the numpy
-    # kernel.
+    # The bias in the activation's pass: A' @ B' + C with C one row (a Linear layer's
+    # bias), a contiguous output, Relu, Sigmoid or (float32) Tanh.  Any other form runs
+    # the Gemm, then the activation's default kernel (compiled where it applies).
     act, attrs = k.attrs["activation"], k.attrs
     y = k.outs[0]
     if act not in ("Relu", "Sigmoid", "Tanh") or len(k.ins) != 3 or \
             float(attrs["alpha"]) != 1.0 or float(attrs["beta"]) != 1.0 or y.ndim != 2 or \
             not y.flags.c_contiguous:
-        return None
+        return _fused(k, ACTIVATION_DEFAULTS)
     c = k.ins[2]
     if c.size != y.shape[1] or (c.ndim == 2 and c.shape[0] != 1) or not c.flags.c_contiguous \
             or c.dtype != y.dtype:
-        return None
+        return _fused(k, ACTIVATION_DEFAULTS)
     xp, b = k.xp, c.reshape(-1)
     a, w = _t(xp, k.ins[0], attrs["transA"]), _t(xp, k.ins[1], attrs["transB"])
     if act == "Relu":
@@ -94,7 +95,7 @@ def _fused_bias_act(k: KernelArgs, ks: Any) -> Step | None:
 
         return activate
     if act == "Tanh":  # float64: numpy's tanh, so the plain kernel
-        return None
+        return _fused(k)
     pre, post, flat = ks.bias_half, ks.half_plus_half, y.reshape(-1)
 
     def sigmoid() -> None:
@@ -107,7 +108,8 @@ def _fused_bias_act(k: KernelArgs, ks: Any) -> Step | None:
 
 
 VARIANTS = jit.variants(_fused, _fused_bias_act, _gemm_ws,
-                        "the bias added in the activation's compiled pass (Relu, Sigmoid)")
+                        "the bias added in the activation's compiled pass (Relu, Sigmoid, "
+                        "and Tanh in float32)")
 
 
 def _flops(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict[str, Any]) -> int:

@@ -59,9 +59,10 @@ ENV = "CALCGRAPH_JIT"  # "0": never compile, numpy everywhere
 # with each op's numpy and numba variants interleaved, float32, medians
 # (docs/measurements.md, "Fused kernels"): the fused form won at every size from 68
 # elements up (a call through numba costs a fraction of one through numpy), by 1.1x
-# (Sigmoid at 170k, where numpy's tanh is the work) to 30x (the cross-entropy at 4
-# rows), so every threshold is 0.  They stay per kind: a machine where numpy's calls
-# cost less, or numba's more, raises them.
+# (float64's Sigmoid at 170k, where numpy's tanh is the work; float32's is 5-8x with
+# the rational tanh) to 30x (the cross-entropy at 4 rows), so every threshold is 0.
+# They stay per kind: a machine where numpy's calls cost less, or numba's more, raises
+# them.
 THRESHOLDS: dict[str, tuple[int, int | None]] = {
     "elementwise": (0, None),
     "optimizer": (0, None),

@@ -49,7 +49,7 @@ def case(op: str, n: int, dtype: Any, variant: int = 0) -> tuple[list, list, dic
                                                   "kernel_shape": (2, 2), "strides": (2, 2)}
     if op == "FusedGemm":
         a, w, b = (R.normal(size=s).astype(dtype) for s in ((n, k), (k, c), (c,)))
-        act = ("Relu", "Sigmoid")[variant] if dtype == np.float64 else ("Tanh", "Sigmoid")[variant]
+        act = ("Relu", "Sigmoid", "Tanh")[variant]  # Tanh (float32): its own test below
         return [a, w, b], [(n, c)], {**GEMM_ATTRS, "activation": act}
     if op == "MaxPoolGrad":  # variant 0: windows tiling the input; 1: overlapping, padded
         img = R.normal(size=(2 if n < 10 else 20, 3, 9, 9)).astype(dtype)
@@ -260,3 +260,24 @@ def test_run_in_place_the_fused_variant_takes_its_one_array_form(op: str, over: 
         ("_over_y", "_over_dy")[over]
     assert any(name.endswith(want) for name in bound), bound
     np.testing.assert_allclose(shared[over], ref[0], rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.usefixtures("fused_on")
+@pytest.mark.parametrize("bias_row", [True, False])
+def test_fused_gemm_tanh_takes_the_compiled_tanh_in_float32(bias_row: bool) -> None:
+    # With a bias of one row, in the bias's pass; with a bias of full rows, after the
+    # Gemm, by Tanh's own compiled kernel: numpy's float32 tanh in neither.
+    ins, outs, attrs = case("FusedGemm", 1000, np.float32, 2)
+    if not bias_row:
+        ins[2] = np.broadcast_to(ins[2], outs[0]).copy()
+    ref_step, ref = bind("FusedGemm", "numpy", ins, outs, attrs)
+    step, got = bind("FusedGemm", "numba", ins, outs, attrs)
+    ref_step()
+    step()
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-6, atol=2e-6)
+    if bias_row:
+        assert step.__qualname__.startswith("_fused_bias_act")
+    else:  # the Gemm, then Tanh's compiled kernel
+        cells = dict(zip(step.__code__.co_freevars,
+                         (c.cell_contents for c in step.__closure__ or ()), strict=True))
+        assert cells["act"].__qualname__.startswith("_one_or_two")
