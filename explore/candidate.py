@@ -138,6 +138,9 @@ def compile_candidate(bound: BoundSpace, params: dict[str, Any], share: int,
     else:
         train = int(bs)
         fit = None
+    rows = train_rows(bound)
+    if rows is not None:  # a mini-batch holds every row at most: no bytes for rows never
+        train = max(1, min(train, rows))  # there (the same training, one batch an epoch)
     head = space.dataset.heads[1] if space.dataset is not None else None
     n_valid = bound.data.valid if head is None else min(head, bound.data.valid)
     want = max(train, min(space.training.eval_batch_size, n_valid))
@@ -159,6 +162,26 @@ def compile_candidate(bound: BoundSpace, params: dict[str, Any], share: int,
         raise BudgetError(f"the model needs {prog.total_bytes:,} bytes at batch {train}; a "
                           f"worker's arena holds {share:,}")
     return Candidate(params, prog, train)
+
+
+def train_rows(bound: BoundSpace) -> int | None:
+    """The training rows a trial of ``bound`` trains on, where known without loading
+    them (a table's count, a built-in set's split, the space's ``train:`` head); None
+    where not.
+
+    >>> from explore.binding import bind
+    >>> from explore.space import parse_space
+    >>> train_rows(bind(parse_space({"dataset": {"name": "digits", "train": 500},
+    ...                              "budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})))
+    500
+    """
+    data = bound.data
+    have = getattr(data, "rows", None)
+    known = [have[0] if have is not None else getattr(data, "train_rows", None)]
+    if bound.space.dataset is not None:
+        known.append(bound.space.dataset.heads[0])
+    counts = [n for n in known if isinstance(n, int) and not isinstance(n, bool)]
+    return min(counts) if counts else None
 
 
 def user_errors(bound: BoundSpace) -> tuple[type[Exception], ...]:
