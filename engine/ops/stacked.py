@@ -34,16 +34,17 @@ from engine.ops._base import (
     ALREADY_STACKED,
     FIRST_ORDER_ONLY,
     MADE_AFTER_STACKING,
+    VARIANT_ATTR,
     GradBuilder,
     KernelArgs,
     NodeView,
     OpDef,
     Step,
     Variant,
-    dispatch_variants,
     is_numpy,
     need_float,
     no_workspace,
+    pick_variant,
     same_dtype,
 )
 from engine.ops._onnx import ENGINE_INTERNAL
@@ -421,9 +422,44 @@ GRAD_WEIGHT_VARIANTS: dict[str, Variant] = {
 }
 
 
-_SGEMM = dispatch_variants("StackedGemm", SGEMM_VARIANTS)
-_GRAD_INPUT = dispatch_variants("StackedGemmGradInput", GRAD_INPUT_VARIANTS)
-_GRAD_WEIGHT = dispatch_variants("StackedGemmGradWeight", GRAD_WEIGHT_VARIANTS)
+# Per-model weights of at most this many elements (in x out) take the batched form by
+# default on the CPU: numpy's one broadcast matmul saves a call per model, which at a
+# 64-wide layer is a fifth to two fifths of the products' time; from 256 x 256 up a
+# BLAS call per model is as fast or faster (docs/measurements.md, "Stacks").
+SMALL_WEIGHT = 128 * 128
+
+
+def _by_size(op: str, variants: dict[str, Variant], weight: int, shared: Any
+             ) -> tuple[Any, Any]:
+    """``dispatch_variants``, but with ``"batched"`` the default (no variant named) on
+    the CPU for per-model weights of :data:`SMALL_WEIGHT` elements at most that are not
+    fed a shared input.  ``weight``: which of the ins (or -1: the output) has the
+    weight's shape; ``shared(ins, attrs)``: whether the input is the models' shared."""
+
+    def pick(ins: list[Any], outs: list[Any], attrs: dict[str, Any], cpu: bool) -> Variant:
+        if attrs.get(VARIANT_ATTR) or not cpu or attrs.get("model_axis") or \
+                shared(ins, attrs):
+            return pick_variant(op, variants, attrs)
+        w = tuple((outs[0] if weight < 0 else ins[weight]).shape)
+        _, n_in, n_out = _weight_dims(w, attrs)
+        name = "batched" if n_in * n_out <= SMALL_WEIGHT else next(iter(variants))
+        return variants[name]
+
+    def kernel(k: KernelArgs) -> Step:
+        return pick(k.ins, k.outs, k.attrs, is_numpy(k.xp)).kernel(k)
+
+    def workspace(ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict,
+                  device: str) -> int:
+        return pick(ins, outs, attrs, device == "cpu").workspace(ins, outs, attrs, device)
+
+    return kernel, workspace
+
+
+_SGEMM = _by_size("StackedGemm", SGEMM_VARIANTS, 1, lambda ins, attrs: len(ins[0].shape) == 2)
+_GRAD_INPUT = _by_size("StackedGemmGradInput", GRAD_INPUT_VARIANTS, 1,
+                       lambda ins, attrs: bool(attrs.get("shared")))
+_GRAD_WEIGHT = _by_size("StackedGemmGradWeight", GRAD_WEIGHT_VARIANTS, -1,
+                        lambda ins, attrs: len(ins[0].shape) == 2)
 
 
 # -- the loss -------------------------------------------------------------------------
