@@ -21,7 +21,6 @@ ever touches a file or imports code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from explore import families
 from explore.datasets import BaseDataset, DataError
@@ -89,15 +88,13 @@ def _resolve(space: Space) -> BaseDataset:
     try:
         data = resolve(space.dataset)
         train, valid = space.dataset.heads
-        have: Any = getattr(data, "rows", None)
-        if have is None and getattr(data, "train_rows", None) is not None:
-            have = (data.train_rows, data.valid)
+        have = data.known_train_rows
         if valid is not None and valid > data.valid:
             raise DataError(f"{valid:,} validation rows asked for, but the split has "
                             f"{data.valid:,}", key="valid")
-        if train is not None and have is not None and train > have[0]:
+        if train is not None and have is not None and train > have:
             raise DataError(f"{train:,} training rows asked for, but the split has "
-                            f"{have[0]:,}", key="train")
+                            f"{have:,}", key="train")
     except DataError as e:
         raise space.error_at(("dataset", e.key) if e.key else ("dataset",), str(e)) from e
     return data

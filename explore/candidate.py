@@ -175,12 +175,8 @@ def train_rows(bound: BoundSpace) -> int | None:
     ...                              "budget": {"trials": 1, "rounds": 1, "memory": "64MB"}})))
     500
     """
-    data = bound.data
-    have = getattr(data, "rows", None)
-    known = [have[0] if have is not None else getattr(data, "train_rows", None)]
-    if bound.space.dataset is not None:
-        known.append(bound.space.dataset.heads[0])
-    counts = [n for n in known if isinstance(n, int) and not isinstance(n, bool)]
+    head = bound.space.dataset.heads[0] if bound.space.dataset is not None else None
+    counts = [n for n in (bound.data.known_train_rows, head) if n is not None]
     return min(counts) if counts else None
 
 

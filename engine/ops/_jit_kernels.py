@@ -100,6 +100,12 @@ def tanh1(x: Any) -> Any:
     return x if abs(x) < _TINY else r
 
 
+@_inline
+def sigmoid1(x: Any) -> Any:
+    """float32 sigmoid of one value, tanh(x / 2) / 2 + 1/2: no overflow for large |x|."""
+    return tanh1(x * _HALF) * _HALF + _HALF
+
+
 @_jit_poly
 def tanh(x: Any, y: Any) -> None:
     """y = tanh(x) over float32 1-D views (:func:`tanh1`)."""
@@ -119,14 +125,14 @@ def tanh_in_place(y: Any) -> None:
 def sigmoid_in_place(y: Any) -> None:
     """y = sigmoid(y), the in-place form (see :func:`tanh_in_place`)."""
     for i in range(y.size):
-        y[i] = tanh1(y[i] * _HALF) * _HALF + _HALF
+        y[i] = sigmoid1(y[i])
 
 
 @_jit_poly
 def sigmoid(x: Any, y: Any) -> None:
-    """y = tanh(x / 2) / 2 + 1/2 over float32 1-D views: no overflow for large |x|."""
+    """y = sigmoid(x) over float32 1-D views (:func:`sigmoid1`)."""
     for i in range(x.size):
-        y[i] = tanh1(x[i] * _HALF) * _HALF + _HALF
+        y[i] = sigmoid1(x[i])
 
 
 @_jit_poly
@@ -136,7 +142,7 @@ def bias_sigmoid(y: Any, b: Any) -> None:
     n, m = y.shape
     for i in range(n):
         for j in range(m):
-            y[i, j] = tanh1((y[i, j] + b[j]) * _HALF) * _HALF + _HALF
+            y[i, j] = sigmoid1(y[i, j] + b[j])
 
 
 @_jit_poly

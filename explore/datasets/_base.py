@@ -107,6 +107,13 @@ class BaseDataset(ABC):
         """Values the model predicts per sample: the classes, or 1 for a regression."""
         return 1 if self.task == "regression" else self.classes
 
+    @property
+    def known_train_rows(self) -> int | None:
+        """The training split's rows where known without loading it (a table's
+        ``rows``, a built-in's :attr:`train_rows`); None where not."""
+        rows = getattr(self, "rows", None)
+        return int(rows[0]) if rows is not None else self.train_rows
+
     @abstractmethod
     def load(self) -> LoadedData:
         """The arrays (raises :class:`DataError` when they cannot be had)."""
